@@ -1,0 +1,15 @@
+//! Packet buffers: a pre-allocated pool named by `u32` index, per-buffer metadata, and the
+//! per-worker handle through which nodes allocate, free and read buffers.
+//!
+//! Layout of one buffer (its *stride*, a multiple of 64 bytes):
+//! `[driver prefix][metadata: 64 B][headroom ≥ 128 B][data: 2048 B by default]`.
+
+mod memory;
+mod meta;
+mod pool;
+mod worker;
+
+pub use memory::{HugepagePolicy, MemoryError};
+pub use meta::{flags, BufferMeta, INVALID_INDEX};
+pub use pool::{BufferPool, BufferPoolConfig, PoolError, PoolExhausted, MIN_HEADROOM};
+pub use worker::WorkerBuffers;

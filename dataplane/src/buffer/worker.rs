@@ -1,0 +1,355 @@
+//! A worker's handle on the pool: burst allocation through a private cache, and buffer access.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use super::meta::{flags, BufferMeta, INVALID_INDEX};
+use super::pool::{BufferPool, Layout, PoolExhausted};
+
+/// Indices a cache takes from the pool beyond what an allocation needs.
+const REFILL: usize = 512;
+/// A cache holding more than this returns the excess down to [`SPILL_TO`].
+const SPILL_ABOVE: usize = 2048;
+const SPILL_TO: usize = 1024;
+
+/// One worker's access to a [`BufferPool`].
+///
+/// Allocation and free are bursts against a private cache; only refills and spills touch the
+/// pool's shared free stack. Accessors take buffer indices this worker owns (see the ownership
+/// rule on [`BufferPool`]); an index beyond the pool is a bug and panics.
+pub struct WorkerBuffers {
+    layout: Layout,
+    cache: Vec<u32>,
+    gauge: Arc<AtomicUsize>,
+    pool: Arc<BufferPool>,
+}
+
+// SAFETY: the raw pointer in `layout` points into the pool's region, which `pool` keeps alive;
+// moving the handle to another thread moves the ownership of its cached indices with it.
+unsafe impl Send for WorkerBuffers {}
+
+impl WorkerBuffers {
+    pub(crate) fn new(pool: Arc<BufferPool>, gauge: Arc<AtomicUsize>) -> Self {
+        WorkerBuffers {
+            layout: pool.layout(),
+            cache: Vec::with_capacity(SPILL_ABOVE + REFILL + crate::FRAME_SIZE),
+            gauge,
+            pool,
+        }
+    }
+
+    /// The pool this handle draws from.
+    pub fn pool(&self) -> &Arc<BufferPool> {
+        &self.pool
+    }
+
+    /// Headroom bytes of each buffer.
+    #[inline]
+    pub fn headroom(&self) -> u16 {
+        self.layout.headroom
+    }
+
+    /// Bytes a single buffer can hold from its initial data offset.
+    #[inline]
+    pub fn data_size(&self) -> u16 {
+        self.layout.area - self.layout.headroom
+    }
+
+    /// Allocates exactly `out.len()` buffers with fresh metadata, or none.
+    pub fn alloc(&mut self, out: &mut [u32]) -> Result<(), PoolExhausted> {
+        if self.cache.len() < out.len() {
+            let want = out.len() - self.cache.len() + REFILL;
+            self.pool.take_into(&mut self.cache, want);
+            if self.cache.len() < out.len() {
+                self.publish_gauge();
+                return Err(PoolExhausted {
+                    wanted: out.len(),
+                    available: self.cache.len(),
+                });
+            }
+        }
+        self.pop_into(out);
+        Ok(())
+    }
+
+    /// Allocates as many of `out.len()` buffers as there are; returns how many.
+    pub fn alloc_up_to(&mut self, out: &mut [u32]) -> usize {
+        if self.cache.len() < out.len() {
+            let want = out.len() - self.cache.len() + REFILL;
+            self.pool.take_into(&mut self.cache, want);
+        }
+        let n = out.len().min(self.cache.len());
+        self.pop_into(&mut out[..n]);
+        n
+    }
+
+    /// Allocates one buffer.
+    pub fn alloc_one(&mut self) -> Option<u32> {
+        let mut one = [0];
+        (self.alloc_up_to(&mut one) == 1).then_some(one[0])
+    }
+
+    fn pop_into(&mut self, out: &mut [u32]) {
+        let from = self.cache.len() - out.len();
+        out.copy_from_slice(&self.cache[from..]);
+        self.cache.truncate(from);
+        let fresh = BufferMeta::new(self.layout.headroom);
+        for &bi in out.iter() {
+            *self.meta_mut(bi) = fresh;
+        }
+        self.publish_gauge();
+    }
+
+    /// Frees packets: each index and every buffer chained behind it.
+    ///
+    /// A buffer that is already free is counted as a double free and skipped, so a bug elsewhere
+    /// cannot give one buffer two owners.
+    pub fn free(&mut self, packets: &[u32]) {
+        for &head in packets {
+            let mut bi = head;
+            loop {
+                let meta = self.meta_mut(bi);
+                if meta.flags & flags::FREE != 0 {
+                    self.pool.note_double_free();
+                    break;
+                }
+                let next = meta.next();
+                meta.flags = flags::FREE;
+                self.cache.push(bi);
+                match next {
+                    Some(n) => bi = n,
+                    None => break,
+                }
+            }
+        }
+        if self.cache.len() > SPILL_ABOVE {
+            let keep = SPILL_TO;
+            self.pool.give_back(&self.cache[keep..]);
+            self.cache.truncate(keep);
+        }
+        self.publish_gauge();
+    }
+
+    /// Frees one packet (and its chain).
+    pub fn free_one(&mut self, packet: u32) {
+        self.free(&[packet]);
+    }
+
+    #[inline]
+    fn publish_gauge(&self) {
+        self.gauge.store(self.cache.len(), Ordering::Relaxed);
+    }
+
+    #[inline(always)]
+    fn meta_ptr(&self, bi: u32) -> *mut BufferMeta {
+        assert!(bi < self.layout.count, "buffer index {bi} beyond the pool");
+        // SAFETY: checked just above.
+        unsafe { self.layout.meta_ptr_unchecked(bi) }
+    }
+
+    /// The buffer's metadata.
+    #[inline(always)]
+    pub fn meta(&self, bi: u32) -> &BufferMeta {
+        // SAFETY: the pointer is in bounds and aligned (see `meta_ptr`), the region lives as long
+        // as `self.pool`, and by the ownership rule no one else writes a buffer this worker owns.
+        unsafe { &*self.meta_ptr(bi) }
+    }
+
+    /// The buffer's metadata, for writing.
+    #[inline(always)]
+    pub fn meta_mut(&mut self, bi: u32) -> &mut BufferMeta {
+        // SAFETY: as in `meta`; `&mut self` keeps this the only reference made through this handle.
+        unsafe { &mut *self.meta_ptr(bi) }
+    }
+
+    /// The bytes after the metadata: headroom then data, `headroom + data_size` long.
+    #[inline(always)]
+    fn area_ptr(&self, bi: u32) -> *mut u8 {
+        // SAFETY: the area directly follows the 64-byte metadata inside the same stride.
+        unsafe { self.meta_ptr(bi).cast::<u8>().add(64) }
+    }
+
+    /// The data window `[data_offset, data_offset + length)`, clamped to the buffer's area so
+    /// that no metadata value can reach outside it.
+    #[inline(always)]
+    fn window(&self, meta: &BufferMeta) -> (usize, usize) {
+        let area = self.layout.area as usize;
+        let off = (meta.data_offset as usize).min(area);
+        let len = (meta.length as usize).min(area - off);
+        (off, len)
+    }
+
+    /// The packet bytes in this buffer (not its chain).
+    #[inline(always)]
+    pub fn data(&self, bi: u32) -> &[u8] {
+        let (off, len) = self.window(self.meta(bi));
+        // SAFETY: `window` keeps `off + len` within the area, which lies inside the region; the
+        // buffer is owned by this worker, so nothing writes it while the slice lives.
+        unsafe { std::slice::from_raw_parts(self.area_ptr(bi).add(off), len) }
+    }
+
+    /// The packet bytes in this buffer, for writing.
+    #[inline(always)]
+    pub fn data_mut(&mut self, bi: u32) -> &mut [u8] {
+        let (off, len) = self.window(self.meta(bi));
+        // SAFETY: as in `data`; `&mut self` makes this the only live reference into the buffer.
+        unsafe { std::slice::from_raw_parts_mut(self.area_ptr(bi).add(off), len) }
+    }
+
+    /// Metadata and packet bytes together, for nodes that need both at once.
+    #[inline(always)]
+    pub fn meta_and_data_mut(&mut self, bi: u32) -> (&mut BufferMeta, &mut [u8]) {
+        let (off, len) = self.window(self.meta(bi));
+        let meta = self.meta_ptr(bi);
+        // SAFETY: the metadata and the area are disjoint parts of the buffer; both in bounds as in
+        // `meta` and `data`; `&mut self` makes these the only live references.
+        unsafe {
+            let data = std::slice::from_raw_parts_mut(self.area_ptr(bi).add(off), len);
+            (&mut *meta, data)
+        }
+    }
+
+    /// Makes room for `n` more bytes in front of the packet (into the headroom) and returns them.
+    /// `None`, changing nothing, when the headroom is too small.
+    #[inline]
+    pub fn prepend(&mut self, bi: u32, n: u16) -> Option<&mut [u8]> {
+        let meta = self.meta_mut(bi);
+        if meta.data_offset < n || meta.length as u32 + n as u32 > u16::MAX as u32 {
+            return None;
+        }
+        meta.data_offset -= n;
+        meta.length += n;
+        Some(&mut self.data_mut(bi)[..n as usize])
+    }
+
+    /// Drops `n` bytes from the front of the packet (a header consumed). `false`, changing
+    /// nothing, when the buffer holds fewer.
+    #[inline]
+    pub fn advance(&mut self, bi: u32, n: u16) -> bool {
+        let meta = self.meta_mut(bi);
+        if meta.length < n {
+            return false;
+        }
+        meta.data_offset += n;
+        meta.length -= n;
+        true
+    }
+
+    /// Moves the front of the packet back by `n` bytes, re-exposing a header that `advance`
+    /// skipped. `false`, changing nothing, when it would leave the buffer.
+    #[inline]
+    pub fn retreat(&mut self, bi: u32, n: u16) -> bool {
+        self.prepend(bi, n).is_some()
+    }
+
+    /// Sets the bytes of packet data in this buffer. `false`, changing nothing, when the buffer
+    /// cannot hold that many from its current offset.
+    #[inline]
+    pub fn set_length(&mut self, bi: u32, len: u16) -> bool {
+        let area = self.layout.area;
+        let meta = self.meta_mut(bi);
+        if meta.data_offset as u32 + len as u32 > area as u32 {
+            return false;
+        }
+        meta.length = len;
+        true
+    }
+
+    /// Replaces the packet in `bi` with `bytes`, chaining more buffers when one is not enough.
+    /// On exhaustion `bi` keeps whatever was written and every buffer chained so far.
+    pub fn write_packet(&mut self, bi: u32, bytes: &[u8]) -> Result<(), PoolExhausted> {
+        self.unchain(bi);
+        let first = bytes.len().min(self.data_size() as usize);
+        self.set_length(bi, first as u16);
+        self.data_mut(bi).copy_from_slice(&bytes[..first]);
+        let mut rest = &bytes[first..];
+        while !rest.is_empty() {
+            let seg = self.alloc_one().ok_or(PoolExhausted {
+                wanted: 1,
+                available: 0,
+            })?;
+            let n = rest.len().min(self.data_size() as usize);
+            self.set_length(seg, n as u16);
+            self.data_mut(seg).copy_from_slice(&rest[..n]);
+            self.chain_append(bi, seg);
+            rest = &rest[n..];
+        }
+        Ok(())
+    }
+
+    /// Frees every buffer chained behind `bi`, leaving it a single-buffer packet.
+    pub fn unchain(&mut self, bi: u32) {
+        let meta = self.meta_mut(bi);
+        if let Some(next) = meta.next() {
+            meta.flags &= !flags::NEXT_PRESENT;
+            meta.next = INVALID_INDEX;
+            meta.chain_rest = 0;
+            self.free(&[next]);
+        }
+    }
+
+    /// Appends the packet `tail` (one buffer or a chain) to the end of the packet `head`.
+    /// `tail` must be a packet of its own, not a buffer already in `head`'s chain.
+    pub fn chain_append(&mut self, head: u32, tail: u32) {
+        debug_assert!(self.chain(head).all(|bi| bi != tail), "chaining a buffer into its own chain");
+        let added = self.meta(tail).total_length();
+        // Only a chain's first buffer carries the length of the rest.
+        self.meta_mut(tail).chain_rest = 0;
+        let mut last = head;
+        while let Some(n) = self.meta(last).next() {
+            last = n;
+        }
+        let meta = self.meta_mut(last);
+        meta.flags |= flags::NEXT_PRESENT;
+        meta.next = tail;
+        self.meta_mut(head).chain_rest += added;
+    }
+
+    /// The buffers of a packet, first to last.
+    pub fn chain(&self, head: u32) -> impl Iterator<Item = u32> + '_ {
+        std::iter::successors(Some(head), move |&bi| self.meta(bi).next())
+    }
+
+    /// Appends the whole packet's bytes (following its chain) to `out`.
+    pub fn copy_packet(&self, head: u32, out: &mut Vec<u8>) {
+        for bi in self.chain(head) {
+            out.extend_from_slice(self.data(bi));
+        }
+    }
+
+    /// Hints the CPU to fetch a buffer's metadata.
+    #[inline(always)]
+    pub fn prefetch_meta(&self, bi: u32) {
+        prefetch(self.meta_ptr(bi).cast());
+    }
+
+    /// Hints the CPU to fetch the first cache line of a buffer's packet data.
+    #[inline(always)]
+    pub fn prefetch_data(&self, bi: u32) {
+        let off = self.meta(bi).data_offset as usize;
+        // SAFETY: only an address is computed (prefetch never faults); it stays within the stride
+        // because data_offset never exceeds the area.
+        prefetch(unsafe { self.area_ptr(bi).add(off.min(self.layout.area as usize)) });
+    }
+}
+
+#[inline(always)]
+fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: prefetch is a hint: it never faults and never changes memory.
+    #[allow(unused_unsafe)]
+    unsafe {
+        core::arch::x86_64::_mm_prefetch(p.cast::<i8>(), core::arch::x86_64::_MM_HINT_T0);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+impl Drop for WorkerBuffers {
+    fn drop(&mut self) {
+        self.pool.give_back(&self.cache);
+        self.cache.clear();
+        self.publish_gauge();
+        self.pool.forget_cache(&self.gauge);
+    }
+}

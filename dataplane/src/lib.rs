@@ -1,0 +1,27 @@
+//! Quiver's engine: the buffer pool, packet vectors (frames), the node graph and its
+//! dispatcher, pinned workers, per-node runtime counters, packet trace, and configuration
+//! snapshots that workers pick up without a barrier.
+//!
+//! Everything above it (graph nodes, drivers, the control plane) is written against these
+//! types; see `ARCHITECTURE.md` at the repository root for how they fit together.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod buffer;
+pub mod counters;
+pub mod cycles;
+pub mod frame;
+pub mod graph;
+pub mod harness;
+pub mod node;
+pub mod snapshot;
+pub mod trace;
+pub mod worker;
+
+pub use buffer::{BufferMeta, BufferPool, BufferPoolConfig, HugepagePolicy, WorkerBuffers};
+pub use counters::{NodeRuntime, RuntimeSnapshot, WorkerRuntime};
+pub use frame::{Frame, FRAME_SIZE};
+pub use graph::{Context, Graph, GraphBuilder, GraphError, GraphHandle, ERROR_DROP};
+pub use node::{ErrorSpec, Next, Node, NodeKind, NodeSpec};
+pub use snapshot::{Epochs, Published, Reader};
+pub use worker::{Dataplane, IdlePolicy, StartError, WorkerConfig, WorkerInit};
