@@ -1,1 +1,187 @@
-fn main() {}
+//! `quiver`: parse the command line and configuration, start the data plane, report, stop.
+
+mod config;
+mod demo;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use dataplane::harness::SinkReport;
+use dataplane::{BufferPool, Dataplane, RuntimeSnapshot, WorkerConfig};
+
+use crate::config::Config;
+
+/// Quiver: a userspace vector packet forwarder.
+#[derive(Parser)]
+#[command(name = "quiver", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start the data plane. Without ports configured (ports arrive with the driver and memif
+    /// work), every worker runs the built-in demo: a packet source → mac-swap → a sink.
+    Run(RunArgs),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Configuration file (TOML). Without one, every setting takes its default.
+    #[arg(short, long)]
+    config: Option<PathBuf>,
+    /// Worker cores, e.g. `1` or `0,1` (overrides `dataplane.cores`).
+    #[arg(long, value_delimiter = ',')]
+    cores: Option<Vec<usize>>,
+    /// Print `show runtime` every this many seconds (overrides `stats.interval_secs`).
+    #[arg(long)]
+    stats_interval: Option<u64>,
+    /// Stop after this many seconds (default: run until SIGINT or SIGTERM).
+    #[arg(long)]
+    duration: Option<u64>,
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(args) => run(args),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("quiver: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// The default worker core: the last one this process may use, leaving the first to the
+/// control plane and the OS.
+fn default_cores() -> Result<Vec<usize>, String> {
+    let set = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
+        .map_err(|e| format!("cannot read this process's CPU affinity: {e}"))?;
+    (0..nix::sched::CpuSet::count())
+        .rev()
+        .find(|&c| set.is_set(c).unwrap_or(false))
+        .map(|c| vec![c])
+        .ok_or_else(|| "no CPU available".to_string())
+}
+
+fn run(args: RunArgs) -> Result<(), String> {
+    let mut cfg = match &args.config {
+        Some(path) => Config::load(path).map_err(|e| e.to_string())?,
+        None => Config::default(),
+    };
+    if let Some(cores) = args.cores {
+        cfg.dataplane.cores = Some(cores);
+    }
+    if let Some(s) = args.stats_interval {
+        cfg.stats.interval_secs = s;
+    }
+    let cores = match cfg.dataplane.cores.clone() {
+        Some(c) => c,
+        None => default_cores()?,
+    };
+
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())
+            .map_err(|e| format!("cannot handle signal {sig}: {e}"))?;
+    }
+
+    let pool = BufferPool::new(&cfg.buffers.pool_config()).map_err(|e| e.to_string())?;
+    tracing::info!(
+        buffers = pool.capacity(),
+        hugepages = pool.is_hugepage_backed(),
+        "buffer pool ready"
+    );
+    let sinks: Arc<Mutex<Vec<Arc<SinkReport>>>> = Arc::default();
+    let collect = sinks.clone();
+    let (rate, size) = (cfg.demo.rate_pps, cfg.demo.frame_size);
+    tracing::info!(
+        rate_pps = rate,
+        frame_size = size,
+        "no ports configured: running the built-in demo graph"
+    );
+    let workers = WorkerConfig {
+        cores,
+        idle: cfg.dataplane.idle.into(),
+    };
+    let dp = Dataplane::start(&workers, pool.clone(), (), move |init| {
+        let (graph, report) = demo::build(init, rate, size);
+        collect.lock().map_err(|e| e.to_string())?.push(report);
+        Ok(graph)
+    })
+    .map_err(|e| e.to_string())?;
+
+    let started = Instant::now();
+    let interval =
+        (cfg.stats.interval_secs > 0).then(|| Duration::from_secs(cfg.stats.interval_secs));
+    let deadline = args.duration.map(|d| started + Duration::from_secs(d));
+    let mut next_report = interval.map(|i| started + i);
+    let mut last = (Instant::now(), 0u64);
+    while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
+        std::thread::sleep(Duration::from_millis(50));
+        dp.reclaim();
+        if let (Some(at), Some(every)) = (next_report, interval) {
+            if Instant::now() >= at {
+                let received = total(&sinks);
+                let secs = last.0.elapsed().as_secs_f64();
+                println!(
+                    "--- {:.0}s: {:.2} Mpps through the graph",
+                    started.elapsed().as_secs_f64(),
+                    (received - last.1) as f64 / secs / 1e6
+                );
+                println!("{}", dp.runtime().format_runtime(false));
+                last = (Instant::now(), received);
+                next_report = Some(at + every);
+            }
+        }
+    }
+    let elapsed = started.elapsed();
+    let runtime = dp.runtime();
+    dp.stop();
+    summary(&runtime, &sinks, elapsed, &pool);
+    Ok(())
+}
+
+fn total(sinks: &Mutex<Vec<Arc<SinkReport>>>) -> u64 {
+    sinks
+        .lock()
+        .map(|s| s.iter().map(|r| r.packets()).sum())
+        .unwrap_or(0)
+}
+
+fn summary(
+    runtime: &RuntimeSnapshot,
+    sinks: &Mutex<Vec<Arc<SinkReport>>>,
+    elapsed: Duration,
+    pool: &BufferPool,
+) {
+    let packets = total(sinks);
+    let sum = runtime.summed();
+    println!("=== quiver stopped after {:.1}s", elapsed.as_secs_f64());
+    println!("{}", runtime.format_runtime(true));
+    println!("{}", sum.format_errors());
+    println!(
+        "packets: {packets}, average {:.2} Mpps, {:.1} busy clocks/packet over the whole graph",
+        packets as f64 / elapsed.as_secs_f64() / 1e6,
+        sum.worker_loop.busy_cycles_per_packet()
+    );
+    println!(
+        "buffers: {} in use after stop (of {})",
+        pool.in_use_count(),
+        pool.capacity()
+    );
+}

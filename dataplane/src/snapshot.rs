@@ -186,3 +186,56 @@ impl Drop for Reader {
         lock(&self.domain.readers).retain(|r| !Arc::ptr_eq(r, &self.slot));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    struct Counted(Arc<AtomicUsize>);
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, SeqCst);
+        }
+    }
+
+    #[test]
+    fn an_old_value_is_freed_only_after_every_reader_moved_on() {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let epochs = Epochs::new();
+        let cell = Published::new(&epochs, Counted(drops.clone()));
+        let mut r1 = epochs.reader();
+        let mut r2 = epochs.reader();
+        let _ = r1.read(&cell);
+        let _ = r2.read(&cell);
+        cell.publish(Counted(drops.clone()));
+        assert_eq!(
+            drops.load(SeqCst),
+            0,
+            "both readers may still hold the first value"
+        );
+        let _ = r1.read(&cell);
+        assert_eq!(epochs.reclaim(), 0, "r2 has not moved on");
+        let _ = r2.read(&cell);
+        assert_eq!(epochs.reclaim(), 1);
+        assert_eq!(drops.load(SeqCst), 1);
+        r2.go_offline();
+        cell.publish(Counted(drops.clone()));
+        let _ = r1.read(&cell);
+        assert_eq!(
+            epochs.reclaim(),
+            1,
+            "an offline reader does not hold anything back"
+        );
+        drop(r1);
+        drop(r2);
+        cell.publish(Counted(drops.clone()));
+        assert_eq!(
+            epochs.pending(),
+            0,
+            "with no readers, publish frees at once"
+        );
+        drop(cell);
+        assert_eq!(drops.load(SeqCst), 4);
+    }
+}

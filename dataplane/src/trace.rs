@@ -125,7 +125,12 @@ impl TraceShared {
     }
 
     /// Formats every record, packet by packet in the order packets were first seen.
-    pub fn format(&self, worker: Option<usize>, node_names: &[String], error_names: &[String]) -> Vec<TracedPacket> {
+    pub fn format(
+        &self,
+        worker: Option<usize>,
+        node_names: &[String],
+        error_names: &[String],
+    ) -> Vec<TracedPacket> {
         let recs = lock(&self.records).clone();
         let mut packets: Vec<TracedPacket> = Vec::new();
         for r in &recs {
@@ -244,7 +249,13 @@ impl TraceLocal {
     }
 
     /// Marks up to the remaining budget of `packets` as traced and records their first visit.
-    pub fn mark(&mut self, shared: &TraceShared, node: u32, buffers: &mut crate::buffer::WorkerBuffers, packets: &[u32]) {
+    pub fn mark(
+        &mut self,
+        shared: &TraceShared,
+        node: u32,
+        buffers: &mut crate::buffer::WorkerBuffers,
+        packets: &[u32],
+    ) {
         let Some(arm) = &self.arm else { return };
         let n = arm.take(packets.len() as u32) as usize;
         if n == 0 {
@@ -262,7 +273,13 @@ impl TraceLocal {
     }
 
     /// Records a traced packet entering `node`.
-    pub fn visit(&self, shared: &TraceShared, node: u32, buffers: &crate::buffer::WorkerBuffers, bi: u32) {
+    pub fn visit(
+        &self,
+        shared: &TraceShared,
+        node: u32,
+        buffers: &crate::buffer::WorkerBuffers,
+        bi: u32,
+    ) {
         let meta = *buffers.meta(bi);
         let data = buffers.data(bi);
         let len = data.len().min(CAPTURE_BYTES);
@@ -281,7 +298,14 @@ impl TraceLocal {
     }
 
     /// Records a node's own line for a traced packet.
-    pub fn custom(&self, shared: &TraceShared, node: u32, packet: u32, bytes: &[u8], format: TraceFormatter) {
+    pub fn custom(
+        &self,
+        shared: &TraceShared,
+        node: u32,
+        packet: u32,
+        bytes: &[u8],
+        format: TraceFormatter,
+    ) {
         let len = bytes.len().min(64);
         let mut data = [0u8; 64];
         data[..len].copy_from_slice(&bytes[..len]);

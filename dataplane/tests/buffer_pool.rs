@@ -145,7 +145,11 @@ fn double_free_is_caught_and_ignored() {
     let mut all = [0u32; 8];
     w.alloc(&mut all).unwrap();
     let distinct: HashSet<_> = all.iter().collect();
-    assert_eq!(distinct.len(), 8, "the double free did not duplicate the index");
+    assert_eq!(
+        distinct.len(),
+        8,
+        "the double free did not duplicate the index"
+    );
 }
 
 #[test]
@@ -160,7 +164,10 @@ fn headroom_prepend_and_advance() {
     assert_eq!(w.data(bi), b"HEADER__payload");
     assert!(w.advance(bi, 8));
     assert_eq!(w.data(bi), b"payload");
-    assert!(w.prepend(bi, w.headroom() + 1).is_none(), "never past the buffer start");
+    assert!(
+        w.prepend(bi, w.headroom() + 1).is_none(),
+        "never past the buffer start"
+    );
     assert_eq!(w.data(bi), b"payload", "a refused prepend changes nothing");
     assert!(!w.advance(bi, 8), "cannot advance past the data");
     assert!(!w.set_length(bi, w.data_size() + 1));
@@ -180,7 +187,10 @@ fn buffers_are_named_by_index_and_do_not_overlap() {
         w.data_mut(bi).fill(bi as u8);
     }
     for &bi in &bis {
-        assert!(w.data(bi).iter().all(|&b| b == bi as u8), "buffer {bi} was overwritten");
+        assert!(
+            w.data(bi).iter().all(|&b| b == bi as u8),
+            "buffer {bi} was overwritten"
+        );
         assert_eq!(w.meta(bi).flags & dataplane::buffer::flags::FREE, 0);
     }
     w.free(&bis);
@@ -227,7 +237,9 @@ fn hugepage_backed_pool_when_hugepages_exist() {
             std::env::var("QUIVER_REQUIRE_SYSTEM_TESTS").as_deref() != Ok("1"),
             "QUIVER_REQUIRE_SYSTEM_TESTS=1 but only {free} free hugepages (need 64)"
         );
-        eprintln!("SKIP hugepage_backed_pool_when_hugepages_exist: {free} free 2 MiB hugepages, need 64");
+        eprintln!(
+            "SKIP hugepage_backed_pool_when_hugepages_exist: {free} free 2 MiB hugepages, need 64"
+        );
         return;
     }
     let p = BufferPool::new(&BufferPoolConfig {

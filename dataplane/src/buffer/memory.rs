@@ -87,11 +87,12 @@ impl Region {
                 }
             }
         }
-        let base = Self::map_with(len.get(), MapFlags::empty()).map_err(|source| MemoryError::Map {
-            bytes: len.get(),
-            kind: "ordinary",
-            source,
-        })?;
+        let base =
+            Self::map_with(len.get(), MapFlags::empty()).map_err(|source| MemoryError::Map {
+                bytes: len.get(),
+                kind: "ordinary",
+                source,
+            })?;
         Ok(Region {
             base,
             len: len.get(),

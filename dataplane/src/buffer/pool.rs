@@ -108,7 +108,7 @@ impl BufferPool {
                 config.headroom
             )));
         }
-        if config.prefix_size % 64 != 0 {
+        if !config.prefix_size.is_multiple_of(64) {
             return Err(PoolError::Layout(format!(
                 "prefix size {} is not a multiple of 64",
                 config.prefix_size

@@ -291,7 +291,10 @@ impl WorkerBuffers {
     /// Appends the packet `tail` (one buffer or a chain) to the end of the packet `head`.
     /// `tail` must be a packet of its own, not a buffer already in `head`'s chain.
     pub fn chain_append(&mut self, head: u32, tail: u32) {
-        debug_assert!(self.chain(head).all(|bi| bi != tail), "chaining a buffer into its own chain");
+        debug_assert!(
+            self.chain(head).all(|bi| bi != tail),
+            "chaining a buffer into its own chain"
+        );
         let added = self.meta(tail).total_length();
         // Only a chain's first buffer carries the length of the rest.
         self.meta_mut(tail).chain_rest = 0;

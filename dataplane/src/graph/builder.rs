@@ -82,7 +82,10 @@ impl<S: 'static> GraphBuilder<S> {
         let mut error_specs = Vec::new();
         for (i, s) in specs.iter().enumerate() {
             if s.next_nodes.len() >= u16::MAX as usize {
-                return Err(GraphError::TooLarge(format!("node `{}` has too many arcs", s.name)));
+                return Err(GraphError::TooLarge(format!(
+                    "node `{}` has too many arcs",
+                    s.name
+                )));
             }
             arc_range.push((arcs.len() as u32, s.next_nodes.len() as u16 + 1));
             arcs.push(0); // Next::DROP
@@ -108,7 +111,9 @@ impl<S: 'static> GraphBuilder<S> {
             }
         }
         if error_specs.len() > u16::MAX as usize {
-            return Err(GraphError::TooLarge("more than 65535 error counters".into()));
+            return Err(GraphError::TooLarge(
+                "more than 65535 error counters".into(),
+            ));
         }
         let inputs = specs
             .iter()

@@ -265,7 +265,11 @@ pub struct Graph<S> {
 }
 
 impl<S> Graph<S> {
-    pub(crate) fn from_parts(nodes: Vec<Box<dyn Node<S>>>, rt: Runtime, shared: GraphShared) -> Self {
+    pub(crate) fn from_parts(
+        nodes: Vec<Box<dyn Node<S>>>,
+        rt: Runtime,
+        shared: GraphShared,
+    ) -> Self {
         Graph {
             nodes,
             rt,
@@ -345,7 +349,13 @@ impl<S> Graph<S> {
 
     /// Runs internal nodes breadth-first while frames are pending (up to the per-pass cap);
     /// returns the cycle counter after the last one.
-    fn dispatch_pending(&mut self, buffers: &mut WorkerBuffers, state: &S, start: u64, mut t: u64) -> u64 {
+    fn dispatch_pending(
+        &mut self,
+        buffers: &mut WorkerBuffers,
+        state: &S,
+        start: u64,
+        mut t: u64,
+    ) -> u64 {
         let shared = &*self.shared;
         let mut dispatches = 0;
         while dispatches < MAX_DISPATCHES_PER_PASS {

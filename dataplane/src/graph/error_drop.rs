@@ -11,10 +11,8 @@ pub(crate) struct ErrorDrop;
 
 impl<S> Node<S> for ErrorDrop {
     fn spec(&self) -> NodeSpec {
-        NodeSpec::internal(ERROR_DROP).errors(&[(
-            "no-reason",
-            "packets dropped without an error reason",
-        )])
+        NodeSpec::internal(ERROR_DROP)
+            .errors(&[("no-reason", "packets dropped without an error reason")])
     }
 
     fn process(&mut self, cx: &mut Context<'_, S>, frame: &mut Frame) -> usize {

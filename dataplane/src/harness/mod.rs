@@ -1,10 +1,12 @@
 //! Nodes for tests and benchmarks of every part of Quiver: a packet source, a sink that counts
-//! and checks what arrives, and a pass-through node.
+//! and checks what arrives, a pass-through node, and a MAC-swap node.
 
+mod macswap;
 mod passthrough;
 mod sink;
 mod source;
 
+pub use macswap::MacSwap;
 pub use passthrough::PassThrough;
 pub use sink::{PacketSink, SinkReport};
 pub use source::{PacketSource, SourceConfig, SourceReport};

@@ -60,7 +60,9 @@ impl SinkReport {
     /// Sequence numbers in `[first, first + count)` never seen.
     pub fn missing(&self, count: u64) -> u64 {
         (0..count.min(self.seen.len() as u64 * 64))
-            .filter(|&i| self.seen[(i / 64) as usize].load(Ordering::Relaxed) & (1 << (i % 64)) == 0)
+            .filter(|&i| {
+                self.seen[(i / 64) as usize].load(Ordering::Relaxed) & (1 << (i % 64)) == 0
+            })
             .count() as u64
             + count.saturating_sub(self.seen.len() as u64 * 64)
     }

@@ -77,7 +77,10 @@ const NEXT: Next = Next::declared(0);
 impl PacketSource {
     /// A source per `cfg`.
     pub fn new(cfg: SourceConfig) -> PacketSource {
-        assert!(!cfg.frames.is_empty(), "a packet source needs at least one frame");
+        assert!(
+            !cfg.frames.is_empty(),
+            "a packet source needs at least one frame"
+        );
         PacketSource {
             sequence: cfg.first_sequence,
             cfg,
@@ -106,7 +109,8 @@ impl PacketSource {
             let elapsed = now.saturating_sub(self.last_tsc);
             self.last_tsc = now;
             let cap = self.cfg.burst as f64;
-            self.credit = (self.credit + elapsed as f64 * pps as f64 / cycles::tsc_hz() as f64).min(cap);
+            self.credit =
+                (self.credit + elapsed as f64 * pps as f64 / cycles::tsc_hz() as f64).min(cap);
             n = n.min(self.credit as usize);
             self.credit -= n as f64;
         }

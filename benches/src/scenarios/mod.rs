@@ -1,0 +1,18 @@
+//! One module per scenario.
+
+pub mod dispatch;
+
+/// Pins the calling thread to the last CPU this process may use (the first is left to the OS).
+pub fn pin_to_last_core() -> Result<usize, String> {
+    let set =
+        nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).map_err(|e| e.to_string())?;
+    let core = (0..nix::sched::CpuSet::count())
+        .rev()
+        .find(|&c| set.is_set(c).unwrap_or(false))
+        .ok_or("no CPU available")?;
+    let mut one = nix::sched::CpuSet::new();
+    one.set(core).map_err(|e| e.to_string())?;
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &one)
+        .map_err(|e| e.to_string())?;
+    Ok(core)
+}

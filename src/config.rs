@@ -1,0 +1,233 @@
+//! `quiver.toml`: what the daemon runs. Every key has a default, so an empty file is valid.
+
+use std::path::Path;
+
+use dataplane::{BufferPoolConfig, HugepagePolicy, IdlePolicy};
+use serde::Deserialize;
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Worker threads.
+    pub dataplane: DataplaneSection,
+    /// The buffer pool.
+    pub buffers: BuffersSection,
+    /// Periodic counter printing.
+    pub stats: StatsSection,
+    /// The built-in traffic demo (runs while no ports are configured).
+    pub demo: DemoSection,
+}
+
+/// `[dataplane]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DataplaneSection {
+    /// One worker per core listed, pinned to it. Default: the last core this process may use.
+    pub cores: Option<Vec<usize>>,
+    /// `poll` (spin, lowest latency) or `adaptive` (sleep 50 µs between passes after 10,000
+    /// empty ones).
+    pub idle: IdleMode,
+}
+
+impl Default for DataplaneSection {
+    fn default() -> Self {
+        DataplaneSection {
+            cores: None,
+            idle: IdleMode::Poll,
+        }
+    }
+}
+
+/// What a worker does with nothing to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IdleMode {
+    /// Spin.
+    Poll,
+    /// Sleep a little once idle for a while.
+    Adaptive,
+}
+
+impl From<IdleMode> for IdlePolicy {
+    fn from(m: IdleMode) -> Self {
+        match m {
+            IdleMode::Poll => IdlePolicy::Poll,
+            IdleMode::Adaptive => IdlePolicy::ADAPTIVE,
+        }
+    }
+}
+
+/// `[buffers]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BuffersSection {
+    /// Number of buffers (default 32768).
+    pub count: u32,
+    /// Data bytes per buffer (default 2048).
+    pub data_size: u16,
+    /// Headroom bytes per buffer (default 128, the minimum).
+    pub headroom: u16,
+    /// `auto` (hugepages when there are enough, else ordinary pages and a warning), `require`,
+    /// or `never`.
+    pub hugepages: HugepageMode,
+}
+
+impl Default for BuffersSection {
+    fn default() -> Self {
+        let d = BufferPoolConfig::default();
+        BuffersSection {
+            count: d.buffers,
+            data_size: d.data_size,
+            headroom: d.headroom,
+            hugepages: HugepageMode::Auto,
+        }
+    }
+}
+
+/// Hugepage use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HugepageMode {
+    /// Use them when available.
+    Auto,
+    /// Fail without them.
+    Require,
+    /// Never.
+    Never,
+}
+
+impl BuffersSection {
+    /// The pool configuration this section describes.
+    pub fn pool_config(&self) -> BufferPoolConfig {
+        BufferPoolConfig {
+            buffers: self.count,
+            data_size: self.data_size,
+            headroom: self.headroom,
+            prefix_size: 0,
+            hugepages: match self.hugepages {
+                HugepageMode::Auto => HugepagePolicy::Auto,
+                HugepageMode::Require => HugepagePolicy::Require,
+                HugepageMode::Never => HugepagePolicy::Never,
+            },
+        }
+    }
+}
+
+/// `[stats]`
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StatsSection {
+    /// Print `show runtime` every this many seconds (0: only at exit).
+    pub interval_secs: u64,
+}
+
+/// `[demo]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DemoSection {
+    /// Packets per second per worker (0: as fast as the worker can).
+    pub rate_pps: u64,
+    /// Frame size in bytes (60 to 9000).
+    pub frame_size: usize,
+}
+
+impl Default for DemoSection {
+    fn default() -> Self {
+        DemoSection {
+            rate_pps: 0,
+            frame_size: 64,
+        }
+    }
+}
+
+/// Errors reading the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The path.
+        path: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The file is not valid.
+    #[error("{path}: {source}")]
+    Parse {
+        /// The path.
+        path: String,
+        /// What is wrong, with the line.
+        source: toml::de::Error,
+    },
+    /// A value is out of range.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Reads and checks a configuration file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Config::parse(&text).map_err(|e| match e {
+            ConfigError::Parse { source, .. } => ConfigError::Parse {
+                path: path.display().to_string(),
+                source,
+            },
+            other => other,
+        })
+    }
+
+    /// Parses and checks configuration text.
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let cfg: Config = toml::from_str(text).map_err(|source| ConfigError::Parse {
+            path: "<config>".into(),
+            source,
+        })?;
+        if !(60..=9000).contains(&cfg.demo.frame_size) {
+            return Err(ConfigError::Invalid(format!(
+                "demo.frame_size {} is outside 60..=9000",
+                cfg.demo.frame_size
+            )));
+        }
+        if cfg.dataplane.cores.as_ref().is_some_and(|c| c.is_empty()) {
+            return Err(ConfigError::Invalid("dataplane.cores is empty".into()));
+        }
+        Ok(cfg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_file_is_all_defaults() {
+        let c = Config::parse("").unwrap();
+        assert_eq!(c.buffers.count, 32768);
+        assert_eq!(c.dataplane.idle, IdleMode::Poll);
+        assert_eq!(c.demo.frame_size, 64);
+    }
+
+    #[test]
+    fn every_key_parses_and_unknown_keys_are_refused() {
+        let c = Config::parse(
+            "[dataplane]\ncores = [1]\nidle = \"adaptive\"\n[buffers]\ncount = 4096\ndata_size = 9216\n\
+             headroom = 256\nhugepages = \"never\"\n[stats]\ninterval_secs = 2\n[demo]\nrate_pps = 1000\nframe_size = 1500\n",
+        )
+        .unwrap();
+        assert_eq!(c.dataplane.cores, Some(vec![1]));
+        assert_eq!(c.buffers.pool_config().hugepages, HugepagePolicy::Never);
+        assert_eq!(c.stats.interval_secs, 2);
+        assert_eq!(c.demo.rate_pps, 1000);
+        let err = Config::parse("[buffers]\ncuont = 1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cuont"), "{err}");
+        assert!(Config::parse("[demo]\nframe_size = 10\n").is_err());
+        assert!(Config::parse("[dataplane]\ncores = []\n").is_err());
+    }
+}
