@@ -86,6 +86,28 @@ impl Epochs {
         freed.len()
     }
 
+    /// Waits until every online reader has passed a quiescent state after this call began, so
+    /// that nothing it could see before the call is still in use. Readers never wait for this;
+    /// the caller yields its CPU while it waits.
+    pub fn synchronize(&self) {
+        let target = self.epoch.fetch_add(1, SeqCst) + 1;
+        let started = std::time::Instant::now();
+        let mut warned = false;
+        loop {
+            let behind = lock(&self.readers)
+                .iter()
+                .any(|r| r.seen.load(SeqCst) < target);
+            if !behind {
+                return;
+            }
+            if !warned && started.elapsed() > std::time::Duration::from_secs(1) {
+                tracing::warn!("a worker has not passed a quiescent state for 1 s");
+                warned = true;
+            }
+            std::thread::yield_now();
+        }
+    }
+
     /// Retired values still waiting for a reader to move on.
     pub fn pending(&self) -> usize {
         lock(&self.retired).len()

@@ -185,6 +185,12 @@ impl<S: Send + Sync + 'static> Dataplane<S> {
         self.state.publish(state);
     }
 
+    /// Waits until every worker has started a loop pass after this call (so none still uses
+    /// anything unlinked before it). Never stops a worker.
+    pub fn synchronize(&self) {
+        self.state.domain().synchronize();
+    }
+
     /// Frees replaced configurations no worker can see any more; returns how many.
     pub fn reclaim(&self) -> usize {
         self.state.domain().reclaim()

@@ -4,12 +4,11 @@
 //! Layout of one buffer (its *stride*, a multiple of 64 bytes):
 //! `[driver prefix][metadata: 64 B][headroom ≥ 128 B][data: 2048 B by default]`.
 
-mod memory;
 mod meta;
 mod pool;
 mod worker;
 
-pub use memory::{HugepagePolicy, MemoryError};
+pub use crate::memory::{HugepagePolicy, MemoryError};
 pub use meta::{flags, BufferMeta, INVALID_INDEX};
 pub use pool::{BufferPool, BufferPoolConfig, PoolError, PoolExhausted, MIN_HEADROOM};
 pub use worker::WorkerBuffers;

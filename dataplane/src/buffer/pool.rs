@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::memory::{HugepagePolicy, MemoryError, Region};
+use crate::memory::{HugepagePolicy, MemoryError, Region};
 use super::meta::{flags, BufferMeta};
 use super::worker::WorkerBuffers;
 

@@ -1,11 +1,14 @@
 //! Nodes for tests and benchmarks of every part of Quiver: a packet source, a sink that counts
-//! and checks what arrives, a pass-through node, and a MAC-swap node.
+//! and checks what arrives, a pass-through node, a MAC-swap node, and
+//! in-memory receive and transmit queues.
 
+mod capture;
 mod macswap;
 mod passthrough;
 mod sink;
 mod source;
 
+pub use capture::{CaptureTx, Captured, ScriptedRx};
 pub use macswap::MacSwap;
 pub use passthrough::PassThrough;
 pub use sink::{PacketSink, SinkReport};

@@ -1,4 +1,5 @@
-//! The one pre-allocated memory region that holds every buffer of a pool.
+//! Large pre-allocated memory regions: the buffer pool, lookup tables. Hugepage-backed when the
+//! machine has hugepages, ordinary pages (and one warning) when not.
 
 use std::num::NonZeroUsize;
 use std::ptr::NonNull;
@@ -79,7 +80,7 @@ impl Region {
                         tracing::warn!(
                             bytes = huge_len,
                             error = %source,
-                            "no hugepages for the buffer pool; using ordinary pages \
+                            "not enough hugepages; using ordinary pages \
                              (slower: more TLB misses). Reserve some with \
                              `echo 1024 > /proc/sys/vm/nr_hugepages`"
                         );
@@ -113,6 +114,15 @@ impl Region {
             )?
         };
         Ok(ptr.cast())
+    }
+
+    /// The mapping as zero-initialised atomic 32-bit words (the mapping is page aligned, so
+    /// `len / 4` words fit exactly).
+    pub fn as_atomic_u32(&self) -> &[std::sync::atomic::AtomicU32] {
+        // SAFETY: the mapping is page aligned, readable and writable, zero-filled by the kernel
+        // (a valid `AtomicU32` bit pattern), lives as long as `self`, and is only ever accessed
+        // through atomics once viewed this way.
+        unsafe { std::slice::from_raw_parts(self.base.as_ptr().cast(), self.len / 4) }
     }
 
     /// The first byte of the mapping.

@@ -1,0 +1,17 @@
+//! Quiver's graph nodes and the tables they read.
+//!
+//! Nodes are sans-IO: they see buffers and [`ForwardingState`], never sockets or drivers, so each
+//! is tested and benchmarked without a NIC. The control side changes forwarding through
+//! [`Forwarding`], which publishes new snapshots and updates the FIB in place.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod fib;
+pub mod forwarding;
+pub mod nodes;
+pub mod state;
+pub mod wire;
+
+pub use forwarding::{FibConfig, Forwarding, ForwardingError, LocalState, Path, Publisher};
+pub use nodes::{add_forwarding_nodes, names, ForwardingHandles};
+pub use state::{ForwardingState, IfIndex, InterfaceMode};

@@ -1,0 +1,278 @@
+//! ARP: `arp-input` answers requests for our addresses and reports what it learns;
+//! `ip4-arp` asks for unresolved next hops (rate-limited) and drops the packet that needed it.
+
+use dataplane::buffer::INVALID_INDEX;
+use dataplane::{cycles, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
+
+use super::{names, LOCALLY_ORIGINATED};
+use crate::state::{AdjacencyKind, DataplaneEvent, ForwardingState, Interface, InterfaceKind};
+use crate::wire::{self, be16, be32, ip4, Mac};
+
+const OUTPUT: Next = Next::declared(0);
+
+mod input_errors {
+    pub const MALFORMED: u16 = 0;
+    pub const NOT_FOR_US: u16 = 1;
+    pub const REPLIES: u16 = 2;
+    pub const REQUESTS_ANSWERED: u16 = 3;
+    pub const EVENTS_LOST: u16 = 4;
+}
+
+/// The `arp-input` node.
+pub struct ArpInput {
+    nexts: [Next; FRAME_SIZE],
+}
+
+impl ArpInput {
+    /// A new node.
+    pub fn new() -> Self {
+        ArpInput {
+            nexts: [Next::DROP; FRAME_SIZE],
+        }
+    }
+}
+
+impl Default for ArpInput {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Fields of an IPv4-over-Ethernet ARP packet.
+struct Arp {
+    op: u16,
+    sender_mac: Mac,
+    sender_ip: u32,
+    target_ip: u32,
+}
+
+fn parse(d: &[u8]) -> Option<Arp> {
+    if d.len() < wire::ARP_LEN
+        || be16(d, 0) != 1
+        || be16(d, 2) != wire::ETHERTYPE_IP4
+        || d[4] != 6
+        || d[5] != 4
+    {
+        return None;
+    }
+    let mut sender_mac = [0; 6];
+    sender_mac.copy_from_slice(&d[8..14]);
+    Some(Arp {
+        op: be16(d, 6),
+        sender_mac,
+        sender_ip: be32(d, 14),
+        target_ip: be32(d, 24),
+    })
+}
+
+/// Writes an ARP packet (after the L2 header) into `d`.
+fn write_arp(d: &mut [u8], op: u16, sender_mac: &Mac, sender_ip: u32, target_mac: &Mac, target_ip: u32) {
+    wire::put16(d, 0, 1);
+    wire::put16(d, 2, wire::ETHERTYPE_IP4);
+    d[4] = 6;
+    d[5] = 4;
+    wire::put16(d, 6, op);
+    d[8..14].copy_from_slice(sender_mac);
+    wire::put32(d, 14, sender_ip);
+    d[18..24].copy_from_slice(target_mac);
+    wire::put32(d, 24, target_ip);
+}
+
+/// Writes an Ethernet header (tagged on VLAN sub-interfaces) for `iface`; returns its length.
+fn write_l2(d: &mut [u8], dst: &Mac, iface: &Interface, ethertype: u16) -> usize {
+    d[..6].copy_from_slice(dst);
+    d[6..12].copy_from_slice(&iface.mac);
+    if let InterfaceKind::Vlan { vlan, .. } = iface.kind {
+        wire::put16(d, 12, wire::ETHERTYPE_VLAN);
+        wire::put16(d, 14, vlan);
+        wire::put16(d, 16, ethertype);
+        18
+    } else {
+        wire::put16(d, 12, ethertype);
+        14
+    }
+}
+
+impl Node<ForwardingState> for ArpInput {
+    fn spec(&self) -> NodeSpec {
+        NodeSpec::internal(names::ARP_INPUT)
+            .nexts(&[names::INTERFACE_OUTPUT])
+            .errors(&[
+                ("malformed", "not an IPv4-over-Ethernet ARP packet"),
+                ("not-for-us", "a request for an address that is not ours"),
+                ("replies", "replies received and learned (consumed here)"),
+                ("requests-answered", "requests answered (not a drop)"),
+                ("events-lost", "learned neighbours not reported: the control side is behind"),
+            ])
+    }
+
+    fn process(&mut self, cx: &mut Context<'_, ForwardingState>, frame: &mut Frame) -> usize {
+        use input_errors::*;
+        let state = cx.state();
+        let base = cx.error_id(0);
+        let (mut answered, mut lost) = (0, 0);
+        let bis = frame.as_slice();
+        for (i, &bi) in bis.iter().enumerate() {
+            let meta = cx.buffers.meta(bi);
+            let rx = meta.rx_interface;
+            let l2_len = meta.data_offset().saturating_sub(meta.l2_offset);
+            let verdict = (|| {
+                let arp = parse(cx.buffers.data(bi)).ok_or(MALFORMED)?;
+                let iface = state.interface(rx).ok_or(MALFORMED)?;
+                if arp.sender_ip != 0 && iface.address_for(arp.sender_ip).is_some() {
+                    let event = DataplaneEvent::NeighborLearned {
+                        interface: rx,
+                        ip: arp.sender_ip,
+                        mac: arp.sender_mac,
+                    };
+                    if state.events.push(event).is_err() {
+                        lost += 1;
+                    }
+                }
+                match arp.op {
+                    1 if iface.addresses.iter().any(|&(a, _)| a == arp.target_ip) => {
+                        // Answer in place: back to the L2 header, rewrite both headers.
+                        if !cx.buffers.retreat(bi, l2_len) {
+                            return Err(MALFORMED);
+                        }
+                        let d = cx.buffers.data_mut(bi);
+                        let hl = write_l2(d, &arp.sender_mac, iface, wire::ETHERTYPE_ARP);
+                        if d.len() < hl + wire::ARP_LEN {
+                            return Err(MALFORMED);
+                        }
+                        write_arp(&mut d[hl..], 2, &iface.mac, arp.target_ip, &arp.sender_mac, arp.sender_ip);
+                        let m = cx.buffers.meta_mut(bi);
+                        m.tx_interface = rx;
+                        m.flags |= LOCALLY_ORIGINATED;
+                        answered += 1;
+                        Ok(OUTPUT)
+                    }
+                    1 => Err(NOT_FOR_US),
+                    2 => Err(REPLIES),
+                    _ => Err(MALFORMED),
+                }
+            })();
+            match verdict {
+                Ok(next) => self.nexts[i] = next,
+                Err(code) => {
+                    cx.buffers.meta_mut(bi).error = base + code;
+                    self.nexts[i] = Next::DROP;
+                }
+            }
+        }
+        if answered > 0 {
+            cx.count_error(REQUESTS_ANSWERED, answered);
+        }
+        if lost > 0 {
+            cx.count_error(EVENTS_LOST, lost);
+        }
+        cx.enqueue_to_nexts(&self.nexts[..bis.len()], bis);
+        bis.len()
+    }
+}
+
+const THROTTLE_SLOTS: usize = 1024;
+
+mod arp_errors {
+    pub const RESOLVING: u16 = 0;
+    pub const REQUESTS_SENT: u16 = 1;
+    pub const NO_BUFFERS: u16 = 2;
+    pub const NO_SOURCE_ADDRESS: u16 = 3;
+}
+
+/// The `ip4-arp` node: packets whose next hop has no MAC yet.
+pub struct Ip4Arp {
+    /// Direct-mapped (address, last request time) so that one next hop is asked at most once
+    /// per interval per worker, without allocating.
+    throttle: Box<[(u32, u64); THROTTLE_SLOTS]>,
+    interval: u64,
+    requests: [u32; FRAME_SIZE],
+}
+
+impl Ip4Arp {
+    /// A node that asks each next hop at most once per millisecond.
+    pub fn new() -> Self {
+        Ip4Arp {
+            throttle: Box::new([(0, 0); THROTTLE_SLOTS]),
+            interval: cycles::tsc_hz() / 1000,
+            requests: [0; FRAME_SIZE],
+        }
+    }
+}
+
+impl Default for Ip4Arp {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Node<ForwardingState> for Ip4Arp {
+    fn spec(&self) -> NodeSpec {
+        NodeSpec::internal(names::IP4_ARP)
+            .nexts(&[names::INTERFACE_OUTPUT])
+            .errors(&[
+                ("resolving", "dropped while the next hop's MAC is resolved"),
+                ("requests-sent", "ARP requests sent (not a drop)"),
+                ("no-buffers", "no buffer for an ARP request"),
+                ("no-source-address", "the interface has no address in the next hop's subnet"),
+            ])
+    }
+
+    fn process(&mut self, cx: &mut Context<'_, ForwardingState>, frame: &mut Frame) -> usize {
+        use arp_errors::*;
+        let state = cx.state();
+        let now = cx.now();
+        let resolving = cx.error_id(RESOLVING);
+        let mut sent = 0;
+        let mut made = 0;
+        for &bi in frame.as_slice() {
+            let meta = cx.buffers.meta(bi);
+            let Some(adj) = state.adjacencies.get(meta.adjacency as usize) else {
+                continue;
+            };
+            let d = cx.buffers.data(bi);
+            let target = match adj.kind {
+                AdjacencyKind::Glean if d.len() >= wire::IP4_HEADER => be32(d, ip4::DST),
+                _ => adj.next_hop,
+            };
+            let slot = &mut self.throttle[(wire::flow_hash(target, adj.tx, 0, 0) as usize) % THROTTLE_SLOTS];
+            if slot.0 == target && now.wrapping_sub(slot.1) < self.interval {
+                continue;
+            }
+            let Some(iface) = state.interface(adj.tx) else {
+                continue;
+            };
+            let Some(src) = iface.address_for(target) else {
+                cx.count_error(NO_SOURCE_ADDRESS, 1);
+                continue;
+            };
+            let Some(req) = cx.buffers.alloc_one() else {
+                cx.count_error(NO_BUFFERS, 1);
+                continue;
+            };
+            *slot = (target, now);
+            let mut pkt = [0u8; 18 + wire::ARP_LEN];
+            let hl = write_l2(&mut pkt, &wire::BROADCAST, iface, wire::ETHERTYPE_ARP);
+            write_arp(&mut pkt[hl..], 1, &iface.mac, src, &[0; 6], target);
+            let len = hl + wire::ARP_LEN;
+            cx.buffers.set_length(req, len as u16);
+            cx.buffers.data_mut(req).copy_from_slice(&pkt[..len]);
+            let m = cx.buffers.meta_mut(req);
+            m.tx_interface = adj.tx;
+            m.rx_interface = INVALID_INDEX;
+            m.flags |= LOCALLY_ORIGINATED;
+            self.requests[made] = req;
+            made += 1;
+            sent += 1;
+        }
+        for &bi in frame.as_slice() {
+            cx.buffers.meta_mut(bi).error = resolving;
+        }
+        cx.enqueue_slice(Next::DROP, frame.as_slice());
+        cx.enqueue_slice(OUTPUT, &self.requests[..made]);
+        if sent > 0 {
+            cx.count_error(REQUESTS_SENT, sent);
+        }
+        frame.len()
+    }
+}

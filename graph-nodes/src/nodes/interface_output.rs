@@ -1,0 +1,103 @@
+//! `interface-output`: hands packets to their interface's transmit queue (runs of packets for
+//! one port in one call), sends tunnel interfaces' packets to be encapsulated, and counts and
+//! frees what a full ring refuses.
+
+use dataplane::{Context, Frame, Next, Node, NodeSpec, TxQueue, FRAME_SIZE};
+
+use super::names;
+use crate::state::{ForwardingState, IfIndex, InterfaceKind};
+
+const ENCAP: Next = Next::declared(0);
+
+const UNKNOWN_INTERFACE: u16 = 0;
+const NO_QUEUE: u16 = 1;
+const TX_FULL: u16 = 2;
+
+const TO_ENCAP: u32 = u32::MAX - 1;
+const TO_DROP: u32 = u32::MAX;
+
+/// The `interface-output` node of one worker.
+pub struct InterfaceOutput {
+    queues: Vec<Option<Box<dyn TxQueue>>>,
+    port_of: [u32; FRAME_SIZE],
+}
+
+impl InterfaceOutput {
+    /// A node transmitting through `queues`: (interface, this worker's queue for it).
+    pub fn new(queues: Vec<(IfIndex, Box<dyn TxQueue>)>) -> Self {
+        let mut by_if: Vec<Option<Box<dyn TxQueue>>> = Vec::new();
+        for (i, q) in queues {
+            let i = i as usize;
+            if by_if.len() <= i {
+                by_if.resize_with(i + 1, || None);
+            }
+            by_if[i] = Some(q);
+        }
+        InterfaceOutput {
+            queues: by_if,
+            port_of: [0; FRAME_SIZE],
+        }
+    }
+}
+
+impl Node<ForwardingState> for InterfaceOutput {
+    fn spec(&self) -> NodeSpec {
+        NodeSpec::internal(names::INTERFACE_OUTPUT)
+            .nexts(&[names::VXLAN4_ENCAP])
+            .errors(&[
+                ("unknown-interface", "sent to an interface that does not exist"),
+                ("no-queue", "the port has no transmit queue on this worker"),
+                ("tx-full", "the transmit ring was full"),
+            ])
+    }
+
+    fn process(&mut self, cx: &mut Context<'_, ForwardingState>, frame: &mut Frame) -> usize {
+        let state = cx.state();
+        let base = cx.error_id(0);
+        let bis = frame.as_slice();
+        let n = bis.len();
+        for (i, &bi) in bis.iter().enumerate() {
+            let tx = cx.buffers.meta(bi).tx_interface;
+            self.port_of[i] = match state.interface(tx).map(|f| f.kind) {
+                Some(InterfaceKind::Port) => tx,
+                Some(InterfaceKind::Vlan { parent, .. }) => parent,
+                Some(InterfaceKind::Vxlan { .. }) => TO_ENCAP,
+                None => {
+                    cx.buffers.meta_mut(bi).error = base + UNKNOWN_INTERFACE;
+                    TO_DROP
+                }
+            };
+        }
+        let mut i = 0;
+        while i < n {
+            let port = self.port_of[i];
+            let mut j = i + 1;
+            while j < n && self.port_of[j] == port {
+                j += 1;
+            }
+            let run = &bis[i..j];
+            match port {
+                TO_ENCAP => cx.enqueue_slice(ENCAP, run),
+                TO_DROP => cx.enqueue_slice(Next::DROP, run),
+                p => match self.queues.get_mut(p as usize).and_then(Option::as_mut) {
+                    Some(q) => {
+                        let sent = q.transmit(cx.buffers, run).min(run.len());
+                        let refused = &run[sent..];
+                        for &bi in refused {
+                            cx.buffers.meta_mut(bi).error = base + TX_FULL;
+                        }
+                        cx.enqueue_slice(Next::DROP, refused);
+                    }
+                    None => {
+                        for &bi in run {
+                            cx.buffers.meta_mut(bi).error = base + NO_QUEUE;
+                        }
+                        cx.enqueue_slice(Next::DROP, run);
+                    }
+                },
+            }
+            i = j;
+        }
+        n
+    }
+}

@@ -1,0 +1,86 @@
+//! The forwarding nodes, one per file, and the function that adds them all to a graph.
+
+mod arp;
+mod ethernet_input;
+mod interface_output;
+mod ip4_input;
+mod ip4_local;
+mod ip4_lookup;
+mod ip4_rewrite;
+mod l2_xconnect;
+mod vxlan;
+
+pub use arp::{ArpInput, Ip4Arp};
+pub use ethernet_input::EthernetInput;
+pub use interface_output::InterfaceOutput;
+pub use ip4_input::Ip4Input;
+pub use ip4_local::Ip4Local;
+pub use ip4_lookup::Ip4Lookup;
+pub use ip4_rewrite::Ip4Rewrite;
+pub use l2_xconnect::{L2Xconnect, XconnectStats};
+pub use vxlan::{Vxlan4Encap, Vxlan4Input};
+
+use std::sync::Arc;
+
+use dataplane::buffer::flags;
+use dataplane::{GraphBuilder, TxQueue};
+
+use crate::state::{ForwardingState, IfIndex};
+
+/// Node names, as arcs refer to them.
+pub mod names {
+    /// Parses Ethernet and 802.1Q; dispatches by interface mode and EtherType.
+    pub const ETHERNET_INPUT: &str = "ethernet-input";
+    /// Checks IPv4 headers.
+    pub const IP4_INPUT: &str = "ip4-input";
+    /// Longest-prefix match and ECMP.
+    pub const IP4_LOOKUP: &str = "ip4-lookup";
+    /// TTL, checksum, MTU, L2 header.
+    pub const IP4_REWRITE: &str = "ip4-rewrite";
+    /// Packets for our own addresses.
+    pub const IP4_LOCAL: &str = "ip4-local";
+    /// ARP requests for unresolved next hops.
+    pub const IP4_ARP: &str = "ip4-arp";
+    /// ARP packets received.
+    pub const ARP_INPUT: &str = "arp-input";
+    /// L2 cross-connect.
+    pub const L2_XCONNECT: &str = "l2-xconnect";
+    /// VXLAN encapsulation.
+    pub const VXLAN4_ENCAP: &str = "vxlan4-encap";
+    /// VXLAN decapsulation.
+    pub const VXLAN4_INPUT: &str = "vxlan4-input";
+    /// Hands packets to ports' transmit queues.
+    pub const INTERFACE_OUTPUT: &str = "interface-output";
+}
+
+/// Buffer flag: the packet was made by Quiver itself (ARP, ICMP replies, VXLAN outer headers):
+/// `ip4-rewrite` does not decrement its TTL.
+pub const LOCALLY_ORIGINATED: u32 = flags::USER_0;
+
+/// Handles on the nodes' own statistics.
+pub struct ForwardingHandles {
+    /// Per-cross-connect counters of this worker.
+    pub xconnect: Arc<XconnectStats>,
+}
+
+/// Adds every forwarding node to `b`. `tx` gives this worker's transmit queue of each port; the
+/// caller adds the ports' input nodes (`dataplane::PortInput` leading to `ethernet-input`).
+pub fn add_forwarding_nodes(
+    b: &mut GraphBuilder<ForwardingState>,
+    tx: Vec<(IfIndex, Box<dyn TxQueue>)>,
+) -> ForwardingHandles {
+    let xc = L2Xconnect::new();
+    let handles = ForwardingHandles { xconnect: xc.stats() };
+    b.add(EthernetInput::new())
+        .add(Ip4Input::new())
+        .add(Ip4Lookup::new())
+        .add(Ip4Rewrite::new())
+        .add(Ip4Local::new())
+        .add(Ip4Arp::new())
+        .add(ArpInput::new())
+        .add(xc)
+        .add(Vxlan4Encap::new())
+        .add(Vxlan4Input::new())
+        .add(InterfaceOutput::new(tx));
+    handles
+}

@@ -1,0 +1,212 @@
+//! VXLAN over IPv4 (RFC 7348). `vxlan4-encap` writes a tunnel's precomputed outer IPv4 + UDP +
+//! VXLAN header into the headroom and sends the packet to be routed on the underlay;
+//! `vxlan4-input` checks and strips it and delivers the inner frame to the tunnel's L2 side.
+
+use dataplane::buffer::flags;
+use dataplane::{Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
+
+use super::{names, LOCALLY_ORIGINATED};
+use crate::state::{ForwardingState, InterfaceKind};
+use crate::wire::{self, be16, be32, ip4};
+
+/// Bytes the encapsulation adds before the outer Ethernet header.
+pub const ENCAP_LEN: u16 = (wire::IP4_HEADER + wire::UDP_HEADER + wire::VXLAN_HEADER) as u16;
+
+/// The UDP source port for an inner frame: a hash of its headers, in 49152–65535.
+#[inline]
+pub fn source_port(inner: &[u8]) -> (u16, u32) {
+    let h = if inner.len() >= wire::ETHERNET_HEADER + wire::IP4_HEADER
+        && be16(inner, 12) == wire::ETHERTYPE_IP4
+    {
+        super::ip4_lookup::ip4_flow_hash(&inner[wire::ETHERNET_HEADER..])
+    } else if inner.len() >= wire::ETHERNET_HEADER {
+        wire::flow_hash(be32(inner, 0), be32(inner, 4), 0, be32(inner, 8))
+    } else {
+        0
+    };
+    (0xc000 | (h & 0x3fff) as u16, h)
+}
+
+const LOOKUP: Next = Next::declared(0);
+
+mod encap_errors {
+    pub const NO_TUNNEL: u16 = 0;
+    pub const NO_HEADROOM: u16 = 1;
+}
+
+/// The `vxlan4-encap` node.
+pub struct Vxlan4Encap {
+    nexts: [Next; FRAME_SIZE],
+}
+
+impl Vxlan4Encap {
+    /// A new node.
+    pub fn new() -> Self {
+        Vxlan4Encap {
+            nexts: [LOOKUP; FRAME_SIZE],
+        }
+    }
+}
+
+impl Default for Vxlan4Encap {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Node<ForwardingState> for Vxlan4Encap {
+    fn spec(&self) -> NodeSpec {
+        NodeSpec::internal(names::VXLAN4_ENCAP)
+            .nexts(&[names::IP4_LOOKUP])
+            .errors(&[
+                ("no-tunnel", "sent to an interface that is not a VXLAN tunnel"),
+                ("no-headroom", "no headroom for the outer headers"),
+            ])
+    }
+
+    fn process(&mut self, cx: &mut Context<'_, ForwardingState>, frame: &mut Frame) -> usize {
+        use encap_errors::*;
+        let state = cx.state();
+        let base = cx.error_id(0);
+        let n = frame.len();
+        let bis = frame.as_slice();
+        let mut dropped = false;
+        for (i, &bi) in bis.iter().enumerate() {
+            if let Some(&ahead) = bis.get(i + 4) {
+                cx.buffers.prefetch_data(ahead);
+            }
+            let tx = cx.buffers.meta(bi).tx_interface;
+            let tunnel = match state.interface(tx).map(|f| f.kind) {
+                Some(InterfaceKind::Vxlan { tunnel }) => state.tunnels.get(tunnel as usize),
+                _ => None,
+            };
+            let Some(t) = tunnel else {
+                cx.buffers.meta_mut(bi).error = base + NO_TUNNEL;
+                self.nexts[i] = Next::DROP;
+                dropped = true;
+                continue;
+            };
+            let inner_len = cx.buffers.meta(bi).total_length();
+            let (sport, hash) = source_port(cx.buffers.data(bi));
+            let Some(h) = cx.buffers.prepend(bi, ENCAP_LEN) else {
+                cx.buffers.meta_mut(bi).error = base + NO_HEADROOM;
+                self.nexts[i] = Next::DROP;
+                dropped = true;
+                continue;
+            };
+            h.copy_from_slice(&t.header);
+            let ip_len = (inner_len + ENCAP_LEN as u32) as u16;
+            wire::put16(h, ip4::TOTAL_LEN, ip_len);
+            wire::put16(h, ip4::CHECKSUM, wire::fold(t.ip_sum + ip_len as u32));
+            wire::put16(h, wire::IP4_HEADER, sport);
+            wire::put16(h, wire::IP4_HEADER + 4, ip_len - wire::IP4_HEADER as u16);
+            let m = cx.buffers.meta_mut(bi);
+            m.flow_hash = hash;
+            m.flags |= flags::FLOW_HASH_VALID | flags::IP4_CHECKSUM_OK | LOCALLY_ORIGINATED;
+            m.l3_offset = m.data_offset();
+        }
+        if dropped {
+            cx.enqueue_to_nexts(&self.nexts[..n], bis);
+            self.nexts[..n].fill(LOOKUP);
+        } else {
+            cx.enqueue_frame(LOOKUP, frame);
+        }
+        n
+    }
+}
+
+const XCONNECT: Next = Next::declared(0);
+
+mod input_errors {
+    pub const TOO_SHORT: u16 = 0;
+    pub const BAD_FLAGS: u16 = 1;
+    pub const NO_TUNNEL: u16 = 2;
+}
+
+/// The `vxlan4-input` node: IPv4 packets for our VXLAN port, outer IPv4 header first.
+pub struct Vxlan4Input {
+    nexts: [Next; FRAME_SIZE],
+    last: Option<((u32, u32, u32), u32)>,
+}
+
+impl Vxlan4Input {
+    /// A new node.
+    pub fn new() -> Self {
+        Vxlan4Input {
+            nexts: [XCONNECT; FRAME_SIZE],
+            last: None,
+        }
+    }
+}
+
+impl Default for Vxlan4Input {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Node<ForwardingState> for Vxlan4Input {
+    fn spec(&self) -> NodeSpec {
+        NodeSpec::internal(names::VXLAN4_INPUT)
+            .nexts(&[names::L2_XCONNECT])
+            .errors(&[
+                ("too-short", "too short for VXLAN and an inner Ethernet header"),
+                ("bad-flags", "VXLAN flags without the I (valid VNI) bit"),
+                ("no-tunnel", "no tunnel for this source, destination and VNI"),
+            ])
+    }
+
+    fn process(&mut self, cx: &mut Context<'_, ForwardingState>, frame: &mut Frame) -> usize {
+        use input_errors::*;
+        let state = cx.state();
+        let base = cx.error_id(0);
+        let bis = frame.as_slice();
+        for (i, &bi) in bis.iter().enumerate() {
+            let d = cx.buffers.data(bi);
+            let verdict = (|| {
+                if d.len() < ENCAP_LEN as usize + wire::ETHERNET_HEADER {
+                    return Err(TOO_SHORT);
+                }
+                let vx = wire::IP4_HEADER + wire::UDP_HEADER;
+                if d[vx] & 0x08 == 0 {
+                    return Err(BAD_FLAGS);
+                }
+                let key = (be32(d, ip4::SRC), be32(d, ip4::DST), be32(d, vx + 4) >> 8);
+                // Last-hit cache, checked against the current tables (they may have changed).
+                let cached = self.last.filter(|&(k, t)| {
+                    k == key
+                        && state
+                            .tunnels
+                            .get(t as usize)
+                            .is_some_and(|x| (x.dst, x.src, x.vni) == key)
+                });
+                let t = match cached {
+                    Some((_, t)) => t,
+                    None => {
+                        let &t = state.tunnel_by_key.get(&key).ok_or(NO_TUNNEL)?;
+                        self.last = Some((key, t));
+                        t
+                    }
+                };
+                let iface = state.tunnels.get(t as usize).map(|x| x.interface).ok_or(NO_TUNNEL)?;
+                Ok(iface)
+            })();
+            match verdict {
+                Ok(iface) => {
+                    cx.buffers.advance(bi, ENCAP_LEN);
+                    let m = cx.buffers.meta_mut(bi);
+                    m.rx_interface = iface;
+                    m.flags &= !(flags::IP4_CHECKSUM_OK | flags::FLOW_HASH_VALID | LOCALLY_ORIGINATED);
+                    m.l2_offset = m.data_offset();
+                    self.nexts[i] = XCONNECT;
+                }
+                Err(code) => {
+                    cx.buffers.meta_mut(bi).error = base + code;
+                    self.nexts[i] = Next::DROP;
+                }
+            }
+        }
+        cx.enqueue_to_nexts(&self.nexts[..bis.len()], bis);
+        bis.len()
+    }
+}

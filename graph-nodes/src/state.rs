@@ -1,0 +1,190 @@
+//! The forwarding state workers read: one immutable snapshot per commit of the control side,
+//! except the FIB's LPM table, which is shared and updated in place (see `fib::lpm`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crossbeam_queue::ArrayQueue;
+
+use crate::fib::LpmTable;
+use crate::wire::Mac;
+
+/// Most interfaces Quiver handles (interface indices are below this).
+pub const MAX_INTERFACES: usize = 4096;
+
+/// An interface's index (like VPP's sw_if_index).
+pub type IfIndex = u32;
+
+/// How an interface's received frames are handled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InterfaceMode {
+    /// Routed: IPv4 and ARP are processed, other frames dropped.
+    L3,
+    /// Cross-connected: every frame leaves on the peer interface untouched.
+    L2,
+}
+
+/// What an interface is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InterfaceKind {
+    /// A port with a transmit queue on every worker.
+    Port,
+    /// An 802.1Q sub-interface of `parent` for tag `vlan`.
+    Vlan {
+        /// The parent port.
+        parent: IfIndex,
+        /// The VLAN id.
+        vlan: u16,
+    },
+    /// A VXLAN tunnel's L2 side: frames sent here are encapsulated.
+    Vxlan {
+        /// Index into [`ForwardingState::tunnels`].
+        tunnel: u32,
+    },
+}
+
+/// One interface.
+#[derive(Debug, Clone)]
+pub struct Interface {
+    /// Its index.
+    pub index: IfIndex,
+    /// Its name.
+    pub name: String,
+    /// Its MAC address.
+    pub mac: Mac,
+    /// The largest IPv4 packet it sends.
+    pub mtu: u16,
+    /// L2 or L3.
+    pub mode: InterfaceMode,
+    /// Port, VLAN sub-interface or tunnel.
+    pub kind: InterfaceKind,
+    /// Its IPv4 addresses with prefix lengths.
+    pub addresses: Vec<(u32, u8)>,
+    /// Its VLAN sub-interfaces: (tag, sub-interface).
+    pub vlans: Vec<(u16, IfIndex)>,
+}
+
+impl Interface {
+    /// The address of this interface in the subnet that contains `ip`, if any.
+    pub fn address_for(&self, ip: u32) -> Option<u32> {
+        self.addresses
+            .iter()
+            .find(|&&(a, l)| crate::fib::lpm::mask(l) & (a ^ ip) == 0)
+            .map(|&(a, _)| a)
+    }
+}
+
+/// What an adjacency does with a packet that the FIB sent to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdjacencyKind {
+    /// Rewrite the L2 header and send out of `tx`.
+    Rewrite,
+    /// The next hop's MAC is unknown: ask for it with ARP, drop the packet.
+    Arp,
+    /// A connected subnet: ARP for the packet's destination itself.
+    Glean,
+    /// One of our own addresses: deliver to `ip4-local`.
+    Local,
+    /// Drop (a blackhole route).
+    Drop,
+}
+
+/// A next hop: how to send a packet on.
+#[derive(Debug, Clone, Copy)]
+pub struct Adjacency {
+    /// What to do.
+    pub kind: AdjacencyKind,
+    /// The interface to send out of.
+    pub tx: IfIndex,
+    /// The largest IPv4 packet `tx` sends.
+    pub mtu: u16,
+    /// The next hop's address (for `Arp`).
+    pub next_hop: u32,
+    /// The L2 header to prepend (for `Rewrite`): Ethernet, with a VLAN tag on sub-interfaces.
+    pub header: [u8; 18],
+    /// The header's length: 14 or 18.
+    pub header_len: u8,
+}
+
+impl Adjacency {
+    /// An adjacency that drops.
+    pub const DROP: Adjacency = Adjacency {
+        kind: AdjacencyKind::Drop,
+        tx: u32::MAX,
+        mtu: 0,
+        next_hop: 0,
+        header: [0; 18],
+        header_len: 0,
+    };
+}
+
+/// ECMP: the adjacencies a route spreads flows over (by flow hash).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LoadBalance {
+    /// Adjacency indices; never empty.
+    pub buckets: Box<[u32]>,
+}
+
+/// A VXLAN tunnel (RFC 7348) over IPv4.
+#[derive(Debug, Clone)]
+pub struct VxlanTunnel {
+    /// The tunnel's L2 interface.
+    pub interface: IfIndex,
+    /// Our underlay address.
+    pub src: u32,
+    /// The far end's underlay address.
+    pub dst: u32,
+    /// The VXLAN network identifier (24 bits).
+    pub vni: u32,
+    /// The far end's UDP port.
+    pub dst_port: u16,
+    /// The outer IPv4 + UDP + VXLAN header, with IPv4 total length, checksum, UDP source port
+    /// and length zero (filled per packet).
+    pub header: [u8; 36],
+    /// The ones'-complement sum of `header`'s IPv4 part (without length and checksum).
+    pub ip_sum: u32,
+}
+
+/// Something the data path tells the control side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataplaneEvent {
+    /// An ARP packet showed `ip` is at `mac` on `interface`.
+    NeighborLearned {
+        /// Where.
+        interface: IfIndex,
+        /// The neighbour's address.
+        ip: u32,
+        /// Its MAC.
+        mac: Mac,
+    },
+}
+
+/// Everything the nodes read, as of one commit.
+pub struct ForwardingState {
+    /// Interfaces by index.
+    pub interfaces: Vec<Option<Interface>>,
+    /// L2 cross-connects: `xconnect[rx] = tx` (`u32::MAX`: none).
+    pub xconnect: Vec<IfIndex>,
+    /// The FIB's longest-prefix-match table: destination → load-balance index.
+    pub fib: Arc<LpmTable>,
+    /// Load-balance objects by index.
+    pub load_balances: Vec<LoadBalance>,
+    /// Adjacencies by index.
+    pub adjacencies: Vec<Adjacency>,
+    /// VXLAN tunnels by index.
+    pub tunnels: Vec<VxlanTunnel>,
+    /// VXLAN tunnels by (outer source, outer destination, VNI) as received.
+    pub tunnel_by_key: HashMap<(u32, u32, u32), u32>,
+    /// The UDP port VXLAN is received on.
+    pub vxlan_port: u16,
+    /// Events for the control side (bounded; the data path never blocks on it).
+    pub events: Arc<ArrayQueue<DataplaneEvent>>,
+}
+
+impl ForwardingState {
+    /// The interface `i`, if it exists.
+    #[inline(always)]
+    pub fn interface(&self, i: IfIndex) -> Option<&Interface> {
+        self.interfaces.get(i as usize)?.as_ref()
+    }
+}
