@@ -284,7 +284,14 @@ impl Forwarding {
         self.interfaces.iter().flatten()
     }
 
-    fn add_interface(&mut self, name: &str, mac: Mac, mtu: u16, mode: InterfaceMode, kind: InterfaceKind) -> Result<IfIndex, ForwardingError> {
+    fn add_interface(
+        &mut self,
+        name: &str,
+        mac: Mac,
+        mtu: u16,
+        mode: InterfaceMode,
+        kind: InterfaceKind,
+    ) -> Result<IfIndex, ForwardingError> {
         if self.interface_by_name(name).is_some() {
             return Err(ForwardingError::NameTaken(name.into()));
         }
@@ -318,29 +325,67 @@ impl Forwarding {
     }
 
     /// Adds an 802.1Q sub-interface of `parent` for tag `vlan` (routed).
-    pub fn add_vlan(&mut self, parent: IfIndex, vlan: u16, name: &str) -> Result<IfIndex, ForwardingError> {
+    pub fn add_vlan(
+        &mut self,
+        parent: IfIndex,
+        vlan: u16,
+        name: &str,
+    ) -> Result<IfIndex, ForwardingError> {
         let p = self.iface(parent)?;
         let (mac, mtu) = (p.mac, p.mtu);
-        let i = self.add_interface(name, mac, mtu, InterfaceMode::L3, InterfaceKind::Vlan { parent, vlan: vlan & 0xfff })?;
+        let i = self.add_interface(
+            name,
+            mac,
+            mtu,
+            InterfaceMode::L3,
+            InterfaceKind::Vlan {
+                parent,
+                vlan: vlan & 0xfff,
+            },
+        )?;
         self.iface_mut(parent)?.vlans.push((vlan & 0xfff, i));
         Ok(i)
     }
 
     /// Adds a VXLAN tunnel from our `src` to `dst` with `vni`, sending to UDP port `dst_port`;
     /// returns its L2 interface.
-    pub fn add_vxlan_tunnel(&mut self, name: &str, src: u32, dst: u32, vni: u32, dst_port: u16) -> Result<IfIndex, ForwardingError> {
+    pub fn add_vxlan_tunnel(
+        &mut self,
+        name: &str,
+        src: u32,
+        dst: u32,
+        vni: u32,
+        dst_port: u16,
+    ) -> Result<IfIndex, ForwardingError> {
         if vni >= 1 << 24 {
             return Err(ForwardingError::BadVni(vni));
         }
-        if self.tunnels.iter().flatten().any(|t| t.src == src && t.dst == dst && t.vni == vni) {
+        if self
+            .tunnels
+            .iter()
+            .flatten()
+            .any(|t| t.src == src && t.dst == dst && t.vni == vni)
+        {
             return Err(ForwardingError::DuplicateTunnel {
                 src: wire::ip4_to_string(src),
                 dst: wire::ip4_to_string(dst),
                 vni,
             });
         }
-        let slot = self.tunnels.iter().position(Option::is_none).unwrap_or(self.tunnels.len());
-        let interface = self.add_interface(name, [0; 6], 9000, InterfaceMode::L2, InterfaceKind::Vxlan { tunnel: slot as u32 })?;
+        let slot = self
+            .tunnels
+            .iter()
+            .position(Option::is_none)
+            .unwrap_or(self.tunnels.len());
+        let interface = self.add_interface(
+            name,
+            [0; 6],
+            9000,
+            InterfaceMode::L2,
+            InterfaceKind::Vxlan {
+                tunnel: slot as u32,
+            },
+        )?;
         let mut header = [0u8; 36];
         header[0] = 0x45;
         header[8] = 64;
@@ -407,12 +452,15 @@ impl Forwarding {
     }
 
     fn lb_uses_interface(&self, lb: u32, i: IfIndex) -> bool {
-        self.load_balances.keys[lb as usize].as_ref().is_some_and(|adjs| {
-            adjs.iter().any(|&a| match self.adjacencies.keys[a as usize] {
-                Some(AdjKey::Neighbor(x, _)) | Some(AdjKey::Glean(x)) => x == i,
-                _ => false,
+        self.load_balances.keys[lb as usize]
+            .as_ref()
+            .is_some_and(|adjs| {
+                adjs.iter()
+                    .any(|&a| match self.adjacencies.keys[a as usize] {
+                        Some(AdjKey::Neighbor(x, _)) | Some(AdjKey::Glean(x)) => x == i,
+                        _ => false,
+                    })
             })
-        })
     }
 
     /// Puts two interfaces in L2 mode and cross-connects them both ways.
@@ -448,11 +496,17 @@ impl Forwarding {
 
     /// The cross-connect peer of `a`.
     pub fn cross_connect_of(&self, a: IfIndex) -> Option<IfIndex> {
-        self.xconnect.get(a as usize).copied().filter(|&b| b != u32::MAX)
+        self.xconnect
+            .get(a as usize)
+            .copied()
+            .filter(|&b| b != u32::MAX)
     }
 
     fn lb_for(&mut self, keys: &[AdjKey]) -> u32 {
-        let adjs: Vec<u32> = keys.iter().map(|&k| self.adjacencies.acquire(k).0).collect();
+        let adjs: Vec<u32> = keys
+            .iter()
+            .map(|&k| self.adjacencies.acquire(k).0)
+            .collect();
         let (lb, new) = self.load_balances.acquire(adjs.clone());
         if !new {
             for a in adjs {
@@ -509,7 +563,12 @@ impl Forwarding {
     }
 
     /// Removes an address and its connected and local routes.
-    pub fn remove_address(&mut self, i: IfIndex, addr: u32, len: u8) -> Result<(), ForwardingError> {
+    pub fn remove_address(
+        &mut self,
+        i: IfIndex,
+        addr: u32,
+        len: u8,
+    ) -> Result<(), ForwardingError> {
         self.iface_mut(i)?.addresses.retain(|&a| a != (addr, len));
         if len < 32 {
             self.unset_route(addr, len);
@@ -519,7 +578,12 @@ impl Forwarding {
     }
 
     /// Adds (or replaces) a route spreading flows over `paths` (ECMP when several).
-    pub fn add_route(&mut self, prefix: u32, len: u8, paths: &[Path]) -> Result<(), ForwardingError> {
+    pub fn add_route(
+        &mut self,
+        prefix: u32,
+        len: u8,
+        paths: &[Path],
+    ) -> Result<(), ForwardingError> {
         if len > 32 {
             return Err(ForwardingError::BadPrefixLength(len));
         }
@@ -529,7 +593,10 @@ impl Forwarding {
         for p in paths {
             self.iface(p.interface)?;
         }
-        let keys: Vec<AdjKey> = paths.iter().map(|p| AdjKey::Neighbor(p.interface, p.next_hop)).collect();
+        let keys: Vec<AdjKey> = paths
+            .iter()
+            .map(|p| AdjKey::Neighbor(p.interface, p.next_hop))
+            .collect();
         self.set_route(prefix, len, &keys, RouteSource::Static);
         Ok(())
     }
@@ -564,14 +631,22 @@ impl Forwarding {
     /// Forgets a neighbour (and its host route).
     pub fn remove_neighbor(&mut self, i: IfIndex, ip: u32) {
         self.neighbors.remove(&(i, ip));
-        if self.routes.get(&(ip, 32)).is_some_and(|r| r.1 == RouteSource::Host) {
+        if self
+            .routes
+            .get(&(ip, 32))
+            .is_some_and(|r| r.1 == RouteSource::Host)
+        {
             self.unset_route(ip, 32);
         }
     }
 
     /// Every neighbour: (interface, address, MAC).
     pub fn neighbors(&self) -> Vec<(IfIndex, u32, Mac)> {
-        let mut v: Vec<_> = self.neighbors.iter().map(|(&(i, ip), &m)| (i, ip, m)).collect();
+        let mut v: Vec<_> = self
+            .neighbors
+            .iter()
+            .map(|(&(i, ip), &m)| (i, ip, m))
+            .collect();
         v.sort();
         v
     }
@@ -605,7 +680,9 @@ impl Forwarding {
             n += 1;
             match e {
                 DataplaneEvent::NeighborLearned { interface, ip, mac } => {
-                    let learnable = self.iface(interface).is_ok_and(|i| i.address_for(ip).is_some());
+                    let learnable = self
+                        .iface(interface)
+                        .is_ok_and(|i| i.address_for(ip).is_some());
                     if learnable && self.neighbors.get(&(interface, ip)) != Some(&mac) {
                         let _ = self.add_neighbor(interface, ip, mac);
                     }
@@ -682,7 +759,12 @@ impl Forwarding {
                     buckets: k.clone().unwrap_or_else(|| vec![0]).into_boxed_slice(),
                 })
                 .collect(),
-            adjacencies: self.adjacencies.keys.iter().map(|k| self.adjacency(k.as_ref())).collect(),
+            adjacencies: self
+                .adjacencies
+                .keys
+                .iter()
+                .map(|k| self.adjacency(k.as_ref()))
+                .collect(),
             tunnels: self
                 .tunnels
                 .iter()

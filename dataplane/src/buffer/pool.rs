@@ -3,9 +3,9 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::memory::{HugepagePolicy, MemoryError, Region};
 use super::meta::{flags, BufferMeta};
 use super::worker::WorkerBuffers;
+use crate::memory::{HugepagePolicy, MemoryError, Region};
 
 /// Smallest headroom a pool accepts: enough for outer IPv4 + UDP + VXLAN + Ethernet + VLAN.
 pub const MIN_HEADROOM: u16 = 128;

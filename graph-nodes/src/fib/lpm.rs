@@ -187,7 +187,10 @@ impl Lpm {
 
     /// The value of the route `prefix/len`, if there is one.
     pub fn get(&self, prefix: u32, len: u8) -> Option<u32> {
-        self.rules.get(len as usize)?.get(&(prefix & mask(len))).copied()
+        self.rules
+            .get(len as usize)?
+            .get(&(prefix & mask(len)))
+            .copied()
     }
 
     /// Groups unlinked by deletes, waiting for [`Lpm::recycle_retired`].
@@ -239,10 +242,7 @@ impl Lpm {
             let g = if cur & GROUP != 0 {
                 (cur & VALUE_MASK) as usize
             } else {
-                let g = self
-                    .free_groups
-                    .pop()
-                    .ok_or(LpmError::NoGroups(t.groups))? as usize;
+                let g = self.free_groups.pop().ok_or(LpmError::NoGroups(t.groups))? as usize;
                 // Fill the group with what the /24 holds now, then link it.
                 for x in &t.tbl8()[g << 8..(g + 1) << 8] {
                     x.store(cur, Ordering::Relaxed);
@@ -369,7 +369,11 @@ mod tests {
         l.insert(ip(1, 1, 1, 1), 32, 1).unwrap();
         assert_eq!(l.insert(ip(2, 2, 2, 2), 32, 1), Err(LpmError::NoGroups(1)));
         l.remove(ip(1, 1, 1, 1), 32);
-        assert_eq!(l.insert(ip(2, 2, 2, 2), 32, 1), Err(LpmError::NoGroups(1)), "retired, not free");
+        assert_eq!(
+            l.insert(ip(2, 2, 2, 2), 32, 1),
+            Err(LpmError::NoGroups(1)),
+            "retired, not free"
+        );
         l.recycle_retired();
         l.insert(ip(2, 2, 2, 2), 32, 1).unwrap();
         assert_eq!(l.table().lookup(ip(2, 2, 2, 2)), Some(1));

@@ -66,7 +66,14 @@ fn parse(d: &[u8]) -> Option<Arp> {
 }
 
 /// Writes an ARP packet (after the L2 header) into `d`.
-fn write_arp(d: &mut [u8], op: u16, sender_mac: &Mac, sender_ip: u32, target_mac: &Mac, target_ip: u32) {
+fn write_arp(
+    d: &mut [u8],
+    op: u16,
+    sender_mac: &Mac,
+    sender_ip: u32,
+    target_mac: &Mac,
+    target_ip: u32,
+) {
     wire::put16(d, 0, 1);
     wire::put16(d, 2, wire::ETHERTYPE_IP4);
     d[4] = 6;
@@ -102,7 +109,10 @@ impl Node<ForwardingState> for ArpInput {
                 ("not-for-us", "a request for an address that is not ours"),
                 ("replies", "replies received and learned (consumed here)"),
                 ("requests-answered", "requests answered (not a drop)"),
-                ("events-lost", "learned neighbours not reported: the control side is behind"),
+                (
+                    "events-lost",
+                    "learned neighbours not reported: the control side is behind",
+                ),
             ])
     }
 
@@ -140,7 +150,14 @@ impl Node<ForwardingState> for ArpInput {
                         if d.len() < hl + wire::ARP_LEN {
                             return Err(MALFORMED);
                         }
-                        write_arp(&mut d[hl..], 2, &iface.mac, arp.target_ip, &arp.sender_mac, arp.sender_ip);
+                        write_arp(
+                            &mut d[hl..],
+                            2,
+                            &iface.mac,
+                            arp.target_ip,
+                            &arp.sender_mac,
+                            arp.sender_ip,
+                        );
                         let m = cx.buffers.meta_mut(bi);
                         m.tx_interface = rx;
                         m.flags |= LOCALLY_ORIGINATED;
@@ -214,7 +231,10 @@ impl Node<ForwardingState> for Ip4Arp {
                 ("resolving", "dropped while the next hop's MAC is resolved"),
                 ("requests-sent", "ARP requests sent (not a drop)"),
                 ("no-buffers", "no buffer for an ARP request"),
-                ("no-source-address", "the interface has no address in the next hop's subnet"),
+                (
+                    "no-source-address",
+                    "the interface has no address in the next hop's subnet",
+                ),
             ])
     }
 
@@ -235,7 +255,8 @@ impl Node<ForwardingState> for Ip4Arp {
                 AdjacencyKind::Glean if d.len() >= wire::IP4_HEADER => be32(d, ip4::DST),
                 _ => adj.next_hop,
             };
-            let slot = &mut self.throttle[(wire::flow_hash(target, adj.tx, 0, 0) as usize) % THROTTLE_SLOTS];
+            let slot = &mut self.throttle
+                [(wire::flow_hash(target, adj.tx, 0, 0) as usize) % THROTTLE_SLOTS];
             if slot.0 == target && now.wrapping_sub(slot.1) < self.interval {
                 continue;
             }

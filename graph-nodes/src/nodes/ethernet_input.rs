@@ -44,10 +44,19 @@ impl Node<ForwardingState> for EthernetInput {
             .nexts(&[names::IP4_INPUT, names::ARP_INPUT, names::L2_XCONNECT])
             .errors(&[
                 ("runt", "frame shorter than its Ethernet header"),
-                ("unknown-interface", "received on an interface that does not exist"),
-                ("unknown-ethertype", "EtherType not handled on an L3 interface"),
+                (
+                    "unknown-interface",
+                    "received on an interface that does not exist",
+                ),
+                (
+                    "unknown-ethertype",
+                    "EtherType not handled on an L3 interface",
+                ),
                 ("unknown-vlan", "802.1Q tag with no sub-interface"),
-                ("not-for-us", "destination MAC is neither ours nor broadcast/multicast"),
+                (
+                    "not-for-us",
+                    "destination MAC is neither ours nor broadcast/multicast",
+                ),
             ])
     }
 
@@ -70,7 +79,9 @@ impl Node<ForwardingState> for EthernetInput {
                 if d.len() < wire::ETHERNET_HEADER {
                     return Err(RUNT);
                 }
-                let mut iface = state.interface(meta.rx_interface).ok_or(UNKNOWN_INTERFACE)?;
+                let mut iface = state
+                    .interface(meta.rx_interface)
+                    .ok_or(UNKNOWN_INTERFACE)?;
                 meta.l2_offset = meta.data_offset();
                 meta.flags |= flags::L2_VALID;
                 if iface.mode == InterfaceMode::L2 {
@@ -83,7 +94,11 @@ impl Node<ForwardingState> for EthernetInput {
                         return Err(RUNT);
                     }
                     let vlan = be16(d, 14) & 0xfff;
-                    let &(_, sub) = iface.vlans.iter().find(|(v, _)| *v == vlan).ok_or(UNKNOWN_VLAN)?;
+                    let &(_, sub) = iface
+                        .vlans
+                        .iter()
+                        .find(|(v, _)| *v == vlan)
+                        .ok_or(UNKNOWN_VLAN)?;
                     iface = state.interface(sub).ok_or(UNKNOWN_VLAN)?;
                     meta.rx_interface = sub;
                     ethertype = be16(d, 16);

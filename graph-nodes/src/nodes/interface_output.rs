@@ -45,7 +45,10 @@ impl Node<ForwardingState> for InterfaceOutput {
         NodeSpec::internal(names::INTERFACE_OUTPUT)
             .nexts(&[names::VXLAN4_ENCAP])
             .errors(&[
-                ("unknown-interface", "sent to an interface that does not exist"),
+                (
+                    "unknown-interface",
+                    "sent to an interface that does not exist",
+                ),
                 ("no-queue", "the port has no transmit queue on this worker"),
                 ("tx-full", "the transmit ring was full"),
             ])

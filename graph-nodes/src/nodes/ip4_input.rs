@@ -93,8 +93,14 @@ impl Node<ForwardingState> for Ip4Input {
                 ("bad-checksum", "header checksum is wrong"),
                 ("bad-length", "total length below the header length"),
                 ("truncated", "total length beyond the received bytes"),
-                ("fragment-offset-1", "fragment offset of 1 (RFC 1858 overlap attack)"),
-                ("bad-source", "source is 0.0.0.0, 255.255.255.255 or multicast"),
+                (
+                    "fragment-offset-1",
+                    "fragment offset of 1 (RFC 1858 overlap attack)",
+                ),
+                (
+                    "bad-source",
+                    "source is 0.0.0.0, 255.255.255.255 or multicast",
+                ),
             ])
     }
 

@@ -47,7 +47,11 @@ fn echo_reply(d: &mut [u8]) -> Result<(), u16> {
     // Type 8 → 0: one 16-bit word of the ICMP header changes.
     let old = be16(d, wire::IP4_HEADER);
     d[wire::IP4_HEADER] = 0;
-    let c = wire::checksum_update(be16(d, wire::IP4_HEADER + 2), old, be16(d, wire::IP4_HEADER));
+    let c = wire::checksum_update(
+        be16(d, wire::IP4_HEADER + 2),
+        old,
+        be16(d, wire::IP4_HEADER),
+    );
     wire::put16(d, wire::IP4_HEADER + 2, c);
     let (src, dst) = (be16(d, ip4::SRC), be16(d, ip4::SRC + 2));
     d.copy_within(ip4::DST..ip4::DST + 4, ip4::SRC);
@@ -65,8 +69,14 @@ impl Node<ForwardingState> for Ip4Local {
         NodeSpec::internal(names::IP4_LOCAL)
             .nexts(&[names::IP4_LOOKUP, names::VXLAN4_INPUT])
             .errors(&[
-                ("unknown-protocol", "for us, but no handler for its protocol or port"),
-                ("bad-icmp", "ICMP shorter than 8 bytes or with a bad checksum"),
+                (
+                    "unknown-protocol",
+                    "for us, but no handler for its protocol or port",
+                ),
+                (
+                    "bad-icmp",
+                    "ICMP shorter than 8 bytes or with a bad checksum",
+                ),
                 ("icmp-not-echo", "ICMP other than an echo request"),
                 ("echo-replies", "echo replies sent (not a drop)"),
             ])
@@ -79,7 +89,11 @@ impl Node<ForwardingState> for Ip4Local {
         let bis = frame.as_slice();
         for (i, &bi) in bis.iter().enumerate() {
             let (meta, d) = cx.buffers.meta_and_data_mut(bi);
-            let proto = if d.len() >= wire::IP4_HEADER { d[ip4::PROTO] } else { 0 };
+            let proto = if d.len() >= wire::IP4_HEADER {
+                d[ip4::PROTO]
+            } else {
+                0
+            };
             let verdict = match proto {
                 wire::PROTO_ICMP => echo_reply(d).map(|()| LOOKUP),
                 wire::PROTO_UDP

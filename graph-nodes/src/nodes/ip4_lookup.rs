@@ -72,18 +72,31 @@ impl Node<ForwardingState> for Ip4Lookup {
 
     fn process(&mut self, cx: &mut Context<'_, ForwardingState>, frame: &mut Frame) -> usize {
         let state = cx.state();
-        let errors = [cx.error_id(NO_ROUTE), cx.error_id(BLACKHOLE), cx.error_id(BAD_OBJECT)];
+        let errors = [
+            cx.error_id(NO_ROUTE),
+            cx.error_id(BLACKHOLE),
+            cx.error_id(BAD_OBJECT),
+        ];
         let bis = frame.as_slice();
         let n = bis.len();
         for (i, &bi) in bis.iter().enumerate() {
             let d = cx.buffers.data(bi);
             // ip4-input guaranteed 20 bytes; be defensive for packets that skipped it.
-            self.dsts[i] = if d.len() >= wire::IP4_HEADER { be32(d, ip4::DST) } else { 0 };
+            self.dsts[i] = if d.len() >= wire::IP4_HEADER {
+                be32(d, ip4::DST)
+            } else {
+                0
+            };
         }
-        state.fib.lookup_batch(&self.dsts[..n], &mut self.results[..n]);
+        state
+            .fib
+            .lookup_batch(&self.dsts[..n], &mut self.results[..n]);
         for (i, &bi) in bis.iter().enumerate() {
             let verdict = (|| {
-                let lb = state.load_balances.get(self.results[i] as usize).ok_or(NO_ROUTE)?;
+                let lb = state
+                    .load_balances
+                    .get(self.results[i] as usize)
+                    .ok_or(NO_ROUTE)?;
                 let adj_index = if lb.buckets.len() == 1 {
                     lb.buckets[0]
                 } else {
@@ -95,7 +108,10 @@ impl Node<ForwardingState> for Ip4Lookup {
                     };
                     lb.buckets[h as usize % lb.buckets.len()]
                 };
-                let adj = state.adjacencies.get(adj_index as usize).ok_or(BAD_OBJECT)?;
+                let adj = state
+                    .adjacencies
+                    .get(adj_index as usize)
+                    .ok_or(BAD_OBJECT)?;
                 let next = match adj.kind {
                     AdjacencyKind::Rewrite => REWRITE,
                     AdjacencyKind::Local => LOCAL,

@@ -41,8 +41,14 @@ impl Node<ForwardingState> for Ip4Rewrite {
             .nexts(&[names::INTERFACE_OUTPUT])
             .errors(&[
                 ("ttl-expired", "TTL would reach zero while forwarding"),
-                ("mtu-exceeded", "longer than the outgoing MTU (fragmentation not supported)"),
-                ("fragmentation-needed", "longer than the outgoing MTU with Don't Fragment set"),
+                (
+                    "mtu-exceeded",
+                    "longer than the outgoing MTU (fragmentation not supported)",
+                ),
+                (
+                    "fragmentation-needed",
+                    "longer than the outgoing MTU with Don't Fragment set",
+                ),
                 ("no-headroom", "no headroom for the L2 header"),
                 ("bad-adjacency", "the adjacency is not a rewrite (a bug)"),
             ])

@@ -69,7 +69,10 @@ impl Node<ForwardingState> for L2Xconnect {
     fn spec(&self) -> NodeSpec {
         NodeSpec::internal(names::L2_XCONNECT)
             .nexts(&[names::INTERFACE_OUTPUT])
-            .errors(&[("no-xconnect", "L2 frame on an interface with no cross-connect")])
+            .errors(&[(
+                "no-xconnect",
+                "L2 frame on an interface with no cross-connect",
+            )])
     }
 
     fn process(&mut self, cx: &mut Context<'_, ForwardingState>, frame: &mut Frame) -> usize {
@@ -85,7 +88,9 @@ impl Node<ForwardingState> for L2Xconnect {
                 Some(tx) => {
                     meta.tx_interface = tx;
                     self.nexts[i] = OUTPUT;
-                    if let (Some(p), Some(b)) = (self.stats.packets.get(rx), self.stats.bytes.get(rx)) {
+                    if let (Some(p), Some(b)) =
+                        (self.stats.packets.get(rx), self.stats.bytes.get(rx))
+                    {
                         bump(p, 1);
                         bump(b, meta.total_length() as u64);
                     }

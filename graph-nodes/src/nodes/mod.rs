@@ -70,7 +70,9 @@ pub fn add_forwarding_nodes(
     tx: Vec<(IfIndex, Box<dyn TxQueue>)>,
 ) -> ForwardingHandles {
     let xc = L2Xconnect::new();
-    let handles = ForwardingHandles { xconnect: xc.stats() };
+    let handles = ForwardingHandles {
+        xconnect: xc.stats(),
+    };
     b.add(EthernetInput::new())
         .add(Ip4Input::new())
         .add(Ip4Lookup::new())

@@ -59,7 +59,10 @@ impl Node<ForwardingState> for Vxlan4Encap {
         NodeSpec::internal(names::VXLAN4_ENCAP)
             .nexts(&[names::IP4_LOOKUP])
             .errors(&[
-                ("no-tunnel", "sent to an interface that is not a VXLAN tunnel"),
+                (
+                    "no-tunnel",
+                    "sent to an interface that is not a VXLAN tunnel",
+                ),
                 ("no-headroom", "no headroom for the outer headers"),
             ])
     }
@@ -150,9 +153,15 @@ impl Node<ForwardingState> for Vxlan4Input {
         NodeSpec::internal(names::VXLAN4_INPUT)
             .nexts(&[names::L2_XCONNECT])
             .errors(&[
-                ("too-short", "too short for VXLAN and an inner Ethernet header"),
+                (
+                    "too-short",
+                    "too short for VXLAN and an inner Ethernet header",
+                ),
                 ("bad-flags", "VXLAN flags without the I (valid VNI) bit"),
-                ("no-tunnel", "no tunnel for this source, destination and VNI"),
+                (
+                    "no-tunnel",
+                    "no tunnel for this source, destination and VNI",
+                ),
             ])
     }
 
@@ -188,7 +197,11 @@ impl Node<ForwardingState> for Vxlan4Input {
                         t
                     }
                 };
-                let iface = state.tunnels.get(t as usize).map(|x| x.interface).ok_or(NO_TUNNEL)?;
+                let iface = state
+                    .tunnels
+                    .get(t as usize)
+                    .map(|x| x.interface)
+                    .ok_or(NO_TUNNEL)?;
                 Ok(iface)
             })();
             match verdict {
@@ -196,7 +209,8 @@ impl Node<ForwardingState> for Vxlan4Input {
                     cx.buffers.advance(bi, ENCAP_LEN);
                     let m = cx.buffers.meta_mut(bi);
                     m.rx_interface = iface;
-                    m.flags &= !(flags::IP4_CHECKSUM_OK | flags::FLOW_HASH_VALID | LOCALLY_ORIGINATED);
+                    m.flags &=
+                        !(flags::IP4_CHECKSUM_OK | flags::FLOW_HASH_VALID | LOCALLY_ORIGINATED);
                     m.l2_offset = m.data_offset();
                     self.nexts[i] = XCONNECT;
                 }
