@@ -4,13 +4,15 @@
 
 mod scenarios;
 
+const SCENARIOS: &str = "dispatch, lpm, graph-ip4, graph-l2xc, vxlan";
+
 use clap::Parser;
 
 /// Runs one benchmark scenario and prints its figures as one JSON line.
 #[derive(Parser)]
 #[command(name = "bench-runner", about)]
 struct Args {
-    /// The scenario: `dispatch`.
+    /// The scenario: dispatch, lpm, graph-ip4, graph-l2xc, vxlan.
     scenario: String,
     /// A short run (under a minute).
     #[arg(long)]
@@ -21,7 +23,11 @@ fn main() -> std::process::ExitCode {
     let args = Args::parse();
     let result = match args.scenario.as_str() {
         "dispatch" => scenarios::dispatch::run(args.quick),
-        other => Err(format!("unknown scenario `{other}` (known: dispatch)")),
+        "lpm" => scenarios::lpm::run(args.quick),
+        "graph-ip4" => scenarios::graphs::ip4(args.quick),
+        "graph-l2xc" => scenarios::graphs::l2xc(args.quick),
+        "vxlan" => scenarios::graphs::vxlan(args.quick),
+        other => Err(format!("unknown scenario `{other}` (known: {SCENARIOS})")),
     };
     match result {
         Ok(json) => {

@@ -125,6 +125,13 @@ impl Region {
         unsafe { std::slice::from_raw_parts(self.base.as_ptr().cast(), self.len / 4) }
     }
 
+    /// The mapping as zero-initialised atomic 16-bit words.
+    pub fn as_atomic_u16(&self) -> &[std::sync::atomic::AtomicU16] {
+        // SAFETY: as for `as_atomic_u32`: page aligned, zero-filled, owned by `self`, and only
+        // accessed through atomics once viewed this way.
+        unsafe { std::slice::from_raw_parts(self.base.as_ptr().cast(), self.len / 2) }
+    }
+
     /// The first byte of the mapping.
     pub fn base(&self) -> NonNull<u8> {
         self.base
@@ -133,6 +140,11 @@ impl Region {
     /// The mapping's length in bytes.
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// Whether the mapping is empty (never: `map` refuses zero bytes).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     /// Whether the mapping is backed by hugepages.

@@ -740,7 +740,7 @@ impl Forwarding {
 
     /// The state as it would be published now.
     pub fn snapshot(&self) -> ForwardingState {
-        let mut tunnel_by_key = HashMap::new();
+        let mut tunnel_by_key = FastMap::default();
         for (i, t) in self.tunnels.iter().enumerate() {
             if let Some(t) = t {
                 // Received packets come from the far end to us.

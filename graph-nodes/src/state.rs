@@ -9,6 +9,32 @@ use crossbeam_queue::ArrayQueue;
 use crate::fib::LpmTable;
 use crate::wire::Mac;
 
+/// A fast hasher for small fixed-size keys the data path looks up (tunnel endpoints): one
+/// multiply per word, no protection against chosen collisions (the keys come from the control
+/// side's configuration, and a lookup key that matches nothing costs one probe).
+#[derive(Default, Clone, Copy)]
+pub struct WordHasher(u64);
+
+impl std::hash::Hasher for WordHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(v as u64);
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(23) ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+/// A `HashMap` with [`WordHasher`].
+pub type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<WordHasher>>;
+
 /// Most interfaces Quiver handles (interface indices are below this).
 pub const MAX_INTERFACES: usize = 4096;
 
@@ -174,7 +200,7 @@ pub struct ForwardingState {
     /// VXLAN tunnels by index.
     pub tunnels: Vec<VxlanTunnel>,
     /// VXLAN tunnels by (outer source, outer destination, VNI) as received.
-    pub tunnel_by_key: HashMap<(u32, u32, u32), u32>,
+    pub tunnel_by_key: FastMap<(u32, u32, u32), u32>,
     /// The UDP port VXLAN is received on.
     pub vxlan_port: u16,
     /// Events for the control side (bounded; the data path never blocks on it).

@@ -26,6 +26,7 @@ fn op() -> impl Strategy<Value = Op> {
     let addr = prop_oneof![
         any::<u32>(),
         (0u32..4, any::<u16>()).prop_map(|(c, x)| 0x0a00_0000 | c << 16 | x as u32),
+        (0u32..4, any::<u16>()).prop_map(|(c, x)| 0xc000_0000 | c << 28 | x as u32),
         (0u32..1024).prop_map(|x| 0xc0a8_0000 | x),
     ];
     prop_oneof![

@@ -59,17 +59,23 @@ impl Node<ForwardingState> for InterfaceOutput {
         let base = cx.error_id(0);
         let bis = frame.as_slice();
         let n = bis.len();
+        // Packets of a frame usually leave by one interface: resolve it once per run.
+        let (mut last_tx, mut last_port) = (u32::MAX, TO_DROP);
         for (i, &bi) in bis.iter().enumerate() {
             let tx = cx.buffers.meta(bi).tx_interface;
-            self.port_of[i] = match state.interface(tx).map(|f| f.kind) {
-                Some(InterfaceKind::Port) => tx,
-                Some(InterfaceKind::Vlan { parent, .. }) => parent,
-                Some(InterfaceKind::Vxlan { .. }) => TO_ENCAP,
-                None => {
-                    cx.buffers.meta_mut(bi).error = base + UNKNOWN_INTERFACE;
-                    TO_DROP
-                }
-            };
+            if tx != last_tx {
+                last_tx = tx;
+                last_port = match state.interface(tx).map(|f| f.kind) {
+                    Some(InterfaceKind::Port) => tx,
+                    Some(InterfaceKind::Vlan { parent, .. }) => parent,
+                    Some(InterfaceKind::Vxlan { .. }) => TO_ENCAP,
+                    None => TO_DROP,
+                };
+            }
+            if last_port == TO_DROP {
+                cx.buffers.meta_mut(bi).error = base + UNKNOWN_INTERFACE;
+            }
+            self.port_of[i] = last_port;
         }
         let mut i = 0;
         while i < n {

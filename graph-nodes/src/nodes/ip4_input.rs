@@ -61,7 +61,7 @@ fn check(d: &[u8], checksum_verified: bool, buffer_total: u32) -> Result<u16, Dr
     if ihl > 5 {
         return Err(Drop::Options);
     }
-    if !checksum_verified && wire::checksum(&d[..wire::IP4_HEADER]) != 0 {
+    if !checksum_verified && !wire::ip4_header_checksum_ok(d) {
         return Err(Drop::BadChecksum);
     }
     let total = be16(d, ip4::TOTAL_LEN);
@@ -106,6 +106,7 @@ impl Node<ForwardingState> for Ip4Input {
 
     fn process(&mut self, cx: &mut Context<'_, ForwardingState>, frame: &mut Frame) -> usize {
         let base = cx.error_id(0);
+        let fib = &cx.state().fib;
         let bis = frame.as_slice();
         for (i, &bi) in bis.iter().enumerate() {
             if let Some(&ahead) = bis.get(i + 4) {
@@ -115,6 +116,8 @@ impl Node<ForwardingState> for Ip4Input {
             let verified = meta.flags & flags::IP4_CHECKSUM_OK != 0;
             match check(d, verified, meta.total_length()) {
                 Ok(total) => {
+                    // Start fetching the FIB entry now; ip4-lookup finds it in cache.
+                    fib.prefetch(be32(d, ip4::DST));
                     self.nexts[i] = LOOKUP;
                     meta.flags |= flags::IP4_CHECKSUM_OK | flags::L3_VALID;
                     meta.l3_offset = meta.data_offset();

@@ -98,7 +98,12 @@ impl Node<ForwardingState> for Ip4Rewrite {
                     let len = adj.header_len as u16;
                     match cx.buffers.prepend(bi, len) {
                         Some(h) => {
-                            h.copy_from_slice(&adj.header[..len as usize]);
+                            // Fixed-size copies inline; the common case is plain Ethernet.
+                            if h.len() == 14 {
+                                h.copy_from_slice(&adj.header[..14]);
+                            } else {
+                                h.copy_from_slice(&adj.header[..h.len()]);
+                            }
                             let m = cx.buffers.meta_mut(bi);
                             m.l2_offset = m.data_offset();
                             self.nexts[i] = OUTPUT;

@@ -15,17 +15,23 @@ const NO_XCONNECT: u16 = 0;
 /// One worker's per-cross-connect counters, indexed by receiving interface. Written only by
 /// that worker; read by anyone.
 pub struct XconnectStats {
-    packets: Box<[AtomicU64]>,
-    bytes: Box<[AtomicU64]>,
+    /// (packets, bytes) per receiving interface, side by side in one cache line.
+    counts: Box<[[AtomicU64; 2]]>,
 }
 
 impl XconnectStats {
     /// Packets and bytes cross-connected from interface `rx`.
     pub fn get(&self, rx: u32) -> (u64, u64) {
-        let i = rx as usize;
-        match (self.packets.get(i), self.bytes.get(i)) {
-            (Some(p), Some(b)) => (p.load(Ordering::Relaxed), b.load(Ordering::Relaxed)),
-            _ => (0, 0),
+        match self.counts.get(rx as usize) {
+            Some([p, b]) => (p.load(Ordering::Relaxed), b.load(Ordering::Relaxed)),
+            None => (0, 0),
+        }
+    }
+
+    fn add(&self, rx: u32, packets: u64, bytes: u64) {
+        if let Some([p, b]) = self.counts.get(rx as usize) {
+            bump(p, packets);
+            bump(b, bytes);
         }
     }
 }
@@ -47,8 +53,9 @@ impl L2Xconnect {
         L2Xconnect {
             nexts: [OUTPUT; FRAME_SIZE],
             stats: Arc::new(XconnectStats {
-                packets: (0..MAX_INTERFACES).map(|_| AtomicU64::new(0)).collect(),
-                bytes: (0..MAX_INTERFACES).map(|_| AtomicU64::new(0)).collect(),
+                counts: (0..MAX_INTERFACES)
+                    .map(|_| [AtomicU64::new(0), AtomicU64::new(0)])
+                    .collect(),
             }),
         }
     }
@@ -81,26 +88,32 @@ impl Node<ForwardingState> for L2Xconnect {
         let n = frame.len();
         let bis = frame.as_slice();
         let mut dropped = false;
+        // Counters are added once per run of packets from one interface (usually a frame).
+        let (mut run_rx, mut run_packets, mut run_bytes) = (u32::MAX, 0u64, 0u64);
+        let mut tx_of_run = u32::MAX;
         for (i, &bi) in bis.iter().enumerate() {
             let meta = cx.buffers.meta_mut(bi);
-            let rx = meta.rx_interface as usize;
-            match xc.get(rx).copied().filter(|&t| t != u32::MAX) {
-                Some(tx) => {
-                    meta.tx_interface = tx;
-                    self.nexts[i] = OUTPUT;
-                    if let (Some(p), Some(b)) =
-                        (self.stats.packets.get(rx), self.stats.bytes.get(rx))
-                    {
-                        bump(p, 1);
-                        bump(b, meta.total_length() as u64);
-                    }
+            let rx = meta.rx_interface;
+            if rx != run_rx {
+                if run_packets > 0 {
+                    self.stats.add(run_rx, run_packets, run_bytes);
                 }
-                None => {
-                    meta.error = no_xc;
-                    self.nexts[i] = Next::DROP;
-                    dropped = true;
-                }
+                (run_rx, run_packets, run_bytes) = (rx, 0, 0);
+                tx_of_run = xc.get(rx as usize).copied().unwrap_or(u32::MAX);
             }
+            if tx_of_run != u32::MAX {
+                meta.tx_interface = tx_of_run;
+                self.nexts[i] = OUTPUT;
+                run_packets += 1;
+                run_bytes += meta.total_length() as u64;
+            } else {
+                meta.error = no_xc;
+                self.nexts[i] = Next::DROP;
+                dropped = true;
+            }
+        }
+        if run_packets > 0 {
+            self.stats.add(run_rx, run_packets, run_bytes);
         }
         if dropped {
             cx.enqueue_to_nexts(&self.nexts[..bis.len()], bis);

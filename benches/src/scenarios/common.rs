@@ -1,0 +1,207 @@
+//! Pieces the graph scenarios share: a bench packet source, a transmit queue that frees, route
+//! generation with the benchmarks' depth mix, and a measuring loop.
+
+use std::sync::Arc;
+
+use dataplane::buffer::BufferPool;
+use dataplane::{
+    Context, Frame, Graph, Next, Node, NodeSpec, TxQueue, WorkerBuffers, WorkerRuntime,
+};
+
+/// xorshift64*: deterministic and cheap.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next 64 random bits.
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}
+
+/// The benchmarks' route depth mix: 16:5% 20:15% 22:20% 24:55% 28:3% 32:2%.
+pub const DEPTH_MIX: [(u8, u32); 6] = [(16, 5), (20, 15), (22, 20), (24, 55), (28, 3), (32, 2)];
+
+/// `n` distinct routes with the depth mix, and `lookups` destinations drawn from them.
+pub fn routes_and_destinations(n: usize, lookups: usize, seed: u64) -> (Vec<(u32, u8)>, Vec<u32>) {
+    let mut rng = Rng(seed);
+    let mut seen = std::collections::HashSet::with_capacity(n);
+    let mut routes = Vec::with_capacity(n);
+    while routes.len() < n {
+        let pick = (rng.next() % 100) as u32;
+        let mut acc = 0;
+        let depth = DEPTH_MIX
+            .iter()
+            .find(|(_, pct)| {
+                acc += pct;
+                pick < acc
+            })
+            .map_or(24, |d| d.0);
+        let prefix = (rng.next() as u32) & graph_nodes::fib::lpm::mask(depth);
+        if seen.insert((prefix, depth)) {
+            routes.push((prefix, depth));
+        }
+    }
+    let dsts = (0..lookups)
+        .map(|_| {
+            let (p, d) = routes[(rng.next() % n as u64) as usize];
+            p | (rng.next() as u32 & !graph_nodes::fib::lpm::mask(d))
+        })
+        .collect();
+    (routes, dsts)
+}
+
+/// An input node making packets from templates (each with the interface it arrives on),
+/// optionally writing a new IPv4 destination into each (checksum fixed incrementally).
+pub struct BenchSource {
+    templates: Vec<(Vec<u8>, u32)>,
+    next_template: usize,
+    destinations: Arc<Vec<u32>>,
+    next_destination: usize,
+}
+
+impl BenchSource {
+    /// Cycles through `templates`; with `destinations`, writes one into each packet's IPv4
+    /// header (at byte 30, after a 14-byte Ethernet header).
+    pub fn new(templates: Vec<(Vec<u8>, u32)>, destinations: Arc<Vec<u32>>) -> Self {
+        BenchSource {
+            templates,
+            next_template: 0,
+            destinations,
+            next_destination: 0,
+        }
+    }
+}
+
+impl<S> Node<S> for BenchSource {
+    fn spec(&self) -> NodeSpec {
+        NodeSpec::input("bench-source").nexts(&["ethernet-input"])
+    }
+
+    fn process(&mut self, cx: &mut Context<'_, S>, frame: &mut Frame) -> usize {
+        let n = cx.buffers.alloc_up_to(frame.spare_mut());
+        for i in 0..n {
+            let bi = frame.spare_mut()[i];
+            let (t, rx) = &self.templates[self.next_template];
+            self.next_template = (self.next_template + 1) % self.templates.len();
+            cx.buffers.set_length(bi, t.len() as u16);
+            let d = cx.buffers.data_mut(bi);
+            d.copy_from_slice(t);
+            if !self.destinations.is_empty() {
+                let dst = self.destinations[self.next_destination];
+                self.next_destination = (self.next_destination + 1) % self.destinations.len();
+                let old = [
+                    u16::from_be_bytes([d[30], d[31]]),
+                    u16::from_be_bytes([d[32], d[33]]),
+                ];
+                d[30..34].copy_from_slice(&dst.to_be_bytes());
+                let mut c = u16::from_be_bytes([d[24], d[25]]);
+                c = graph_nodes::wire::checksum_update(c, old[0], (dst >> 16) as u16);
+                c = graph_nodes::wire::checksum_update(c, old[1], dst as u16);
+                d[24..26].copy_from_slice(&c.to_be_bytes());
+            }
+            cx.buffers.meta_mut(bi).rx_interface = *rx;
+        }
+        frame.set_len(n);
+        cx.enqueue_frame(Next::declared(0), frame);
+        n
+    }
+}
+
+/// A transmit queue that frees everything (the wire).
+pub struct NullTx;
+
+impl TxQueue for NullTx {
+    fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[u32]) -> usize {
+        buffers.free(packets);
+        packets.len()
+    }
+}
+
+/// Warms up, then runs passes until `packets` have been produced; returns the counters of the
+/// measured part and the seconds it took.
+pub fn measure<S>(
+    graph: &mut Graph<S>,
+    buffers: &mut WorkerBuffers,
+    state: &S,
+    packets: u64,
+) -> (WorkerRuntime, f64) {
+    for _ in 0..2000 {
+        graph.run_pass(buffers, state);
+    }
+    let h = graph.handle();
+    h.clear_counters();
+    let t0 = std::time::Instant::now();
+    let mut moved = 0u64;
+    while moved < packets {
+        moved += graph.run_pass(buffers, state) as u64;
+    }
+    (h.runtime(), t0.elapsed().as_secs_f64())
+}
+
+/// Clocks per packet of each named node, and their sum.
+pub fn node_clocks(rt: &WorkerRuntime, nodes: &[&str]) -> (serde_json::Value, f64) {
+    let mut map = serde_json::Map::new();
+    let mut sum = 0.0;
+    for n in nodes {
+        let c = rt.node(n).map_or(0.0, |x| x.clocks_per_packet());
+        sum += c;
+        map.insert(n.to_string(), serde_json::json!(c));
+    }
+    (serde_json::Value::Object(map), sum)
+}
+
+/// A pool big enough for the graph benches.
+pub fn pool() -> Result<Arc<BufferPool>, String> {
+    BufferPool::new(&dataplane::BufferPoolConfig {
+        buffers: 16384,
+        ..Default::default()
+    })
+    .map_err(|e| e.to_string())
+}
+
+/// Fails when the graph left buffers behind or dropped packets.
+pub fn check_clean(pool: &BufferPool, rt: &WorkerRuntime) -> Result<(), String> {
+    let drops: u64 = rt
+        .errors
+        .iter()
+        .filter(|e| {
+            !matches!(
+                e.name.as_str(),
+                "echo-replies" | "requests-answered" | "requests-sent"
+            )
+        })
+        .map(|e| e.count)
+        .sum();
+    if drops > 0 {
+        return Err(format!(
+            "the bench graph dropped packets:\n{}",
+            rt.format_errors()
+        ));
+    }
+    let _ = pool;
+    Ok(())
+}
+
+/// A 64-byte Ethernet / IPv4 / UDP frame from 10.0.0.2 to `dst`, to `dst_mac`.
+pub fn udp_frame(dst_mac: [u8; 6], dst: u32) -> Vec<u8> {
+    let mut f = vec![0u8; 64];
+    f[..6].copy_from_slice(&dst_mac);
+    f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 0x99]);
+    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+    let ip = &mut f[14..34];
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&50u16.to_be_bytes());
+    ip[8] = 64;
+    ip[9] = 17;
+    ip[12..16].copy_from_slice(&[10, 0, 0, 2]);
+    ip[16..20].copy_from_slice(&dst.to_be_bytes());
+    let c = graph_nodes::wire::checksum(ip);
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    f[34..36].copy_from_slice(&1024u16.to_be_bytes());
+    f[36..38].copy_from_slice(&4321u16.to_be_bytes());
+    f[38..40].copy_from_slice(&30u16.to_be_bytes());
+    f
+}

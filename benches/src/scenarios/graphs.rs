@@ -1,0 +1,318 @@
+//! In-process graph scenarios, one worker on one pinned core, 64-byte frames:
+//! `graph-ip4` (1M routes), `graph-l2xc`, and `vxlan` (1000 tunnels, encap then decap).
+//! Per-node clocks come from the runtime counters `quiver` prints as `show runtime`.
+
+use std::sync::Arc;
+
+use dataplane::memory::HugepagePolicy;
+use dataplane::{cycles, GraphBuilder, TxQueue};
+use graph_nodes::{add_forwarding_nodes, names, FibConfig, Forwarding, LocalState, Path};
+use serde_json::json;
+
+use super::common::*;
+
+const MAC_IN: [u8; 6] = [2, 0, 0, 0, 0, 1];
+const MAC_OUT: [u8; 6] = [2, 0, 0, 0, 0, 2];
+const NEXT_HOP: [u8; 6] = [2, 0, 0, 0, 0, 0xfe];
+
+fn ip(a: u8, b: u8, c: u8, d: u8) -> u32 {
+    u32::from_be_bytes([a, b, c, d])
+}
+
+fn fib() -> Result<Forwarding, String> {
+    Forwarding::new(FibConfig {
+        long_prefix_groups: 65536,
+        hugepages: HugepagePolicy::Auto,
+    })
+    .map_err(|e| e.to_string())
+}
+
+/// `graph-ip4`: ethernet-input → ip4-input → ip4-lookup → ip4-rewrite → interface-output over 1M
+/// routes, destinations drawn from the routes.
+pub fn ip4(quick: bool) -> Result<String, String> {
+    let core = super::pin_to_last_core()?;
+    let packets = if quick { 20_000_000 } else { 100_000_000 };
+    let (routes, dsts) = routes_and_destinations(1_000_000, 4_000_000, 0xfeed);
+    let mut fwd = fib()?;
+    let eth0 = fwd
+        .add_port("eth0", MAC_IN, 1500)
+        .map_err(|e| e.to_string())?;
+    let eth1 = fwd
+        .add_port("eth1", MAC_OUT, 1500)
+        .map_err(|e| e.to_string())?;
+    fwd.add_address(eth0, ip(10, 0, 0, 1), 24)
+        .map_err(|e| e.to_string())?;
+    fwd.add_address(eth1, ip(10, 0, 1, 1), 24)
+        .map_err(|e| e.to_string())?;
+    let hops: Vec<Path> = (0..8u8)
+        .map(|k| {
+            let mut mac = NEXT_HOP;
+            mac[4] = k;
+            let nh = ip(10, 0, 1, 10 + k);
+            fwd.add_neighbor(eth1, nh, mac).map(|_| Path {
+                next_hop: nh,
+                interface: eth1,
+            })
+        })
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    let t0 = std::time::Instant::now();
+    for (i, &(p, l)) in routes.iter().enumerate() {
+        fwd.add_route(p, l, &[hops[i % hops.len()]])
+            .map_err(|e| e.to_string())?;
+    }
+    let local = LocalState::default();
+    fwd.commit(&local).map_err(|e| e.to_string())?;
+    let load_s = t0.elapsed().as_secs_f64();
+    eprintln!(
+        "graph-ip4: {} routes loaded and committed in {load_s:.2} s; core {core}",
+        routes.len()
+    );
+    let state = local.current();
+    let pool = pool()?;
+    let mut buffers = pool.worker_buffers();
+    let mut b = GraphBuilder::new();
+    b.add(BenchSource::new(
+        vec![(udp_frame(MAC_IN, 0), eth0)],
+        Arc::new(dsts),
+    ));
+    add_forwarding_nodes(&mut b, vec![(eth1, Box::new(NullTx) as Box<dyn TxQueue>)]);
+    let mut g = b.build().map_err(|e| e.to_string())?;
+    let (rt, secs) = measure(&mut g, &mut buffers, &state, packets);
+    g.shutdown(&mut buffers, &state);
+    check_clean(&pool, &rt)?;
+    let nodes = [
+        names::ETHERNET_INPUT,
+        names::IP4_INPUT,
+        names::IP4_LOOKUP,
+        names::IP4_REWRITE,
+        names::INTERFACE_OUTPUT,
+    ];
+    let (per_node, sum) = node_clocks(&rt, &nodes);
+    eprintln!("{}", rt.format_runtime(cycles::tsc_hz()));
+    eprintln!("  nodes: {sum:.1} clocks/packet (VPP on Skylake, published: 110.5)");
+    Ok(json!({
+        "scenario": "graph-ip4",
+        "routes": routes.len(),
+        "packets": rt.worker_loop.busy_packets,
+        "mpps": rt.worker_loop.busy_packets as f64 / secs / 1e6,
+        "cycles_per_packet": sum,
+        "per_node": per_node,
+        "busy_cycles_per_packet_with_source": rt.worker_loop.busy_cycles_per_packet(),
+        "route_load_seconds": load_s,
+        "tsc_hz": cycles::tsc_hz(),
+        "reference": { "name": "VPP per-node clocks on Skylake (published): ethernet-input 15.6 + ip4-input 19.5 + ip4-lookup 28.8 + ip4-rewrite 35.3 + interface-output 11.3", "cycles_per_packet": 110.5 },
+        "ratio": sum / 110.5,
+    })
+    .to_string())
+}
+
+/// `graph-l2xc`: ethernet-input → l2-xconnect → interface-output.
+pub fn l2xc(quick: bool) -> Result<String, String> {
+    let core = super::pin_to_last_core()?;
+    let packets = if quick { 30_000_000 } else { 200_000_000 };
+    let mut fwd = fib()?;
+    let eth0 = fwd
+        .add_port("eth0", MAC_IN, 1500)
+        .map_err(|e| e.to_string())?;
+    let eth1 = fwd
+        .add_port("eth1", MAC_OUT, 1500)
+        .map_err(|e| e.to_string())?;
+    fwd.cross_connect(eth0, eth1).map_err(|e| e.to_string())?;
+    let local = LocalState::default();
+    fwd.commit(&local).map_err(|e| e.to_string())?;
+    let state = local.current();
+    let pool = pool()?;
+    let mut buffers = pool.worker_buffers();
+    let mut b = GraphBuilder::new();
+    b.add(BenchSource::new(
+        vec![(udp_frame(NEXT_HOP, ip(10, 0, 1, 1)), eth0)],
+        Arc::new(Vec::new()),
+    ));
+    add_forwarding_nodes(&mut b, vec![(eth1, Box::new(NullTx) as Box<dyn TxQueue>)]);
+    let mut g = b.build().map_err(|e| e.to_string())?;
+    eprintln!("graph-l2xc: {packets} packets, core {core}");
+    let (rt, secs) = measure(&mut g, &mut buffers, &state, packets);
+    g.shutdown(&mut buffers, &state);
+    check_clean(&pool, &rt)?;
+    let (per_node, sum) = node_clocks(
+        &rt,
+        &[
+            names::ETHERNET_INPUT,
+            names::L2_XCONNECT,
+            names::INTERFACE_OUTPUT,
+        ],
+    );
+    eprintln!("{}", rt.format_runtime(cycles::tsc_hz()));
+    Ok(json!({
+        "scenario": "graph-l2xc",
+        "packets": rt.worker_loop.busy_packets,
+        "mpps": rt.worker_loop.busy_packets as f64 / secs / 1e6,
+        "cycles_per_packet": sum,
+        "per_node": per_node,
+        "busy_cycles_per_packet_with_source": rt.worker_loop.busy_cycles_per_packet(),
+        "tsc_hz": cycles::tsc_hz(),
+        "reference": { "name": "VPP l2 xconnect incl. DPDK I/O (CSIT 17.07, Haswell 2.3 GHz, published)", "cycles_per_packet": 164.0 },
+        "ratio": sum / 164.0,
+    })
+    .to_string())
+}
+
+/// `vxlan`: 1000 L2 ports each cross-connected to its own tunnel. Encap: port → l2-xconnect →
+/// vxlan4-encap → routed out of the uplink. Decap: the far ends' packets in on the uplink →
+/// ip4-local → vxlan4-input → l2-xconnect → the port.
+pub fn vxlan(quick: bool) -> Result<String, String> {
+    const TUNNELS: u32 = 1000;
+    let core = super::pin_to_last_core()?;
+    let packets = if quick { 10_000_000 } else { 50_000_000 };
+    let mut fwd = fib()?;
+    let uplink = fwd
+        .add_port("uplink", MAC_OUT, 9000)
+        .map_err(|e| e.to_string())?;
+    let our_ip = ip(192, 168, 0, 1);
+    fwd.add_address(uplink, our_ip, 16)
+        .map_err(|e| e.to_string())?;
+    let mut ports = Vec::new();
+    for t in 0..TUNNELS {
+        let far = ip(192, 168, 1 + (t / 250) as u8, 1 + (t % 250) as u8);
+        let mut mac = NEXT_HOP;
+        mac[3] = (t >> 8) as u8;
+        mac[4] = t as u8;
+        fwd.add_neighbor(uplink, far, mac)
+            .map_err(|e| e.to_string())?;
+        let port = fwd
+            .add_port(
+                &format!("l2-{t}"),
+                [2, 1, 0, 0, (t >> 8) as u8, t as u8],
+                1500,
+            )
+            .map_err(|e| e.to_string())?;
+        let tun = fwd
+            .add_vxlan_tunnel(&format!("vxlan{t}"), our_ip, far, 1000 + t, 4789)
+            .map_err(|e| e.to_string())?;
+        fwd.cross_connect(port, tun).map_err(|e| e.to_string())?;
+        ports.push((port, far, 1000 + t));
+    }
+    let local = LocalState::default();
+    fwd.commit(&local).map_err(|e| e.to_string())?;
+    let state = local.current();
+    let pool = pool()?;
+    let mut buffers = pool.worker_buffers();
+    let tx = || {
+        let mut v: Vec<(u32, Box<dyn TxQueue>)> = vec![(uplink, Box::new(NullTx))];
+        v.extend(
+            ports
+                .iter()
+                .map(|&(p, _, _)| (p, Box::new(NullTx) as Box<dyn TxQueue>)),
+        );
+        v
+    };
+    eprintln!("vxlan: {TUNNELS} tunnels, {packets} packets each way, core {core}");
+
+    // Encapsulation.
+    let inner: Vec<(Vec<u8>, u32)> = ports
+        .iter()
+        .enumerate()
+        .map(|(k, &(p, _, _))| {
+            (
+                udp_frame([2, 9, 9, 9, 9, 9], ip(172, 16, (k / 256) as u8, k as u8)),
+                p,
+            )
+        })
+        .collect();
+    let mut b = GraphBuilder::new();
+    b.add(BenchSource::new(inner, Arc::new(Vec::new())));
+    add_forwarding_nodes(&mut b, tx());
+    let mut g = b.build().map_err(|e| e.to_string())?;
+    let (enc, enc_secs) = measure(&mut g, &mut buffers, &state, packets);
+    g.shutdown(&mut buffers, &state);
+    check_clean(&pool, &enc)?;
+    eprintln!("encap:\n{}", enc.format_runtime(cycles::tsc_hz()));
+
+    // Decapsulation: what each far end would send us.
+    let outer: Vec<(Vec<u8>, u32)> = ports
+        .iter()
+        .map(|&(_, far, vni)| {
+            let inner = udp_frame([2, 8, 8, 8, 8, 8], ip(172, 17, 0, 1));
+            let mut f = vec![0u8; 14 + 36];
+            f[..6].copy_from_slice(&MAC_OUT);
+            f[6..12].copy_from_slice(&NEXT_HOP);
+            f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+            let ipl = (36 + inner.len()) as u16;
+            f[14] = 0x45;
+            f[16..18].copy_from_slice(&ipl.to_be_bytes());
+            f[22] = 64;
+            f[23] = 17;
+            f[26..30].copy_from_slice(&far.to_be_bytes());
+            f[30..34].copy_from_slice(&our_ip.to_be_bytes());
+            let c = graph_nodes::wire::checksum(&f[14..34]);
+            f[24..26].copy_from_slice(&c.to_be_bytes());
+            f[34..36].copy_from_slice(&50000u16.to_be_bytes());
+            f[36..38].copy_from_slice(&4789u16.to_be_bytes());
+            f[38..40].copy_from_slice(&(ipl - 20).to_be_bytes());
+            f[42] = 0x08;
+            f[46..49].copy_from_slice(&vni.to_be_bytes()[1..]);
+            f.extend_from_slice(&inner);
+            (f, uplink)
+        })
+        .collect();
+    let mut b = GraphBuilder::new();
+    b.add(BenchSource::new(outer, Arc::new(Vec::new())));
+    add_forwarding_nodes(&mut b, tx());
+    let mut g = b.build().map_err(|e| e.to_string())?;
+    let (dec, dec_secs) = measure(&mut g, &mut buffers, &state, packets);
+    g.shutdown(&mut buffers, &state);
+    check_clean(&pool, &dec)?;
+    eprintln!("decap:\n{}", dec.format_runtime(cycles::tsc_hz()));
+
+    let enc_nodes = [
+        names::ETHERNET_INPUT,
+        names::L2_XCONNECT,
+        names::INTERFACE_OUTPUT,
+        names::VXLAN4_ENCAP,
+        names::IP4_LOOKUP,
+        names::IP4_REWRITE,
+    ];
+    let dec_nodes = [
+        names::ETHERNET_INPUT,
+        names::IP4_INPUT,
+        names::IP4_LOOKUP,
+        names::IP4_LOCAL,
+        names::VXLAN4_INPUT,
+        names::L2_XCONNECT,
+        names::INTERFACE_OUTPUT,
+    ];
+    let (enc_per_node, enc_sum) = node_clocks(&enc, &enc_nodes);
+    let (dec_per_node, dec_sum) = node_clocks(&dec, &dec_nodes);
+    // interface-output runs twice per encapsulated packet (tunnel, then uplink): per-node clocks
+    // divide by the packets it saw, so count its share per original packet.
+    let io = enc.node(names::INTERFACE_OUTPUT).map_or(0.0, |n| {
+        n.cycles as f64 / enc.worker_loop.busy_packets as f64
+    });
+    let enc_total = enc_sum
+        - enc
+            .node(names::INTERFACE_OUTPUT)
+            .map_or(0.0, |n| n.clocks_per_packet())
+        + io;
+    let encap = enc
+        .node(names::VXLAN4_ENCAP)
+        .map_or(0.0, |n| n.clocks_per_packet());
+    let decap = dec
+        .node(names::VXLAN4_INPUT)
+        .map_or(0.0, |n| n.clocks_per_packet());
+    Ok(json!({
+        "scenario": "vxlan",
+        "tunnels": TUNNELS,
+        "packets": enc.worker_loop.busy_packets + dec.worker_loop.busy_packets,
+        "mpps": { "encap": enc.worker_loop.busy_packets as f64 / enc_secs / 1e6, "decap": dec.worker_loop.busy_packets as f64 / dec_secs / 1e6 },
+        "cycles_per_packet": encap,
+        "vxlan4_input_cycles_per_packet": decap,
+        "encap_path_cycles_per_packet": enc_total,
+        "decap_path_cycles_per_packet": dec_sum,
+        "per_node": { "encap": enc_per_node, "decap": dec_per_node },
+        "tsc_hz": cycles::tsc_hz(),
+        "reference": { "name": "VPP ip4 vxlan l2xc incl. DPDK I/O (CSIT 17.07, published)", "cycles_per_packet": 323.0 },
+        "ratio": enc_total / 323.0,
+    })
+    .to_string())
+}
