@@ -747,7 +747,18 @@ impl Forwarding {
                 tunnel_by_key.insert((t.dst, t.src, t.vni), i as u32);
             }
         }
+        let tx_class = self
+            .interfaces
+            .iter()
+            .map(|i| match i.as_ref().map(|i| (i.index, i.kind)) {
+                Some((i, InterfaceKind::Port)) => TxClass::port(i),
+                Some((_, InterfaceKind::Vlan { parent, .. })) => TxClass::vlan(parent),
+                Some((_, InterfaceKind::Vxlan { tunnel })) => TxClass::vxlan(tunnel),
+                None => TxClass::NONE,
+            })
+            .collect();
         ForwardingState {
+            tx_class,
             interfaces: self.interfaces.clone(),
             xconnect: self.xconnect.clone(),
             fib: self.lpm.table().clone(),

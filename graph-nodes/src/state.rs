@@ -151,9 +151,16 @@ pub struct LoadBalance {
     pub buckets: Box<[u32]>,
 }
 
-/// A VXLAN tunnel (RFC 7348) over IPv4.
+/// A VXLAN tunnel (RFC 7348) over IPv4. The header the data path copies comes first, so that
+/// one cache line holds what encapsulation reads.
 #[derive(Debug, Clone)]
+#[repr(C, align(64))]
 pub struct VxlanTunnel {
+    /// The outer IPv4 + UDP + VXLAN header, with IPv4 total length, checksum, UDP source port
+    /// and length zero (filled per packet).
+    pub header: [u8; 36],
+    /// The ones'-complement sum of `header`'s IPv4 part (without length and checksum).
+    pub ip_sum: u32,
     /// The tunnel's L2 interface.
     pub interface: IfIndex,
     /// Our underlay address.
@@ -164,11 +171,42 @@ pub struct VxlanTunnel {
     pub vni: u32,
     /// The far end's UDP port.
     pub dst_port: u16,
-    /// The outer IPv4 + UDP + VXLAN header, with IPv4 total length, checksum, UDP source port
-    /// and length zero (filled per packet).
-    pub header: [u8; 36],
-    /// The ones'-complement sum of `header`'s IPv4 part (without length and checksum).
-    pub ip_sum: u32,
+}
+
+/// How `interface-output` reaches an interface, packed in one word per interface so that the
+/// per-packet lookup touches a small array: the kind in the top two bits, an index below.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxClass(u32);
+
+impl TxClass {
+    const INDEX: u32 = (1 << 30) - 1;
+    /// No such interface.
+    pub const NONE: TxClass = TxClass(u32::MAX);
+
+    /// A port: transmit on its own queue.
+    pub fn port(i: IfIndex) -> TxClass {
+        TxClass(i & Self::INDEX)
+    }
+    /// A VLAN sub-interface: transmit on its parent port's queue.
+    pub fn vlan(parent: IfIndex) -> TxClass {
+        TxClass(1 << 30 | (parent & Self::INDEX))
+    }
+    /// A VXLAN tunnel: encapsulate with tunnel `t`.
+    pub fn vxlan(t: u32) -> TxClass {
+        TxClass(2 << 30 | (t & Self::INDEX))
+    }
+
+    /// The port whose queue sends for this interface, if it is a port or a VLAN.
+    #[inline(always)]
+    pub fn queue(self) -> Option<IfIndex> {
+        (self.0 >> 30 <= 1).then_some(self.0 & Self::INDEX)
+    }
+
+    /// The tunnel, if this is a VXLAN interface.
+    #[inline(always)]
+    pub fn tunnel(self) -> Option<u32> {
+        (self.0 >> 30 == 2).then_some(self.0 & Self::INDEX)
+    }
 }
 
 /// Something the data path tells the control side.
@@ -189,6 +227,8 @@ pub enum DataplaneEvent {
 pub struct ForwardingState {
     /// Interfaces by index.
     pub interfaces: Vec<Option<Interface>>,
+    /// How to transmit on each interface (by index).
+    pub tx_class: Vec<TxClass>,
     /// L2 cross-connects: `xconnect[rx] = tx` (`u32::MAX`: none).
     pub xconnect: Vec<IfIndex>,
     /// The FIB's longest-prefix-match table: destination → load-balance index.
@@ -208,6 +248,15 @@ pub struct ForwardingState {
 }
 
 impl ForwardingState {
+    /// How to transmit on interface `i`.
+    #[inline(always)]
+    pub fn tx_class(&self, i: IfIndex) -> TxClass {
+        self.tx_class
+            .get(i as usize)
+            .copied()
+            .unwrap_or(TxClass::NONE)
+    }
+
     /// The interface `i`, if it exists.
     #[inline(always)]
     pub fn interface(&self, i: IfIndex) -> Option<&Interface> {

@@ -111,6 +111,19 @@ impl BufferMeta {
         (self.flags & flags::NEXT_PRESENT != 0).then_some(self.next)
     }
 
+    /// Drops `n` bytes from the front of the packet (a header consumed); `false`, changing
+    /// nothing, when the buffer holds fewer. Shrinking the window keeps it inside the buffer, so
+    /// this needs no buffer geometry (see `WorkerBuffers::advance`).
+    #[inline(always)]
+    pub fn advance(&mut self, n: u16) -> bool {
+        if self.length < n {
+            return false;
+        }
+        self.data_offset += n;
+        self.length -= n;
+        true
+    }
+
     /// Whether the packet is traced.
     #[inline]
     pub fn is_traced(&self) -> bool {

@@ -213,26 +213,28 @@ impl WorkerBuffers {
     /// `None`, changing nothing, when the headroom is too small.
     #[inline]
     pub fn prepend(&mut self, bi: u32, n: u16) -> Option<&mut [u8]> {
-        let meta = self.meta_mut(bi);
+        let meta_ptr = self.meta_ptr(bi);
+        // SAFETY: in bounds and owned by this worker (see `meta_mut`); the reference ends before
+        // the data slice below is made.
+        let meta = unsafe { &mut *meta_ptr };
         if meta.data_offset < n || meta.length as u32 + n as u32 > u16::MAX as u32 {
             return None;
         }
         meta.data_offset -= n;
         meta.length += n;
-        Some(&mut self.data_mut(bi)[..n as usize])
+        let off = meta.data_offset as usize;
+        // SAFETY: `off + n` is within the old window's start, itself within the area (the
+        // window never leaves it); the area follows the metadata in the same stride.
+        Some(unsafe {
+            std::slice::from_raw_parts_mut(meta_ptr.cast::<u8>().add(64 + off), n as usize)
+        })
     }
 
     /// Drops `n` bytes from the front of the packet (a header consumed). `false`, changing
     /// nothing, when the buffer holds fewer.
     #[inline]
     pub fn advance(&mut self, bi: u32, n: u16) -> bool {
-        let meta = self.meta_mut(bi);
-        if meta.length < n {
-            return false;
-        }
-        meta.data_offset += n;
-        meta.length -= n;
-        true
+        self.meta_mut(bi).advance(n)
     }
 
     /// Moves the front of the packet back by `n` bytes, re-exposing a header that `advance`

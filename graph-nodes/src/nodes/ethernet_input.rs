@@ -131,10 +131,9 @@ impl Node<ForwardingState> for EthernetInput {
                 Ok((next, header)) => {
                     self.nexts[i] = next;
                     if header > 0 {
-                        cx.buffers.advance(bi, header);
-                        let m = cx.buffers.meta_mut(bi);
-                        m.l3_offset = m.data_offset();
-                        m.flags |= flags::L3_VALID;
+                        meta.advance(header);
+                        meta.l3_offset = meta.data_offset();
+                        meta.flags |= flags::L3_VALID;
                     }
                 }
                 Err(code) => {

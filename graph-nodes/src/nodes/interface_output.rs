@@ -5,7 +5,7 @@
 use dataplane::{Context, Frame, Next, Node, NodeSpec, TxQueue, FRAME_SIZE};
 
 use super::names;
-use crate::state::{ForwardingState, IfIndex, InterfaceKind};
+use crate::state::{ForwardingState, IfIndex};
 
 const ENCAP: Next = Next::declared(0);
 
@@ -65,11 +65,11 @@ impl Node<ForwardingState> for InterfaceOutput {
             let tx = cx.buffers.meta(bi).tx_interface;
             if tx != last_tx {
                 last_tx = tx;
-                last_port = match state.interface(tx).map(|f| f.kind) {
-                    Some(InterfaceKind::Port) => tx,
-                    Some(InterfaceKind::Vlan { parent, .. }) => parent,
-                    Some(InterfaceKind::Vxlan { .. }) => TO_ENCAP,
-                    None => TO_DROP,
+                let class = state.tx_class(tx);
+                last_port = match (class.queue(), class.tunnel()) {
+                    (Some(port), _) => port,
+                    (None, Some(_)) => TO_ENCAP,
+                    (None, None) => TO_DROP,
                 };
             }
             if last_port == TO_DROP {

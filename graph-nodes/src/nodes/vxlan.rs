@@ -6,7 +6,7 @@ use dataplane::buffer::flags;
 use dataplane::{Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
 use super::{names, LOCALLY_ORIGINATED};
-use crate::state::{ForwardingState, InterfaceKind};
+use crate::state::ForwardingState;
 use crate::wire::{self, be16, be32, ip4};
 
 /// Bytes the encapsulation adds before the outer Ethernet header.
@@ -74,38 +74,48 @@ impl Node<ForwardingState> for Vxlan4Encap {
         let n = frame.len();
         let bis = frame.as_slice();
         let mut dropped = false;
+        let (mut last_tx, mut tunnel) = (u32::MAX, None);
         for (i, &bi) in bis.iter().enumerate() {
             if let Some(&ahead) = bis.get(i + 4) {
                 cx.buffers.prefetch_data(ahead);
             }
-            let tx = cx.buffers.meta(bi).tx_interface;
-            let tunnel = match state.interface(tx).map(|f| f.kind) {
-                Some(InterfaceKind::Vxlan { tunnel }) => state.tunnels.get(tunnel as usize),
-                _ => None,
-            };
+            let (meta, inner) = cx.buffers.meta_and_data_mut(bi);
+            let tx = meta.tx_interface;
+            if tx != last_tx {
+                last_tx = tx;
+                tunnel = state
+                    .tx_class(tx)
+                    .tunnel()
+                    .and_then(|t| state.tunnels.get(t as usize));
+            }
             let Some(t) = tunnel else {
-                cx.buffers.meta_mut(bi).error = base + NO_TUNNEL;
+                meta.error = base + NO_TUNNEL;
                 self.nexts[i] = Next::DROP;
                 dropped = true;
                 continue;
             };
-            let inner_len = cx.buffers.meta(bi).total_length();
-            let (sport, hash) = source_port(cx.buffers.data(bi));
-            let Some(h) = cx.buffers.prepend(bi, ENCAP_LEN) else {
+            let inner_len = meta.total_length();
+            let (sport, hash) = source_port(inner);
+            meta.flow_hash = hash;
+            meta.flags |= flags::FLOW_HASH_VALID | flags::IP4_CHECKSUM_OK | LOCALLY_ORIGINATED;
+            // `prepend` returns exactly ENCAP_LEN bytes; as an array the copy is inlined.
+            let Some(h) = cx
+                .buffers
+                .prepend(bi, ENCAP_LEN)
+                .and_then(|h| <&mut [u8; ENCAP_LEN as usize]>::try_from(h).ok())
+            else {
                 cx.buffers.meta_mut(bi).error = base + NO_HEADROOM;
                 self.nexts[i] = Next::DROP;
                 dropped = true;
                 continue;
             };
-            h.copy_from_slice(&t.header);
+            *h = t.header;
             let ip_len = (inner_len + ENCAP_LEN as u32) as u16;
             wire::put16(h, ip4::TOTAL_LEN, ip_len);
             wire::put16(h, ip4::CHECKSUM, wire::fold(t.ip_sum + ip_len as u32));
             wire::put16(h, wire::IP4_HEADER, sport);
             wire::put16(h, wire::IP4_HEADER + 4, ip_len - wire::IP4_HEADER as u16);
             let m = cx.buffers.meta_mut(bi);
-            m.flow_hash = hash;
-            m.flags |= flags::FLOW_HASH_VALID | flags::IP4_CHECKSUM_OK | LOCALLY_ORIGINATED;
             m.l3_offset = m.data_offset();
         }
         if dropped {
