@@ -128,7 +128,7 @@ pub struct StatsSection {
 pub struct DemoSection {
     /// Packets per second per worker (0: as fast as the worker can).
     pub rate_pps: u64,
-    /// Frame size in bytes (60 to 9000).
+    /// Frame size in bytes (60 to 1514: the demo's ports have a 1500-byte MTU).
     pub frame_size: usize,
 }
 
@@ -187,9 +187,9 @@ impl Config {
             path: "<config>".into(),
             source,
         })?;
-        if !(60..=9000).contains(&cfg.demo.frame_size) {
+        if !(60..=1514).contains(&cfg.demo.frame_size) {
             return Err(ConfigError::Invalid(format!(
-                "demo.frame_size {} is outside 60..=9000",
+                "demo.frame_size {} is outside 60..=1514",
                 cfg.demo.frame_size
             )));
         }

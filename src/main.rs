@@ -4,13 +4,13 @@ mod config;
 mod demo;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
-use dataplane::harness::SinkReport;
 use dataplane::{BufferPool, Dataplane, RuntimeSnapshot, WorkerConfig};
+use graph_nodes::{FibConfig, LocalState};
 
 use crate::config::Config;
 
@@ -24,8 +24,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Start the data plane. Without ports configured (ports arrive with the driver and memif
-    /// work), every worker runs the built-in demo: a packet source → mac-swap → a sink.
+    /// Start the data plane. Until ports can be configured (they arrive with the driver and
+    /// memif work), every worker runs the built-in demo: UDP traffic routed through the real
+    /// forwarding graph between two in-memory ports, with a few bad frames to show drop reasons.
     Run(RunArgs),
 }
 
@@ -106,23 +107,33 @@ fn run(args: RunArgs) -> Result<(), String> {
         hugepages = pool.is_hugepage_backed(),
         "buffer pool ready"
     );
-    let sinks: Arc<Mutex<Vec<Arc<SinkReport>>>> = Arc::default();
-    let collect = sinks.clone();
+    let mut topo = demo::topology(FibConfig {
+        hugepages: cfg.buffers.pool_config().hugepages,
+        ..FibConfig::default()
+    })
+    .map_err(|e| e.to_string())?;
+    let boot = LocalState::default();
+    topo.forwarding.commit(&boot).map_err(|e| e.to_string())?;
+    let delivered = Arc::new(AtomicU64::new(0));
     let (rate, size) = (cfg.demo.rate_pps, cfg.demo.frame_size);
+    let ports = (topo.ingress, topo.egress);
     tracing::info!(
         rate_pps = rate,
         frame_size = size,
-        "no ports configured: running the built-in demo graph"
+        routes = topo.forwarding.route_count(),
+        "no ports configured: running the built-in demo (routed traffic between two in-memory ports)"
     );
     let workers = WorkerConfig {
         cores,
         idle: cfg.dataplane.idle.into(),
     };
-    let dp = Dataplane::start(&workers, pool.clone(), (), move |init| {
-        let (graph, report) = demo::build(init, rate, size);
-        collect.lock().map_err(|e| e.to_string())?.push(report);
-        Ok(graph)
-    })
+    let counter = delivered.clone();
+    let dp = Dataplane::start(
+        &workers,
+        pool.clone(),
+        topo.forwarding.snapshot(),
+        move |init| demo::build(init, ports, rate, size, counter.clone()),
+    )
     .map_err(|e| e.to_string())?;
 
     let started = Instant::now();
@@ -136,10 +147,10 @@ fn run(args: RunArgs) -> Result<(), String> {
         dp.reclaim();
         if let (Some(at), Some(every)) = (next_report, interval) {
             if Instant::now() >= at {
-                let received = total(&sinks);
+                let received = delivered.load(Ordering::Relaxed);
                 let secs = last.0.elapsed().as_secs_f64();
                 println!(
-                    "--- {:.0}s: {:.2} Mpps through the graph",
+                    "--- {:.0}s: {:.2} Mpps forwarded",
                     started.elapsed().as_secs_f64(),
                     (received - last.1) as f64 / secs / 1e6
                 );
@@ -152,30 +163,17 @@ fn run(args: RunArgs) -> Result<(), String> {
     let elapsed = started.elapsed();
     let runtime = dp.runtime();
     dp.stop();
-    summary(&runtime, &sinks, elapsed, &pool);
+    summary(&runtime, delivered.load(Ordering::Relaxed), elapsed, &pool);
     Ok(())
 }
 
-fn total(sinks: &Mutex<Vec<Arc<SinkReport>>>) -> u64 {
-    sinks
-        .lock()
-        .map(|s| s.iter().map(|r| r.packets()).sum())
-        .unwrap_or(0)
-}
-
-fn summary(
-    runtime: &RuntimeSnapshot,
-    sinks: &Mutex<Vec<Arc<SinkReport>>>,
-    elapsed: Duration,
-    pool: &BufferPool,
-) {
-    let packets = total(sinks);
+fn summary(runtime: &RuntimeSnapshot, packets: u64, elapsed: Duration, pool: &BufferPool) {
     let sum = runtime.summed();
     println!("=== quiver stopped after {:.1}s", elapsed.as_secs_f64());
     println!("{}", runtime.format_runtime(true));
     println!("{}", sum.format_errors());
     println!(
-        "packets: {packets}, average {:.2} Mpps, {:.1} busy clocks/packet over the whole graph",
+        "forwarded: {packets} packets, average {:.2} Mpps, {:.1} busy clocks/packet over the whole graph",
         packets as f64 / elapsed.as_secs_f64() / 1e6,
         sum.worker_loop.busy_cycles_per_packet()
     );

@@ -46,7 +46,7 @@ impl<S> Node<S> for MacSwap {
         let runt = cx.error_id(RUNT);
         for (i, &bi) in bis.iter().enumerate() {
             if let Some(&ahead) = bis.get(i + 4) {
-                cx.buffers.prefetch_data(ahead);
+                cx.buffers.prefetch_buffer(ahead);
             }
             let (meta, data) = cx.buffers.meta_and_data_mut(bi);
             if data.len() < 14 {

@@ -64,7 +64,7 @@ impl Node<ForwardingState> for Ip4Rewrite {
         let bis = frame.as_slice();
         for (i, &bi) in bis.iter().enumerate() {
             if let Some(&ahead) = bis.get(i + 4) {
-                cx.buffers.prefetch_data(ahead);
+                cx.buffers.prefetch_buffer(ahead);
             }
             let (meta, d) = cx.buffers.meta_and_data_mut(bi);
             if meta.adjacency != last {

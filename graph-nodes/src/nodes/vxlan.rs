@@ -77,7 +77,7 @@ impl Node<ForwardingState> for Vxlan4Encap {
         let (mut last_tx, mut tunnel) = (u32::MAX, None);
         for (i, &bi) in bis.iter().enumerate() {
             if let Some(&ahead) = bis.get(i + 4) {
-                cx.buffers.prefetch_data(ahead);
+                cx.buffers.prefetch_buffer(ahead);
             }
             let (meta, inner) = cx.buffers.meta_and_data_mut(bi);
             let tx = meta.tx_interface;
