@@ -145,7 +145,9 @@ pub struct RouteInfo {
     pub load_balance: u32,
 }
 
-/// Slots with reference counts, interned by key, freed only after a commit.
+/// Slots with reference counts, interned by key. A slot whose last reference goes keeps its
+/// content (the FIB may still point at it until the commit's FIB writes are done) and becomes
+/// reusable only when the commit recycles it.
 struct Interned<K> {
     keys: Vec<Option<K>>,
     index: HashMap<K, u32>,
@@ -187,20 +189,28 @@ impl<K: Clone + Eq + std::hash::Hash> Interned<K> {
         (i, true)
     }
 
-    /// Drops a reference; returns the key when it was the last.
+    /// Drops a reference; returns the key when it was the last. The slot keeps its content
+    /// until [`Interned::recycle`].
     fn release(&mut self, i: u32) -> Option<K> {
         let r = &mut self.refs[i as usize];
-        *r -= 1;
+        *r = r
+            .checked_sub(1)
+            .expect("released an object with no references");
         if *r > 0 {
             return None;
         }
-        let key = self.keys[i as usize].take()?;
+        let key = self.keys[i as usize].clone()?;
         self.index.remove(&key);
         self.freed_uncommitted.push(i);
         Some(key)
     }
 
+    /// Empties the slots released since the last call and makes them reusable (call once the
+    /// FIB no longer points at them and every worker has moved on).
     fn recycle(&mut self) {
+        for &i in &self.freed_uncommitted {
+            self.keys[i as usize] = None;
+        }
         self.free.append(&mut self.freed_uncommitted);
     }
 
@@ -418,8 +428,8 @@ impl Forwarding {
         self.vxlan_port = port;
     }
 
-    /// Removes an interface and everything that refers to it: addresses, connected and host
-    /// routes, neighbours, cross-connects, its tunnel and sub-interfaces.
+    /// Removes an interface and everything that refers to it: addresses, every route through it,
+    /// neighbours, cross-connects, its tunnel and sub-interfaces.
     pub fn remove_interface(&mut self, i: IfIndex) -> Result<(), ForwardingError> {
         let iface = self.iface(i)?.clone();
         for (a, l) in iface.addresses.clone() {
@@ -436,13 +446,15 @@ impl Forwarding {
         if let InterfaceKind::Vxlan { tunnel } = iface.kind {
             self.tunnels[tunnel as usize] = None;
         }
-        let hosts: Vec<(u32, u8)> = self
+        // Every route through the interface goes with it: its index may be given to a new
+        // interface, which must not inherit them.
+        let through: Vec<(u32, u8)> = self
             .routes
             .iter()
-            .filter(|(_, (lb, src))| *src == RouteSource::Host && self.lb_uses_interface(*lb, i))
+            .filter(|(_, (lb, _))| self.lb_uses_interface(*lb, i))
             .map(|(k, _)| *k)
             .collect();
-        for (p, l) in hosts {
+        for (p, l) in through {
             self.unset_route(p, l);
         }
         self.neighbors.retain(|(ifx, _), _| *ifx != i);
@@ -767,7 +779,11 @@ impl Forwarding {
                 .keys
                 .iter()
                 .map(|k| LoadBalance {
-                    buckets: k.clone().unwrap_or_else(|| vec![0]).into_boxed_slice(),
+                    // A recycled slot: no FIB entry points here; make any use of it a drop.
+                    buckets: k
+                        .clone()
+                        .unwrap_or_else(|| vec![u32::MAX])
+                        .into_boxed_slice(),
                 })
                 .collect(),
             adjacencies: self

@@ -587,3 +587,114 @@ fn removing_routes_and_interfaces_leaves_no_objects_behind() {
     );
     r.assert_no_leaks();
 }
+
+/// Records what each commit publishes, and checks it at the moment of publication: every route
+/// still in the FIB must resolve, in the new snapshot, to the adjacency it had (the FIB is
+/// written only after the publish, so a slot emptied early would misroute packets).
+struct Spy {
+    checks: std::sync::Mutex<Vec<(u32, Option<u32>)>>,
+}
+
+impl graph_nodes::Publisher for Spy {
+    fn publish(&self, state: graph_nodes::ForwardingState) {
+        for (dst, want) in self.checks.lock().unwrap().iter() {
+            let lb = state
+                .fib
+                .lookup(*dst)
+                .expect("route still in the FIB during publish");
+            let adj = state.load_balances[lb as usize].buckets[0];
+            let got = state.adjacencies.get(adj as usize).map(|a| a.next_hop);
+            assert_eq!(
+                got, *want,
+                "in the window before the FIB write, {dst:#x} resolves as before"
+            );
+        }
+    }
+    fn synchronize(&self) {}
+}
+
+#[test]
+fn a_deleted_or_replaced_route_resolves_as_before_until_the_fib_is_written() {
+    let mut r = routed();
+    let eth1 = r.ports[1].index;
+    let via = |nh: u32| {
+        [Path {
+            next_hop: nh,
+            interface: eth1,
+        }]
+    };
+    r.fwd
+        .add_route(ip(198, 51, 100, 0), 24, &via(ip(10, 0, 2, 2)))
+        .unwrap();
+    r.fwd
+        .add_route(ip(203, 0, 113, 0), 24, &via(ip(10, 0, 2, 3)))
+        .unwrap();
+    r.commit();
+    let spy = Spy {
+        checks: std::sync::Mutex::new(vec![
+            (ip(198, 51, 100, 1), Some(ip(10, 0, 2, 2))),
+            (ip(203, 0, 113, 1), Some(ip(10, 0, 2, 3))),
+        ]),
+    };
+    // Delete one route and replace the other: while publishing, both still resolve as before.
+    assert!(r.fwd.remove_route(ip(198, 51, 100, 0), 24));
+    r.fwd
+        .add_route(ip(203, 0, 113, 0), 24, &via(ip(10, 0, 2, 9)))
+        .unwrap();
+    r.fwd.commit(&spy).unwrap();
+    r.commit();
+    r.inject(
+        0,
+        &[eth(
+            MAC0,
+            HOST_A,
+            0x0800,
+            &ipv4(ip(10, 0, 1, 2), ip(198, 51, 100, 1), 17, 64, &[0; 8]),
+        )],
+    );
+    assert_eq!(
+        r.error(names::IP4_LOOKUP, "no-route"),
+        1,
+        "deleted after the commit"
+    );
+    r.assert_no_leaks();
+}
+
+#[test]
+fn removing_an_interface_takes_its_static_routes_so_a_new_one_does_not_inherit_them() {
+    let mut r = routed();
+    let eth1 = r.ports[1].index;
+    r.fwd
+        .add_route(
+            ip(198, 51, 100, 0),
+            24,
+            &[Path {
+                next_hop: ip(10, 0, 2, 2),
+                interface: eth1,
+            }],
+        )
+        .unwrap();
+    r.commit();
+    r.fwd.remove_interface(eth1).unwrap();
+    r.commit();
+    let reused = r.fwd.add_port("new", MAC2, 1500).unwrap();
+    assert_eq!(reused, eth1, "the index is reused");
+    r.commit();
+    assert!(r
+        .fwd
+        .routes()
+        .iter()
+        .all(|x| x.prefix != ip(198, 51, 100, 0)));
+    r.inject(
+        0,
+        &[eth(
+            MAC0,
+            HOST_A,
+            0x0800,
+            &ipv4(ip(10, 0, 1, 2), ip(198, 51, 100, 1), 17, 64, &[0; 8]),
+        )],
+    );
+    assert_eq!(r.error(names::IP4_LOOKUP, "no-route"), 1);
+    assert!(r.sent(1).is_empty());
+    r.assert_no_leaks();
+}
