@@ -827,6 +827,9 @@ impl Forwarding {
                 Some(lb) => {
                     if let Err(e) = self.lpm.insert(prefix, len, lb) {
                         failed.get_or_insert(e);
+                        // Withdraw the route entirely: the FIB may still hold the route it
+                        // replaced, whose objects were released.
+                        self.lpm.remove(prefix, len);
                         if let Some((lb, _)) = self.routes.remove(&(prefix, len)) {
                             self.release_lb(lb);
                         }

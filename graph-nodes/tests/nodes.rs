@@ -698,3 +698,48 @@ fn removing_an_interface_takes_its_static_routes_so_a_new_one_does_not_inherit_t
     assert!(r.sent(1).is_empty());
     r.assert_no_leaks();
 }
+
+#[test]
+fn a_route_the_fib_cannot_hold_is_withdrawn_and_reported() {
+    let mut r = Rig::new(&[MAC0, MAC1], |f, p| {
+        f.add_address(p[1], ip(10, 0, 2, 1), 24).unwrap();
+        f.add_neighbor(p[1], ip(10, 0, 2, 2), HOST_B).unwrap();
+    });
+    let eth1 = r.ports[1].index;
+    let via = [Path {
+        next_hop: ip(10, 0, 2, 2),
+        interface: eth1,
+    }];
+    // The rig's FIB has 1024 tbl8 groups and 10.0.2.0/24's host and local routes use one:
+    // 1023 of 1025 host routes in distinct /24s fit.
+    for k in 0..1025u32 {
+        r.fwd.add_route(0x6400_0000 | k << 8 | 1, 32, &via).unwrap();
+    }
+    let err = r.fwd.commit(&r.published).unwrap_err();
+    assert!(err.to_string().contains("no free tbl8 group"), "{err}");
+    let held = r
+        .fwd
+        .routes()
+        .iter()
+        .filter(|x| x.len == 32 && x.prefix >> 24 == 100)
+        .count();
+    assert_eq!(
+        held, 1024,
+        "exactly the route that did not fit is withdrawn"
+    );
+    r.commit();
+    let frames: Vec<Vec<u8>> = (0..1025u32)
+        .map(|k| {
+            eth(
+                MAC0,
+                HOST_A,
+                0x0800,
+                &ipv4(ip(10, 0, 1, 2), 0x6400_0000 | k << 8 | 1, 17, 64, &[0; 8]),
+            )
+        })
+        .collect();
+    r.inject(0, &frames);
+    assert_eq!(r.sent(1).len(), 1023);
+    assert_eq!(r.error(names::IP4_LOOKUP, "no-route"), 2);
+    r.assert_no_leaks();
+}
