@@ -162,3 +162,17 @@ impl Drop for Region {
         }
     }
 }
+
+/// Hints the CPU to bring the cache line holding `p` into L1. Never faults and never changes
+/// memory, whatever `p` is.
+#[inline(always)]
+pub fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint: it neither faults nor changes memory, for any address.
+    #[allow(unused_unsafe)]
+    unsafe {
+        core::arch::x86_64::_mm_prefetch(p.cast::<i8>(), core::arch::x86_64::_MM_HINT_T0);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}

@@ -184,25 +184,9 @@ fn ttl_mtu_and_missing_routes_are_counted_drops() {
         )],
     );
     assert_eq!(r.error(names::IP4_REWRITE, "mtu-exceeded"), 1);
-    r.inject(
-        0,
-        &[eth(
-            MAC0,
-            HOST_A,
-            0x0800,
-            &ipv4(ip(10, 0, 1, 2), ip(192, 0, 2, 1), 17, 64, &[0; 8]),
-        )],
-    );
+    r.inject(0, &[from_a(ip(192, 0, 2, 1))]);
     assert_eq!(r.error(names::IP4_LOOKUP, "no-route"), 1);
-    r.inject(
-        0,
-        &[eth(
-            MAC0,
-            HOST_A,
-            0x0800,
-            &ipv4(ip(10, 0, 1, 2), ip(203, 0, 113, 9), 17, 64, &[0; 8]),
-        )],
-    );
+    r.inject(0, &[from_a(ip(203, 0, 113, 9))]);
     assert_eq!(r.error(names::IP4_LOOKUP, "blackhole"), 1);
     assert!(r.sent(1).is_empty());
     r.assert_no_leaks();
@@ -311,15 +295,7 @@ fn an_unresolved_next_hop_is_asked_for_once_and_resolved_by_the_reply() {
         )
         .unwrap();
     r.commit();
-    r.inject(
-        0,
-        &[eth(
-            MAC0,
-            HOST_A,
-            0x0800,
-            &ipv4(ip(10, 0, 1, 2), ip(198, 51, 100, 7), 17, 64, &[0; 8]),
-        )],
-    );
+    r.inject(0, &[from_a(ip(198, 51, 100, 7))]);
     let req = eth(
         [0xff; 6],
         MAC1,
@@ -643,15 +619,7 @@ fn a_deleted_or_replaced_route_resolves_as_before_until_the_fib_is_written() {
         .unwrap();
     r.fwd.commit(&spy).unwrap();
     r.commit();
-    r.inject(
-        0,
-        &[eth(
-            MAC0,
-            HOST_A,
-            0x0800,
-            &ipv4(ip(10, 0, 1, 2), ip(198, 51, 100, 1), 17, 64, &[0; 8]),
-        )],
-    );
+    r.inject(0, &[from_a(ip(198, 51, 100, 1))]);
     assert_eq!(
         r.error(names::IP4_LOOKUP, "no-route"),
         1,
@@ -685,15 +653,7 @@ fn removing_an_interface_takes_its_static_routes_so_a_new_one_does_not_inherit_t
         .routes()
         .iter()
         .all(|x| x.prefix != ip(198, 51, 100, 0)));
-    r.inject(
-        0,
-        &[eth(
-            MAC0,
-            HOST_A,
-            0x0800,
-            &ipv4(ip(10, 0, 1, 2), ip(198, 51, 100, 1), 17, 64, &[0; 8]),
-        )],
-    );
+    r.inject(0, &[from_a(ip(198, 51, 100, 1))]);
     assert_eq!(r.error(names::IP4_LOOKUP, "no-route"), 1);
     assert!(r.sent(1).is_empty());
     r.assert_no_leaks();
@@ -723,17 +683,13 @@ fn a_route_the_fib_cannot_hold_is_withdrawn_and_reported() {
         .iter()
         .filter(|x| x.len == 32 && x.prefix >> 24 == 100)
         .count();
-    assert_eq!(held, 1023, "exactly the routes that did not fit are withdrawn");
+    assert_eq!(
+        held, 1023,
+        "exactly the routes that did not fit are withdrawn"
+    );
     r.commit();
     let frames: Vec<Vec<u8>> = (0..1025u32)
-        .map(|k| {
-            eth(
-                MAC0,
-                HOST_A,
-                0x0800,
-                &ipv4(ip(10, 0, 1, 2), 0x6400_0000 | k << 8 | 1, 17, 64, &[0; 8]),
-            )
-        })
+        .map(|k| from_a(0x6400_0000 | k << 8 | 1))
         .collect();
     r.inject(0, &frames);
     assert_eq!(r.sent(1).len(), 1023);

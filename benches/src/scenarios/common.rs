@@ -162,8 +162,8 @@ pub fn pool() -> Result<Arc<BufferPool>, String> {
     .map_err(|e| e.to_string())
 }
 
-/// Fails when the graph left buffers behind or dropped packets.
-pub fn check_clean(pool: &BufferPool, rt: &WorkerRuntime) -> Result<(), String> {
+/// Fails when the graph dropped packets.
+pub fn check_clean(rt: &WorkerRuntime) -> Result<(), String> {
     let drops: u64 = rt
         .errors
         .iter()

@@ -27,6 +27,30 @@ fn fib() -> Result<Forwarding, String> {
     .map_err(|e| e.to_string())
 }
 
+/// Builds a graph of `source` and every forwarding node, measures `packets`, checks that nothing
+/// was dropped or leaked.
+fn run_measured(
+    source: BenchSource,
+    tx: Vec<(u32, Box<dyn TxQueue>)>,
+    state: &graph_nodes::ForwardingState,
+    packets: u64,
+) -> Result<(dataplane::WorkerRuntime, f64), String> {
+    let pool = pool()?;
+    let mut buffers = pool.worker_buffers();
+    let mut b = GraphBuilder::new();
+    b.add(source);
+    add_forwarding_nodes(&mut b, tx);
+    let mut g = b.build().map_err(|e| e.to_string())?;
+    let (rt, secs) = measure(&mut g, &mut buffers, state, packets);
+    g.shutdown(&mut buffers, state);
+    drop(buffers);
+    check_clean(&rt)?;
+    if pool.in_use_count() != 0 {
+        return Err(format!("{} buffers leaked", pool.in_use_count()));
+    }
+    Ok((rt, secs))
+}
+
 /// `graph-ip4`: ethernet-input → ip4-input → ip4-lookup → ip4-rewrite → interface-output over 1M
 /// routes, destinations drawn from the routes.
 pub fn ip4(quick: bool) -> Result<String, String> {
@@ -69,18 +93,9 @@ pub fn ip4(quick: bool) -> Result<String, String> {
         routes.len()
     );
     let state = local.current();
-    let pool = pool()?;
-    let mut buffers = pool.worker_buffers();
-    let mut b = GraphBuilder::new();
-    b.add(BenchSource::new(
-        vec![(udp_frame(MAC_IN, 0), eth0)],
-        Arc::new(dsts),
-    ));
-    add_forwarding_nodes(&mut b, vec![(eth1, Box::new(NullTx) as Box<dyn TxQueue>)]);
-    let mut g = b.build().map_err(|e| e.to_string())?;
-    let (rt, secs) = measure(&mut g, &mut buffers, &state, packets);
-    g.shutdown(&mut buffers, &state);
-    check_clean(&pool, &rt)?;
+    let source = BenchSource::new(vec![(udp_frame(MAC_IN, 0), eth0)], Arc::new(dsts));
+    let tx: Vec<(u32, Box<dyn TxQueue>)> = vec![(eth1, Box::new(NullTx))];
+    let (rt, secs) = run_measured(source, tx, &state, packets)?;
     let nodes = [
         names::ETHERNET_INPUT,
         names::IP4_INPUT,
@@ -122,19 +137,13 @@ pub fn l2xc(quick: bool) -> Result<String, String> {
     let local = LocalState::default();
     fwd.commit(&local).map_err(|e| e.to_string())?;
     let state = local.current();
-    let pool = pool()?;
-    let mut buffers = pool.worker_buffers();
-    let mut b = GraphBuilder::new();
-    b.add(BenchSource::new(
+    eprintln!("graph-l2xc: {packets} packets, core {core}");
+    let source = BenchSource::new(
         vec![(udp_frame(NEXT_HOP, ip(10, 0, 1, 1)), eth0)],
         Arc::new(Vec::new()),
-    ));
-    add_forwarding_nodes(&mut b, vec![(eth1, Box::new(NullTx) as Box<dyn TxQueue>)]);
-    let mut g = b.build().map_err(|e| e.to_string())?;
-    eprintln!("graph-l2xc: {packets} packets, core {core}");
-    let (rt, secs) = measure(&mut g, &mut buffers, &state, packets);
-    g.shutdown(&mut buffers, &state);
-    check_clean(&pool, &rt)?;
+    );
+    let tx: Vec<(u32, Box<dyn TxQueue>)> = vec![(eth1, Box::new(NullTx))];
+    let (rt, secs) = run_measured(source, tx, &state, packets)?;
     let (per_node, sum) = node_clocks(
         &rt,
         &[
@@ -196,8 +205,6 @@ pub fn vxlan(quick: bool) -> Result<String, String> {
     let local = LocalState::default();
     fwd.commit(&local).map_err(|e| e.to_string())?;
     let state = local.current();
-    let pool = pool()?;
-    let mut buffers = pool.worker_buffers();
     let tx = || {
         let mut v: Vec<(u32, Box<dyn TxQueue>)> = vec![(uplink, Box::new(NullTx))];
         v.extend(
@@ -220,13 +227,12 @@ pub fn vxlan(quick: bool) -> Result<String, String> {
             )
         })
         .collect();
-    let mut b = GraphBuilder::new();
-    b.add(BenchSource::new(inner, Arc::new(Vec::new())));
-    add_forwarding_nodes(&mut b, tx());
-    let mut g = b.build().map_err(|e| e.to_string())?;
-    let (enc, enc_secs) = measure(&mut g, &mut buffers, &state, packets);
-    g.shutdown(&mut buffers, &state);
-    check_clean(&pool, &enc)?;
+    let (enc, enc_secs) = run_measured(
+        BenchSource::new(inner, Arc::new(Vec::new())),
+        tx(),
+        &state,
+        packets,
+    )?;
     eprintln!("encap:\n{}", enc.format_runtime(cycles::tsc_hz()));
 
     // Decapsulation: what each far end would send us.
@@ -256,13 +262,12 @@ pub fn vxlan(quick: bool) -> Result<String, String> {
             (f, uplink)
         })
         .collect();
-    let mut b = GraphBuilder::new();
-    b.add(BenchSource::new(outer, Arc::new(Vec::new())));
-    add_forwarding_nodes(&mut b, tx());
-    let mut g = b.build().map_err(|e| e.to_string())?;
-    let (dec, dec_secs) = measure(&mut g, &mut buffers, &state, packets);
-    g.shutdown(&mut buffers, &state);
-    check_clean(&pool, &dec)?;
+    let (dec, dec_secs) = run_measured(
+        BenchSource::new(outer, Arc::new(Vec::new())),
+        tx(),
+        &state,
+        packets,
+    )?;
     eprintln!("decap:\n{}", dec.format_runtime(cycles::tsc_hz()));
 
     let enc_nodes = [

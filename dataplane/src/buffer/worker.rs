@@ -1,5 +1,6 @@
 //! A worker's handle on the pool: burst allocation through a private cache, and buffer access.
 
+use crate::memory::prefetch;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -325,7 +326,7 @@ impl WorkerBuffers {
     /// Hints the CPU to fetch a buffer's metadata.
     #[inline(always)]
     pub fn prefetch_meta(&self, bi: u32) {
-        prefetch(self.meta_ptr(bi).cast());
+        prefetch(self.meta_ptr(bi));
     }
 
     /// Hints the CPU to fetch a buffer's metadata and the cache line where packet data starts
@@ -349,18 +350,6 @@ impl WorkerBuffers {
         // because data_offset never exceeds the area.
         prefetch(unsafe { self.area_ptr(bi).add(off.min(self.layout.area as usize)) });
     }
-}
-
-#[inline(always)]
-fn prefetch(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: prefetch is a hint: it never faults and never changes memory.
-    #[allow(unused_unsafe)]
-    unsafe {
-        core::arch::x86_64::_mm_prefetch(p.cast::<i8>(), core::arch::x86_64::_MM_HINT_T0);
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }
 
 impl Drop for WorkerBuffers {

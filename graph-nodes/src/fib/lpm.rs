@@ -28,7 +28,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
 
-use dataplane::memory::{HugepagePolicy, Region};
+use dataplane::memory::{prefetch, HugepagePolicy, Region};
 
 const GROUP: u16 = 0x8000;
 const BANKS: usize = 4;
@@ -115,7 +115,7 @@ impl LpmTable {
         let tbl24 = self.tbl24();
         let tbl8 = self.tbl8();
         for &a in addrs {
-            prefetch((&tbl24[(a >> 8) as usize & 0xff_ffff] as *const AtomicU16).cast());
+            prefetch(&tbl24[(a >> 8) as usize & 0xff_ffff] as *const AtomicU16);
         }
         let mut pending = false;
         for (&a, o) in addrs.iter().zip(out.iter_mut()) {
@@ -123,7 +123,7 @@ impl LpmTable {
             if e & GROUP != 0 {
                 let i = self.tbl8_index(bank_of(a), e, a & 0xff);
                 if let Some(x) = tbl8.get(i) {
-                    prefetch((x as *const AtomicU16).cast());
+                    prefetch(x as *const AtomicU16);
                 }
                 // Park the tbl8 index; values never reach this range.
                 *o = 0x8000_0000 | i as u32;
@@ -145,7 +145,7 @@ impl LpmTable {
     /// Hints the CPU to fetch the tbl24 entry for `addr`.
     #[inline(always)]
     pub fn prefetch(&self, addr: u32) {
-        prefetch((&self.tbl24()[(addr >> 8) as usize & 0xff_ffff] as *const AtomicU16).cast());
+        prefetch(&self.tbl24()[(addr >> 8) as usize & 0xff_ffff] as *const AtomicU16);
     }
 
     /// Whether both tables live in hugepages.
@@ -157,18 +157,6 @@ impl LpmTable {
     pub fn group_capacity(&self) -> u32 {
         (GROUPS_PER_BANK * BANKS) as u32
     }
-}
-
-#[inline(always)]
-fn prefetch(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: prefetch is a hint; it never faults and never changes memory.
-    #[allow(unused_unsafe)]
-    unsafe {
-        core::arch::x86_64::_mm_prefetch(p.cast::<i8>(), core::arch::x86_64::_MM_HINT_T0);
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }
 
 /// The mask of a prefix length.

@@ -228,6 +228,17 @@ pub fn eth(dst: [u8; 6], src: [u8; 6], ethertype: u16, payload: &[u8]) -> Vec<u8
     f
 }
 
+/// A UDP-less IPv4 frame (protocol 17, 8 zero bytes) from host A (10.0.1.2) to `dst`, addressed
+/// to eth0.
+pub fn from_a(dst: u32) -> Vec<u8> {
+    eth(
+        MAC0,
+        HOST_A,
+        0x0800,
+        &ipv4(ip(10, 0, 1, 2), dst, 17, 64, &[0; 8]),
+    )
+}
+
 /// An 802.1Q-tagged Ethernet frame.
 pub fn eth_vlan(dst: [u8; 6], src: [u8; 6], vlan: u16, ethertype: u16, payload: &[u8]) -> Vec<u8> {
     let mut f = Vec::with_capacity(18 + payload.len());
