@@ -1,0 +1,376 @@
+//! The master (server) side: one listening socket serving many interfaces by id.
+
+use std::os::fd::OwnedFd;
+
+use crate::interface::{Connection, Interface, InterfaceConfig, Queue, Role};
+use crate::msg::{self, FixedStr, Hello, Mode, Msg, SECRET_LEN, VERSION};
+use crate::region::Region;
+use crate::ring::{Ring, COOKIE, MAX_LOG2_RING_SIZE};
+use crate::socket::{ControlSocket, Received, SocketAddress};
+use crate::Error;
+
+/// Master-wide limits advertised in HELLO.
+#[derive(Debug, Clone)]
+pub struct MasterConfig {
+    /// Name sent in HELLO.
+    pub name: String,
+    /// Largest region index accepted.
+    pub max_region: u16,
+    /// Largest ring index accepted per direction.
+    pub max_ring: u16,
+    /// Largest log2 ring size accepted (≤ 14).
+    pub max_log2_ring_size: u8,
+    /// Refuse region memfds that are not sealed against shrinking (DPDK and libmemif seal
+    /// theirs); an unsealed one could be truncated under our mapping and raise SIGBUS.
+    pub require_sealed_regions: bool,
+}
+
+impl Default for MasterConfig {
+    fn default() -> Self {
+        MasterConfig {
+            name: "quiver".into(),
+            max_region: 255,
+            max_ring: 255,
+            max_log2_ring_size: MAX_LOG2_RING_SIZE,
+            require_sealed_regions: true,
+        }
+    }
+}
+
+/// Messages handled per connection per [`Master::poll`] (bounds the work a flooding peer causes).
+const MSGS_PER_POLL: usize = 16;
+/// Connections accepted per [`Master::poll`].
+const ACCEPTS_PER_POLL: usize = 16;
+
+#[derive(Debug)]
+struct PendingRing {
+    ring: Ring,
+    region: usize,
+    eventfd: OwnedFd,
+}
+
+#[derive(Debug)]
+struct Conn {
+    sock: ControlSocket,
+    /// Index into `Master::interfaces` once INIT was accepted.
+    iface: Option<usize>,
+    regions: Vec<Region>,
+    s2m: Vec<PendingRing>,
+    m2s: Vec<PendingRing>,
+    connected: bool,
+}
+
+/// A memif master: listens on one control socket and serves the interfaces added to it.
+#[derive(Debug)]
+pub struct Master {
+    listener: ControlSocket,
+    addr: SocketAddress,
+    config: MasterConfig,
+    interfaces: Vec<Interface>,
+    /// For each interface, whether a connection is bound to it.
+    bound: Vec<bool>,
+    conns: Vec<Conn>,
+}
+
+impl Master {
+    /// Listen on `addr` (a leading `@` in [`SocketAddress::parse`] means abstract).
+    pub fn bind(addr: SocketAddress, config: MasterConfig) -> Result<Master, Error> {
+        let listener = ControlSocket::listen(&addr)?;
+        Ok(Master {
+            listener,
+            addr,
+            config,
+            interfaces: Vec::new(),
+            bound: Vec::new(),
+            conns: Vec::new(),
+        })
+    }
+
+    /// The address listened on.
+    pub fn address(&self) -> &SocketAddress {
+        &self.addr
+    }
+
+    /// Add an interface served on this socket. Ids must be unique.
+    pub fn add_interface(&mut self, config: InterfaceConfig) -> Result<(), Error> {
+        if self.interfaces.iter().any(|i| i.id() == config.id) {
+            return Err(Error::Config(format!(
+                "duplicate interface id {}",
+                config.id
+            )));
+        }
+        if config
+            .secret
+            .as_ref()
+            .is_some_and(|s| s.len() >= SECRET_LEN)
+        {
+            return Err(Error::Config("secret longer than 23 bytes".into()));
+        }
+        if config.buffer_size == 0 {
+            return Err(Error::Config("zero buffer size".into()));
+        }
+        self.interfaces.push(Interface::new(config, Role::Master));
+        self.bound.push(false);
+        Ok(())
+    }
+
+    /// The interface with `id`.
+    pub fn interface(&self, id: u32) -> Option<&Interface> {
+        self.interfaces.iter().find(|i| i.id() == id)
+    }
+
+    /// The interface with `id`, for the data path.
+    pub fn interface_mut(&mut self, id: u32) -> Option<&mut Interface> {
+        self.interfaces.iter_mut().find(|i| i.id() == id)
+    }
+
+    /// All interfaces.
+    pub fn interfaces(&self) -> &[Interface] {
+        &self.interfaces
+    }
+
+    /// The control sockets to poll(2) for readability (the listener first), for event loops that
+    /// want to call [`Master::poll`] only when something happened.
+    pub fn control_fds(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        let mut v = vec![self.listener.as_fd()];
+        v.extend(self.conns.iter().map(|c| c.sock.as_fd()));
+        v
+    }
+
+    /// Disconnect interface `id` (sending DISCONNECT with `reason` if connected).
+    pub fn disconnect(&mut self, id: u32, reason: &str) {
+        if let Some(k) = self.interfaces.iter().position(|i| i.id() == id) {
+            if let Some(ci) = self.conns.iter().position(|c| c.iface == Some(k)) {
+                self.drop_conn(ci, reason.to_string(), true);
+            }
+        }
+    }
+
+    /// Do all pending control work without blocking: accept connections, advance handshakes,
+    /// notice disconnects. Errors on one connection only affect that connection.
+    pub fn poll(&mut self) -> Result<(), Error> {
+        for _ in 0..ACCEPTS_PER_POLL {
+            let Some(sock) = self.listener.accept()? else {
+                break;
+            };
+            let hello = Msg::Hello(Hello {
+                name: FixedStr::new(&self.config.name),
+                min_version: VERSION,
+                max_version: VERSION,
+                max_region: self.config.max_region,
+                max_m2s_ring: self.config.max_ring,
+                max_s2m_ring: self.config.max_ring,
+                max_log2_ring_size: self.config.max_log2_ring_size.min(MAX_LOG2_RING_SIZE),
+            });
+            if sock.send(&hello, None).is_ok() {
+                self.conns.push(Conn {
+                    sock,
+                    iface: None,
+                    regions: Vec::new(),
+                    s2m: Vec::new(),
+                    m2s: Vec::new(),
+                    connected: false,
+                });
+            }
+        }
+        let mut ci = 0;
+        while ci < self.conns.len() {
+            let mut dropped = false;
+            for _ in 0..MSGS_PER_POLL {
+                let r = match self.conns[ci].sock.recv() {
+                    Ok(r) => r,
+                    Err(e) => {
+                        self.drop_conn(ci, format!("control socket error: {e}"), false);
+                        dropped = true;
+                        break;
+                    }
+                };
+                let outcome = match r {
+                    Received::WouldBlock => break,
+                    Received::Closed => Err(("peer closed the control channel".to_string(), false)),
+                    Received::Invalid(e) => Err((format!("invalid message: {e}"), true)),
+                    Received::Msg(Msg::Disconnect(d), _) => Err((
+                        format!("peer disconnected: {}", d.reason.to_string_lossy()),
+                        false,
+                    )),
+                    Received::Msg(m, fd) => self.handle(ci, m, fd).map_err(|s| (s, true)),
+                };
+                if let Err((reason, tell)) = outcome {
+                    self.drop_conn(ci, reason, tell);
+                    dropped = true;
+                    break;
+                }
+            }
+            if !dropped {
+                ci += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn drop_conn(&mut self, ci: usize, reason: String, tell_peer: bool) {
+        let conn = self.conns.remove(ci);
+        tracing::debug!(%reason, "memif master: closing control connection");
+        if tell_peer {
+            let _ = conn.sock.send(&Msg::disconnect(1, &reason), None);
+        }
+        if let Some(k) = conn.iface {
+            self.bound[k] = false;
+            self.interfaces[k].set_down(reason);
+        }
+    }
+
+    fn handle(&mut self, ci: usize, m: Msg, fd: Option<OwnedFd>) -> Result<(), String> {
+        let conn = &mut self.conns[ci];
+        if conn.connected {
+            return Err(format!(
+                "unexpected message type {} after connect",
+                m.msg_type()
+            ));
+        }
+        match (conn.iface, m) {
+            (None, Msg::Init(init)) => {
+                if init.version != VERSION {
+                    return Err(format!("incompatible version {:#06x}", init.version));
+                }
+                let Some(k) = self.interfaces.iter().position(|i| i.id() == init.id) else {
+                    return Err(format!("unknown interface id {}", init.id));
+                };
+                let iface = &self.interfaces[k];
+                if iface.role() != Role::Master {
+                    return Err("interface is not a master".into());
+                }
+                if self.bound[k] {
+                    return Err("interface already connected".into());
+                }
+                if Mode::from_wire(init.mode) != Some(iface.config.mode) {
+                    return Err("mode mismatch".into());
+                }
+                if let Some(secret) = &iface.config.secret {
+                    if init.secret.as_bytes().is_empty() {
+                        return Err("secret required".into());
+                    }
+                    if !msg::secret_eq(&FixedStr::new(secret), &init.secret) {
+                        return Err("incorrect secret".into());
+                    }
+                }
+                self.bound[k] = true;
+                conn.iface = Some(k);
+                self.ack(ci)
+            }
+            (None, other) => Err(format!(
+                "expected INIT, got message type {}",
+                other.msg_type()
+            )),
+            (Some(_), Msg::AddRegion(ar)) => {
+                let Some(fd) = fd else {
+                    return Err("missing region fd".into());
+                };
+                if usize::from(ar.index) != conn.regions.len() {
+                    return Err(format!("non-sequential region index {}", ar.index));
+                }
+                if ar.index > self.config.max_region {
+                    return Err(format!("region index {} too large", ar.index));
+                }
+                let region = if self.config.require_sealed_regions {
+                    Region::from_peer_sealed(fd, ar.size)
+                } else {
+                    Region::from_peer(fd, ar.size)
+                }
+                .map_err(|e| format!("region: {e}"))?;
+                conn.regions.push(region);
+                self.ack(ci)
+            }
+            (Some(_), Msg::AddRing(ar)) => {
+                let Some(eventfd) = fd else {
+                    return Err("missing ring eventfd".into());
+                };
+                let s2m = ar.flags & msg::RING_FLAG_S2M != 0;
+                let list_len = if s2m { conn.s2m.len() } else { conn.m2s.len() };
+                if usize::from(ar.index) != list_len {
+                    return Err(format!("non-sequential ring index {}", ar.index));
+                }
+                if ar.index > self.config.max_ring {
+                    return Err(format!("ring index {} too large", ar.index));
+                }
+                if ar.private_hdr_size != 0 {
+                    return Err("private header not supported".into());
+                }
+                if ar.log2_ring_size > self.config.max_log2_ring_size.min(MAX_LOG2_RING_SIZE) {
+                    return Err(format!("ring size 2^{} too large", ar.log2_ring_size));
+                }
+                let Some(region) = conn.regions.get(usize::from(ar.region)) else {
+                    return Err(format!("ring in unknown region {}", ar.region));
+                };
+                let Some(ring) = Ring::new(region, u64::from(ar.offset), ar.log2_ring_size) else {
+                    return Err("ring outside its region".into());
+                };
+                let pr = PendingRing {
+                    ring,
+                    region: usize::from(ar.region),
+                    eventfd,
+                };
+                if s2m {
+                    conn.s2m.push(pr);
+                } else {
+                    conn.m2s.push(pr);
+                }
+                self.ack(ci)
+            }
+            (Some(k), Msg::Connect(name)) => {
+                if conn.s2m.is_empty() || conn.m2s.is_empty() {
+                    return Err("connect without rings".into());
+                }
+                for pr in conn.s2m.iter().chain(conn.m2s.iter()) {
+                    let region = &conn.regions[pr.region];
+                    if pr.ring.at(region).cookie() != COOKIE {
+                        return Err("bad ring cookie".into());
+                    }
+                }
+                let to_queue = |pr: PendingRing| Queue {
+                    ring: pr.ring,
+                    region: pr.region,
+                    eventfd: pr.eventfd,
+                    idx: 0,
+                    posted: 0,
+                    buf_base: 0,
+                };
+                let c = Connection {
+                    rx: conn.s2m.drain(..).map(to_queue).collect(),
+                    tx: conn.m2s.drain(..).map(to_queue).collect(),
+                    regions: std::mem::take(&mut conn.regions),
+                    buffer_size: self.interfaces[k].config.buffer_size,
+                };
+                let ours = FixedStr::new(&self.interfaces[k].config.name);
+                conn.sock
+                    .send(&Msg::Connected(ours), None)
+                    .map_err(|e| format!("send CONNECTED: {e}"))?;
+                conn.connected = true;
+                self.interfaces[k].set_up(c, name.to_string_lossy());
+                Ok(())
+            }
+            (Some(_), other) => Err(format!("unexpected message type {}", other.msg_type())),
+        }
+    }
+
+    fn ack(&self, ci: usize) -> Result<(), String> {
+        self.conns[ci]
+            .sock
+            .send(&Msg::Ack, None)
+            .map_err(|e| format!("send ACK: {e}"))
+    }
+}
+
+impl Drop for Master {
+    fn drop(&mut self) {
+        for c in &self.conns {
+            let _ = c
+                .sock
+                .send(&Msg::disconnect(0, "master shutting down"), None);
+        }
+        if let SocketAddress::Path(p) = &self.addr {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}

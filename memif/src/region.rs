@@ -1,0 +1,255 @@
+//! Shared-memory regions: memfd-backed mappings, created locally (slave) or received from the
+//! peer (master).
+//!
+//! The peer may write any byte of a region at any time, so this type never hands out references
+//! into it: all access goes through bounds-checked copies and volatile or atomic accessors.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU16, AtomicU32};
+
+use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+use nix::sys::memfd::{memfd_create, MFdFlags};
+use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
+
+use crate::Error;
+
+/// Largest region this crate will create or map (64 GiB): a sanity bound on peer input.
+pub const MAX_REGION_SIZE: u64 = 64 << 30;
+
+/// One mapped region.
+#[derive(Debug)]
+pub struct Region {
+    base: NonNull<u8>,
+    len: usize,
+    fd: OwnedFd,
+}
+
+// SAFETY: the mapping is plain shared memory owned by this value; it is not tied to the thread that
+// created it, and every access goes through volatile/atomic operations or bounds-checked copies.
+unsafe impl Send for Region {}
+
+impl Region {
+    /// Create a zero-filled memfd region of `size` bytes, sealed against shrinking, and map it.
+    pub fn create(name: &str, size: usize) -> Result<Region, Error> {
+        if size == 0 || size as u64 > MAX_REGION_SIZE {
+            return Err(Error::Config(format!("bad region size {size}")));
+        }
+        let cname = std::ffi::CString::new(name.replace('\0', ""))
+            .map_err(|_| Error::Config("bad region name".into()))?;
+        let fd = memfd_create(
+            cname.as_c_str(),
+            MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
+        )?;
+        nix::unistd::ftruncate(&fd, size as libc::off_t)?;
+        fcntl(&fd, FcntlArg::F_ADD_SEALS(SealFlag::F_SEAL_SHRINK))?;
+        Self::map(fd, size)
+    }
+
+    /// Map a region received from the peer, after checking with `fstat` that the file really
+    /// holds `declared` bytes (a shorter one would raise SIGBUS on access).
+    pub fn from_peer(fd: OwnedFd, declared: u64) -> Result<Region, Error> {
+        if declared == 0 || declared > MAX_REGION_SIZE {
+            return Err(Error::Protocol(format!("bad region size {declared}")));
+        }
+        let st = nix::sys::stat::fstat(&fd)?;
+        if st.st_size < 0 || (st.st_size as u64) < declared {
+            return Err(Error::Protocol(format!(
+                "region file is {} bytes, {} declared",
+                st.st_size, declared
+            )));
+        }
+        Self::map(fd, declared as usize)
+    }
+
+    /// Like [`Region::from_peer`], but also require the file to be sealed against shrinking
+    /// (`F_SEAL_SHRINK`), so the peer cannot truncate it under our mapping later (SIGBUS).
+    pub fn from_peer_sealed(fd: OwnedFd, declared: u64) -> Result<Region, Error> {
+        let seals = fcntl(&fd, FcntlArg::F_GET_SEALS)
+            .map_err(|e| Error::Protocol(format!("region is not a sealable memfd: {e}")))?;
+        if seals & libc::F_SEAL_SHRINK == 0 {
+            return Err(Error::Protocol(
+                "region not sealed against shrinking".into(),
+            ));
+        }
+        Self::from_peer(fd, declared)
+    }
+
+    fn map(fd: OwnedFd, size: usize) -> Result<Region, Error> {
+        let len = std::num::NonZeroUsize::new(size)
+            .ok_or_else(|| Error::Config("zero-sized region".into()))?;
+        // SAFETY: we map a fresh shared mapping of a file we hold; no existing Rust object lives at
+        // the address chosen by the kernel, and the mapping is unmapped only in Drop.
+        let p = unsafe {
+            mmap(
+                None,
+                len,
+                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+                MapFlags::MAP_SHARED,
+                &fd,
+                0,
+            )?
+        };
+        Ok(Region {
+            base: p.cast(),
+            len: size,
+            fd,
+        })
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: a region has at least one byte.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The memfd behind the region (sent to the peer in ADD_REGION).
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Whether `[offset, offset + len)` lies inside the region (computed in u64, no overflow).
+    pub fn contains(&self, offset: u64, len: u64) -> bool {
+        offset
+            .checked_add(len)
+            .is_some_and(|end| end <= self.len as u64)
+    }
+
+    /// Copy `dst.len()` bytes out of the region from `offset`. Returns false (copying nothing) if
+    /// the range is not inside the region.
+    pub fn copy_out(&self, offset: u64, dst: &mut [u8]) -> bool {
+        if !self.contains(offset, dst.len() as u64) {
+            return false;
+        }
+        // SAFETY: the source range was just checked to lie inside our live mapping, and `dst` is a
+        // private buffer that cannot overlap shared memory we mapped. The peer may write the same
+        // bytes concurrently; we only copy raw bytes (no type invariants), never keep a reference.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.base.as_ptr().add(offset as usize),
+                dst.as_mut_ptr(),
+                dst.len(),
+            );
+        }
+        true
+    }
+
+    /// Copy `src` into the region at `offset`. Returns false (copying nothing) if the range is not
+    /// inside the region.
+    pub fn copy_in(&self, offset: u64, src: &[u8]) -> bool {
+        if !self.contains(offset, src.len() as u64) {
+            return false;
+        }
+        // SAFETY: the destination range lies inside our live, writable mapping (checked above);
+        // `src` is private memory, so the ranges do not overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                src.as_ptr(),
+                self.base.as_ptr().add(offset as usize),
+                src.len(),
+            );
+        }
+        true
+    }
+
+    /// Volatile read of `N` bytes at `offset` into a private copy.
+    pub fn read_bytes<const N: usize>(&self, offset: u64) -> Option<[u8; N]> {
+        if !self.contains(offset, N as u64) {
+            return None;
+        }
+        // SAFETY: in bounds (checked above); `[u8; N]` has alignment 1 and no invalid values.
+        Some(unsafe {
+            std::ptr::read_volatile(self.base.as_ptr().add(offset as usize) as *const [u8; N])
+        })
+    }
+
+    /// Volatile write of `N` bytes at `offset`. Returns false if out of bounds.
+    pub fn write_bytes<const N: usize>(&self, offset: u64, v: [u8; N]) -> bool {
+        if !self.contains(offset, N as u64) {
+            return false;
+        }
+        // SAFETY: in bounds of our writable mapping (checked above); alignment 1.
+        unsafe {
+            std::ptr::write_volatile(self.base.as_ptr().add(offset as usize) as *mut [u8; N], v)
+        };
+        true
+    }
+
+    /// An atomic view of the `u16` at `offset` (must be 2-aligned and inside the region).
+    pub fn atomic_u16(&self, offset: u64) -> Option<&AtomicU16> {
+        if !self.contains(offset, 2) || !offset.is_multiple_of(2) {
+            return None;
+        }
+        // SAFETY: in bounds and 2-aligned (the mapping base is page aligned); the memory lives as
+        // long as `self`. Atomic access is sound even though the peer writes it concurrently, and
+        // nothing in this process accesses it non-atomically.
+        Some(unsafe { AtomicU16::from_ptr(self.base.as_ptr().add(offset as usize).cast()) })
+    }
+
+    /// An atomic view of the `u32` at `offset` (must be 4-aligned and inside the region).
+    pub fn atomic_u32(&self, offset: u64) -> Option<&AtomicU32> {
+        if !self.contains(offset, 4) || !offset.is_multiple_of(4) {
+            return None;
+        }
+        // SAFETY: as for `atomic_u16`, with 4-byte alignment checked.
+        Some(unsafe { AtomicU32::from_ptr(self.base.as_ptr().add(offset as usize).cast()) })
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: `base`/`len` describe the mapping made in `map`, which nothing references any
+        // more (accessors borrow `self`).
+        let _ = unsafe { munmap(self.base.cast(), self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_copy_bounds() {
+        let r = Region::create("t", 4096).unwrap();
+        assert!(r.copy_in(10, b"hello"));
+        let mut b = [0u8; 5];
+        assert!(r.copy_out(10, &mut b));
+        assert_eq!(&b, b"hello");
+        assert!(!r.copy_out(4094, &mut b));
+        assert!(!r.copy_out(u64::MAX - 2, &mut b));
+        assert!(r.atomic_u16(4095).is_none());
+        assert!(r.atomic_u16(4094).is_some());
+        // Sealed against shrinking.
+        assert!(nix::unistd::ftruncate(r.fd(), 100).is_err());
+    }
+
+    #[test]
+    fn unsealed_peer_region_is_refused() {
+        let fd = memfd_create(c"x", MFdFlags::MFD_CLOEXEC).unwrap();
+        nix::unistd::ftruncate(&fd, 4096).unwrap();
+        match Region::from_peer_sealed(fd, 4096) {
+            Err(Error::Protocol(m)) => assert!(m.contains("seal"), "{m}"),
+            r => panic!("{r:?}"),
+        }
+    }
+
+    #[test]
+    fn peer_region_shorter_than_declared_is_refused() {
+        let r = Region::create("t", 4096).unwrap();
+        let fd = r.fd().try_clone_to_owned().unwrap();
+        assert!(matches!(
+            Region::from_peer(fd, 8192),
+            Err(Error::Protocol(_))
+        ));
+        let fd = r.fd().try_clone_to_owned().unwrap();
+        let m = Region::from_peer_sealed(fd, 4096).unwrap();
+        r.copy_in(0, b"x");
+        let mut b = [0u8; 1];
+        m.copy_out(0, &mut b);
+        assert_eq!(&b, b"x");
+    }
+}

@@ -1,0 +1,324 @@
+//! The slave (client) side: connects to a master, owns the shared memory, reconnects when the
+//! master comes back.
+
+use std::collections::VecDeque;
+use std::os::fd::{AsFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use nix::sys::eventfd::{EfdFlags, EventFd};
+
+use crate::interface::{Connection, Interface, InterfaceConfig, Queue, Role};
+use crate::msg::{self, AddRegion, AddRing, FixedStr, Hello, Init, Msg, SECRET_LEN, VERSION};
+use crate::region::{Region, MAX_REGION_SIZE};
+use crate::ring::{ring_stride, Ring, MAX_LOG2_RING_SIZE};
+use crate::socket::{ControlSocket, Received, SocketAddress};
+use crate::Error;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Disconnected,
+    AwaitHello,
+    AwaitAck,
+    AwaitConnected,
+    Connected,
+}
+
+/// Which fd goes with a queued handshake message.
+#[derive(Debug, Clone, Copy)]
+enum FdRef {
+    None,
+    Region(usize),
+    Rx(usize),
+    Tx(usize),
+}
+
+/// A memif slave interface.
+#[derive(Debug)]
+pub struct Slave {
+    addr: SocketAddress,
+    iface: Interface,
+    state: State,
+    sock: Option<ControlSocket>,
+    building: Option<Connection>,
+    outbox: VecDeque<(Msg, FdRef)>,
+    retry_at: Instant,
+    /// Delay between reconnection attempts.
+    pub retry_interval: Duration,
+}
+
+impl Slave {
+    /// Create a slave for `config` that connects to the master at `addr` (on the first
+    /// [`Slave::poll`]).
+    pub fn new(addr: SocketAddress, config: InterfaceConfig) -> Result<Slave, Error> {
+        if config.log2_ring_size > MAX_LOG2_RING_SIZE {
+            return Err(Error::Config("log2 ring size above 14".into()));
+        }
+        if config.queue_pairs == 0 || config.queue_pairs > 256 {
+            return Err(Error::Config("queue pairs must be 1..=256".into()));
+        }
+        if config.buffer_size == 0 {
+            return Err(Error::Config("zero buffer size".into()));
+        }
+        if config
+            .secret
+            .as_ref()
+            .is_some_and(|s| s.len() >= SECRET_LEN)
+        {
+            return Err(Error::Config("secret longer than 23 bytes".into()));
+        }
+        Ok(Slave {
+            addr,
+            iface: Interface::new(config, Role::Slave),
+            state: State::Disconnected,
+            sock: None,
+            building: None,
+            outbox: VecDeque::new(),
+            retry_at: Instant::now(),
+            retry_interval: Duration::from_millis(100),
+        })
+    }
+
+    /// The interface (link state, counters).
+    pub fn interface(&self) -> &Interface {
+        &self.iface
+    }
+
+    /// The interface, for the data path.
+    pub fn interface_mut(&mut self) -> &mut Interface {
+        &mut self.iface
+    }
+
+    /// The control socket, when one is open (poll(2) it for readability, then call
+    /// [`Slave::poll`]).
+    pub fn control_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.sock.as_ref().map(|s| s.as_fd())
+    }
+
+    /// Do pending control work without blocking: (re)connect when due, advance the handshake,
+    /// notice a disconnect.
+    pub fn poll(&mut self) -> Result<(), Error> {
+        if self.sock.is_none() {
+            if Instant::now() < self.retry_at {
+                return Ok(());
+            }
+            match ControlSocket::connect(&self.addr) {
+                Ok(s) => {
+                    self.sock = Some(s);
+                    self.state = State::AwaitHello;
+                }
+                Err(e) => {
+                    self.retry_at = Instant::now() + self.retry_interval;
+                    if !self.iface.is_up() {
+                        // Keep the last disconnect reason visible unless it was never connected.
+                        if self.iface.counters().connects == 0 {
+                            self.iface
+                                .set_down(format!("connect to {}: {e}", self.addr));
+                        }
+                    }
+                    return Ok(());
+                }
+            }
+        }
+        for _ in 0..16 {
+            let Some(sock) = self.sock.as_ref() else {
+                break;
+            };
+            let r = match sock.recv() {
+                Ok(r) => r,
+                Err(e) => {
+                    self.teardown(format!("control socket error: {e}"), false);
+                    break;
+                }
+            };
+            let res = match r {
+                Received::WouldBlock => break,
+                Received::Closed => Err(("peer closed the control channel".to_string(), false)),
+                Received::Invalid(e) => Err((format!("invalid message: {e}"), true)),
+                Received::Msg(Msg::Disconnect(d), _) => Err((
+                    format!("peer disconnected: {}", d.reason.to_string_lossy()),
+                    false,
+                )),
+                Received::Msg(m, fd) => {
+                    drop(fd);
+                    self.handle(m).map_err(|s| (s, true))
+                }
+            };
+            if let Err((reason, tell)) = res {
+                self.teardown(reason, tell);
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Disconnect (sending DISCONNECT with `reason`); the next [`Slave::poll`] after the retry
+    /// interval reconnects.
+    pub fn disconnect(&mut self, reason: &str) {
+        self.teardown(reason.to_string(), true);
+    }
+
+    fn teardown(&mut self, reason: String, tell_peer: bool) {
+        if let Some(s) = self.sock.take() {
+            if tell_peer {
+                let _ = s.send(&Msg::disconnect(1, &reason), None);
+            }
+        }
+        self.building = None;
+        self.outbox.clear();
+        self.state = State::Disconnected;
+        self.retry_at = Instant::now() + self.retry_interval;
+        self.iface.set_down(reason);
+    }
+
+    fn handle(&mut self, m: Msg) -> Result<(), String> {
+        match (self.state, m) {
+            (State::AwaitHello, Msg::Hello(h)) => {
+                if h.min_version > VERSION || h.max_version < VERSION {
+                    return Err(format!(
+                        "incompatible version range {:#06x}..{:#06x}",
+                        h.min_version, h.max_version
+                    ));
+                }
+                self.build(&h)?;
+                self.state = State::AwaitAck;
+                self.send_next()
+            }
+            (State::AwaitAck, Msg::Ack) => self.send_next(),
+            (State::AwaitConnected, Msg::Connected(name)) => {
+                let Some(c) = self.building.take() else {
+                    return Err("internal: no connection".into());
+                };
+                self.state = State::Connected;
+                self.iface.set_up(c, name.to_string_lossy());
+                Ok(())
+            }
+            (_, other) => Err(format!("unexpected message type {}", other.msg_type())),
+        }
+    }
+
+    fn send_next(&mut self) -> Result<(), String> {
+        let Some((m, fdref)) = self.outbox.pop_front() else {
+            return Err("internal: handshake underflow".into());
+        };
+        let (Some(sock), Some(c)) = (self.sock.as_ref(), self.building.as_ref()) else {
+            return Err("internal: no socket".into());
+        };
+        let fd = match fdref {
+            FdRef::None => None,
+            FdRef::Region(i) => c.regions.get(i).map(|r| r.fd()),
+            FdRef::Rx(i) => c.rx.get(i).map(|q| q.eventfd.as_fd()),
+            FdRef::Tx(i) => c.tx.get(i).map(|q| q.eventfd.as_fd()),
+        };
+        sock.send(&m, fd).map_err(|e| format!("send: {e}"))?;
+        if matches!(m, Msg::Connect(_)) {
+            self.state = State::AwaitConnected;
+        }
+        Ok(())
+    }
+
+    /// Create region 0 (rings, then buffers), the eventfds and the handshake messages.
+    fn build(&mut self, h: &Hello) -> Result<(), String> {
+        let cfg = &self.iface.config;
+        let n_s2m = usize::from(cfg.queue_pairs).min(usize::from(h.max_s2m_ring) + 1);
+        let n_m2s = usize::from(cfg.queue_pairs).min(usize::from(h.max_m2s_ring) + 1);
+        let log2 = cfg.log2_ring_size.min(h.max_log2_ring_size);
+        let n = 1u64 << log2;
+        let stride = ring_stride(log2);
+        let nrings = (n_s2m + n_m2s) as u64;
+        let bsize = u64::from(cfg.buffer_size);
+        let rings_size = nrings * stride;
+        let size = rings_size + nrings * n * bsize;
+        let size = size.div_ceil(4096) * 4096;
+        if size > MAX_REGION_SIZE || size > u64::from(u32::MAX) {
+            return Err("region too large for the configured rings".into());
+        }
+        let region = Region::create(&format!("memif{}", cfg.id), size as usize)
+            .map_err(|e| format!("create region: {e}"))?;
+        let mut tx = Vec::new();
+        let mut rx = Vec::new();
+        for g in 0..(n_s2m + n_m2s) {
+            let off = g as u64 * stride;
+            let Some(ring) = Ring::new(&region, off, log2) else {
+                return Err("internal: ring layout".into());
+            };
+            let eventfd: OwnedFd =
+                EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+                    .map_err(|e| format!("eventfd: {e}"))?
+                    .into();
+            let buf_base = rings_size + g as u64 * n * bsize;
+            ring.at(&region).init();
+            let q = Queue {
+                ring,
+                region: 0,
+                eventfd,
+                idx: 0,
+                posted: 0,
+                buf_base,
+            };
+            // M2S buffers are posted once CONNECTED arrives (see `Interface::set_up`).
+            if g < n_s2m {
+                tx.push(q);
+            } else {
+                rx.push(q);
+            }
+        }
+        let mut out = VecDeque::new();
+        out.push_back((
+            Msg::Init(Init {
+                version: VERSION,
+                id: cfg.id,
+                mode: cfg.mode.to_wire(),
+                secret: FixedStr::new(cfg.secret.as_deref().unwrap_or("")),
+                name: FixedStr::new(&cfg.name),
+            }),
+            FdRef::None,
+        ));
+        out.push_back((
+            Msg::AddRegion(AddRegion { index: 0, size }),
+            FdRef::Region(0),
+        ));
+        for (i, q) in tx.iter().enumerate() {
+            out.push_back((
+                Msg::AddRing(AddRing {
+                    flags: msg::RING_FLAG_S2M,
+                    index: i as u16,
+                    region: 0,
+                    offset: q.ring.offset() as u32,
+                    log2_ring_size: log2,
+                    private_hdr_size: 0,
+                }),
+                FdRef::Tx(i),
+            ));
+        }
+        for (i, q) in rx.iter().enumerate() {
+            out.push_back((
+                Msg::AddRing(AddRing {
+                    flags: 0,
+                    index: i as u16,
+                    region: 0,
+                    offset: q.ring.offset() as u32,
+                    log2_ring_size: log2,
+                    private_hdr_size: 0,
+                }),
+                FdRef::Rx(i),
+            ));
+        }
+        out.push_back((Msg::Connect(FixedStr::new(&cfg.name)), FdRef::None));
+        self.building = Some(Connection {
+            rx,
+            tx,
+            regions: vec![region],
+            buffer_size: cfg.buffer_size,
+        });
+        self.outbox = out;
+        Ok(())
+    }
+}
+
+impl Drop for Slave {
+    fn drop(&mut self) {
+        if let Some(s) = self.sock.as_ref() {
+            let _ = s.send(&Msg::disconnect(0, "slave shutting down"), None);
+        }
+    }
+}

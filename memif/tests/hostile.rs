@@ -1,0 +1,792 @@
+//! Hostile peers built from a raw seqpacket socket and a memfd: every bad input is refused with a
+//! reason or counted and dropped, nothing panics, and another interface on the same master socket
+//! keeps passing traffic.
+
+mod common;
+
+use std::os::fd::AsFd;
+use std::sync::atomic::Ordering;
+
+use common::{frame, sock_addr, wait_for};
+use memif::msg::{AddRegion, AddRing, FixedStr, Init, Msg, RING_FLAG_S2M, VERSION};
+use memif::region::Region;
+use memif::ring::{ring_stride, Desc, Ring, DESC_FLAG_NEXT};
+use memif::socket::{ControlSocket, Received};
+use memif::{InterfaceConfig, LinkState, Master, MasterConfig, Mode, Slave, SocketAddress};
+use nix::sys::eventfd::EventFd;
+
+const LOG2: u8 = 4;
+const N: u16 = 16;
+const BUF_BASE: u64 = 64 * 1024;
+const BSIZE: u64 = 2048;
+const REGION_SIZE: usize = 1 << 20;
+
+/// A master with a good interface (id 2, a real slave attached) plus `cfg`.
+struct Setup {
+    m: Master,
+    good: Slave,
+    addr: SocketAddress,
+}
+
+impl Setup {
+    fn new(test: &str, cfg: InterfaceConfig) -> Setup {
+        let addr = sock_addr(test);
+        let mut m = Master::bind(addr.clone(), MasterConfig::default()).unwrap();
+        m.add_interface(cfg).unwrap();
+        m.add_interface(InterfaceConfig::new(2)).unwrap();
+        let mut good = Slave::new(addr.clone(), InterfaceConfig::new(2)).unwrap();
+        wait_for("good link up", 10, || {
+            m.poll().unwrap();
+            good.poll().unwrap();
+            good.interface().is_up() && m.interface(2).unwrap().is_up()
+        });
+        Setup { m, good, addr }
+    }
+
+    /// The good interface still passes frames both ways.
+    fn check_good(&mut self) {
+        let f = frame(77, 300);
+        let mut n = 0;
+        wait_for("good traffic", 10, || {
+            self.m.poll().unwrap();
+            self.good.poll().unwrap();
+            if n == 0 {
+                n += self.good.interface_mut().tx_burst(0, &[&f]);
+                n += self.m.interface_mut(2).unwrap().tx_burst(0, &[&f]);
+            }
+            let mut got = 0;
+            self.m
+                .interface_mut(2)
+                .unwrap()
+                .rx_burst(0, 8, &mut |p: &[u8]| got += usize::from(p == &f[..]));
+            self.good
+                .interface_mut()
+                .rx_burst(0, 8, &mut |p: &[u8]| got += usize::from(p == &f[..]));
+            n -= got.min(n);
+            n == 0 && self.good.interface().is_up()
+        });
+        assert!(self.m.interface(2).unwrap().is_up());
+        assert_eq!(self.m.interface(2).unwrap().bad_descriptors(), 0);
+    }
+
+    /// Poll the master until the raw peer receives a message; return it.
+    fn recv(&mut self, sock: &ControlSocket) -> Received {
+        let mut out = None;
+        wait_for("message from master", 10, || {
+            self.m.poll().unwrap();
+            match sock.recv().unwrap() {
+                Received::WouldBlock => false,
+                r => {
+                    out = Some(r);
+                    true
+                }
+            }
+        });
+        out.unwrap()
+    }
+
+    fn expect_ack(&mut self, sock: &ControlSocket) {
+        match self.recv(sock) {
+            Received::Msg(Msg::Ack, _) => {}
+            r => panic!("expected ACK, got {r:?}"),
+        }
+    }
+
+    /// Expect a DISCONNECT whose reason contains `reason`, then the socket closing.
+    fn expect_disconnect(&mut self, sock: &ControlSocket, reason: &str) {
+        match self.recv(sock) {
+            Received::Msg(Msg::Disconnect(d), _) => {
+                let r = d.reason.to_string_lossy();
+                assert!(r.contains(reason), "reason {r:?} lacks {reason:?}");
+            }
+            r => panic!("expected DISCONNECT, got {r:?}"),
+        }
+        assert!(matches!(self.recv(sock), Received::Closed));
+    }
+
+    fn connect_raw(&mut self) -> ControlSocket {
+        let s = ControlSocket::connect(&self.addr).unwrap();
+        match self.recv(&s) {
+            Received::Msg(Msg::Hello(h), None) => {
+                assert_eq!((h.min_version, h.max_version), (VERSION, VERSION));
+                assert_eq!(h.max_log2_ring_size, 14);
+            }
+            r => panic!("expected HELLO, got {r:?}"),
+        }
+        s
+    }
+}
+
+fn init(id: u32, secret: &str) -> Msg {
+    Msg::Init(Init {
+        version: VERSION,
+        id,
+        mode: 0,
+        secret: FixedStr::new(secret),
+        name: FixedStr::new("raw"),
+    })
+}
+
+fn add_ring(s2m: bool, index: u16, offset: u32, log2: u8) -> Msg {
+    Msg::AddRing(AddRing {
+        flags: if s2m { RING_FLAG_S2M } else { 0 },
+        index,
+        region: 0,
+        offset,
+        log2_ring_size: log2,
+        private_hdr_size: 0,
+    })
+}
+
+/// A raw slave that completed the handshake for interface `id`.
+struct RawSlave {
+    sock: ControlSocket,
+    region: Region,
+    s2m: Ring,
+    _efds: Vec<EventFd>,
+}
+
+impl RawSlave {
+    fn connect(st: &mut Setup, id: u32) -> RawSlave {
+        let sock = st.connect_raw();
+        let region = Region::create("raw", REGION_SIZE).unwrap();
+        let s2m = Ring::new(&region, 0, LOG2).unwrap();
+        let m2s = Ring::new(&region, ring_stride(LOG2), LOG2).unwrap();
+        s2m.at(&region).init();
+        m2s.at(&region).init();
+        let efds = vec![EventFd::new().unwrap(), EventFd::new().unwrap()];
+        sock.send(&init(id, ""), None).unwrap();
+        st.expect_ack(&sock);
+        let ar = Msg::AddRegion(AddRegion {
+            index: 0,
+            size: REGION_SIZE as u64,
+        });
+        sock.send(&ar, Some(region.fd())).unwrap();
+        st.expect_ack(&sock);
+        sock.send(&add_ring(true, 0, 0, LOG2), Some(efds[0].as_fd()))
+            .unwrap();
+        st.expect_ack(&sock);
+        sock.send(
+            &add_ring(false, 0, ring_stride(LOG2) as u32, LOG2),
+            Some(efds[1].as_fd()),
+        )
+        .unwrap();
+        st.expect_ack(&sock);
+        sock.send(&Msg::Connect(FixedStr::new("raw")), None)
+            .unwrap();
+        match st.recv(&sock) {
+            Received::Msg(Msg::Connected(_), _) => {}
+            r => panic!("expected CONNECTED, got {r:?}"),
+        }
+        assert!(st.m.interface(id).unwrap().is_up());
+        RawSlave {
+            sock,
+            region,
+            s2m,
+            _efds: efds,
+        }
+    }
+
+    /// Publish descriptors on S2M ring 0 (head advanced by `descs.len()` + `extra_head`).
+    fn publish(&self, descs: &[Desc], extra_head: u16) {
+        let r = self.s2m.at(&self.region);
+        let mut h = r.head().load(Ordering::Relaxed);
+        for d in descs {
+            r.write_desc(h, *d);
+            h = h.wrapping_add(1);
+        }
+        r.head()
+            .store(h.wrapping_add(extra_head), Ordering::Release);
+    }
+
+    fn good_desc(&self, slot: u64, payload: &[u8]) -> Desc {
+        let off = BUF_BASE + slot * BSIZE;
+        assert!(self.region.copy_in(off, payload));
+        Desc {
+            flags: 0,
+            region: 0,
+            length: payload.len() as u32,
+            offset: off as u32,
+            metadata: 0,
+        }
+    }
+}
+
+fn bad_descriptor_case(
+    test: &str,
+    make: impl Fn(&RawSlave) -> Vec<Desc>,
+    check: impl Fn(&memif::Counters),
+) {
+    let mut st = Setup::new(test, InterfaceConfig::new(1));
+    let raw = RawSlave::connect(&mut st, 1);
+    let descs = make(&raw);
+    raw.publish(&descs, 0);
+    let mut got = Vec::new();
+    let mi = st.m.interface_mut(1).unwrap();
+    mi.rx_burst(0, 64, &mut |p: &[u8]| got.push(p.to_vec()));
+    check(&mi.counters());
+    assert!(got.is_empty(), "bad frames delivered: {}", got.len());
+    // Every slot was released to the slave.
+    let r = raw.s2m.at(&raw.region);
+    assert_eq!(
+        r.tail().load(Ordering::Acquire),
+        r.head().load(Ordering::Acquire)
+    );
+    // The bad interface stays up; a good frame after the bad ones still passes.
+    let f = frame(1, 200);
+    let d = raw.good_desc(0, &f);
+    raw.publish(&[d], 0);
+    let mi = st.m.interface_mut(1).unwrap();
+    mi.rx_burst(0, 64, &mut |p: &[u8]| got.push(p.to_vec()));
+    assert_eq!(got, vec![f]);
+    assert!(st.m.interface(1).unwrap().is_up());
+    st.check_good();
+    drop(raw.sock);
+}
+
+#[test]
+fn bad_region_index_is_counted_and_dropped() {
+    bad_descriptor_case(
+        "bad_region",
+        |raw| {
+            let mut d = raw.good_desc(1, &[1; 64]);
+            d.region = 1;
+            vec![d]
+        },
+        |c| assert_eq!(c.bad_desc_region, 1),
+    );
+}
+
+#[test]
+fn u32_overflowing_offset_plus_length_is_dropped() {
+    bad_descriptor_case(
+        "overflow",
+        |_| {
+            let d = Desc {
+                flags: 0,
+                region: 0,
+                length: 0x200,
+                offset: 0xFFFF_FF00,
+                metadata: 0,
+            };
+            let d2 = Desc {
+                offset: (REGION_SIZE - 100) as u32,
+                length: 200,
+                ..d
+            };
+            vec![d, d2]
+        },
+        |c| assert_eq!(c.bad_desc_offset, 2),
+    );
+}
+
+#[test]
+fn zero_length_is_dropped() {
+    bad_descriptor_case(
+        "zero_len",
+        |raw| {
+            let mut d = raw.good_desc(1, &[1; 64]);
+            d.length = 0;
+            vec![d]
+        },
+        |c| assert_eq!(c.bad_desc_zero_length, 1),
+    );
+}
+
+#[test]
+fn length_above_buffer_size_is_dropped() {
+    bad_descriptor_case(
+        "too_long",
+        |raw| {
+            let mut d = raw.good_desc(1, &[1; 64]);
+            d.length = 4000;
+            vec![d]
+        },
+        |c| assert_eq!(c.bad_desc_too_long, 1),
+    );
+}
+
+#[test]
+fn next_on_the_last_slot_is_dropped() {
+    bad_descriptor_case(
+        "next_last",
+        |raw| {
+            let a = raw.good_desc(1, &[1; 64]);
+            let mut b = raw.good_desc(2, &[2; 64]);
+            b.flags = DESC_FLAG_NEXT;
+            let mut c = raw.good_desc(3, &[3; 64]);
+            c.flags = DESC_FLAG_NEXT;
+            vec![
+                Desc {
+                    flags: DESC_FLAG_NEXT,
+                    ..a
+                },
+                b,
+                c,
+            ]
+        },
+        |c| assert_eq!(c.bad_desc_chain, 1),
+    );
+}
+
+#[test]
+fn head_advanced_beyond_ring_size_is_clamped() {
+    let mut st = Setup::new("head_overrun", InterfaceConfig::new(1));
+    let raw = RawSlave::connect(&mut st, 1);
+    let f = frame(3, 100);
+    let descs: Vec<Desc> = (0..N).map(|s| raw.good_desc(u64::from(s), &f)).collect();
+    // Claims 16 + 1000 descriptors on a 16-slot ring.
+    raw.publish(&descs, 1000);
+    let mut got = 0;
+    let mi = st.m.interface_mut(1).unwrap();
+    mi.rx_burst(0, 1000, &mut |p: &[u8]| got += usize::from(p == &f[..]));
+    assert_eq!(got, 16, "only one ring's worth is consumed");
+    assert_eq!(mi.counters().ring_index_overrun, 1);
+    assert_eq!(raw.s2m.at(&raw.region).tail().load(Ordering::Acquire), N);
+    st.check_good();
+}
+
+/// Run a raw handshake script; the master must refuse with `reason`, mark interface 1 down (if it
+/// got past INIT), and keep the good interface working.
+fn refused(
+    test: &str,
+    cfg: InterfaceConfig,
+    reason: &str,
+    script: impl FnOnce(&mut Setup, &ControlSocket),
+) {
+    let mut st = Setup::new(test, cfg);
+    let sock = st.connect_raw();
+    script(&mut st, &sock);
+    st.expect_disconnect(&sock, reason);
+    if let LinkState::Down(r) = st.m.interface(1).unwrap().link() {
+        assert!(r == "not connected" || r.contains(reason), "{r}");
+    } else {
+        panic!("interface 1 is up");
+    }
+    st.check_good();
+    // The refused interface can still connect properly afterwards.
+    if reason != "already connected" {
+        let cfg = st.m.interface(1).unwrap().config().clone();
+        let mut s = Slave::new(st.addr.clone(), cfg).unwrap();
+        wait_for("interface 1 up after refusal", 10, || {
+            st.m.poll().unwrap();
+            s.poll().unwrap();
+            s.interface().is_up()
+        });
+    }
+}
+
+fn region_msg(index: u16, size: u64) -> Msg {
+    Msg::AddRegion(AddRegion { index, size })
+}
+
+#[test]
+fn wrong_version_is_refused() {
+    refused(
+        "bad_version",
+        InterfaceConfig::new(1),
+        "incompatible version",
+        |_, s| {
+            let mut m = init(1, "");
+            if let Msg::Init(i) = &mut m {
+                i.version = 0x0100;
+            }
+            s.send(&m, None).unwrap();
+        },
+    );
+}
+
+#[test]
+fn wrong_and_missing_secret_are_refused() {
+    let mut cfg = InterfaceConfig::new(1);
+    cfg.secret = Some("sesame".into());
+    refused("bad_secret", cfg.clone(), "incorrect secret", |_, s| {
+        s.send(&init(1, "sesamf"), None).unwrap();
+    });
+    refused("no_secret", cfg, "secret required", |_, s| {
+        s.send(&init(1, ""), None).unwrap();
+    });
+}
+
+#[test]
+fn unknown_id_and_mode_mismatch_are_refused() {
+    refused(
+        "unknown_id",
+        InterfaceConfig::new(1),
+        "unknown interface id",
+        |_, s| {
+            s.send(&init(99, ""), None).unwrap();
+        },
+    );
+    let mut cfg = InterfaceConfig::new(1);
+    cfg.mode = Mode::Ip;
+    refused("mode", cfg, "mode mismatch", |_, s| {
+        s.send(&init(1, ""), None).unwrap();
+    });
+}
+
+#[test]
+fn already_connected_is_refused() {
+    refused(
+        "already",
+        InterfaceConfig::new(1),
+        "already connected",
+        |_, s| {
+            s.send(&init(2, ""), None).unwrap();
+        },
+    );
+}
+
+#[test]
+fn wrong_message_size_is_refused() {
+    refused(
+        "msg_size",
+        InterfaceConfig::new(1),
+        "invalid message",
+        |_, s| {
+            let b = init(1, "").encode();
+            s.send_raw(&b[..100], None).unwrap();
+        },
+    );
+    refused(
+        "msg_size_big",
+        InterfaceConfig::new(1),
+        "invalid message",
+        |_, s| {
+            let mut b = init(1, "").encode().to_vec();
+            b.resize(129, 0);
+            s.send_raw(&b, None).unwrap();
+        },
+    );
+}
+
+#[test]
+fn non_sequential_region_index_is_refused() {
+    refused(
+        "region_seq",
+        InterfaceConfig::new(1),
+        "non-sequential region index",
+        |st, s| {
+            s.send(&init(1, ""), None).unwrap();
+            st.expect_ack(s);
+            let r = Region::create("raw", 4096).unwrap();
+            s.send(&region_msg(1, 4096), Some(r.fd())).unwrap();
+        },
+    );
+}
+
+#[test]
+fn memfd_shorter_than_declared_is_refused() {
+    refused(
+        "region_short",
+        InterfaceConfig::new(1),
+        "declared",
+        |st, s| {
+            s.send(&init(1, ""), None).unwrap();
+            st.expect_ack(s);
+            let r = Region::create("raw", 4096).unwrap();
+            s.send(&region_msg(0, 1 << 20), Some(r.fd())).unwrap();
+        },
+    );
+}
+
+#[test]
+fn missing_region_fd_is_refused() {
+    refused(
+        "region_nofd",
+        InterfaceConfig::new(1),
+        "missing region fd",
+        |st, s| {
+            s.send(&init(1, ""), None).unwrap();
+            st.expect_ack(s);
+            s.send(&region_msg(0, 4096), None).unwrap();
+        },
+    );
+}
+
+fn ring_case(test: &str, reason: &str, ring: Msg) {
+    refused(test, InterfaceConfig::new(1), reason, move |st, s| {
+        s.send(&init(1, ""), None).unwrap();
+        st.expect_ack(s);
+        let r = Region::create("raw", 64 * 1024).unwrap();
+        s.send(&region_msg(0, 64 * 1024), Some(r.fd())).unwrap();
+        st.expect_ack(s);
+        let e = EventFd::new().unwrap();
+        s.send(&ring, Some(e.as_fd())).unwrap();
+    });
+}
+
+#[test]
+fn ring_outside_region_is_refused() {
+    ring_case(
+        "ring_out",
+        "ring outside its region",
+        add_ring(true, 0, 64 * 1024 - 256, 4),
+    );
+    ring_case(
+        "ring_out_big",
+        "ring outside its region",
+        add_ring(true, 0, 0, 13),
+    );
+    ring_case(
+        "ring_out_wrap",
+        "ring outside its region",
+        add_ring(true, 0, u32::MAX - 15, 4),
+    );
+}
+
+#[test]
+fn log2_above_14_is_refused() {
+    ring_case("log2", "too large", add_ring(true, 0, 0, 15));
+}
+
+#[test]
+fn non_sequential_ring_index_and_private_header_are_refused() {
+    ring_case(
+        "ring_seq",
+        "non-sequential ring index",
+        add_ring(true, 1, 0, 4),
+    );
+    let mut m = add_ring(false, 0, 0, 4);
+    if let Msg::AddRing(r) = &mut m {
+        r.private_hdr_size = 64;
+    }
+    ring_case("ring_priv", "private header", m);
+}
+
+#[test]
+fn bad_cookie_is_refused_at_connect() {
+    refused(
+        "cookie",
+        InterfaceConfig::new(1),
+        "bad ring cookie",
+        |st, s| {
+            s.send(&init(1, ""), None).unwrap();
+            st.expect_ack(s);
+            let r = Region::create("raw", 64 * 1024).unwrap();
+            s.send(&region_msg(0, 64 * 1024), Some(r.fd())).unwrap();
+            st.expect_ack(s);
+            let e = EventFd::new().unwrap();
+            s.send(&add_ring(true, 0, 0, 4), Some(e.as_fd())).unwrap();
+            st.expect_ack(s);
+            s.send(&add_ring(false, 0, 1024, 4), Some(e.as_fd()))
+                .unwrap();
+            st.expect_ack(s);
+            s.send(&Msg::Connect(FixedStr::new("raw")), None).unwrap();
+        },
+    );
+}
+
+#[test]
+fn messages_before_init_are_refused() {
+    refused(
+        "before_init",
+        InterfaceConfig::new(1),
+        "expected INIT",
+        |_, s| {
+            s.send(&Msg::Connect(FixedStr::new("x")), None).unwrap();
+        },
+    );
+}
+
+#[test]
+fn slave_refuses_a_hello_with_the_wrong_version() {
+    let addr = sock_addr("slave_hello");
+    let SocketAddress::Path(p) = &addr else {
+        unreachable!()
+    };
+    let _ = std::fs::remove_file(p);
+    let l = ControlSocket::listen(&addr).unwrap();
+    let mut s = Slave::new(addr.clone(), InterfaceConfig::new(0)).unwrap();
+    s.poll().unwrap();
+    assert!(l.wait_readable(5000).unwrap());
+    let c = l.accept().unwrap().unwrap();
+    let h = memif::msg::Hello {
+        min_version: 0x0100,
+        max_version: 0x0100,
+        ..Default::default()
+    };
+    c.send(&Msg::Hello(h), None).unwrap();
+    wait_for("slave refuses", 10, || {
+        s.poll().unwrap();
+        matches!(s.interface().link(), LinkState::Down(r) if r.contains("incompatible version"))
+    });
+    assert!(c.wait_readable(5000).unwrap());
+    match c.recv().unwrap() {
+        Received::Msg(Msg::Disconnect(d), _) => {
+            assert!(d.reason.to_string_lossy().contains("incompatible version"))
+        }
+        r => panic!("{r:?}"),
+    }
+    let _ = std::fs::remove_file(p);
+}
+
+#[test]
+fn unsealed_region_memfd_is_refused() {
+    refused(
+        "unsealed",
+        InterfaceConfig::new(1),
+        "not sealed",
+        |st, s| {
+            s.send(&init(1, ""), None).unwrap();
+            st.expect_ack(s);
+            let fd =
+                nix::sys::memfd::memfd_create(c"raw", nix::sys::memfd::MFdFlags::empty()).unwrap();
+            nix::unistd::ftruncate(&fd, 65536).unwrap();
+            s.send(&region_msg(0, 65536), Some(fd.as_fd())).unwrap();
+        },
+    );
+}
+
+/// A raw master that completed the handshake with our slave; returns the mapped region and the
+/// M2S ring.
+struct RawMaster {
+    _listener: ControlSocket,
+    path: std::path::PathBuf,
+    _sock: ControlSocket,
+    region: Region,
+    m2s: Ring,
+}
+
+fn raw_master(test: &str, slave_cfg: InterfaceConfig) -> (RawMaster, Slave) {
+    let addr = sock_addr(test);
+    let listener = ControlSocket::listen(&addr).unwrap();
+    let mut s = Slave::new(addr, slave_cfg).unwrap();
+    s.poll().unwrap();
+    assert!(listener.wait_readable(5000).unwrap());
+    let sock = listener.accept().unwrap().unwrap();
+    let hello = memif::msg::Hello {
+        name: FixedStr::new("raw-master"),
+        min_version: VERSION,
+        max_version: VERSION,
+        max_region: 0,
+        max_m2s_ring: 0,
+        max_s2m_ring: 0,
+        max_log2_ring_size: LOG2,
+    };
+    sock.send(&Msg::Hello(hello), None).unwrap();
+    let mut region = None;
+    let mut m2s = None;
+    loop {
+        let mut got = None;
+        wait_for("slave message", 10, || {
+            s.poll().unwrap();
+            match sock.recv().unwrap() {
+                Received::WouldBlock => false,
+                r => {
+                    got = Some(r);
+                    true
+                }
+            }
+        });
+        match got.unwrap() {
+            Received::Msg(Msg::Init(i), _) => assert_eq!(i.version, VERSION),
+            Received::Msg(Msg::AddRegion(ar), Some(fd)) => {
+                region = Some(Region::from_peer_sealed(fd, ar.size).unwrap());
+            }
+            Received::Msg(Msg::AddRing(ar), Some(_fd)) => {
+                assert_eq!(ar.log2_ring_size, LOG2);
+                if ar.flags & RING_FLAG_S2M == 0 {
+                    let r = region.as_ref().unwrap();
+                    m2s = Some(Ring::new(r, u64::from(ar.offset), ar.log2_ring_size).unwrap());
+                }
+            }
+            Received::Msg(Msg::Connect(_), _) => {
+                sock.send(&Msg::Connected(FixedStr::new("raw")), None)
+                    .unwrap();
+                break;
+            }
+            r => panic!("unexpected {r:?}"),
+        }
+        sock.send(&Msg::Ack, None).unwrap();
+    }
+    wait_for("slave up", 10, || {
+        s.poll().unwrap();
+        s.interface().is_up()
+    });
+    (
+        RawMaster {
+            _listener: listener,
+            path: common::sock_path(test),
+            _sock: sock,
+            region: region.unwrap(),
+            m2s: m2s.unwrap(),
+        },
+        s,
+    )
+}
+
+impl Drop for RawMaster {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+#[test]
+fn slave_drops_bad_descriptors_from_a_hostile_master() {
+    let (rm, mut s) = raw_master("hostile_master", InterfaceConfig::new(0));
+    let r = rm.m2s.at(&rm.region);
+    // The slave posted all 16 buffers.
+    assert_eq!(r.head().load(Ordering::Acquire), N);
+    let set = |idx: u16, flags: u16, len: u32| {
+        let mut d = r.read_desc(idx);
+        d.flags = flags;
+        d.length = len;
+        // A hostile master may also rewrite region/offset: the slave must not follow them.
+        d.region = 7;
+        d.offset = u32::MAX - 10;
+        r.write_desc(idx, d);
+    };
+    set(0, 0, 0); // zero length
+    set(1, 0, 4000); // longer than the 2048-byte buffer
+    set(2, 0, 100); // good
+    set(3, DESC_FLAG_NEXT, 100); // NEXT on the last published slot
+    r.tail().store(4, Ordering::Release);
+    let mut got = Vec::new();
+    s.interface_mut()
+        .rx_burst(0, 64, &mut |p: &[u8]| got.push(p.len()));
+    assert_eq!(got, vec![100]);
+    let c = s.interface().counters();
+    assert_eq!(
+        (
+            c.bad_desc_zero_length,
+            c.bad_desc_too_long,
+            c.bad_desc_chain
+        ),
+        (1, 1, 1)
+    );
+    // All four slots were reposted.
+    assert_eq!(r.head().load(Ordering::Acquire), 4 + N);
+    // Tail far beyond what was posted: clamped to the posted buffers and counted.
+    for i in 4..(4 + N) {
+        set(i, 0, 64);
+    }
+    r.tail().store(4 + 1000, Ordering::Release);
+    let mut n = 0;
+    s.interface_mut().rx_burst(0, 1000, &mut |_p: &[u8]| n += 1);
+    assert_eq!(n, usize::from(N));
+    assert_eq!(s.interface().counters().ring_index_overrun, 1);
+    assert!(s.interface().is_up());
+    drop(rm);
+    wait_for("slave notices the master left", 10, || {
+        s.poll().unwrap();
+        !s.interface().is_up()
+    });
+}
+
+#[test]
+fn slave_with_wrong_secret_learns_the_reason() {
+    let addr = sock_addr("slave_secret");
+    let mut m = Master::bind(addr.clone(), MasterConfig::default()).unwrap();
+    let mut cfg = InterfaceConfig::new(3);
+    cfg.secret = Some("right".into());
+    m.add_interface(cfg.clone()).unwrap();
+    cfg.secret = Some("wrong".into());
+    let mut s = Slave::new(addr, cfg).unwrap();
+    wait_for("slave refused", 10, || {
+        m.poll().unwrap();
+        s.poll().unwrap();
+        matches!(s.interface().link(), LinkState::Down(r) if r.contains("incorrect secret"))
+    });
+    assert!(!m.interface(3).unwrap().is_up());
+}
