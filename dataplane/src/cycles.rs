@@ -57,8 +57,3 @@ fn calibrate() -> u64 {
 pub fn to_seconds(cycles: u64) -> f64 {
     cycles as f64 / tsc_hz() as f64
 }
-
-/// Cycles in `d` at the measured frequency.
-pub fn from_duration(d: Duration) -> u64 {
-    (d.as_secs_f64() * tsc_hz() as f64) as u64
-}

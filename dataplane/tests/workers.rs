@@ -234,6 +234,14 @@ fn ten_thousand_config_swaps_under_traffic_lose_and_duplicate_nothing() {
         });
     }
     let sent_during = sent() - sent_before;
+    // Old snapshots are freed while the workers run, not only when they stop.
+    dp.synchronize();
+    dp.reclaim();
+    assert_eq!(
+        dp.pending_reclaim(),
+        0,
+        "every replaced snapshot freed once workers moved on"
+    );
     eprintln!("sent before swaps {sent_before}, during {sent_during}");
     wait_until("all packets delivered", Duration::from_secs(120), || {
         reports.iter().all(|r| r.2.packets() >= PER_WORKER)

@@ -411,7 +411,13 @@ fn l2_cross_connect_passes_frames_untouched_both_ways() {
         )],
     );
     assert_eq!(r.error(names::IP4_LOOKUP, "no-route"), 1);
+    assert_eq!(
+        r.fwd.cross_connect_of(r.ports[0].index),
+        Some(r.ports[1].index)
+    );
     r.fwd.disconnect(r.ports[0].index);
+    assert_eq!(r.fwd.cross_connect_of(r.ports[0].index), None);
+    assert_eq!(r.fwd.cross_connect_of(r.ports[1].index), None, "both ways");
     r.commit();
     r.inject(0, &frames[..1]);
     assert_eq!(

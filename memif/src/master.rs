@@ -6,7 +6,7 @@ use crate::interface::{Connection, Interface, InterfaceConfig, Queue, Role};
 use crate::msg::{self, FixedStr, Hello, Mode, Msg, SECRET_LEN, VERSION};
 use crate::region::Region;
 use crate::ring::{Ring, COOKIE, MAX_LOG2_RING_SIZE};
-use crate::socket::{ControlSocket, Received, SocketAddress};
+use crate::socket::{ControlSocket, SocketAddress};
 use crate::Error;
 
 /// Master-wide limits advertised in HELLO.
@@ -186,15 +186,10 @@ impl Master {
                         break;
                     }
                 };
-                let outcome = match r {
-                    Received::WouldBlock => break,
-                    Received::Closed => Err(("peer closed the control channel".to_string(), false)),
-                    Received::Invalid(e) => Err((format!("invalid message: {e}"), true)),
-                    Received::Msg(Msg::Disconnect(d), _) => Err((
-                        format!("peer disconnected: {}", d.reason.to_string_lossy()),
-                        false,
-                    )),
-                    Received::Msg(m, fd) => self.handle(ci, m, fd).map_err(|s| (s, true)),
+                let outcome = match r.into_message() {
+                    Ok(None) => break,
+                    Ok(Some((m, fd))) => self.handle(ci, m, fd).map_err(|s| (s, true)),
+                    Err(ending) => Err(ending),
                 };
                 if let Err((reason, tell)) = outcome {
                     self.drop_conn(ci, reason, tell);

@@ -11,7 +11,7 @@ use crate::interface::{Connection, Interface, InterfaceConfig, Queue, Role};
 use crate::msg::{self, AddRegion, AddRing, FixedStr, Hello, Init, Msg, SECRET_LEN, VERSION};
 use crate::region::{Region, MAX_REGION_SIZE};
 use crate::ring::{ring_stride, Ring, MAX_LOG2_RING_SIZE};
-use crate::socket::{ControlSocket, Received, SocketAddress};
+use crate::socket::{ControlSocket, SocketAddress};
 use crate::Error;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,18 +130,13 @@ impl Slave {
                     break;
                 }
             };
-            let res = match r {
-                Received::WouldBlock => break,
-                Received::Closed => Err(("peer closed the control channel".to_string(), false)),
-                Received::Invalid(e) => Err((format!("invalid message: {e}"), true)),
-                Received::Msg(Msg::Disconnect(d), _) => Err((
-                    format!("peer disconnected: {}", d.reason.to_string_lossy()),
-                    false,
-                )),
-                Received::Msg(m, fd) => {
+            let res = match r.into_message() {
+                Ok(None) => break,
+                Ok(Some((m, fd))) => {
                     drop(fd);
                     self.handle(m).map_err(|s| (s, true))
                 }
+                Err(ending) => Err(ending),
             };
             if let Err((reason, tell)) = res {
                 self.teardown(reason, tell);

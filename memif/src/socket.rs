@@ -63,6 +63,27 @@ pub enum Received {
     Invalid(MsgError),
 }
 
+/// Why a control connection ends: the reason, and whether to tell the peer with a DISCONNECT
+/// (not when the peer closed or disconnected itself).
+pub type Ending = (String, bool);
+
+impl Received {
+    /// The next message to handle (`Ok(None)`: nothing to read now), or why the connection
+    /// ends. Master and slave share this so that both treat closes, garbage and DISCONNECT alike.
+    pub fn into_message(self) -> Result<Option<(Msg, Option<OwnedFd>)>, Ending> {
+        match self {
+            Received::WouldBlock => Ok(None),
+            Received::Closed => Err(("peer closed the control channel".to_string(), false)),
+            Received::Invalid(e) => Err((format!("invalid message: {e}"), true)),
+            Received::Msg(Msg::Disconnect(d), _) => Err((
+                format!("peer disconnected: {}", d.reason.to_string_lossy()),
+                false,
+            )),
+            Received::Msg(m, fd) => Ok(Some((m, fd))),
+        }
+    }
+}
+
 /// A connected or listening control socket (non-blocking, close-on-exec).
 #[derive(Debug)]
 pub struct ControlSocket {

@@ -22,7 +22,6 @@ pub struct Context<'a, S> {
 }
 
 impl<'a, S> Context<'a, S> {
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         buffers: &'a mut WorkerBuffers,
         state: &'a S,
