@@ -62,3 +62,15 @@ impl<S, Q: RxQueue> Node<S> for PortInput<Q> {
         n
     }
 }
+
+impl<Q: RxQueue + ?Sized> RxQueue for Box<Q> {
+    fn receive(&mut self, buffers: &mut WorkerBuffers, out: &mut [u32]) -> usize {
+        (**self).receive(buffers, out)
+    }
+}
+
+impl<Q: TxQueue + ?Sized> TxQueue for Box<Q> {
+    fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[u32]) -> usize {
+        (**self).transmit(buffers, packets)
+    }
+}

@@ -1,0 +1,16 @@
+//! Quiver's ports. Every driver offers the same small surface, [`Port`]: a name, a MAC address,
+//! link state, counters, and one receive/transmit queue pair per worker, implementing
+//! [`dataplane::RxQueue`] and [`dataplane::TxQueue`]. Graph nodes never see the drivers.
+//!
+//! - [`memif_port`]: memif interfaces (master or slave) through the `memif` crate;
+//! - [`af_packet`]: any kernel interface through `AF_PACKET` mmap rings;
+//! - [`tap`]: a TAP device, attaching Quiver to the host stack.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod af_packet;
+pub mod memif_port;
+pub mod port;
+pub mod tap;
+
+pub use port::{LinkStatus, Port, PortError, PortStats, QueuePair};

@@ -1,0 +1,76 @@
+//! The surface every driver's port offers.
+
+use dataplane::{RxQueue, TxQueue};
+
+/// A port's link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinkStatus {
+    /// Frames flow.
+    Up,
+    /// No frames flow, with why.
+    Down(String),
+}
+
+/// A port's counters, read on the control side.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PortStats {
+    /// Frames received into Quiver.
+    pub rx_packets: u64,
+    /// Bytes received into Quiver.
+    pub rx_bytes: u64,
+    /// Frames handed to the device or peer.
+    pub tx_packets: u64,
+    /// Bytes handed to the device or peer.
+    pub tx_bytes: u64,
+    /// Frames lost on receive (ring overrun, no buffer, bad descriptor …).
+    pub rx_dropped: u64,
+    /// Frames lost on transmit (ring full, peer down …).
+    pub tx_dropped: u64,
+    /// Driver-specific counters by name, for `show interfaces` detail.
+    pub detail: Vec<(String, u64)>,
+}
+
+/// One worker's queues of a port.
+pub struct QueuePair {
+    /// The receive queue, polled by this worker's input node for the port.
+    pub rx: Box<dyn RxQueue>,
+    /// The transmit queue, used by this worker's `interface-output`.
+    pub tx: Box<dyn TxQueue>,
+}
+
+/// Why a port could not be opened or give a queue.
+#[derive(Debug, thiserror::Error)]
+pub enum PortError {
+    /// A system call failed.
+    #[error("{what}: {source}")]
+    Sys {
+        /// What was being done.
+        what: String,
+        /// The OS error.
+        source: nix::Error,
+    },
+    /// The configuration cannot work.
+    #[error("{0}")]
+    Config(String),
+    /// The device or peer refused.
+    #[error("{0}")]
+    Device(String),
+}
+
+/// A port: a device Quiver receives from and transmits to, with one queue pair per worker.
+///
+/// Ports are shared (`Arc<dyn Port>`) between the control side and the workers' graph builders:
+/// each worker calls [`Port::queue_pair`] once, on its own thread, while building its graph.
+pub trait Port: Send + Sync {
+    /// The port's name (`memif0`, `veth-a`, `net_ring0` …).
+    fn name(&self) -> &str;
+    /// Its Ethernet address.
+    fn mac(&self) -> [u8; 6];
+    /// Its link state now.
+    fn link(&self) -> LinkStatus;
+    /// The queue pair for worker `worker` (0-based, less than the worker count the port was
+    /// opened for). Called once per worker.
+    fn queue_pair(&self, worker: usize) -> Result<QueuePair, PortError>;
+    /// Counters summed over all queues.
+    fn stats(&self) -> PortStats;
+}
