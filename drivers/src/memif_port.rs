@@ -1,1 +1,764 @@
-//! (in progress)
+//! memif ports: Quiver's end of memif interfaces, master or slave, one queue pair per worker.
+//!
+//! The control side (sockets, handshakes, reconnects) runs on one thread, [`MemifControl`], that
+//! serves every memif port: it listens on each master socket (one socket serves many interface
+//! ids) and drives each slave. When a link comes up it detaches the connection's queues and hands
+//! queue pair `w` to worker `w` through a [`QueueSlot`]; the worker picks it up on its next poll
+//! with one atomic load (a lock is taken only when the slot changed).
+//!
+//! Copies: a received frame is copied once, from the peer's buffer straight into a Quiver buffer;
+//! a transmitted one once, from a Quiver buffer straight into the peer's. So a frame crossing
+//! Quiver from one memif port to another is copied from each peer's memory exactly once by each
+//! side — there is no intermediate copy (the peer's memory is never parsed in place: it can
+//! change under us).
+//!
+//! In IP mode the peer sends bare IP packets: a receive adds an Ethernet header (to the port's
+//! MAC, ethertype from the IP version) so the graph sees what it always sees, and a transmit
+//! leaves the Ethernet header out.
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use dataplane::{RxQueue, TxQueue, WorkerBuffers};
+use memif::{
+    Interface, InterfaceConfig, Master, MasterConfig, Mode, PeerFrame, Role, Slave, SocketAddress,
+    TxSource,
+};
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+
+use crate::port::{LinkStatus, Port, PortError, PortStats, QueuePair};
+
+const ETH_HEADER: usize = 14;
+
+/// How one memif port is set up.
+#[derive(Debug, Clone)]
+pub struct MemifPortConfig {
+    /// The port's name in Quiver.
+    pub name: String,
+    /// Master (listen) or slave (connect).
+    pub role: Role,
+    /// The control socket (`/path` or `@abstract`).
+    pub socket: SocketAddress,
+    /// The memif interface id on that socket.
+    pub id: u32,
+    /// Shared secret, if any.
+    pub secret: Option<String>,
+    /// ETHERNET or IP.
+    pub mode: Mode,
+    /// log2 of the ring size (slave: asked for).
+    pub log2_ring_size: u8,
+    /// Size of each memif buffer (slave) or largest descriptor accepted (master).
+    pub buffer_size: u32,
+    /// The port's MAC address.
+    pub mac: [u8; 6],
+}
+
+impl MemifPortConfig {
+    /// A port called `name` on `socket` with interface `id`: ETHERNET mode, 1024-slot rings,
+    /// 2048-byte buffers, no secret, a locally administered MAC derived from the id.
+    pub fn new(name: &str, role: Role, socket: SocketAddress, id: u32) -> Self {
+        let b = id.to_be_bytes();
+        MemifPortConfig {
+            name: name.into(),
+            role,
+            socket,
+            id,
+            secret: None,
+            mode: Mode::Ethernet,
+            log2_ring_size: 10,
+            buffer_size: 2048,
+            mac: [0x02, 0xfe, b[0], b[1], b[2], b[3]],
+        }
+    }
+}
+
+/// Where the control thread leaves a worker's current queue (or `None` when the link is down).
+struct QueueSlot<Q> {
+    generation: AtomicU64,
+    queue: Mutex<Option<Q>>,
+}
+
+impl<Q> QueueSlot<Q> {
+    fn new() -> Self {
+        QueueSlot {
+            generation: AtomicU64::new(0),
+            queue: Mutex::new(None),
+        }
+    }
+
+    fn put(&self, q: Option<Q>) {
+        *self.queue.lock().unwrap_or_else(|e| e.into_inner()) = q;
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// The new queue if the slot changed since generation `seen`.
+    #[inline]
+    fn take_if_changed(&self, seen: &mut u64) -> Option<Option<Q>> {
+        let g = self.generation.load(Ordering::Acquire);
+        if g == *seen {
+            return None;
+        }
+        *seen = g;
+        Some(self.queue.lock().unwrap_or_else(|e| e.into_inner()).take())
+    }
+}
+
+/// Single-writer counters of one worker's queue pair.
+#[derive(Default)]
+struct QueueCounters {
+    rx_packets: AtomicU64,
+    rx_bytes: AtomicU64,
+    rx_no_buffer: AtomicU64,
+    tx_packets: AtomicU64,
+    tx_bytes: AtomicU64,
+    tx_link_down: AtomicU64,
+    tx_too_short: AtomicU64,
+}
+
+#[inline]
+fn bump(c: &AtomicU64, n: u64) {
+    if n != 0 {
+        // Single writer: a plain load and store, no locked instruction.
+        c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+    }
+}
+
+/// One worker's end of a port.
+struct WorkerSlots {
+    rx: QueueSlot<memif::RxQueue>,
+    tx: QueueSlot<memif::TxQueue>,
+    counters: QueueCounters,
+}
+
+/// A memif port (see the module docs). Created by [`MemifControl::add_port`].
+pub struct MemifPort {
+    config: MemifPortConfig,
+    link: Mutex<LinkStatus>,
+    workers: Vec<Arc<WorkerSlots>>,
+    taken: Mutex<Vec<bool>>,
+    /// The interface's counters as last seen by the control thread.
+    memif_counters: Mutex<memif::Counters>,
+    peer_queues: AtomicU64,
+}
+
+impl MemifPort {
+    /// The configuration.
+    pub fn config(&self) -> &MemifPortConfig {
+        &self.config
+    }
+
+    /// The memif interface's own counters (bad descriptors by reason, connects …), as of the
+    /// control thread's last look.
+    pub fn memif_counters(&self) -> memif::Counters {
+        *self
+            .memif_counters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queue pairs the peer agreed to on the current connection (0 when down).
+    pub fn connected_queues(&self) -> usize {
+        self.peer_queues.load(Ordering::Relaxed) as usize
+    }
+
+    fn set_link(&self, l: LinkStatus) {
+        *self.link.lock().unwrap_or_else(|e| e.into_inner()) = l;
+    }
+}
+
+impl Port for MemifPort {
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    fn mac(&self) -> [u8; 6] {
+        self.config.mac
+    }
+
+    fn link(&self) -> LinkStatus {
+        self.link.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn queue_pair(&self, worker: usize) -> Result<QueuePair, PortError> {
+        let slots = self.workers.get(worker).ok_or_else(|| {
+            PortError::Config(format!(
+                "{}: worker {worker} out of range (opened for {})",
+                self.config.name,
+                self.workers.len()
+            ))
+        })?;
+        let mut taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
+        if std::mem::replace(&mut taken[worker], true) {
+            return Err(PortError::Config(format!(
+                "{}: queue pair {worker} already taken",
+                self.config.name
+            )));
+        }
+        let ip = self.config.mode == Mode::Ip;
+        Ok(QueuePair {
+            rx: Box::new(MemifRx {
+                slots: slots.clone(),
+                seen: 0,
+                queue: None,
+                ip_header: ip.then(|| ip_mode_header(self.config.mac)),
+                allocated: [0; 256],
+            }),
+            tx: Box::new(MemifTx {
+                slots: slots.clone(),
+                seen: 0,
+                queue: None,
+                skip: if ip { ETH_HEADER } else { 0 },
+            }),
+        })
+    }
+
+    fn stats(&self) -> PortStats {
+        let mut s = PortStats::default();
+        let mut no_buffer = 0;
+        let (mut link_down, mut too_short) = (0, 0);
+        for w in &self.workers {
+            let c = &w.counters;
+            s.rx_packets += c.rx_packets.load(Ordering::Relaxed);
+            s.rx_bytes += c.rx_bytes.load(Ordering::Relaxed);
+            no_buffer += c.rx_no_buffer.load(Ordering::Relaxed);
+            s.tx_packets += c.tx_packets.load(Ordering::Relaxed);
+            s.tx_bytes += c.tx_bytes.load(Ordering::Relaxed);
+            link_down += c.tx_link_down.load(Ordering::Relaxed);
+            too_short += c.tx_too_short.load(Ordering::Relaxed);
+        }
+        let m = self.memif_counters();
+        let bad = m.bad_desc_region
+            + m.bad_desc_offset
+            + m.bad_desc_zero_length
+            + m.bad_desc_too_long
+            + m.bad_desc_chain;
+        s.rx_dropped = bad + no_buffer;
+        s.tx_dropped = m.tx_dropped + link_down + too_short;
+        s.detail = vec![
+            ("rx-no-buffer".into(), no_buffer),
+            ("tx-link-down".into(), link_down),
+            ("tx-too-short".into(), too_short),
+            ("memif-tx-dropped".into(), m.tx_dropped),
+            ("bad-desc-region".into(), m.bad_desc_region),
+            ("bad-desc-offset".into(), m.bad_desc_offset),
+            ("bad-desc-zero-length".into(), m.bad_desc_zero_length),
+            ("bad-desc-too-long".into(), m.bad_desc_too_long),
+            ("bad-desc-chain".into(), m.bad_desc_chain),
+            ("ring-index-overrun".into(), m.ring_index_overrun),
+            ("connects".into(), m.connects),
+            ("disconnects".into(), m.disconnects),
+        ];
+        s
+    }
+}
+
+/// The Ethernet header put in front of packets received in IP mode (ethertype patched per
+/// packet).
+fn ip_mode_header(mac: [u8; 6]) -> [u8; ETH_HEADER] {
+    let mut h = [0u8; ETH_HEADER];
+    h[..6].copy_from_slice(&mac);
+    h[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x01]);
+    h
+}
+
+/// A worker's receive queue of a memif port.
+struct MemifRx {
+    slots: Arc<WorkerSlots>,
+    seen: u64,
+    queue: Option<memif::RxQueue>,
+    ip_header: Option<[u8; ETH_HEADER]>,
+    allocated: [u32; 256],
+}
+
+impl RxQueue for MemifRx {
+    fn receive(&mut self, buffers: &mut WorkerBuffers, out: &mut [u32]) -> usize {
+        if let Some(q) = self.slots.rx.take_if_changed(&mut self.seen) {
+            self.queue = q;
+        }
+        let Some(q) = self.queue.as_mut() else {
+            return 0;
+        };
+        let want = q.ready().min(out.len()).min(self.allocated.len());
+        if want == 0 {
+            return 0;
+        }
+        let got = buffers.alloc_up_to(&mut self.allocated[..want]);
+        let mut sink = IntoBuffers {
+            buffers,
+            bufs: &self.allocated[..got],
+            filled: 0,
+            bytes: 0,
+            header: self.ip_header,
+            no_buffer: false,
+        };
+        let n = q.receive(got, &mut sink);
+        let (bytes, no_buffer) = (sink.bytes, sink.no_buffer);
+        out[..n].copy_from_slice(&self.allocated[..n]);
+        buffers.free(&self.allocated[n..got]);
+        let c = &self.slots.counters;
+        bump(&c.rx_packets, n as u64);
+        bump(&c.rx_bytes, bytes);
+        if no_buffer || (got < want && n == got) {
+            bump(&c.rx_no_buffer, 1);
+        }
+        n
+    }
+}
+
+/// Copies received frames into freshly allocated Quiver buffers.
+struct IntoBuffers<'a> {
+    buffers: &'a mut WorkerBuffers,
+    bufs: &'a [u32],
+    filled: usize,
+    bytes: u64,
+    header: Option<[u8; ETH_HEADER]>,
+    no_buffer: bool,
+}
+
+impl memif::RxSink for IntoBuffers<'_> {
+    #[inline]
+    fn deliver(&mut self, frame: &PeerFrame<'_>) -> bool {
+        let Some(&bi) = self.bufs.get(self.filled) else {
+            return false;
+        };
+        let prefix = if self.header.is_some() { ETH_HEADER } else { 0 };
+        let total = frame.len() + prefix;
+        let seg_size = usize::from(self.buffers.data_size());
+        let first = total.min(seg_size);
+        self.buffers.set_length(bi, first as u16);
+        let dst = self.buffers.data_mut(bi);
+        if let Some(mut h) = self.header {
+            let mut v = [0u8; 1];
+            frame.copy_to(0, &mut v);
+            let ethertype: u16 = if v[0] >> 4 == 6 { 0x86dd } else { 0x0800 };
+            h[12..].copy_from_slice(&ethertype.to_be_bytes());
+            dst[..ETH_HEADER].copy_from_slice(&h);
+        }
+        frame.copy_to(0, &mut dst[prefix..first]);
+        // Frames longer than one Quiver buffer continue in a chain.
+        let mut done = first - prefix;
+        while done < frame.len() {
+            let Some(seg) = self.buffers.alloc_one() else {
+                // Out of buffers: leave the frame in the ring for the next burst.
+                self.buffers.unchain(bi);
+                self.no_buffer = true;
+                return false;
+            };
+            let take = (frame.len() - done).min(seg_size);
+            self.buffers.set_length(seg, take as u16);
+            frame.copy_to(done, self.buffers.data_mut(seg));
+            self.buffers.chain_append(bi, seg);
+            done += take;
+        }
+        self.filled += 1;
+        self.bytes += frame.len() as u64;
+        true
+    }
+}
+
+/// A worker's transmit queue of a memif port.
+struct MemifTx {
+    slots: Arc<WorkerSlots>,
+    seen: u64,
+    queue: Option<memif::TxQueue>,
+    /// Bytes of Ethernet header left out (IP mode).
+    skip: usize,
+}
+
+impl TxQueue for MemifTx {
+    fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[u32]) -> usize {
+        if let Some(q) = self.slots.tx.take_if_changed(&mut self.seen) {
+            self.queue = q;
+        }
+        let c = &self.slots.counters;
+        let live = self.queue.as_ref().is_some_and(|q| q.is_live());
+        let Some(q) = self.queue.as_mut().filter(|_| live) else {
+            // Link down: the frames are dropped here, counted, not left to look like a full ring.
+            bump(&c.tx_link_down, packets.len() as u64);
+            buffers.free(packets);
+            return packets.len();
+        };
+        let src = FromBuffers {
+            buffers,
+            packets,
+            skip: self.skip,
+        };
+        let n = q.transmit(&src);
+        let (mut bytes, mut short) = (0u64, 0u64);
+        for &bi in &packets[..n] {
+            let len = buffers.meta(bi).total_length() as usize;
+            if len <= self.skip {
+                short += 1;
+            } else {
+                bytes += (len - self.skip) as u64;
+            }
+        }
+        bump(&c.tx_packets, n as u64 - short);
+        bump(&c.tx_bytes, bytes);
+        bump(&c.tx_too_short, short);
+        buffers.free(&packets[..n]);
+        n
+    }
+}
+
+/// Quiver packets (chains too) as a memif transmit source.
+struct FromBuffers<'a> {
+    buffers: &'a WorkerBuffers,
+    packets: &'a [u32],
+    skip: usize,
+}
+
+impl TxSource for FromBuffers<'_> {
+    fn frames(&self) -> usize {
+        self.packets.len()
+    }
+
+    #[inline]
+    fn frame_len(&self, i: usize) -> usize {
+        let len = self.buffers.meta(self.packets[i]).total_length() as usize;
+        // A frame no longer than the header left out is sent as nothing: memif drops and counts
+        // empty frames.
+        len.saturating_sub(self.skip)
+    }
+
+    #[inline]
+    fn bytes_at(&self, i: usize, offset: usize) -> &[u8] {
+        let mut off = offset + self.skip;
+        for bi in self.buffers.chain(self.packets[i]) {
+            let d = self.buffers.data(bi);
+            if off < d.len() {
+                return &d[off..];
+            }
+            off -= d.len();
+        }
+        &[]
+    }
+}
+
+enum Command {
+    Add(Arc<MemifPort>, mpsc::Sender<Result<(), PortError>>),
+    Remove(String, mpsc::Sender<bool>),
+    Stop,
+}
+
+/// The control thread of every memif port: handshakes, reconnects, link state, and handing
+/// queues to workers.
+pub struct MemifControl {
+    commands: mpsc::Sender<Command>,
+    wake: Arc<EventFd>,
+    thread: Option<JoinHandle<()>>,
+    workers: usize,
+}
+
+impl MemifControl {
+    /// Starts the control thread for ports used by `workers` workers (each port gets that many
+    /// queue pairs; a slave asks for that many).
+    pub fn start(workers: usize) -> Result<MemifControl, PortError> {
+        let wake = Arc::new(
+            EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC).map_err(|e| {
+                PortError::Sys {
+                    what: "eventfd".into(),
+                    source: e,
+                }
+            })?,
+        );
+        let (tx, rx) = mpsc::channel();
+        let w = wake.clone();
+        let thread = std::thread::Builder::new()
+            .name("quiver-memif".into())
+            .spawn(move || ControlLoop::new(rx, w, workers).run())
+            .map_err(|e| PortError::Device(format!("cannot start the memif thread: {e}")))?;
+        Ok(MemifControl {
+            commands: tx,
+            wake,
+            thread: Some(thread),
+            workers: workers.max(1),
+        })
+    }
+
+    fn send(&self, c: Command) {
+        let _ = self.commands.send(c);
+        let _ = self.wake.write(1);
+    }
+
+    /// Adds a port: a master starts listening (sharing the socket with other masters on the same
+    /// address), a slave starts connecting. Its link comes up on its own.
+    pub fn add_port(&self, config: MemifPortConfig) -> Result<Arc<MemifPort>, PortError> {
+        if config.log2_ring_size > memif::ring::MAX_LOG2_RING_SIZE {
+            return Err(PortError::Config(format!(
+                "{}: log2 ring size {} is above 14",
+                config.name, config.log2_ring_size
+            )));
+        }
+        let port = Arc::new(MemifPort {
+            link: Mutex::new(LinkStatus::Down("not connected yet".into())),
+            workers: (0..self.workers)
+                .map(|_| {
+                    Arc::new(WorkerSlots {
+                        rx: QueueSlot::new(),
+                        tx: QueueSlot::new(),
+                        counters: QueueCounters::default(),
+                    })
+                })
+                .collect(),
+            taken: Mutex::new(vec![false; self.workers]),
+            memif_counters: Mutex::new(memif::Counters::default()),
+            peer_queues: AtomicU64::new(0),
+            config,
+        });
+        let (tx, rx) = mpsc::channel();
+        self.send(Command::Add(port.clone(), tx));
+        rx.recv()
+            .map_err(|_| PortError::Device("the memif thread is gone".into()))??;
+        Ok(port)
+    }
+
+    /// Removes the port called `name` (disconnecting its peer). Returns whether it existed.
+    pub fn remove_port(&self, name: &str) -> bool {
+        let (tx, rx) = mpsc::channel();
+        self.send(Command::Remove(name.into(), tx));
+        rx.recv().unwrap_or(false)
+    }
+}
+
+impl Drop for MemifControl {
+    fn drop(&mut self) {
+        self.send(Command::Stop);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Where a port's interface lives on the control thread.
+enum Endpoint {
+    /// On the master listening on this address, with this id.
+    Master(SocketAddress, u32),
+    /// Its own slave.
+    Slave(Box<Slave>),
+}
+
+struct Managed {
+    port: Arc<MemifPort>,
+    endpoint: Endpoint,
+    view: LinkView,
+}
+
+/// What the workers were last given.
+#[derive(Default)]
+struct LinkView {
+    /// The interface's `connects` count whose queues were handed out.
+    handed: u64,
+    up: bool,
+}
+
+struct ControlLoop {
+    commands: mpsc::Receiver<Command>,
+    wake: Arc<EventFd>,
+    workers: usize,
+    masters: Vec<Master>,
+    ports: HashMap<String, Managed>,
+}
+
+impl ControlLoop {
+    fn new(commands: mpsc::Receiver<Command>, wake: Arc<EventFd>, workers: usize) -> Self {
+        ControlLoop {
+            commands,
+            wake,
+            workers: workers.max(1),
+            masters: Vec::new(),
+            ports: HashMap::new(),
+        }
+    }
+
+    fn run(mut self) {
+        loop {
+            while let Ok(c) = self.commands.try_recv() {
+                match c {
+                    Command::Add(port, reply) => {
+                        let _ = reply.send(self.add(port));
+                    }
+                    Command::Remove(name, reply) => {
+                        let _ = reply.send(self.remove(&name));
+                    }
+                    Command::Stop => return,
+                }
+            }
+            self.step();
+            self.wait();
+        }
+    }
+
+    fn add(&mut self, port: Arc<MemifPort>) -> Result<(), PortError> {
+        let cfg = port.config.clone();
+        if self.ports.contains_key(&cfg.name) {
+            return Err(PortError::Config(format!(
+                "a memif port named {} exists",
+                cfg.name
+            )));
+        }
+        let mut icfg = InterfaceConfig::new(cfg.id);
+        icfg.name = cfg.name.clone();
+        icfg.mode = cfg.mode;
+        icfg.secret = cfg.secret.clone();
+        icfg.buffer_size = cfg.buffer_size;
+        icfg.log2_ring_size = cfg.log2_ring_size;
+        icfg.queue_pairs = u16::try_from(self.workers).unwrap_or(u16::MAX);
+        let bad = |e: memif::Error| PortError::Config(format!("{}: {e}", cfg.name));
+        let endpoint = match cfg.role {
+            Role::Master => {
+                let k = match self.masters.iter().position(|m| m.address() == &cfg.socket) {
+                    Some(k) => k,
+                    None => {
+                        let mcfg = MasterConfig {
+                            max_ring: u16::try_from(self.workers.saturating_sub(1))
+                                .unwrap_or(u16::MAX),
+                            ..MasterConfig::default()
+                        };
+                        self.masters
+                            .push(Master::bind(cfg.socket.clone(), mcfg).map_err(bad)?);
+                        self.masters.len() - 1
+                    }
+                };
+                self.masters[k].add_interface(icfg).map_err(bad)?;
+                Endpoint::Master(cfg.socket.clone(), cfg.id)
+            }
+            Role::Slave => {
+                Endpoint::Slave(Box::new(Slave::new(cfg.socket.clone(), icfg).map_err(bad)?))
+            }
+        };
+        tracing::info!(port = %cfg.name, role = ?cfg.role, socket = %cfg.socket, id = cfg.id, "memif port added");
+        self.ports.insert(
+            cfg.name.clone(),
+            Managed {
+                port,
+                endpoint,
+                view: LinkView::default(),
+            },
+        );
+        Ok(())
+    }
+
+    fn remove(&mut self, name: &str) -> bool {
+        let Some(m) = self.ports.remove(name) else {
+            return false;
+        };
+        for w in &m.port.workers {
+            w.rx.put(None);
+            w.tx.put(None);
+        }
+        m.port.set_link(LinkStatus::Down("removed".into()));
+        match m.endpoint {
+            Endpoint::Master(addr, id) => {
+                if let Some(k) = self.masters.iter().position(|x| x.address() == &addr) {
+                    self.masters[k].remove_interface(id, "interface removed");
+                    if self.masters[k].is_empty() {
+                        self.masters.remove(k);
+                    }
+                }
+            }
+            Endpoint::Slave(mut s) => s.disconnect("interface removed"),
+        }
+        true
+    }
+
+    /// Advances every handshake and hands out or withdraws queues on link changes.
+    fn step(&mut self) {
+        for m in &mut self.masters {
+            if let Err(e) = m.poll() {
+                tracing::warn!(socket = %m.address(), "memif master: {e}");
+            }
+        }
+        let masters = &mut self.masters;
+        for managed in self.ports.values_mut() {
+            let iface = match &mut managed.endpoint {
+                Endpoint::Master(addr, id) => masters
+                    .iter_mut()
+                    .find(|m| m.address() == addr)
+                    .and_then(|m| m.interface_mut(*id)),
+                Endpoint::Slave(s) => {
+                    if let Err(e) = s.poll() {
+                        tracing::warn!(port = %managed.port.config.name, "memif slave: {e}");
+                    }
+                    Some(s.interface_mut())
+                }
+            };
+            if let Some(iface) = iface {
+                sync(&managed.port, &mut managed.view, iface);
+            }
+        }
+    }
+
+    /// Sleeps until a control socket or the command channel has something, or 50 ms pass (slaves
+    /// retry connecting on a timer).
+    fn wait(&self) {
+        let mut fds: Vec<BorrowedFd<'_>> = vec![self.wake.as_fd()];
+        for m in &self.masters {
+            fds.extend(m.control_fds());
+        }
+        for managed in self.ports.values() {
+            if let Endpoint::Slave(s) = &managed.endpoint {
+                fds.extend(s.control_fd());
+            }
+        }
+        let mut pfds: Vec<PollFd<'_>> = fds
+            .into_iter()
+            .map(|fd| PollFd::new(fd, PollFlags::POLLIN))
+            .collect();
+        let _ = nix::poll::poll(&mut pfds, PollTimeout::from(50u8));
+        drop(pfds);
+        let _ = self.wake.read();
+    }
+}
+
+/// Brings a port's view in line with its interface: new connection → queues to the workers;
+/// link lost → queues withdrawn.
+fn sync(port: &MemifPort, view: &mut LinkView, iface: &mut Interface) {
+    let counters = iface.counters();
+    if iface.is_up() && counters.connects != view.handed {
+        if let Some(q) = iface.detach_queues() {
+            let (nrx, ntx) = (q.rx.len(), q.tx.len());
+            let mut rx = q.rx.into_iter();
+            let mut tx = q.tx.into_iter();
+            for w in &port.workers {
+                w.rx.put(rx.next());
+                w.tx.put(tx.next());
+            }
+            let usable = nrx.min(ntx);
+            if usable < port.workers.len() {
+                tracing::warn!(port = %port.config.name, queues = usable, workers = port.workers.len(),
+                    "memif peer gave fewer queue pairs than workers: the other workers' frames to it are dropped");
+            }
+            port.peer_queues.store(usable as u64, Ordering::Relaxed);
+            view.handed = counters.connects;
+            view.up = true;
+            port.set_link(LinkStatus::Up);
+            tracing::info!(port = %port.config.name, peer = iface.peer_name(), queues = usable, "memif link up");
+        }
+    } else if !iface.is_up() && view.up {
+        for w in &port.workers {
+            w.rx.put(None);
+            w.tx.put(None);
+        }
+        view.up = false;
+        port.peer_queues.store(0, Ordering::Relaxed);
+        let why = match iface.link() {
+            memif::LinkState::Down(r) => r.clone(),
+            memif::LinkState::Up => String::new(),
+        };
+        port.set_link(LinkStatus::Down(why));
+    } else if !iface.is_up() {
+        if let memif::LinkState::Down(r) = iface.link() {
+            port.set_link(LinkStatus::Down(r.clone()));
+        }
+    }
+    *port
+        .memif_counters
+        .lock()
+        .unwrap_or_else(|e| e.into_inner()) = counters;
+}

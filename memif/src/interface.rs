@@ -1,13 +1,18 @@
 //! The application-facing interface: link state, counters and the copy-mode data path.
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
-use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::poll::PollFlags;
 
 use crate::msg::Mode;
+use crate::queue::{
+    self, fd_ready, PeerFrame, Queue, RxQueue, RxScratch, RxSink, Shared, SharedCounters, TxQueue,
+    TxSource,
+};
 use crate::region::Region;
-use crate::ring::{Desc, Ring, RingRef, DESC_FLAG_NEXT};
+use crate::ring::RingRef;
 
 /// Largest frame reassembled from a descriptor chain.
 pub const MAX_FRAME: usize = 65536;
@@ -96,6 +101,52 @@ pub struct Counters {
     pub disconnects: u64,
 }
 
+impl Counters {
+    pub(crate) const FIELDS: usize = 13;
+
+    pub(crate) fn to_array(self) -> [u64; Self::FIELDS] {
+        [
+            self.rx_packets,
+            self.rx_bytes,
+            self.tx_packets,
+            self.tx_bytes,
+            self.tx_dropped,
+            self.bad_desc_region,
+            self.bad_desc_offset,
+            self.bad_desc_zero_length,
+            self.bad_desc_too_long,
+            self.bad_desc_chain,
+            self.ring_index_overrun,
+            self.connects,
+            self.disconnects,
+        ]
+    }
+
+    pub(crate) fn from_array(a: [u64; Self::FIELDS]) -> Counters {
+        Counters {
+            rx_packets: a[0],
+            rx_bytes: a[1],
+            tx_packets: a[2],
+            tx_bytes: a[3],
+            tx_dropped: a[4],
+            bad_desc_region: a[5],
+            bad_desc_offset: a[6],
+            bad_desc_zero_length: a[7],
+            bad_desc_too_long: a[8],
+            bad_desc_chain: a[9],
+            ring_index_overrun: a[10],
+            connects: a[11],
+            disconnects: a[12],
+        }
+    }
+
+    /// Adds `other` field by field.
+    pub fn add(&mut self, other: &Counters) {
+        let (a, b) = (self.to_array(), other.to_array());
+        *self = Counters::from_array(std::array::from_fn(|i| a[i] + b[i]));
+    }
+}
+
 /// A diagnostic snapshot of one ring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RingState {
@@ -111,39 +162,45 @@ pub struct RingState {
     pub local: u16,
 }
 
-/// One ring as used by this side.
-#[derive(Debug)]
-pub(crate) struct Queue {
-    pub(crate) ring: Ring,
-    pub(crate) region: usize,
-    pub(crate) eventfd: OwnedFd,
-    /// Master rx: consumed = tail written. Master tx: tail. Slave tx: head. Slave rx: consumed.
-    pub(crate) idx: u16,
-    /// Slave rx only: head (buffers posted).
-    pub(crate) posted: u16,
-    /// Slave only: offset in region 0 of this ring's first buffer.
-    pub(crate) buf_base: u64,
-}
-
 /// The shared state of a live connection.
 #[derive(Debug)]
 pub(crate) struct Connection {
-    /// Rx queues come before tx in field order so they are dropped before the regions (they hold
-    /// no pointers, but keep the order obvious).
+    /// Queues still owned by the interface (empty once detached).
     pub(crate) rx: Vec<Queue>,
     pub(crate) tx: Vec<Queue>,
-    pub(crate) regions: Vec<Region>,
-    pub(crate) buffer_size: u32,
+    rx_count: usize,
+    tx_count: usize,
+    pub(crate) shared: Arc<Shared>,
 }
 
-/// Bad-descriptor reasons.
-#[derive(Debug, Clone, Copy)]
-enum Bad {
-    Region,
-    Offset,
-    Zero,
-    TooLong,
-    Chain,
+impl Connection {
+    pub(crate) fn new(
+        rx: Vec<Queue>,
+        tx: Vec<Queue>,
+        regions: Vec<Region>,
+        buffer_size: u32,
+    ) -> Connection {
+        Connection {
+            rx_count: rx.len(),
+            tx_count: tx.len(),
+            rx,
+            tx,
+            shared: Shared::new(regions, buffer_size),
+        }
+    }
+
+    fn ring(&self, q: &Queue) -> Option<RingRef<'_>> {
+        self.shared.regions.get(q.region).map(|r| q.ring.at(r))
+    }
+}
+
+/// Queues detached from an interface by [`Interface::detach_queues`].
+#[derive(Debug)]
+pub struct DetachedQueues {
+    /// Receive queues, by queue index.
+    pub rx: Vec<RxQueue>,
+    /// Transmit queues, by queue index.
+    pub tx: Vec<TxQueue>,
 }
 
 /// A memif interface: link state, counters and the burst API.
@@ -157,10 +214,10 @@ pub struct Interface {
     peer_name: String,
     rx_interrupt: Vec<bool>,
     scratch: Vec<u8>,
-}
-
-fn ring_ref<'a>(c: &'a Connection, q: &Queue) -> Option<RingRef<'a>> {
-    c.regions.get(q.region).map(|r| q.ring.at(r))
+    rx_scratch: RxScratch,
+    /// Counters of detached queues, by queue index (kept across reconnects).
+    rx_stats: Vec<Arc<SharedCounters>>,
+    tx_stats: Vec<Arc<SharedCounters>>,
 }
 
 impl Interface {
@@ -174,6 +231,9 @@ impl Interface {
             peer_name: String::new(),
             rx_interrupt: Vec::new(),
             scratch: Vec::with_capacity(MAX_FRAME),
+            rx_scratch: RxScratch::new(),
+            rx_stats: Vec::new(),
+            tx_stats: Vec::new(),
         }
     }
 
@@ -207,14 +267,18 @@ impl Interface {
         &self.peer_name
     }
 
-    /// Counters.
+    /// Counters, including the traffic of detached queues.
     pub fn counters(&self) -> Counters {
-        self.counters
+        let mut c = self.counters;
+        for s in self.rx_stats.iter().chain(self.tx_stats.iter()) {
+            c.add(&s.snapshot());
+        }
+        c
     }
 
     /// Total bad descriptors dropped, all reasons.
     pub fn bad_descriptors(&self) -> u64 {
-        let c = &self.counters;
+        let c = self.counters();
         c.bad_desc_region
             + c.bad_desc_offset
             + c.bad_desc_zero_length
@@ -224,12 +288,12 @@ impl Interface {
 
     /// Number of receive queues while connected (0 when down).
     pub fn rx_queues(&self) -> usize {
-        self.conn.as_ref().map_or(0, |c| c.rx.len())
+        self.conn.as_ref().map_or(0, |c| c.rx_count)
     }
 
     /// Number of transmit queues while connected (0 when down).
     pub fn tx_queues(&self) -> usize {
-        self.conn.as_ref().map_or(0, |c| c.tx.len())
+        self.conn.as_ref().map_or(0, |c| c.tx_count)
     }
 
     pub(crate) fn set_up(&mut self, conn: Connection, peer_name: String) {
@@ -247,13 +311,13 @@ impl Interface {
         // while connecting, so the slave posts its receive buffers only once CONNECTED arrived.
         if let Some(c) = self.conn.as_mut() {
             let role = self.role;
-            let bsize = c.buffer_size;
+            let bsize = c.shared.buffer_size;
             for (is_rx, q) in
                 c.rx.iter_mut()
                     .map(|q| (true, q))
                     .chain(c.tx.iter_mut().map(|q| (false, q)))
             {
-                let Some(r) = c.regions.get(q.region).map(|r| q.ring.at(r)) else {
+                let Some(r) = c.shared.regions.get(q.region).map(|r| q.ring.at(r)) else {
                     continue;
                 };
                 let tail = r.tail().load(Ordering::Acquire);
@@ -261,7 +325,7 @@ impl Interface {
                 if role == Role::Slave {
                     q.posted = tail;
                     if is_rx {
-                        refill(r, q, bsize);
+                        queue::refill(r, q, bsize);
                     } else {
                         r.head().store(tail, Ordering::Release);
                     }
@@ -271,7 +335,8 @@ impl Interface {
     }
 
     pub(crate) fn set_down(&mut self, reason: String) {
-        if self.conn.take().is_some() {
+        if let Some(c) = self.conn.take() {
+            c.shared.set_dead();
             self.counters.disconnects += 1;
         }
         if self.link != LinkState::Down(reason.clone()) {
@@ -283,7 +348,7 @@ impl Interface {
     fn apply_rx_mode(&mut self, queue: usize, interrupt: bool) {
         if let Some(c) = self.conn.as_ref() {
             if let Some(q) = c.rx.get(queue) {
-                if let Some(r) = ring_ref(c, q) {
+                if let Some(r) = c.ring(q) {
                     r.set_mask_int(!interrupt);
                 }
             }
@@ -298,7 +363,7 @@ impl Interface {
         } else {
             c.rx.get(queue)?
         };
-        let r = ring_ref(c, q)?;
+        let r = c.ring(q)?;
         Some(RingState {
             size: r.size(),
             head: r.head().load(Ordering::Acquire),
@@ -346,6 +411,22 @@ impl Interface {
     /// Receive up to `max` frames from `queue`, calling `f` with each frame's bytes (a private
     /// copy: the peer cannot change it). Returns the number of frames delivered.
     pub fn rx_burst(&mut self, queue: usize, max: usize, f: &mut impl FnMut(&[u8])) -> usize {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let mut sink = |frame: &PeerFrame<'_>| {
+            scratch.resize(frame.len(), 0);
+            if frame.copy_to(0, &mut scratch) {
+                f(&scratch);
+            }
+            true
+        };
+        let n = self.rx_burst_to(queue, max, &mut sink);
+        self.scratch = scratch;
+        n
+    }
+
+    /// Receive up to `max` frames from `queue` into `sink`, which copies each frame straight out
+    /// of the peer's memory (see [`PeerFrame`]). Returns the number of frames delivered.
+    pub fn rx_burst_to(&mut self, queue: usize, max: usize, sink: &mut impl RxSink) -> usize {
         let role = self.role;
         let Some(c) = self.conn.as_mut() else {
             return 0;
@@ -353,91 +434,15 @@ impl Interface {
         let Some(q) = c.rx.get_mut(queue) else {
             return 0;
         };
-        let Some(region) = c.regions.get(q.region) else {
-            return 0;
-        };
-        let r = q.ring.at(region);
-        let n = r.size();
-        let counters = &mut self.counters;
-        let scratch = &mut self.scratch;
-        // The producer's index: head on S2M (master rx), tail on M2S (slave rx).
-        let (produced, limit) = match role {
-            Role::Master => (r.head().load(Ordering::Acquire), n),
-            Role::Slave => (
-                r.tail().load(Ordering::Acquire),
-                q.posted.wrapping_sub(q.idx).min(n),
-            ),
-        };
-        let mut avail = produced.wrapping_sub(q.idx);
-        if avail > limit {
-            counters.ring_index_overrun += 1;
-            avail = limit;
-        }
-        let start = q.idx;
-        let end = start.wrapping_add(avail);
-        let mut cur = start;
-        let mut delivered = 0;
-        while cur != end && delivered < max {
-            scratch.clear();
-            let mut bad: Option<Bad> = None;
-            loop {
-                let d = r.read_desc(cur);
-                let slot = cur & (n - 1);
-                cur = cur.wrapping_add(1);
-                if bad.is_none() {
-                    let res = match role {
-                        Role::Master => copy_desc_master(&c.regions, c.buffer_size, &d, scratch),
-                        Role::Slave => {
-                            let own = Desc {
-                                region: 0,
-                                offset: 0,
-                                ..d
-                            };
-                            let off = q.buf_base + u64::from(slot) * u64::from(c.buffer_size);
-                            copy_desc_at(&c.regions, c.buffer_size, &own, off, scratch)
-                        }
-                    };
-                    if let Err(b) = res {
-                        bad = Some(b);
-                    }
-                }
-                if d.flags & DESC_FLAG_NEXT == 0 {
-                    break;
-                }
-                if cur == end {
-                    bad = Some(Bad::Chain);
-                    break;
-                }
-            }
-            match bad {
-                Some(b) => {
-                    let c = &mut *counters;
-                    match b {
-                        Bad::Region => c.bad_desc_region += 1,
-                        Bad::Offset => c.bad_desc_offset += 1,
-                        Bad::Zero => c.bad_desc_zero_length += 1,
-                        Bad::TooLong => c.bad_desc_too_long += 1,
-                        Bad::Chain => c.bad_desc_chain += 1,
-                    }
-                }
-                None => {
-                    counters.rx_packets += 1;
-                    counters.rx_bytes += scratch.len() as u64;
-                    delivered += 1;
-                    f(scratch);
-                }
-            }
-        }
-        if cur != start {
-            q.idx = cur;
-            match role {
-                // Release the slots to the slave.
-                Role::Master => r.tail().store(cur, Ordering::Release),
-                // Post the consumed buffers again (same slots, N indices later).
-                Role::Slave => refill(r, q, c.buffer_size),
-            }
-        }
-        delivered
+        queue::receive(
+            &c.shared,
+            q,
+            role,
+            &mut self.rx_scratch,
+            &mut self.counters,
+            max,
+            sink,
+        )
     }
 
     /// Receive up to `bufs.len()` frames from `queue` into caller-provided vectors (each cleared
@@ -445,12 +450,15 @@ impl Interface {
     pub fn rx_burst_into(&mut self, queue: usize, bufs: &mut [Vec<u8>]) -> usize {
         let mut i = 0;
         let max = bufs.len();
-        self.rx_burst(queue, max, &mut |p: &[u8]| {
+        self.rx_burst_to(queue, max, &mut |frame: &PeerFrame<'_>| {
             if let Some(b) = bufs.get_mut(i) {
-                b.clear();
-                b.extend_from_slice(p);
+                b.resize(frame.len(), 0);
+                if !frame.copy_to(0, b) {
+                    b.clear();
+                }
             }
             i += 1;
+            true
         })
     }
 
@@ -460,6 +468,12 @@ impl Interface {
     /// over [`MAX_FRAME`] or needing more slots than the whole ring, and (master side) frames
     /// that meet a bad posted descriptor are dropped and counted.
     pub fn tx_burst(&mut self, queue: usize, frames: &[&[u8]]) -> usize {
+        self.tx_burst_from(queue, frames)
+    }
+
+    /// Like [`Interface::tx_burst`], for frames from any [`TxSource`] (non-contiguous frames
+    /// too): each is copied once, into the peer's buffers.
+    pub fn tx_burst_from(&mut self, queue: usize, src: &(impl TxSource + ?Sized)) -> usize {
         let role = self.role;
         let Some(c) = self.conn.as_mut() else {
             return 0;
@@ -467,194 +481,37 @@ impl Interface {
         let Some(q) = c.tx.get_mut(queue) else {
             return 0;
         };
-        let Some(region) = c.regions.get(q.region) else {
-            return 0;
-        };
-        let r = q.ring.at(region);
-        let n = r.size();
-        let counters = &mut self.counters;
-        let start = q.idx;
-        let mut cur = start;
-        // Slots we may fill: slave = free slots (N - in flight); master = buffers posted.
-        let avail = match role {
-            Role::Slave => {
-                let in_flight = cur.wrapping_sub(r.tail().load(Ordering::Acquire));
-                if in_flight > n {
-                    counters.ring_index_overrun += 1;
-                    0
-                } else {
-                    n - in_flight
-                }
-            }
-            Role::Master => {
-                let posted = r.head().load(Ordering::Acquire).wrapping_sub(cur);
-                if posted > n {
-                    counters.ring_index_overrun += 1;
-                    n
-                } else {
-                    posted
-                }
-            }
-        };
-        let end = start.wrapping_add(avail);
-        let mut sent = 0;
-        'frames: for frame in frames {
-            let too_many_slots = role == Role::Slave
-                && frame.len().div_ceil(c.buffer_size as usize) > usize::from(n);
-            if frame.is_empty() || frame.len() > MAX_FRAME || too_many_slots {
-                counters.tx_dropped += 1;
-                sent += 1;
-                continue;
-            }
-            let pkt_start = cur;
-            let mut rest: &[u8] = frame;
-            while !rest.is_empty() {
-                if cur == end {
-                    let whole_ring = end.wrapping_sub(pkt_start) == n;
-                    cur = pkt_start;
-                    if whole_ring {
-                        // It would not fit even in an empty ring: drop it rather than block.
-                        counters.tx_dropped += 1;
-                        sent += 1;
-                        continue 'frames;
-                    }
-                    break 'frames;
-                }
-                let slot = cur & (n - 1);
-                match role {
-                    Role::Slave => {
-                        let take = rest.len().min(c.buffer_size as usize);
-                        let off = q.buf_base + u64::from(slot) * u64::from(c.buffer_size);
-                        let ok = c
-                            .regions
-                            .first()
-                            .is_some_and(|r0| r0.copy_in(off, &rest[..take]));
-                        rest = &rest[take..];
-                        r.write_desc(
-                            cur,
-                            Desc {
-                                flags: if rest.is_empty() { 0 } else { DESC_FLAG_NEXT },
-                                region: 0,
-                                length: if ok { take as u32 } else { 0 },
-                                offset: off as u32,
-                                metadata: 0,
-                            },
-                        );
-                    }
-                    Role::Master => {
-                        // The slave posted this buffer: check its copy before writing into it.
-                        let d = r.read_desc(cur);
-                        let cap = d.length;
-                        let dst = c.regions.get(usize::from(d.region));
-                        let take = rest.len().min(cap as usize);
-                        let ok = take > 0
-                            && dst.is_some_and(|reg| {
-                                reg.contains(u64::from(d.offset), u64::from(d.length))
-                                    && reg.copy_in(u64::from(d.offset), &rest[..take])
-                            });
-                        if !ok {
-                            match dst {
-                                None => counters.bad_desc_region += 1,
-                                Some(_) if take == 0 => counters.bad_desc_zero_length += 1,
-                                Some(_) => counters.bad_desc_offset += 1,
-                            }
-                            // Release the slot as an empty descriptor; the frame is lost.
-                            r.write_flags_len(cur, 0, 0);
-                            cur = cur.wrapping_add(1);
-                            counters.tx_dropped += 1;
-                            sent += 1;
-                            continue 'frames;
-                        }
-                        rest = &rest[take..];
-                        let flags = if rest.is_empty() { 0 } else { DESC_FLAG_NEXT };
-                        r.write_flags_len(cur, flags, take as u32);
-                    }
-                }
-                cur = cur.wrapping_add(1);
-            }
-            counters.tx_packets += 1;
-            counters.tx_bytes += frame.len() as u64;
-            sent += 1;
+        queue::transmit(&c.shared, q, role, &mut self.counters, src)
+    }
+
+    /// Hand this connection's queues to other threads: every receive and transmit queue, by
+    /// index, each usable from its own thread. Returns `None` when the link is down or the
+    /// queues were already detached. Afterwards this interface's own burst calls do nothing for
+    /// this connection; its counters still include the detached queues' traffic. When the
+    /// connection goes down the detached queues stop working (see [`RxQueue::is_live`]) and are
+    /// meant to be dropped; the next connection's queues are detached anew.
+    pub fn detach_queues(&mut self) -> Option<DetachedQueues> {
+        let role = self.role;
+        let c = self.conn.as_mut()?;
+        if c.rx.is_empty() && c.tx.is_empty() {
+            return None;
         }
-        if cur != start {
-            q.idx = cur;
-            match role {
-                Role::Slave => r.head().store(cur, Ordering::Release),
-                Role::Master => r.tail().store(cur, Ordering::Release),
+        let stats = |v: &mut Vec<Arc<SharedCounters>>, i: usize| {
+            if v.len() <= i {
+                v.resize_with(i + 1, Default::default);
             }
-            std::sync::atomic::fence(Ordering::SeqCst);
-            if !r.interrupts_masked() && fd_ready(q.eventfd.as_fd(), PollFlags::POLLOUT) {
-                let _ = nix::unistd::write(&q.eventfd, &1u64.to_ne_bytes());
-            }
-        }
-        sent
+            v[i].clone()
+        };
+        let rx =
+            c.rx.drain(..)
+                .enumerate()
+                .map(|(i, q)| RxQueue::new(c.shared.clone(), q, role, stats(&mut self.rx_stats, i)))
+                .collect();
+        let tx =
+            c.tx.drain(..)
+                .enumerate()
+                .map(|(i, q)| TxQueue::new(c.shared.clone(), q, role, stats(&mut self.tx_stats, i)))
+                .collect();
+        Some(DetachedQueues { rx, tx })
     }
-}
-
-/// Slave receive ring: post every free buffer (slot s always uses buffer s) and publish head.
-fn refill(r: RingRef<'_>, q: &mut Queue, buffer_size: u32) {
-    let n = r.size();
-    let outstanding = q.posted.wrapping_sub(q.idx);
-    if outstanding >= n {
-        return;
-    }
-    let mut h = q.posted;
-    for _ in 0..(n - outstanding) {
-        let slot = h & (n - 1);
-        r.write_desc(
-            h,
-            Desc {
-                flags: 0,
-                region: 0,
-                length: buffer_size,
-                offset: (q.buf_base + u64::from(slot) * u64::from(buffer_size)) as u32,
-                metadata: 0,
-            },
-        );
-        h = h.wrapping_add(1);
-    }
-    q.posted = h;
-    r.head().store(h, Ordering::Release);
-}
-
-fn fd_ready(fd: BorrowedFd<'_>, what: PollFlags) -> bool {
-    let mut p = [PollFd::new(fd, what)];
-    matches!(nix::poll::poll(&mut p, PollTimeout::ZERO), Ok(1))
-        && p[0].revents().is_some_and(|r| r.intersects(what))
-}
-
-/// Validate a (private copy of a) descriptor against the peer's regions and append its bytes.
-fn copy_desc_master(
-    regions: &[Region],
-    max_len: u32,
-    d: &Desc,
-    out: &mut Vec<u8>,
-) -> Result<(), Bad> {
-    copy_desc_at(regions, max_len, d, u64::from(d.offset), out)
-}
-
-fn copy_desc_at(
-    regions: &[Region],
-    max_len: u32,
-    d: &Desc,
-    offset: u64,
-    out: &mut Vec<u8>,
-) -> Result<(), Bad> {
-    let region = regions.get(usize::from(d.region)).ok_or(Bad::Region)?;
-    if d.length == 0 {
-        return Err(Bad::Zero);
-    }
-    if d.length > max_len || out.len() + d.length as usize > MAX_FRAME {
-        return Err(Bad::TooLong);
-    }
-    if !region.contains(offset, u64::from(d.length)) {
-        return Err(Bad::Offset);
-    }
-    let old = out.len();
-    out.resize(old + d.length as usize, 0);
-    if !region.copy_out(offset, &mut out[old..]) {
-        out.truncate(old);
-        return Err(Bad::Offset);
-    }
-    Ok(())
 }

@@ -17,14 +17,18 @@
 pub mod interface;
 pub mod master;
 pub mod msg;
+pub mod queue;
 pub mod region;
 pub mod ring;
 pub mod slave;
 pub mod socket;
 
-pub use interface::{Counters, Interface, InterfaceConfig, LinkState, Role, MAX_FRAME};
+pub use interface::{
+    Counters, DetachedQueues, Interface, InterfaceConfig, LinkState, Role, MAX_FRAME,
+};
 pub use master::{Master, MasterConfig};
 pub use msg::Mode;
+pub use queue::{PeerFrame, RxQueue, RxSink, TxQueue, TxSource};
 pub use slave::Slave;
 pub use socket::SocketAddress;
 

@@ -2,8 +2,9 @@
 
 use std::os::fd::OwnedFd;
 
-use crate::interface::{Connection, Interface, InterfaceConfig, Queue, Role};
+use crate::interface::{Connection, Interface, InterfaceConfig, Role};
 use crate::msg::{self, FixedStr, Hello, Mode, Msg, SECRET_LEN, VERSION};
+use crate::queue::Queue;
 use crate::region::Region;
 use crate::ring::{Ring, COOKIE, MAX_LOG2_RING_SIZE};
 use crate::socket::{ControlSocket, SocketAddress};
@@ -112,6 +113,30 @@ impl Master {
         self.interfaces.push(Interface::new(config, Role::Master));
         self.bound.push(false);
         Ok(())
+    }
+
+    /// Remove interface `id` (disconnecting it first, with `reason`, if connected). Returns
+    /// whether it existed.
+    pub fn remove_interface(&mut self, id: u32, reason: &str) -> bool {
+        let Some(k) = self.interfaces.iter().position(|i| i.id() == id) else {
+            return false;
+        };
+        self.disconnect(id, reason);
+        self.interfaces.remove(k);
+        self.bound.remove(k);
+        // Connections still handshaking refer to interfaces by position.
+        for c in &mut self.conns {
+            match c.iface {
+                Some(i) if i > k => c.iface = Some(i - 1),
+                _ => {}
+            }
+        }
+        true
+    }
+
+    /// Whether no interface is served (the socket may be closed).
+    pub fn is_empty(&self) -> bool {
+        self.interfaces.is_empty()
     }
 
     /// The interface with `id`.
@@ -331,12 +356,12 @@ impl Master {
                     posted: 0,
                     buf_base: 0,
                 };
-                let c = Connection {
-                    rx: conn.s2m.drain(..).map(to_queue).collect(),
-                    tx: conn.m2s.drain(..).map(to_queue).collect(),
-                    regions: std::mem::take(&mut conn.regions),
-                    buffer_size: self.interfaces[k].config.buffer_size,
-                };
+                let c = Connection::new(
+                    conn.s2m.drain(..).map(to_queue).collect(),
+                    conn.m2s.drain(..).map(to_queue).collect(),
+                    std::mem::take(&mut conn.regions),
+                    self.interfaces[k].config.buffer_size,
+                );
                 let ours = FixedStr::new(&self.interfaces[k].config.name);
                 conn.sock
                     .send(&Msg::Connected(ours), None)

@@ -28,6 +28,10 @@ pub struct Region {
 // SAFETY: the mapping is plain shared memory owned by this value; it is not tied to the thread that
 // created it, and every access goes through volatile/atomic operations or bounds-checked copies.
 unsafe impl Send for Region {}
+// SAFETY: every method takes `&self` and touches the mapping only through bounds-checked copies,
+// volatile reads/writes and atomics — the same operations the peer process performs concurrently
+// anyway — so sharing a `&Region` between threads adds no new kind of race.
+unsafe impl Sync for Region {}
 
 impl Region {
     /// Create a zero-filled memfd region of `size` bytes, sealed against shrinking, and map it.

@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
-use crate::interface::{Connection, Interface, InterfaceConfig, Queue, Role};
+use crate::interface::{Connection, Interface, InterfaceConfig, Role};
 use crate::msg::{self, AddRegion, AddRing, FixedStr, Hello, Init, Msg, SECRET_LEN, VERSION};
+use crate::queue::Queue;
 use crate::region::{Region, MAX_REGION_SIZE};
 use crate::ring::{ring_stride, Ring, MAX_LOG2_RING_SIZE};
 use crate::socket::{ControlSocket, SocketAddress};
@@ -200,7 +201,7 @@ impl Slave {
         };
         let fd = match fdref {
             FdRef::None => None,
-            FdRef::Region(i) => c.regions.get(i).map(|r| r.fd()),
+            FdRef::Region(i) => c.shared.regions.get(i).map(|r| r.fd()),
             FdRef::Rx(i) => c.rx.get(i).map(|q| q.eventfd.as_fd()),
             FdRef::Tx(i) => c.tx.get(i).map(|q| q.eventfd.as_fd()),
         };
@@ -299,12 +300,7 @@ impl Slave {
             ));
         }
         out.push_back((Msg::Connect(FixedStr::new(&cfg.name)), FdRef::None));
-        self.building = Some(Connection {
-            rx,
-            tx,
-            regions: vec![region],
-            buffer_size: cfg.buffer_size,
-        });
+        self.building = Some(Connection::new(rx, tx, vec![region], cfg.buffer_size));
         self.outbox = out;
         Ok(())
     }

@@ -1,0 +1,334 @@
+//! Quiver's memif ports, driven the way a CNF drives them: peers built on the `memif` crate
+//! connect to Quiver's master ports, and frames cross an L2 cross-connect between two memif
+//! ports on two workers.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dataplane::{
+    BufferPool, BufferPoolConfig, Dataplane, GraphBuilder, HugepagePolicy, IdlePolicy, PortInput,
+    TxQueue, WorkerConfig,
+};
+use drivers::memif_port::{MemifControl, MemifPort, MemifPortConfig};
+use drivers::{LinkStatus, Port};
+use graph_nodes::{
+    add_forwarding_nodes, names, FibConfig, Forwarding, ForwardingState, IfIndex, LocalState,
+};
+use memif::{InterfaceConfig, Mode, Role, Slave, SocketAddress};
+
+const WORKERS: usize = 2;
+
+fn wait_for(what: &str, secs: u64, mut step: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !step() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::yield_now();
+    }
+}
+
+fn socket(test: &str) -> SocketAddress {
+    SocketAddress::Path(
+        std::env::temp_dir().join(format!("quiver-drv-{}-{test}.sock", std::process::id())),
+    )
+}
+
+/// Quiver with memif ports cross-connected in pairs (0 ↔ 1).
+struct Quiver {
+    dp: Option<Dataplane<ForwardingState>>,
+    pool: Arc<BufferPool>,
+    ports: Vec<Arc<MemifPort>>,
+    /// Kept alive for the ports' control side.
+    _control: MemifControl,
+}
+
+impl Quiver {
+    fn start(configs: Vec<MemifPortConfig>) -> Quiver {
+        let control = MemifControl::start(WORKERS).unwrap();
+        let ports: Vec<Arc<MemifPort>> = configs
+            .into_iter()
+            .map(|c| control.add_port(c).unwrap())
+            .collect();
+        let pool = BufferPool::new(&BufferPoolConfig {
+            buffers: 16 * 1024,
+            hugepages: HugepagePolicy::Never,
+            ..BufferPoolConfig::default()
+        })
+        .unwrap();
+        let mut forwarding = Forwarding::new(FibConfig {
+            long_prefix_groups: 16,
+            hugepages: HugepagePolicy::Never,
+        })
+        .unwrap();
+        let interfaces: Vec<IfIndex> = ports
+            .iter()
+            .map(|p| forwarding.add_port(p.name(), p.mac(), 9000).unwrap())
+            .collect();
+        forwarding
+            .cross_connect(interfaces[0], interfaces[1])
+            .unwrap();
+        forwarding
+            .cross_connect(interfaces[1], interfaces[0])
+            .unwrap();
+        forwarding.commit(&LocalState::default()).unwrap();
+        let cores: Vec<usize> = (0..WORKERS).map(|w| w % available_cores()).collect();
+        let (graph_ports, ifs) = (ports.clone(), interfaces.clone());
+        let dp = Dataplane::start(
+            &WorkerConfig {
+                cores,
+                idle: IdlePolicy::ADAPTIVE,
+            },
+            pool.clone(),
+            forwarding.snapshot(),
+            move |init| {
+                let mut b = GraphBuilder::new();
+                let mut tx: Vec<(IfIndex, Box<dyn TxQueue>)> = Vec::new();
+                for (p, &i) in graph_ports.iter().zip(&ifs) {
+                    let qp = p.queue_pair(init.index).map_err(|e| e.to_string())?;
+                    let name = format!("{}-input", p.name());
+                    b.add(PortInput::new(&name, names::ETHERNET_INPUT, i, qp.rx));
+                    tx.push((i, qp.tx));
+                }
+                add_forwarding_nodes(&mut b, tx);
+                b.build().map_err(|e| e.to_string())
+            },
+        )
+        .unwrap();
+        drop(forwarding);
+        Quiver {
+            dp: Some(dp),
+            pool,
+            ports,
+            _control: control,
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(dp) = self.dp.take() {
+            dp.stop();
+        }
+    }
+}
+
+impl Drop for Quiver {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn available_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// A frame for queue `q` with sequence `seq`: Ethernet (local experimental ethertype), then the
+/// queue and sequence, then a payload every byte of which is derived from them.
+fn frame(q: u8, seq: u32, len: usize) -> Vec<u8> {
+    let mut f: Vec<u8> = (0..len)
+        .map(|i| (i as u32).wrapping_mul(31).wrapping_add(seq) as u8 ^ q)
+        .collect();
+    f[0..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0xbb]);
+    f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0xaa]);
+    f[12..14].copy_from_slice(&[0x88, 0xb5]);
+    f[14] = q;
+    f[15..19].copy_from_slice(&seq.to_be_bytes());
+    f
+}
+
+fn slave_config(id: u32, mode: Mode) -> InterfaceConfig {
+    let mut c = InterfaceConfig::new(id);
+    c.queue_pairs = WORKERS as u16;
+    c.mode = mode;
+    c
+}
+
+fn connect(quiver: &Quiver, slaves: &mut [&mut Slave]) {
+    wait_for("memif links up", 20, || {
+        for s in slaves.iter_mut() {
+            s.poll().unwrap();
+        }
+        slaves.iter().all(|s| s.interface().is_up())
+            && quiver
+                .ports
+                .iter()
+                .all(|p| p.link() == LinkStatus::Up && p.connected_queues() == WORKERS)
+    });
+}
+
+/// Sends `per_queue` frames on every queue of `from` and checks that `to` receives each exactly
+/// once, intact, in order per queue. Returns the frames' total bytes.
+fn cross(from: &mut Slave, to: &mut Slave, per_queue: u32, len_of: impl Fn(u32) -> usize) -> u64 {
+    let mut sent = [0u32; WORKERS];
+    let mut next = [0u32; WORKERS];
+    let mut bytes = 0u64;
+    // Each queue's frames leave on that queue; Quiver's worker w polls queue w and transmits on
+    // its own queue w, so order holds per queue.
+    wait_for("frames across the cross-connect", 60, || {
+        for q in 0..WORKERS {
+            if sent[q] < per_queue {
+                let batch: Vec<Vec<u8>> = (sent[q]..per_queue.min(sent[q] + 64))
+                    .map(|s| frame(q as u8, s, len_of(s)))
+                    .collect();
+                let refs: Vec<&[u8]> = batch.iter().map(|f| &f[..]).collect();
+                sent[q] += from.interface_mut().tx_burst(q, &refs) as u32;
+            }
+            to.interface_mut().rx_burst(q, 256, &mut |got: &[u8]| {
+                let (fq, seq) = (got[14], u32::from_be_bytes(got[15..19].try_into().unwrap()));
+                assert_eq!(
+                    usize::from(fq),
+                    q,
+                    "frame of queue {fq} arrived on queue {q}"
+                );
+                assert_eq!(seq, next[q], "queue {q}: lost, duplicated or reordered");
+                assert_eq!(
+                    got,
+                    &frame(fq, seq, len_of(seq))[..],
+                    "queue {q}: corrupted"
+                );
+                bytes += got.len() as u64;
+                next[q] += 1;
+            });
+        }
+        next.iter().all(|&n| n == per_queue)
+    });
+    bytes
+}
+
+#[test]
+fn frames_cross_between_two_memif_ports_on_two_workers_exactly_once() {
+    let sock = socket("xc");
+    // One listening socket serves both interfaces (ids 0 and 1).
+    let quiver = Quiver::start(vec![
+        MemifPortConfig::new("memif0", Role::Master, sock.clone(), 0),
+        MemifPortConfig::new("memif1", Role::Master, sock.clone(), 1),
+    ]);
+    let start_free = quiver.pool.free_count();
+    let mut a = Slave::new(sock.clone(), slave_config(0, Mode::Ethernet)).unwrap();
+    let mut b = Slave::new(sock.clone(), slave_config(1, Mode::Ethernet)).unwrap();
+    connect(&quiver, &mut [&mut a, &mut b]);
+
+    // Sizes from minimum to jumbo: 9000-byte frames span five memif buffers on each side and
+    // five Quiver buffers inside.
+    let len_of = |s: u32| match s % 10 {
+        0 => 9000,
+        1 => 1514,
+        _ => 60 + (s as usize * 13) % 1400,
+    };
+    let ab = cross(&mut a, &mut b, 5000, len_of);
+    let ba = cross(&mut b, &mut a, 5000, len_of);
+    let total = 5000 * WORKERS as u64;
+    let st0 = quiver.ports[0].stats();
+    let st1 = quiver.ports[1].stats();
+    assert_eq!((st0.rx_packets, st0.rx_bytes), (total, ab));
+    assert_eq!((st1.tx_packets, st1.tx_bytes), (total, ab));
+    assert_eq!((st1.rx_packets, st1.rx_bytes), (total, ba));
+    assert_eq!((st0.tx_packets, st0.tx_bytes), (total, ba));
+    assert_eq!((st0.rx_dropped, st0.tx_dropped), (0, 0));
+    // Both workers carried traffic.
+    let summed = quiver.dp.as_ref().unwrap().runtime();
+    for w in 0..WORKERS {
+        let per_worker: u64 = summed.workers[w]
+            .nodes
+            .iter()
+            .filter(|n| n.name.ends_with("-input") && n.name.starts_with("memif"))
+            .map(|n| n.packets)
+            .sum();
+        assert_eq!(
+            per_worker,
+            2 * 5000,
+            "worker {w} should carry its queue's frames"
+        );
+    }
+    // Every buffer came back.
+    wait_for("buffers back", 10, || {
+        quiver.pool.free_count() == start_free
+    });
+}
+
+#[test]
+fn a_peer_that_leaves_takes_its_link_down_and_its_frames_are_counted_then_it_comes_back() {
+    let (s0, s1) = (socket("relink0"), socket("relink1"));
+    let mut quiver = Quiver::start(vec![
+        MemifPortConfig::new("memif0", Role::Master, s0.clone(), 7),
+        MemifPortConfig::new("memif1", Role::Master, s1.clone(), 7),
+    ]);
+    let mut a = Slave::new(s0, slave_config(7, Mode::Ethernet)).unwrap();
+    let mut b = Slave::new(s1, slave_config(7, Mode::Ethernet)).unwrap();
+    connect(&quiver, &mut [&mut a, &mut b]);
+    cross(&mut a, &mut b, 100, |_| 100);
+
+    b.disconnect("test: peer leaves");
+    wait_for(
+        "memif1 down",
+        10,
+        || matches!(quiver.ports[1].link(), LinkStatus::Down(ref why) if why.contains("peer leaves")),
+    );
+    // Frames towards the missing peer are dropped and counted as such, none lost silently.
+    let f = frame(0, 0, 100);
+    let mut sent = 0;
+    while sent < 50 {
+        sent += a.interface_mut().tx_burst(0, &[&f[..]]);
+    }
+    wait_for("drops counted", 10, || {
+        let d = &quiver.ports[1].stats().detail;
+        d.iter().any(|(k, v)| k == "tx-link-down" && *v == 50)
+    });
+    // The slave reconnects on its own; traffic flows again on fresh queues.
+    connect(&quiver, &mut [&mut a, &mut b]);
+    cross(&mut a, &mut b, 100, |_| 100);
+    assert_eq!(quiver.ports[1].memif_counters().connects, 2);
+    assert_eq!(quiver.ports[1].memif_counters().disconnects, 1);
+    quiver.stop();
+}
+
+#[test]
+fn ip_mode_ports_carry_bare_ip_packets() {
+    let sock = socket("ipmode");
+    let mut configs = vec![
+        MemifPortConfig::new("memif-ip0", Role::Master, sock.clone(), 0),
+        MemifPortConfig::new("memif-ip1", Role::Master, sock.clone(), 1),
+    ];
+    for c in &mut configs {
+        c.mode = Mode::Ip;
+    }
+    let quiver = Quiver::start(configs);
+    let mut a = Slave::new(sock.clone(), slave_config(0, Mode::Ip)).unwrap();
+    let mut b = Slave::new(sock, slave_config(1, Mode::Ip)).unwrap();
+    connect(&quiver, &mut [&mut a, &mut b]);
+    // A bare IPv4 packet (version nibble 4) crosses unchanged: Quiver adds an Ethernet header
+    // on the way in and leaves it out on the way out.
+    let mut ip = vec![0x45u8, 0, 0, 40];
+    ip.extend((0..36).map(|i| i as u8));
+    let mut got: Vec<Vec<u8>> = Vec::new();
+    wait_for("IP packet across", 10, || {
+        if got.is_empty() {
+            a.interface_mut().tx_burst(0, &[&ip[..]]);
+        }
+        b.interface_mut()
+            .rx_burst(0, 8, &mut |p: &[u8]| got.push(p.to_vec()));
+        !got.is_empty()
+    });
+    assert_eq!(got[0], ip);
+}
+
+#[test]
+fn ports_are_refused_when_their_configuration_cannot_work() {
+    let control = MemifControl::start(1).unwrap();
+    let sock = socket("refused");
+    let mut bad = MemifPortConfig::new("m0", Role::Slave, sock.clone(), 0);
+    bad.log2_ring_size = 15;
+    assert!(control.add_port(bad).is_err());
+    let ok = control
+        .add_port(MemifPortConfig::new("m0", Role::Master, sock.clone(), 0))
+        .unwrap();
+    // Same name again, or the same id on the same socket: refused, the first port unaffected.
+    assert!(control
+        .add_port(MemifPortConfig::new("m0", Role::Master, sock.clone(), 1))
+        .is_err());
+    assert!(control
+        .add_port(MemifPortConfig::new("m1", Role::Master, sock.clone(), 0))
+        .is_err());
+    assert!(ok.queue_pair(0).is_ok());
+    assert!(ok.queue_pair(0).is_err(), "a queue pair is handed out once");
+    assert!(ok.queue_pair(1).is_err(), "opened for one worker");
+    assert!(control.remove_port("m0"));
+    assert!(!control.remove_port("m0"));
+}

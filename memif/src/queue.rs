@@ -1,0 +1,648 @@
+//! The copy-mode data path of one ring, shared by [`Interface`](crate::Interface)'s own burst
+//! API and by queues detached from it for other threads ([`RxQueue`], [`TxQueue`]).
+//!
+//! Received frames are offered as a [`PeerFrame`]: the chain's descriptors, read once into a
+//! private list and validated, plus a bounds-checked copy out of the peer's memory. So a frame is
+//! copied exactly once, from the peer's buffer straight into wherever the application wants it
+//! (a packet buffer of a forwarder, say). Transmitted frames come from any [`TxSource`] and are
+//! copied once, into the peer's buffer.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+
+use crate::interface::{Counters, Role, MAX_FRAME};
+use crate::region::Region;
+use crate::ring::{Desc, Ring, RingRef, DESC_FLAG_NEXT};
+
+/// Most descriptors one received frame may span.
+pub const MAX_SEGMENTS: usize = 256;
+
+/// One ring as used by this side.
+#[derive(Debug)]
+pub(crate) struct Queue {
+    pub(crate) ring: Ring,
+    pub(crate) region: usize,
+    pub(crate) eventfd: OwnedFd,
+    /// Master rx: consumed = tail written. Master tx: tail. Slave tx: head. Slave rx: consumed.
+    pub(crate) idx: u16,
+    /// Slave rx only: head (buffers posted).
+    pub(crate) posted: u16,
+    /// Slave only: offset in region 0 of this ring's first buffer.
+    pub(crate) buf_base: u64,
+}
+
+/// The memory of a live connection: shared by the interface and every queue detached from it,
+/// so a mapping outlives the connection until the last queue using it is dropped.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) regions: Vec<Region>,
+    pub(crate) buffer_size: u32,
+    /// Cleared when the connection goes down: detached queues stop using it.
+    live: AtomicBool,
+}
+
+impl Shared {
+    pub(crate) fn new(regions: Vec<Region>, buffer_size: u32) -> Arc<Shared> {
+        Arc::new(Shared {
+            regions,
+            buffer_size,
+            live: AtomicBool::new(true),
+        })
+    }
+
+    pub(crate) fn set_dead(&self) {
+        self.live.store(false, Ordering::Release);
+    }
+
+    fn is_live(&self) -> bool {
+        self.live.load(Ordering::Acquire)
+    }
+
+    fn ring<'a>(&'a self, q: &Queue) -> Option<RingRef<'a>> {
+        self.regions.get(q.region).map(|r| q.ring.at(r))
+    }
+}
+
+/// Bad-descriptor reasons.
+#[derive(Debug, Clone, Copy)]
+enum Bad {
+    Region,
+    Offset,
+    Zero,
+    TooLong,
+    Chain,
+}
+
+fn count_bad(c: &mut Counters, b: Bad) {
+    match b {
+        Bad::Region => c.bad_desc_region += 1,
+        Bad::Offset => c.bad_desc_offset += 1,
+        Bad::Zero => c.bad_desc_zero_length += 1,
+        Bad::TooLong => c.bad_desc_too_long += 1,
+        Bad::Chain => c.bad_desc_chain += 1,
+    }
+}
+
+/// A validated piece of a received frame in the peer's memory.
+#[derive(Debug, Clone, Copy, Default)]
+struct Segment {
+    region: u16,
+    offset: u64,
+    len: u32,
+}
+
+/// A received frame, still in the peer's memory: its length and a bounds-checked copy.
+///
+/// The descriptors were read once and checked; the bytes are copied only by
+/// [`PeerFrame::copy_to`], so the peer can change them under us but never make us read outside
+/// its regions.
+pub struct PeerFrame<'a> {
+    regions: &'a [Region],
+    segments: &'a [Segment],
+    len: usize,
+}
+
+impl PeerFrame<'_> {
+    /// The frame's length in bytes (at least 1, at most [`MAX_FRAME`]).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: empty descriptors are refused before a frame is offered.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Copies the frame's bytes `[offset, offset + dst.len())` into `dst`. Returns false,
+    /// copying nothing, if that range is not inside the frame.
+    pub fn copy_to(&self, offset: usize, dst: &mut [u8]) -> bool {
+        if offset
+            .checked_add(dst.len())
+            .is_none_or(|end| end > self.len)
+        {
+            return false;
+        }
+        let (mut skip, mut out) = (offset, 0usize);
+        for s in self.segments {
+            if out == dst.len() {
+                break;
+            }
+            let len = s.len as usize;
+            if skip >= len {
+                skip -= len;
+                continue;
+            }
+            let take = (len - skip).min(dst.len() - out);
+            let ok = self
+                .regions
+                .get(usize::from(s.region))
+                .is_some_and(|r| r.copy_out(s.offset + skip as u64, &mut dst[out..out + take]));
+            if !ok {
+                return false;
+            }
+            out += take;
+            skip = 0;
+        }
+        out == dst.len()
+    }
+}
+
+/// Where a receive burst puts frames.
+pub trait RxSink {
+    /// Takes `frame` (copying it out) and returns true, or returns false when it has no room:
+    /// the frame then stays in the ring for the next burst and the burst ends.
+    fn deliver(&mut self, frame: &PeerFrame<'_>) -> bool;
+}
+
+impl<F: FnMut(&PeerFrame<'_>) -> bool> RxSink for F {
+    fn deliver(&mut self, frame: &PeerFrame<'_>) -> bool {
+        self(frame)
+    }
+}
+
+/// Frames to transmit, read piecewise so they need not be contiguous.
+pub trait TxSource {
+    /// How many frames.
+    fn frames(&self) -> usize;
+    /// Length of frame `i`.
+    fn frame_len(&self, i: usize) -> usize;
+    /// The contiguous bytes of frame `i` starting at `offset` (non-empty while
+    /// `offset < frame_len(i)`).
+    fn bytes_at(&self, i: usize, offset: usize) -> &[u8];
+}
+
+impl TxSource for [&[u8]] {
+    fn frames(&self) -> usize {
+        self.len()
+    }
+    fn frame_len(&self, i: usize) -> usize {
+        self[i].len()
+    }
+    fn bytes_at(&self, i: usize, offset: usize) -> &[u8] {
+        self[i].get(offset..).unwrap_or(&[])
+    }
+}
+
+/// The receive side's scratch: the private copy of one chain's descriptors.
+#[derive(Debug)]
+pub(crate) struct RxScratch {
+    segments: Vec<Segment>,
+}
+
+impl RxScratch {
+    pub(crate) fn new() -> RxScratch {
+        RxScratch {
+            segments: Vec::with_capacity(MAX_SEGMENTS),
+        }
+    }
+}
+
+/// Frames (or slots) ready to receive on `q`, without consuming them.
+fn rx_ready(shared: &Shared, q: &Queue, role: Role) -> u16 {
+    let Some(r) = shared.ring(q) else {
+        return 0;
+    };
+    let (produced, limit) = match role {
+        Role::Master => (r.head().load(Ordering::Acquire), r.size()),
+        Role::Slave => (
+            r.tail().load(Ordering::Acquire),
+            q.posted.wrapping_sub(q.idx).min(r.size()),
+        ),
+    };
+    produced.wrapping_sub(q.idx).min(limit)
+}
+
+/// Receive up to `max` frames from `q` into `sink`; returns how many were delivered.
+pub(crate) fn receive(
+    shared: &Shared,
+    q: &mut Queue,
+    role: Role,
+    scratch: &mut RxScratch,
+    counters: &mut Counters,
+    max: usize,
+    sink: &mut impl RxSink,
+) -> usize {
+    let Some(r) = shared.ring(q) else {
+        return 0;
+    };
+    let n = r.size();
+    // The producer's index: head on S2M (master rx), tail on M2S (slave rx).
+    let (produced, limit) = match role {
+        Role::Master => (r.head().load(Ordering::Acquire), n),
+        Role::Slave => (
+            r.tail().load(Ordering::Acquire),
+            q.posted.wrapping_sub(q.idx).min(n),
+        ),
+    };
+    let mut avail = produced.wrapping_sub(q.idx);
+    if avail > limit {
+        counters.ring_index_overrun += 1;
+        avail = limit;
+    }
+    let start = q.idx;
+    let end = start.wrapping_add(avail);
+    let mut cur = start;
+    let mut delivered = 0;
+    let segments = &mut scratch.segments;
+    while cur != end && delivered < max {
+        let chain_start = cur;
+        segments.clear();
+        let mut total = 0usize;
+        let mut bad: Option<Bad> = None;
+        loop {
+            let d = r.read_desc(cur);
+            let slot = cur & (n - 1);
+            cur = cur.wrapping_add(1);
+            if bad.is_none() {
+                // A slave's own receive buffers are at fixed places: the master's offset and
+                // region are ignored (it may only set length and flags).
+                let at = match role {
+                    Role::Master => u64::from(d.offset),
+                    Role::Slave => q.buf_base + u64::from(slot) * u64::from(shared.buffer_size),
+                };
+                let region = if role == Role::Master { d.region } else { 0 };
+                match check_desc(shared, region, at, d.length, total) {
+                    Ok(seg) if segments.len() < MAX_SEGMENTS => {
+                        total += seg.len as usize;
+                        segments.push(seg);
+                    }
+                    Ok(_) => bad = Some(Bad::TooLong),
+                    Err(b) => bad = Some(b),
+                }
+            }
+            if d.flags & DESC_FLAG_NEXT == 0 {
+                break;
+            }
+            if cur == end {
+                bad = Some(Bad::Chain);
+                break;
+            }
+        }
+        match bad {
+            Some(b) => count_bad(counters, b),
+            None => {
+                let frame = PeerFrame {
+                    regions: &shared.regions,
+                    segments,
+                    len: total,
+                };
+                if !sink.deliver(&frame) {
+                    cur = chain_start;
+                    break;
+                }
+                counters.rx_packets += 1;
+                counters.rx_bytes += total as u64;
+                delivered += 1;
+            }
+        }
+    }
+    if cur != start {
+        q.idx = cur;
+        match role {
+            // Release the slots to the slave.
+            Role::Master => r.tail().store(cur, Ordering::Release),
+            // Post the consumed buffers again (same slots, N indices later).
+            Role::Slave => refill(r, q, shared.buffer_size),
+        }
+    }
+    delivered
+}
+
+fn check_desc(
+    shared: &Shared,
+    region: u16,
+    offset: u64,
+    length: u32,
+    so_far: usize,
+) -> Result<Segment, Bad> {
+    let r = shared.regions.get(usize::from(region)).ok_or(Bad::Region)?;
+    if length == 0 {
+        return Err(Bad::Zero);
+    }
+    if length > shared.buffer_size || so_far + length as usize > MAX_FRAME {
+        return Err(Bad::TooLong);
+    }
+    if !r.contains(offset, u64::from(length)) {
+        return Err(Bad::Offset);
+    }
+    Ok(Segment {
+        region,
+        offset,
+        len: length,
+    })
+}
+
+/// Send the frames of `src` on `q`, in order, until the ring is full. Returns how many frames
+/// were taken (sent, or dropped and counted in `tx_dropped`); the caller keeps the rest.
+pub(crate) fn transmit(
+    shared: &Shared,
+    q: &mut Queue,
+    role: Role,
+    counters: &mut Counters,
+    src: &(impl TxSource + ?Sized),
+) -> usize {
+    let Some(r) = shared.ring(q) else {
+        return 0;
+    };
+    let n = r.size();
+    let bsize = shared.buffer_size;
+    let start = q.idx;
+    let mut cur = start;
+    // Slots we may fill: slave = free slots (N - in flight); master = buffers posted.
+    let avail = match role {
+        Role::Slave => {
+            let in_flight = cur.wrapping_sub(r.tail().load(Ordering::Acquire));
+            if in_flight > n {
+                counters.ring_index_overrun += 1;
+                0
+            } else {
+                n - in_flight
+            }
+        }
+        Role::Master => {
+            let posted = r.head().load(Ordering::Acquire).wrapping_sub(cur);
+            if posted > n {
+                counters.ring_index_overrun += 1;
+                n
+            } else {
+                posted
+            }
+        }
+    };
+    let end = start.wrapping_add(avail);
+    let mut sent = 0;
+    'frames: for i in 0..src.frames() {
+        let len = src.frame_len(i);
+        let too_many_slots = role == Role::Slave && len.div_ceil(bsize as usize) > usize::from(n);
+        if len == 0 || len > MAX_FRAME || too_many_slots {
+            counters.tx_dropped += 1;
+            sent += 1;
+            continue;
+        }
+        let pkt_start = cur;
+        let mut done = 0usize;
+        while done < len {
+            if cur == end {
+                let whole_ring = end.wrapping_sub(pkt_start) == n;
+                cur = pkt_start;
+                if whole_ring {
+                    // It would not fit even in an empty ring: drop it rather than block.
+                    counters.tx_dropped += 1;
+                    sent += 1;
+                    continue 'frames;
+                }
+                break 'frames;
+            }
+            let slot = cur & (n - 1);
+            match role {
+                Role::Slave => {
+                    let take = (len - done).min(bsize as usize);
+                    let off = q.buf_base + u64::from(slot) * u64::from(bsize);
+                    let ok = shared
+                        .regions
+                        .first()
+                        .is_some_and(|r0| copy_piece(r0, off, src, i, done, take));
+                    done += take;
+                    r.write_desc(
+                        cur,
+                        Desc {
+                            flags: if done < len { DESC_FLAG_NEXT } else { 0 },
+                            region: 0,
+                            length: if ok { take as u32 } else { 0 },
+                            offset: off as u32,
+                            metadata: 0,
+                        },
+                    );
+                }
+                Role::Master => {
+                    // The slave posted this buffer: check its copy before writing into it.
+                    let d = r.read_desc(cur);
+                    let dst = shared.regions.get(usize::from(d.region));
+                    let take = (len - done).min(d.length as usize);
+                    let ok = take > 0
+                        && dst.is_some_and(|reg| {
+                            reg.contains(u64::from(d.offset), u64::from(d.length))
+                                && copy_piece(reg, u64::from(d.offset), src, i, done, take)
+                        });
+                    if !ok {
+                        match dst {
+                            None => counters.bad_desc_region += 1,
+                            Some(_) if take == 0 => counters.bad_desc_zero_length += 1,
+                            Some(_) => counters.bad_desc_offset += 1,
+                        }
+                        // Release the slot as an empty descriptor; the frame is lost.
+                        r.write_flags_len(cur, 0, 0);
+                        cur = cur.wrapping_add(1);
+                        counters.tx_dropped += 1;
+                        sent += 1;
+                        continue 'frames;
+                    }
+                    done += take;
+                    let flags = if done < len { DESC_FLAG_NEXT } else { 0 };
+                    r.write_flags_len(cur, flags, take as u32);
+                }
+            }
+            cur = cur.wrapping_add(1);
+        }
+        counters.tx_packets += 1;
+        counters.tx_bytes += len as u64;
+        sent += 1;
+    }
+    if cur != start {
+        q.idx = cur;
+        match role {
+            Role::Slave => r.head().store(cur, Ordering::Release),
+            Role::Master => r.tail().store(cur, Ordering::Release),
+        }
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if !r.interrupts_masked() && fd_ready(q.eventfd.as_fd(), PollFlags::POLLOUT) {
+            let _ = nix::unistd::write(&q.eventfd, &1u64.to_ne_bytes());
+        }
+    }
+    sent
+}
+
+/// Copy `take` bytes of frame `i` from `from` into `region` at `at`, piece by piece.
+fn copy_piece(
+    region: &Region,
+    at: u64,
+    src: &(impl TxSource + ?Sized),
+    i: usize,
+    from: usize,
+    take: usize,
+) -> bool {
+    let mut copied = 0;
+    while copied < take {
+        let bytes = src.bytes_at(i, from + copied);
+        let k = bytes.len().min(take - copied);
+        if k == 0 || !region.copy_in(at + copied as u64, &bytes[..k]) {
+            return false;
+        }
+        copied += k;
+    }
+    true
+}
+
+/// Slave receive ring: post every free buffer (slot s always uses buffer s) and publish head.
+pub(crate) fn refill(r: RingRef<'_>, q: &mut Queue, buffer_size: u32) {
+    let n = r.size();
+    let outstanding = q.posted.wrapping_sub(q.idx);
+    if outstanding >= n {
+        return;
+    }
+    let mut h = q.posted;
+    for _ in 0..(n - outstanding) {
+        let slot = h & (n - 1);
+        r.write_desc(
+            h,
+            Desc {
+                flags: 0,
+                region: 0,
+                length: buffer_size,
+                offset: (q.buf_base + u64::from(slot) * u64::from(buffer_size)) as u32,
+                metadata: 0,
+            },
+        );
+        h = h.wrapping_add(1);
+    }
+    q.posted = h;
+    r.head().store(h, Ordering::Release);
+}
+
+pub(crate) fn fd_ready(fd: BorrowedFd<'_>, what: PollFlags) -> bool {
+    let mut p = [PollFd::new(fd, what)];
+    matches!(nix::poll::poll(&mut p, PollTimeout::ZERO), Ok(1))
+        && p[0].revents().is_some_and(|r| r.intersects(what))
+}
+
+/// Counters shared between a detached queue (the writer) and its interface (the reader).
+#[derive(Debug, Default)]
+pub(crate) struct SharedCounters {
+    fields: [AtomicU64; Counters::FIELDS],
+}
+
+impl SharedCounters {
+    /// Adds the non-zero fields of `delta`.
+    fn add(&self, delta: &Counters) {
+        for (f, v) in self.fields.iter().zip(delta.to_array()) {
+            if v != 0 {
+                f.fetch_add(v, Ordering::Relaxed);
+            }
+        }
+    }
+
+    pub(crate) fn snapshot(&self) -> Counters {
+        Counters::from_array(std::array::from_fn(|i| {
+            self.fields[i].load(Ordering::Relaxed)
+        }))
+    }
+}
+
+/// A receive queue detached from its [`Interface`](crate::Interface), to be polled by another
+/// thread (one worker of a forwarder, say). It keeps the connection's memory mapped while it
+/// lives; once the connection goes down it receives nothing.
+#[derive(Debug)]
+pub struct RxQueue {
+    shared: Arc<Shared>,
+    q: Queue,
+    role: Role,
+    scratch: RxScratch,
+    counters: Arc<SharedCounters>,
+}
+
+/// A transmit queue detached from its [`Interface`](crate::Interface); see [`RxQueue`].
+#[derive(Debug)]
+pub struct TxQueue {
+    shared: Arc<Shared>,
+    q: Queue,
+    role: Role,
+    counters: Arc<SharedCounters>,
+}
+
+impl RxQueue {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        q: Queue,
+        role: Role,
+        counters: Arc<SharedCounters>,
+    ) -> RxQueue {
+        RxQueue {
+            shared,
+            q,
+            role,
+            scratch: RxScratch::new(),
+            counters,
+        }
+    }
+
+    /// Whether the connection this queue belongs to is still up.
+    pub fn is_live(&self) -> bool {
+        self.shared.is_live()
+    }
+
+    /// How many descriptors the peer has published and not yet received (an upper bound on the
+    /// frames the next burst delivers; 0 once the connection is down).
+    pub fn ready(&self) -> usize {
+        if !self.shared.is_live() {
+            return 0;
+        }
+        usize::from(rx_ready(&self.shared, &self.q, self.role))
+    }
+
+    /// Receives up to `max` frames into `sink`; returns how many it took. Bad descriptors are
+    /// dropped and counted on the interface.
+    pub fn receive(&mut self, max: usize, sink: &mut impl RxSink) -> usize {
+        if !self.shared.is_live() {
+            return 0;
+        }
+        let mut delta = Counters::default();
+        let n = receive(
+            &self.shared,
+            &mut self.q,
+            self.role,
+            &mut self.scratch,
+            &mut delta,
+            max,
+            sink,
+        );
+        self.counters.add(&delta);
+        n
+    }
+}
+
+impl TxQueue {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        q: Queue,
+        role: Role,
+        counters: Arc<SharedCounters>,
+    ) -> TxQueue {
+        TxQueue {
+            shared,
+            q,
+            role,
+            counters,
+        }
+    }
+
+    /// Whether the connection this queue belongs to is still up.
+    pub fn is_live(&self) -> bool {
+        self.shared.is_live()
+    }
+
+    /// Sends frames from `src` until the ring is full; returns how many frames it took (sent,
+    /// or dropped and counted); the caller keeps the rest. Takes nothing once the connection is
+    /// down.
+    pub fn transmit(&mut self, src: &(impl TxSource + ?Sized)) -> usize {
+        if !self.shared.is_live() {
+            return 0;
+        }
+        let mut delta = Counters::default();
+        let n = transmit(&self.shared, &mut self.q, self.role, &mut delta, src);
+        self.counters.add(&delta);
+        n
+    }
+}
