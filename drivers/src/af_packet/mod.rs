@@ -1,0 +1,295 @@
+//! AF_PACKET ports: any kernel network interface (a veth, a NIC the kernel drives, a bridge
+//! port) through `TPACKET_V3` rings mapped into Quiver.
+//!
+//! Each worker gets its own socket, made on the worker's thread by [`Port::queue_pair`]: a
+//! receive ring of blocks and a transmit ring of slots, both in one mapping. The sockets of a port
+//! form one `PACKET_FANOUT` group in hash mode, so the kernel spreads the interface's flows over
+//! the workers and each frame reaches exactly one of them. Sockets bind to the interface by index,
+//! put it in promiscuous mode (`PACKET_ADD_MEMBERSHIP`; the kernel undoes it when they close) and
+//! send with `PACKET_QDISC_BYPASS`, straight to the driver.
+//!
+//! Receiving walks the ring without a system call and copies each frame into a Quiver buffer
+//! (chaining when one is not enough, and putting back a VLAN tag the device stripped); sending
+//! copies a burst into transmit slots and kicks the kernel once with
+//! `sendto(MSG_DONTWAIT)`. Nothing is allocated per packet.
+//!
+//! Needs `CAP_NET_RAW`. Ports see interfaces in the network namespace of the thread that opens
+//! them, and queues bind in the namespace of the worker that asks for them: keep both in one
+//! namespace. Frames a peer in the same host hands over with segmentation or checksum offload
+//! pending arrive as the kernel holds them: over-long GSO frames are dropped (`rx-too-long`)
+//! and frames with a checksum still to fill in are counted (`rx-checksum-partial`); turn those
+//! offloads off on such peers (`ethtool -K <peer> tso off gso off tx off`).
+
+mod counters;
+pub(crate) mod netdev;
+mod queue;
+mod ring;
+mod socket;
+
+pub(crate) use counters::{port_stats, Counter, QueueCounters};
+
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use crate::port::{LinkStatus, Port, PortError, PortStats, QueuePair};
+use netdev::NetDevice;
+use queue::{max_frame_len, AfPacketRx, AfPacketTx};
+use ring::{RingLayout, RX_BLOCK_OVERHEAD, TX_DATA_OFFSET};
+use socket::{Fanout, PacketSocket, SocketConfig};
+
+/// How an AF_PACKET port is opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AfPacketConfig {
+    /// The kernel interface's name.
+    pub interface: String,
+    /// Queue pairs: one per worker.
+    pub queues: usize,
+    /// Receive frames for any destination MAC (needed to cross-connect an interface).
+    pub promiscuous: bool,
+    /// Send straight to the driver, skipping the kernel's qdisc (and its shaping and
+    /// accounting).
+    pub qdisc_bypass: bool,
+    /// Bytes per receive block: a power of two, at least a page (raised to hold the longest
+    /// frame the interface carries).
+    pub rx_block_size: usize,
+    /// Receive blocks per queue.
+    pub rx_blocks: usize,
+    /// Milliseconds after which the kernel hands over a receive block that is not full: the
+    /// latency bound at low rates.
+    pub rx_block_timeout_ms: u32,
+    /// Transmit slots per queue (rounded up to fill whole blocks).
+    pub tx_slots: usize,
+}
+
+impl AfPacketConfig {
+    /// `queues` queue pairs on `interface`: promiscuous, bypassing the qdisc, with 4 MiB of
+    /// receive ring and 1024 transmit slots per queue.
+    ///
+    /// The receive ring is many small blocks (128 of 32 KiB) rather than a few large ones: at
+    /// low rates the kernel hands over a block per timeout (1 ms) however few frames it holds,
+    /// so the block count, not the bytes, is how long a worker may be descheduled before the
+    /// kernel drops.
+    pub fn new(interface: &str, queues: usize) -> AfPacketConfig {
+        AfPacketConfig {
+            interface: interface.into(),
+            queues,
+            promiscuous: true,
+            qdisc_bypass: true,
+            rx_block_size: 32 * 1024,
+            rx_blocks: 128,
+            rx_block_timeout_ms: 1,
+            tx_slots: 1024,
+        }
+    }
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf reads a constant of the system; it has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as usize
+    } else {
+        4096
+    }
+}
+
+/// Ring layouts for a device of this MTU.
+fn layouts(config: &AfPacketConfig, mtu: u32) -> Result<(RingLayout, RingLayout), PortError> {
+    let page = page_size();
+    let block = config.rx_block_size;
+    if !block.is_power_of_two() || block < page {
+        return Err(PortError::Config(format!(
+            "receive block size {block} is not a power of two of at least a page ({page})"
+        )));
+    }
+    if config.rx_blocks == 0 || config.tx_slots == 0 {
+        return Err(PortError::Config(
+            "a port needs receive blocks and transmit slots".into(),
+        ));
+    }
+    // A block holds at least its descriptor and one whole frame with its header.
+    let longest = RX_BLOCK_OVERHEAD + max_frame_len(mtu);
+    let rx = RingLayout {
+        block_size: block.max(longest.next_power_of_two()),
+        block_count: config.rx_blocks,
+        // The kernel's accounting unit for a V3 receive ring; frames are packed regardless.
+        frame_size: 2048,
+    };
+    // A slot holds its header and the longest frame the device sends.
+    let frame_size = (TX_DATA_OFFSET + max_frame_len(mtu))
+        .next_power_of_two()
+        .max(2048);
+    let tx_block = frame_size.max(page).max(64 * 1024);
+    let per_block = tx_block / frame_size;
+    let tx = RingLayout {
+        block_size: tx_block,
+        block_count: config.tx_slots.div_ceil(per_block),
+        frame_size,
+    };
+    Ok((rx, tx))
+}
+
+/// A queue's counters, which outlive its socket, and the socket while a worker has it.
+struct QueueSlot {
+    counters: Arc<QueueCounters>,
+    socket: Weak<PacketSocket>,
+}
+
+/// A kernel interface as a Quiver port, through AF_PACKET rings (see the module docs).
+pub struct AfPacketPort {
+    device: NetDevice,
+    ifindex: i32,
+    mac: [u8; 6],
+    mtu: u32,
+    sockets: SocketConfig,
+    queues: Mutex<Vec<QueueSlot>>,
+}
+
+impl AfPacketPort {
+    /// Opens `config.interface`, which must exist and be Ethernet. Queues (and their sockets)
+    /// are made by [`Port::queue_pair`].
+    pub fn open(config: &AfPacketConfig) -> Result<AfPacketPort, PortError> {
+        if config.queues == 0 {
+            return Err(PortError::Config("a port needs at least one queue".into()));
+        }
+        let device = NetDevice::open(&config.interface)?;
+        let ifindex = device.index()?;
+        let mac = device.mac()?;
+        let mtu = device.mtu()?;
+        let (rx, tx) = layouts(config, mtu)?;
+        Ok(AfPacketPort {
+            device,
+            ifindex,
+            mac,
+            mtu,
+            sockets: SocketConfig {
+                ifindex,
+                rx,
+                rx_retire_ms: config.rx_block_timeout_ms,
+                tx,
+                promiscuous: config.promiscuous,
+                qdisc_bypass: config.qdisc_bypass,
+            },
+            queues: Mutex::new(
+                (0..config.queues)
+                    .map(|_| QueueSlot {
+                        counters: Arc::default(),
+                        socket: Weak::new(),
+                    })
+                    .collect(),
+            ),
+        })
+    }
+
+    /// The interface's index in its network namespace.
+    pub fn ifindex(&self) -> i32 {
+        self.ifindex
+    }
+
+    /// The interface's MTU when the port was opened.
+    pub fn mtu(&self) -> u32 {
+        self.mtu
+    }
+
+    fn slots(&self) -> MutexGuard<'_, Vec<QueueSlot>> {
+        self.queues.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Port for AfPacketPort {
+    fn name(&self) -> &str {
+        self.device.name()
+    }
+
+    fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    fn link(&self) -> LinkStatus {
+        self.device.link()
+    }
+
+    /// Opens worker `worker`'s socket. Another call for the same worker fails while the queues
+    /// it gave are alive; once they are dropped (their socket closes and leaves the fanout
+    /// group), a new call makes a fresh socket that counts on from the old one's counters.
+    fn queue_pair(&self, worker: usize) -> Result<QueuePair, PortError> {
+        let mut slots = self.slots();
+        let count = slots.len();
+        let slot = slots.get(worker).ok_or_else(|| {
+            PortError::Config(format!(
+                "{}: no queue {worker}, the port was opened with {count}",
+                self.name()
+            ))
+        })?;
+        if slot.socket.strong_count() > 0 {
+            return Err(PortError::Config(format!(
+                "{}: queue {worker} is already in use",
+                self.name()
+            )));
+        }
+        let counters = slot.counters.clone();
+        // Holding a member keeps the group alive while the new socket joins it.
+        let member = slots.iter().find_map(|s| s.socket.upgrade());
+        let fanout = member
+            .as_ref()
+            .map_or(Fanout::New, |m| Fanout::Join(m.fanout_id()));
+        let socket = Arc::new(PacketSocket::open(&self.sockets, fanout, counters)?);
+        drop(member);
+        slots[worker].socket = Arc::downgrade(&socket);
+        tracing::debug!(
+            port = self.name(),
+            worker,
+            fanout = socket.fanout_id(),
+            "AF_PACKET queue open"
+        );
+        Ok(QueuePair {
+            rx: Box::new(AfPacketRx::new(socket.clone(), max_frame_len(self.mtu))),
+            tx: Box::new(AfPacketTx::new(socket, self.mtu)),
+        })
+    }
+
+    /// Sums the queues' counters, with the kernel's receive-ring drops read from each open
+    /// socket.
+    fn stats(&self) -> PortStats {
+        let slots = self.slots();
+        for s in slots.iter() {
+            if let Some(socket) = s.socket.upgrade() {
+                socket.fold_kernel_stats();
+            }
+        }
+        port_stats(slots.iter().map(|s| &*s.counters))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_layouts_fit_the_mtu_and_whole_blocks() {
+        let c = AfPacketConfig::new("x", 1);
+        let (rx, tx) = layouts(&c, 1500).unwrap();
+        assert_eq!(rx.bytes(), 4 << 20);
+        assert_eq!(rx.block_size, 32 * 1024);
+        let (big, _) = layouts(&c, 65535).unwrap();
+        assert_eq!(big.block_size, 128 * 1024, "a 64 KiB frame fits a block");
+        assert_eq!(tx.frame_size, 2048);
+        assert!(tx.frames() >= 1024 && tx.block_size % tx.frame_size == 0);
+        let (_, jumbo) = layouts(&c, 9000).unwrap();
+        assert_eq!(jumbo.frame_size, 16384);
+        assert!(jumbo.frame_size - TX_DATA_OFFSET >= 9000 + 22);
+        let bad = AfPacketConfig {
+            rx_block_size: 3 * 4096,
+            ..c.clone()
+        };
+        assert!(matches!(layouts(&bad, 1500), Err(PortError::Config(_))));
+    }
+
+    #[test]
+    fn opening_a_missing_interface_says_so() {
+        let err = AfPacketPort::open(&AfPacketConfig::new("quiver-none0", 1))
+            .err()
+            .expect("no such interface");
+        assert!(err.to_string().contains("no interface named"), "{err}");
+        assert!(AfPacketPort::open(&AfPacketConfig::new("lo", 0)).is_err());
+    }
+}
