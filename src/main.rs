@@ -1,8 +1,5 @@
 //! `quiver`: parse the command line and configuration, start the data plane, report, stop.
 
-mod config;
-mod demo;
-
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -11,8 +8,7 @@ use std::time::{Duration, Instant};
 use clap::{Parser, Subcommand};
 use dataplane::{BufferPool, Dataplane, RuntimeSnapshot, WorkerConfig};
 use graph_nodes::{FibConfig, LocalState};
-
-use crate::config::Config;
+use quiver::{demo, Config, Forwarder};
 
 /// Quiver: a userspace vector packet forwarder.
 #[derive(Parser)]
@@ -24,9 +20,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Start the data plane. Until ports can be configured (they arrive with the driver and
-    /// memif work), every worker runs the built-in demo: UDP traffic routed through the real
-    /// forwarding graph between two in-memory ports, with a few bad frames to show drop reasons.
+    /// Start the data plane with the ports, cross-connects, addresses and routes of the
+    /// configuration file. With no `[[port]]` configured, every worker runs the built-in demo
+    /// instead: UDP traffic routed through the real forwarding graph between two in-memory ports,
+    /// with a few bad frames to show drop reasons.
     Run(RunArgs),
 }
 
@@ -53,6 +50,7 @@ fn main() -> std::process::ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
@@ -107,6 +105,109 @@ fn run(args: RunArgs) -> Result<(), String> {
         hugepages = pool.is_hugepage_backed(),
         "buffer pool ready"
     );
+    let workers = WorkerConfig {
+        cores,
+        idle: cfg.dataplane.idle.into(),
+    };
+    let clock = Clock {
+        started: Instant::now(),
+        interval: (cfg.stats.interval_secs > 0)
+            .then(|| Duration::from_secs(cfg.stats.interval_secs)),
+        deadline: args
+            .duration
+            .map(|d| Instant::now() + Duration::from_secs(d)),
+        stop,
+    };
+    if cfg.port.is_empty() {
+        run_demo(&cfg, &workers, pool, clock)
+    } else {
+        run_ports(&cfg, &workers, pool, clock)
+    }
+}
+
+/// When to report and when to stop.
+struct Clock {
+    started: Instant,
+    interval: Option<Duration>,
+    deadline: Option<Instant>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Clock {
+    /// Calls `tick` every few milliseconds until stopped; its argument says whether a report
+    /// is due.
+    fn run(&self, mut tick: impl FnMut(bool) -> Result<(), String>) -> Result<(), String> {
+        let mut next_report = self.interval.map(|i| self.started + i);
+        while !self.stop.load(Ordering::Relaxed) && self.deadline.is_none_or(|d| Instant::now() < d)
+        {
+            std::thread::sleep(Duration::from_millis(5));
+            let due = next_report.is_some_and(|at| Instant::now() >= at);
+            if due {
+                next_report = next_report.zip(self.interval).map(|(at, every)| at + every);
+            }
+            tick(due)?;
+        }
+        Ok(())
+    }
+}
+
+/// Prints the packet rate since the last call.
+struct RateMeter {
+    last: (Instant, u64),
+}
+
+impl RateMeter {
+    fn line(&mut self, started: Instant, packets: u64) -> String {
+        let secs = self.last.0.elapsed().as_secs_f64();
+        let line = format!(
+            "--- {:.0}s: {:.2} Mpps forwarded",
+            started.elapsed().as_secs_f64(),
+            (packets - self.last.1) as f64 / secs / 1e6
+        );
+        self.last = (Instant::now(), packets);
+        line
+    }
+}
+
+fn run_ports(
+    cfg: &Config,
+    workers: &WorkerConfig,
+    pool: Arc<BufferPool>,
+    clock: Clock,
+) -> Result<(), String> {
+    let mut fwd = Forwarder::start(cfg, workers, pool.clone())?;
+    tracing::info!(
+        ports = fwd.ports().len(),
+        workers = workers.cores.len(),
+        "forwarding"
+    );
+    let mut meter = RateMeter {
+        last: (Instant::now(), 0),
+    };
+    clock.run(|report| {
+        fwd.housekeeping()?;
+        if report {
+            println!("{}", meter.line(clock.started, fwd.tx_packets()));
+            println!("{}", fwd.format_interfaces());
+            println!("{}", fwd.dataplane().runtime().format_runtime(false));
+        }
+        Ok(())
+    })?;
+    let elapsed = clock.started.elapsed();
+    let interfaces = fwd.format_interfaces();
+    let packets = fwd.tx_packets();
+    let runtime = fwd.stop();
+    println!("{interfaces}");
+    summary(&runtime, packets, elapsed, &pool);
+    Ok(())
+}
+
+fn run_demo(
+    cfg: &Config,
+    workers: &WorkerConfig,
+    pool: Arc<BufferPool>,
+    clock: Clock,
+) -> Result<(), String> {
     let mut topo = demo::topology(FibConfig {
         hugepages: cfg.buffers.pool_config().hugepages,
         ..FibConfig::default()
@@ -123,44 +224,27 @@ fn run(args: RunArgs) -> Result<(), String> {
         routes = topo.forwarding.route_count(),
         "no ports configured: running the built-in demo (routed traffic between two in-memory ports)"
     );
-    let workers = WorkerConfig {
-        cores,
-        idle: cfg.dataplane.idle.into(),
-    };
     let counter = delivered.clone();
-    let dp = Dataplane::start(
-        &workers,
+    let dp: Dataplane<_> = Dataplane::start(
+        workers,
         pool.clone(),
         topo.forwarding.snapshot(),
         move |init| demo::build(init, ports, rate, size, counter.clone()),
     )
     .map_err(|e| e.to_string())?;
-
-    let started = Instant::now();
-    let interval =
-        (cfg.stats.interval_secs > 0).then(|| Duration::from_secs(cfg.stats.interval_secs));
-    let deadline = args.duration.map(|d| started + Duration::from_secs(d));
-    let mut next_report = interval.map(|i| started + i);
-    let mut last = (Instant::now(), 0u64);
-    while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
-        std::thread::sleep(Duration::from_millis(50));
+    let mut meter = RateMeter {
+        last: (Instant::now(), 0),
+    };
+    clock.run(|report| {
         dp.reclaim();
-        if let (Some(at), Some(every)) = (next_report, interval) {
-            if Instant::now() >= at {
-                let received = delivered.load(Ordering::Relaxed);
-                let secs = last.0.elapsed().as_secs_f64();
-                println!(
-                    "--- {:.0}s: {:.2} Mpps forwarded",
-                    started.elapsed().as_secs_f64(),
-                    (received - last.1) as f64 / secs / 1e6
-                );
-                println!("{}", dp.runtime().format_runtime(false));
-                last = (Instant::now(), received);
-                next_report = Some(at + every);
-            }
+        if report {
+            let line = meter.line(clock.started, delivered.load(Ordering::Relaxed));
+            println!("{line}");
+            println!("{}", dp.runtime().format_runtime(false));
         }
-    }
-    let elapsed = started.elapsed();
+        Ok(())
+    })?;
+    let elapsed = clock.started.elapsed();
     let runtime = dp.runtime();
     dp.stop();
     summary(&runtime, delivered.load(Ordering::Relaxed), elapsed, &pool);

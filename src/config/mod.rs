@@ -1,9 +1,16 @@
 //! `quiver.toml`: what the daemon runs. Every key has a default, so an empty file is valid.
 
+pub mod topology;
+
 use std::path::Path;
 
 use dataplane::{BufferPoolConfig, HugepagePolicy, IdlePolicy};
 use serde::Deserialize;
+
+pub use topology::{
+    AddressSection, AfPacketSection, CommonPortSettings, MemifMode, MemifRole, MemifSection,
+    NeighborSection, PortSection, RouteSection, TapSection, XconnectSection,
+};
 
 /// The whole configuration file.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -17,6 +24,16 @@ pub struct Config {
     pub stats: StatsSection,
     /// The built-in traffic demo (runs while no ports are configured).
     pub demo: DemoSection,
+    /// Ports (`[[port]]`).
+    pub port: Vec<PortSection>,
+    /// L2 cross-connects between ports (`[[xconnect]]`).
+    pub xconnect: Vec<XconnectSection>,
+    /// Our addresses (`[[address]]`).
+    pub address: Vec<AddressSection>,
+    /// Static routes (`[[route]]`).
+    pub route: Vec<RouteSection>,
+    /// Static neighbours (`[[neighbor]]`).
+    pub neighbor: Vec<NeighborSection>,
 }
 
 /// `[dataplane]`
@@ -229,5 +246,59 @@ mod tests {
         assert!(err.contains("cuont"), "{err}");
         assert!(Config::parse("[demo]\nframe_size = 10\n").is_err());
         assert!(Config::parse("[dataplane]\ncores = []\n").is_err());
+    }
+
+    #[test]
+    fn ports_and_topology_parse_and_unknown_port_keys_are_refused() {
+        let c = Config::parse(
+            r#"
+[[port]]
+name = "a"
+type = "memif"
+role = "master"
+socket = "@quiver"
+id = 2
+mode = "ip"
+ring_size = 2048
+[[port]]
+name = "b"
+type = "af_packet"
+interface = "veth0"
+mtu = 9000
+[[port]]
+name = "c"
+type = "tap"
+mac = "02:00:00:00:00:01"
+[[xconnect]]
+a = "a"
+b = "b"
+[[address]]
+port = "c"
+ip = "10.0.0.1/24"
+[[route]]
+prefix = "10.1.0.0/16"
+via = ["10.0.0.2@c"]
+[[neighbor]]
+port = "c"
+ip = "10.0.0.2"
+mac = "02:00:00:00:00:02"
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.port.len(), 3);
+        assert!(
+            matches!(&c.port[0], PortSection::Memif(m) if m.id == 2 && m.mode == MemifMode::Ip)
+        );
+        assert_eq!(c.port[1].common().mtu, 9000);
+        assert_eq!(c.port[2].common().mac, Some("02:00:00:00:00:01"));
+        assert_eq!(c.route[0].via, vec!["10.0.0.2@c".to_string()]);
+        for bad in [
+            "[[port]]\nname = \"a\"\ntype = \"memif\"\nrole = \"master\"\nsocket = \"s\"\nrign_size = 8\n",
+            "[[port]]\nname = \"a\"\ntype = \"warp\"\n",
+            "[[port]]\nname = \"a\"\ntype = \"tap\"\ninterface = \"x\"\n",
+            "[[xconnect]]\na = \"x\"\n",
+        ] {
+            assert!(Config::parse(bad).is_err(), "accepted: {bad}");
+        }
     }
 }

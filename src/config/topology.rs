@@ -1,0 +1,244 @@
+//! The forwarding topology in `quiver.toml`: ports, cross-connects, addresses, routes and
+//! neighbours.
+
+use serde::Deserialize;
+
+/// One `[[port]]` entry: the driver is chosen by its `type` key.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum PortSection {
+    /// A memif interface.
+    Memif(MemifSection),
+    /// A kernel interface (a veth end, say) opened with AF_PACKET.
+    AfPacket(AfPacketSection),
+    /// A TAP device: Quiver's port to the host's own network stack.
+    Tap(TapSection),
+}
+
+impl PortSection {
+    /// The keys every port has.
+    pub fn common(&self) -> CommonPortSettings<'_> {
+        let (name, mac, mtu) = match self {
+            PortSection::Memif(m) => (&m.name, &m.mac, m.mtu),
+            PortSection::AfPacket(a) => (&a.name, &a.mac, a.mtu),
+            PortSection::Tap(t) => (&t.name, &t.mac, t.mtu),
+        };
+        CommonPortSettings {
+            name,
+            mac: mac.as_deref(),
+            mtu,
+        }
+    }
+}
+
+/// Keys every port has. Each port section repeats them (rather than flattening a shared
+/// struct) so that serde can refuse unknown keys.
+#[derive(Debug, Clone, Copy)]
+pub struct CommonPortSettings<'a> {
+    /// `name`.
+    pub name: &'a str,
+    /// `mac`.
+    pub mac: Option<&'a str>,
+    /// `mtu`.
+    pub mtu: u16,
+}
+
+fn default_mtu() -> u16 {
+    1500
+}
+
+/// `type = "memif"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemifSection {
+    /// The port's name, used by the other sections and in every table.
+    pub name: String,
+    /// MAC address (`02:fe:…`); default: the device's, or a locally administered one.
+    pub mac: Option<String>,
+    /// MTU of the interface (default 1500).
+    #[serde(default = "default_mtu")]
+    pub mtu: u16,
+    /// `master` (listen) or `slave` (connect).
+    pub role: MemifRole,
+    /// Control socket: a path, or `@name` for an abstract socket.
+    pub socket: String,
+    /// Interface id on that socket (default 0).
+    #[serde(default)]
+    pub id: u32,
+    /// Shared secret (at most 23 bytes).
+    pub secret: Option<String>,
+    /// `ethernet` (default) or `ip`.
+    #[serde(default)]
+    pub mode: MemifMode,
+    /// Ring size in slots, a power of two up to 16384 (default 1024).
+    #[serde(default = "default_ring_size")]
+    pub ring_size: u32,
+    /// memif buffer size in bytes (default 2048).
+    #[serde(default = "default_buffer_size")]
+    pub buffer_size: u32,
+}
+
+/// `type = "af_packet"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AfPacketSection {
+    /// The port's name, used by the other sections and in every table.
+    pub name: String,
+    /// MAC address (`02:fe:…`); default: the device's, or a locally administered one.
+    pub mac: Option<String>,
+    /// MTU of the interface (default 1500).
+    #[serde(default = "default_mtu")]
+    pub mtu: u16,
+    /// The kernel interface's name.
+    pub interface: String,
+    /// Receive frames for any MAC (default true: needed for cross-connects).
+    #[serde(default = "yes")]
+    pub promiscuous: bool,
+}
+
+/// `type = "tap"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TapSection {
+    /// The port's name, used by the other sections and in every table.
+    pub name: String,
+    /// MAC address (`02:fe:…`); default: the device's, or a locally administered one.
+    pub mac: Option<String>,
+    /// MTU of the interface (default 1500).
+    #[serde(default = "default_mtu")]
+    pub mtu: u16,
+    /// The kernel device's name (default: the port's name).
+    pub device: Option<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_ring_size() -> u32 {
+    1024
+}
+
+fn default_buffer_size() -> u32 {
+    2048
+}
+
+/// memif role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemifRole {
+    /// Listens.
+    Master,
+    /// Connects.
+    Slave,
+}
+
+/// memif mode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemifMode {
+    /// Ethernet frames.
+    #[default]
+    Ethernet,
+    /// Bare IP packets.
+    Ip,
+}
+
+/// One `[[xconnect]]`: every frame received on `a` leaves on `b` and every frame received on
+/// `b` leaves on `a`, untouched.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct XconnectSection {
+    /// One port.
+    pub a: String,
+    /// The other.
+    pub b: String,
+}
+
+/// One `[[address]]`: an IPv4 address of ours on a port (answers ARP and ping).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AddressSection {
+    /// The port.
+    pub port: String,
+    /// Address and prefix length, `10.0.1.1/24`.
+    pub ip: String,
+}
+
+/// One `[[route]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteSection {
+    /// Destination prefix, `10.2.0.0/16` (`0.0.0.0/0` for the default route).
+    pub prefix: String,
+    /// Next hops, each `address@port`; several spread flows (ECMP). Empty: drop.
+    #[serde(default)]
+    pub via: Vec<String>,
+}
+
+/// One `[[neighbor]]`: a static ARP entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NeighborSection {
+    /// The port.
+    pub port: String,
+    /// The neighbour's address.
+    pub ip: String,
+    /// Its MAC.
+    pub mac: String,
+}
+
+/// Parses `a.b.c.d`.
+pub fn parse_ip(s: &str) -> Result<u32, String> {
+    s.trim()
+        .parse::<std::net::Ipv4Addr>()
+        .map(u32::from)
+        .map_err(|_| format!("`{s}` is not an IPv4 address"))
+}
+
+/// Parses `a.b.c.d/len`.
+pub fn parse_prefix(s: &str) -> Result<(u32, u8), String> {
+    let (ip, len) = s
+        .split_once('/')
+        .ok_or_else(|| format!("`{s}` is not a prefix (a.b.c.d/len)"))?;
+    let len: u8 = len
+        .parse()
+        .ok()
+        .filter(|&l| l <= 32)
+        .ok_or_else(|| format!("`{s}`: prefix length must be 0 to 32"))?;
+    Ok((parse_ip(ip)?, len))
+}
+
+/// Parses `aa:bb:cc:dd:ee:ff`.
+pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
+    let parts: Vec<&str> = s.split(':').collect();
+    let mut mac = [0u8; 6];
+    if parts.len() != 6 {
+        return Err(format!("`{s}` is not a MAC address"));
+    }
+    for (m, p) in mac.iter_mut().zip(parts) {
+        *m = u8::from_str_radix(p, 16).map_err(|_| format!("`{s}` is not a MAC address"))?;
+    }
+    Ok(mac)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_prefixes_and_macs_parse_and_nonsense_is_refused() {
+        assert_eq!(parse_ip("10.0.1.2"), Ok(0x0a00_0102));
+        assert_eq!(parse_prefix("10.2.0.0/16"), Ok((0x0a02_0000, 16)));
+        assert_eq!(parse_prefix("0.0.0.0/0"), Ok((0, 0)));
+        assert!(parse_prefix("10.0.0.0/33").is_err());
+        assert!(parse_prefix("10.0.0.0").is_err());
+        assert!(parse_ip("10.0.0.256").is_err());
+        assert_eq!(
+            parse_mac("02:fe:00:00:0a:ff"),
+            Ok([0x02, 0xfe, 0, 0, 0x0a, 0xff])
+        );
+        assert!(parse_mac("02:fe:00:00:0a").is_err());
+        assert!(parse_mac("02:fe:00:00:0a:zz").is_err());
+    }
+}

@@ -1,0 +1,78 @@
+//! Helpers for Quiver's system tests (dev-dependency only).
+//!
+//! - [`require`]: decide whether a test needing root, tools or hugepages runs; a missing
+//!   prerequisite skips it with a printed reason, or fails it when `QUIVER_REQUIRE_SYSTEM_TESTS=1`.
+//! - [`wait_for`]: wait on a condition with a deadline (never a bare sleep).
+//! - [`TestPmd`]: DPDK's `dpdk-testpmd` as a peer we did not write, always `--no-pci`.
+
+mod testpmd;
+
+use std::time::{Duration, Instant};
+
+pub use testpmd::{TestPmd, TESTPMD};
+
+/// What a system test needs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Needs {
+    /// Running as root.
+    pub root: bool,
+    /// Free 2 MiB hugepages.
+    pub hugepages: u64,
+    /// Executables that must exist.
+    pub tools: &'static [&'static str],
+}
+
+/// Why `needs` is not met, if it is not.
+pub fn missing(needs: &Needs) -> Option<String> {
+    for tool in needs.tools {
+        if !std::path::Path::new(tool).exists() {
+            return Some(format!("{tool} not installed"));
+        }
+    }
+    if needs.root && !nix::unistd::geteuid().is_root() {
+        return Some("not running as root".into());
+    }
+    if needs.hugepages > 0 {
+        let free = free_hugepages();
+        if free < needs.hugepages {
+            return Some(format!(
+                "only {free} free 2 MiB hugepages, {} needed",
+                needs.hugepages
+            ));
+        }
+    }
+    None
+}
+
+/// Free 2 MiB hugepages now.
+pub fn free_hugepages() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("HugePages_Free:"))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(0)
+}
+
+/// True if `test` should run. Otherwise prints why on the real stderr (the harness captures
+/// `eprintln!`) and returns false — or panics when `QUIVER_REQUIRE_SYSTEM_TESTS=1`.
+pub fn require(test: &str, needs: &Needs) -> bool {
+    let Some(why) = missing(needs) else {
+        return true;
+    };
+    if std::env::var("QUIVER_REQUIRE_SYSTEM_TESTS").as_deref() == Ok("1") {
+        panic!("{test}: QUIVER_REQUIRE_SYSTEM_TESTS=1 but {why}");
+    }
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "skipping {test}: {why}");
+    false
+}
+
+/// Calls `step` until it returns true, yielding between calls; panics after `secs` seconds.
+pub fn wait_for(what: &str, secs: u64, mut step: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !step() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::yield_now();
+    }
+}

@@ -1,0 +1,235 @@
+//! End to end, the way a user runs it: the `quiver` binary with a `quiver.toml` that
+//! cross-connects two memif ports; DPDK's `dpdk-testpmd` (which we did not write) on one side,
+//! connected over testpmd's default abstract socket and looping every frame back; a CNF built on
+//! our memif crate on the other side. Every frame must come back exactly once, in order and
+//! intact, and Quiver's interface counters must say the same.
+
+use std::io::Read;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use memif::{InterfaceConfig, Slave, SocketAddress};
+use testkit::{require, wait_for, Needs, TestPmd, TESTPMD};
+
+const FRAMES: u32 = 20_000;
+
+/// The quiver daemon, its output collected as it runs; killed on drop.
+struct Quiver {
+    child: Child,
+    stdout: Arc<Mutex<String>>,
+    stderr: Arc<Mutex<String>>,
+}
+
+fn collect(mut pipe: impl Read + Send + 'static) -> Arc<Mutex<String>> {
+    let text = Arc::new(Mutex::new(String::new()));
+    let t = text.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = pipe.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            t.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    text
+}
+
+impl Quiver {
+    fn start(config: &str, name: &str) -> Quiver {
+        let path =
+            std::env::temp_dir().join(format!("quiver-e2e-{}-{name}.toml", std::process::id()));
+        std::fs::write(&path, config).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_quiver"))
+            .args(["run", "--config"])
+            .arg(&path)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start quiver");
+        let stdout = collect(child.stdout.take().unwrap());
+        let stderr = collect(child.stderr.take().unwrap());
+        Quiver {
+            child,
+            stdout,
+            stderr,
+        }
+    }
+
+    /// Waits until quiver has logged `text`.
+    fn wait_log(&mut self, text: &str) {
+        wait_for(text, 30, || {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                panic!("quiver exited ({st}):\n{}", self.stderr.lock().unwrap());
+            }
+            self.stderr.lock().unwrap().contains(text)
+        });
+    }
+
+    /// Stops quiver (SIGINT) and returns what it printed on stdout and stderr.
+    fn stop(&mut self) -> (String, String) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        let _ = self.child.kill();
+        let status = self.child.wait().unwrap();
+        // The readers finish at end of file, which the exit just caused.
+        wait_for("quiver's output to end", 10, || {
+            Arc::strong_count(&self.stdout) == 1 && Arc::strong_count(&self.stderr) == 1
+        });
+        let out = self.stdout.lock().unwrap().clone();
+        let err = self.stderr.lock().unwrap().clone();
+        assert!(status.success(), "quiver failed ({status}):\n{out}\n{err}");
+        (out, err)
+    }
+}
+
+impl Drop for Quiver {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn frame(seq: u32) -> Vec<u8> {
+    let len = 60 + (seq as usize * 7) % 1400;
+    let mut f: Vec<u8> = (0..len)
+        .map(|i| (i as u32).wrapping_mul(13).wrapping_add(seq) as u8)
+        .collect();
+    f[0..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0xbb]);
+    f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0xaa]);
+    f[12..14].copy_from_slice(&[0x88, 0xb5]);
+    f[14..18].copy_from_slice(&seq.to_be_bytes());
+    f
+}
+
+/// The counters of `port` in the last `show interfaces` table quiver printed:
+/// (rx packets, rx bytes, tx packets, tx bytes, rx drops, tx drops).
+fn interface_counters(stdout: &str, port: &str) -> [u64; 6] {
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.split_whitespace().next() == Some(port))
+        .unwrap_or_else(|| panic!("no {port} line in:\n{stdout}"));
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(3)
+        .map(|x| x.parse().unwrap())
+        .collect();
+    v.try_into().unwrap()
+}
+
+#[test]
+fn testpmd_and_a_memif_cnf_exchange_frames_through_quivers_cross_connect() {
+    let needs = Needs {
+        root: true,
+        hugepages: 64,
+        tools: &[TESTPMD, "/usr/bin/stdbuf"],
+    };
+    if !require("testpmd_and_a_memif_cnf_exchange_frames", &needs) {
+        return;
+    }
+    let pid = std::process::id();
+    let cnf_socket = std::env::temp_dir().join(format!("quiver-e2e-{pid}-cnf.sock"));
+    // testpmd's default is an abstract socket named by its `socket` argument.
+    let pmd_name = format!("/quiver-e2e-{pid}-pmd");
+    let config = format!(
+        r#"
+[dataplane]
+cores = [1]
+idle = "adaptive"
+[buffers]
+count = 8192
+hugepages = "never"
+[[port]]
+name = "cnf"
+type = "memif"
+role = "master"
+socket = "{}"
+[[port]]
+name = "pmd"
+type = "memif"
+role = "master"
+socket = "@{pmd_name}"
+id = 3
+[[xconnect]]
+a = "cnf"
+b = "pmd"
+"#,
+        cnf_socket.display()
+    );
+    let mut quiver = Quiver::start(&config, "xc");
+    let mut cnf = Slave::new(
+        SocketAddress::Path(cnf_socket.clone()),
+        InterfaceConfig::new(0),
+    )
+    .unwrap();
+    // testpmd loops every frame it receives on its one port back out of it.
+    let pmd = TestPmd::start(
+        "quiver-xc",
+        "0,1",
+        &[format!("net_memif0,role=client,id=3,socket={pmd_name}")],
+        &[
+            "--forward-mode=io",
+            "--port-topology=loop",
+            "--nb-cores=1",
+            "--total-num-mbufs=8192",
+            "--no-flush-rx",
+            "--stats-period=1",
+        ],
+    );
+    wait_for("the CNF's memif link", 30, || {
+        cnf.poll().unwrap();
+        cnf.interface().is_up()
+    });
+    // Frames sent before testpmd's link is up would be dropped (and counted as tx-link-down).
+    quiver.wait_log("memif link up port=pmd");
+
+    let (mut sent, mut next, mut bytes) = (0u32, 0u32, 0u64);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while next < FRAMES {
+        if Instant::now() > deadline {
+            let (out, err) = quiver.stop();
+            panic!("only {next} of {FRAMES} frames came back (sent {sent}):\n{out}\n{err}");
+        }
+        cnf.poll().unwrap();
+        // At most 256 in flight: rings hold 1024, and testpmd drops what it cannot send on.
+        if sent < FRAMES && sent - next < 256 {
+            let batch: Vec<Vec<u8>> = (sent..FRAMES.min(sent + 32)).map(frame).collect();
+            let refs: Vec<&[u8]> = batch.iter().map(|f| &f[..]).collect();
+            sent += cnf.interface_mut().tx_burst(0, &refs) as u32;
+        }
+        cnf.interface_mut().rx_burst(0, 256, &mut |got: &[u8]| {
+            let seq = u32::from_be_bytes(got[14..18].try_into().unwrap());
+            assert_eq!(seq, next, "lost, duplicated or reordered");
+            assert_eq!(got, &frame(seq)[..], "frame {seq} corrupted");
+            bytes += got.len() as u64;
+            next += 1;
+        });
+    }
+    let (stdout, stderr) = quiver.stop();
+    drop(pmd);
+    let n = u64::from(FRAMES);
+    let cnf_counters = interface_counters(&stdout, "cnf");
+    let pmd_counters = interface_counters(&stdout, "pmd");
+    assert_eq!(
+        cnf_counters,
+        [n, bytes, n, bytes, 0, 0],
+        "{stdout}\n{stderr}"
+    );
+    assert_eq!(
+        pmd_counters,
+        [n, bytes, n, bytes, 0, 0],
+        "{stdout}\n{stderr}"
+    );
+    assert!(stdout.contains("buffers: 0 in use after stop"), "{stdout}");
+    let _ = std::fs::remove_file(cnf_socket);
+}
