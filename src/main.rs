@@ -159,10 +159,11 @@ struct RateMeter {
 impl RateMeter {
     fn line(&mut self, started: Instant, packets: u64) -> String {
         let secs = self.last.0.elapsed().as_secs_f64();
+        let pps = (packets - self.last.1) as f64 / secs;
         let line = format!(
-            "--- {:.0}s: {:.2} Mpps forwarded",
+            "--- {:.0}s: {:.3} Mpps forwarded ({packets} packets so far)",
             started.elapsed().as_secs_f64(),
-            (packets - self.last.1) as f64 / secs / 1e6
+            pps / 1e6
         );
         self.last = (Instant::now(), packets);
         line

@@ -104,9 +104,9 @@ impl QueueCounters {
     }
 }
 
-/// Sums queues into a port's counters. `detail` lists every named counter summed over the
-/// queues, then each queue's received and sent frames (`rx-packets-q0` …), so that the spread
-/// over queues can be seen.
+/// Sums queues into a port's counters. `detail` lists every other named counter summed over the
+/// queues, then — with several queues — each queue's received and sent frames
+/// (`rx-packets-q0` …), so that the spread over queues can be seen.
 pub(crate) fn port_stats<'a>(queues: impl IntoIterator<Item = &'a QueueCounters>) -> PortStats {
     let queues: Vec<&QueueCounters> = queues.into_iter().collect();
     let total = |i: usize| -> u64 {
@@ -122,10 +122,18 @@ pub(crate) fn port_stats<'a>(queues: impl IntoIterator<Item = &'a QueueCounters>
             .map(|i| totals[i])
             .sum()
     };
+    let headline = [
+        Counter::RxPackets,
+        Counter::RxBytes,
+        Counter::TxPackets,
+        Counter::TxBytes,
+    ]
+    .map(|c| c as usize);
     let mut detail: Vec<(String, u64)> = (0..COUNT)
+        .filter(|i| !headline.contains(i))
         .map(|i| (NAMES[i].to_string(), totals[i]))
         .collect();
-    for (q, c) in queues.iter().enumerate() {
+    for (q, c) in queues.iter().enumerate().filter(|_| queues.len() > 1) {
         detail.push((format!("rx-packets-q{q}"), c.get(Counter::RxPackets)));
         detail.push((format!("tx-packets-q{q}"), c.get(Counter::TxPackets)));
     }
