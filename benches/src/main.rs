@@ -4,7 +4,7 @@
 
 mod scenarios;
 
-const SCENARIOS: &str = "dispatch, lpm, graph-ip4, graph-l2xc, vxlan";
+const SCENARIOS: &str = "dispatch, lpm, graph-ip4, graph-l2xc, vxlan, memif-rate";
 
 use clap::Parser;
 
@@ -12,7 +12,7 @@ use clap::Parser;
 #[derive(Parser)]
 #[command(name = "bench-runner", about)]
 struct Args {
-    /// The scenario: dispatch, lpm, graph-ip4, graph-l2xc, vxlan.
+    /// The scenario: dispatch, lpm, graph-ip4, graph-l2xc, vxlan, memif-rate.
     scenario: String,
     /// A short run (under a minute).
     #[arg(long)]
@@ -27,6 +27,7 @@ fn main() -> std::process::ExitCode {
         "graph-ip4" => scenarios::graphs::ip4(args.quick),
         "graph-l2xc" => scenarios::graphs::l2xc(args.quick),
         "vxlan" => scenarios::graphs::vxlan(args.quick),
+        "memif-rate" => scenarios::memif_rate::run(args.quick),
         other => Err(format!("unknown scenario `{other}` (known: {SCENARIOS})")),
     };
     match result {
