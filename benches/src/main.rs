@@ -4,7 +4,7 @@
 
 mod scenarios;
 
-const SCENARIOS: &str = "dispatch, lpm, graph-ip4, graph-l2xc, vxlan, memif-rate";
+const SCENARIOS: &str = "dispatch, lpm, graph-ip4, graph-l2xc, vxlan, memif-rate, memif-xc";
 
 use clap::Parser;
 
@@ -12,7 +12,7 @@ use clap::Parser;
 #[derive(Parser)]
 #[command(name = "bench-runner", about)]
 struct Args {
-    /// The scenario: dispatch, lpm, graph-ip4, graph-l2xc, vxlan, memif-rate.
+    /// The scenario: dispatch, lpm, graph-ip4, graph-l2xc, vxlan, memif-rate, memif-xc.
     scenario: String,
     /// A short run (under a minute).
     #[arg(long)]
@@ -28,6 +28,8 @@ fn main() -> std::process::ExitCode {
         "graph-l2xc" => scenarios::graphs::l2xc(args.quick),
         "vxlan" => scenarios::graphs::vxlan(args.quick),
         "memif-rate" => scenarios::memif_rate::run(args.quick),
+        "memif-xc" => scenarios::memif_xc::run(args.quick),
+        "dpdk" | "dpdk-ring" => scenarios::dpdk::run(args.quick),
         other => Err(format!("unknown scenario `{other}` (known: {SCENARIOS})")),
     };
     match result {

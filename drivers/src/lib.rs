@@ -9,6 +9,8 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod af_packet;
+#[cfg(feature = "dpdk")]
+pub mod dpdk;
 pub mod memif_port;
 pub mod port;
 pub mod tap;

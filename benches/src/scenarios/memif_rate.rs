@@ -25,14 +25,14 @@ const HUGEPAGES_NEEDED: u64 = 128;
 
 /// One round's figures for one side.
 #[derive(Debug, Clone, Copy)]
-struct Sample {
-    mpps: f64,
-    cycles_per_packet: f64,
-    packets: u64,
+pub(super) struct Sample {
+    pub(super) mpps: f64,
+    pub(super) cycles_per_packet: f64,
+    pub(super) packets: u64,
 }
 
 /// The last two CPUs this process may use: (sending, receiving).
-fn two_cpus() -> Result<(usize, usize), String> {
+pub(super) fn two_cpus() -> Result<(usize, usize), String> {
     let set =
         nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).map_err(|e| e.to_string())?;
     let cpus: Vec<usize> = (0..nix::sched::CpuSet::count())
@@ -45,7 +45,7 @@ fn two_cpus() -> Result<(usize, usize), String> {
 }
 
 /// Builds the memif crate's `traffic` example in release mode; returns its path.
-fn build_traffic() -> Result<PathBuf, String> {
+pub(super) fn build_traffic() -> Result<PathBuf, String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .ok_or("no workspace root")?;
@@ -106,24 +106,29 @@ fn ours(traffic: &Path, cpus: (usize, usize), secs: f64) -> Result<(Sample, Valu
 
 /// A testpmd process whose output lines arrive through a channel (read by two threads), so
 /// waiting for them blocks instead of spinning on the CPUs being measured.
-struct TestPmd {
+pub(super) struct TestPmd {
     child: Child,
     stdin: Option<ChildStdin>,
     lines: Receiver<String>,
-    output: Vec<String>,
+    pub(super) output: Vec<String>,
     runtime_dir: PathBuf,
 }
 
 impl TestPmd {
     /// `lcores`: (main, forwarding).
-    fn start(tag: &str, lcores: (usize, usize), vdev: &str, app: &[&str]) -> Result<Self, String> {
+    pub(super) fn start(
+        tag: &str,
+        lcores: (usize, usize),
+        vdevs: &[&str],
+        app: &[&str],
+    ) -> Result<Self, String> {
         let prefix = format!("quiver-bench-memif-rate-{}-{tag}", std::process::id());
         let mut child = Command::new("stdbuf")
             .args(["-oL", "-eL", TESTPMD, "--no-pci", "--in-memory"])
             .args(["-l", &format!("{},{}", lcores.0, lcores.1)])
             .arg(format!("--main-lcore={}", lcores.0))
             .arg(format!("--file-prefix={prefix}"))
-            .arg(format!("--vdev={vdev}"))
+            .args(vdevs.iter().map(|v| format!("--vdev={v}")))
             .args(["--log-level=lib.eal:error", "--", "--nb-cores=1"])
             .arg("--total-num-mbufs=8192")
             .args(app)
@@ -157,7 +162,7 @@ impl TestPmd {
     }
 
     /// Waits for a line containing `s` printed after line `from`; returns its index.
-    fn wait_for(&mut self, s: &str, from: usize, secs: u64) -> Result<usize, String> {
+    pub(super) fn wait_for(&mut self, s: &str, from: usize, secs: u64) -> Result<usize, String> {
         let deadline = Instant::now() + Duration::from_secs(secs);
         let mut i = from;
         loop {
@@ -181,7 +186,7 @@ impl TestPmd {
     }
 
     /// Types a command (interactive mode).
-    fn command(&mut self, cmd: &str) -> Result<(), String> {
+    pub(super) fn command(&mut self, cmd: &str) -> Result<(), String> {
         let stdin = self.stdin.as_mut().ok_or("testpmd has no stdin")?;
         writeln!(stdin, "{cmd}")
             .and_then(|()| stdin.flush())
@@ -219,7 +224,7 @@ impl Drop for TestPmd {
 }
 
 /// The number following `key` in `line`.
-fn number_after(line: &str, key: &str) -> Option<f64> {
+pub(super) fn number_after(line: &str, key: &str) -> Option<f64> {
     let rest = &line[line.find(key)? + key.len()..];
     rest.split(|c: char| c.is_whitespace() || c == '(')
         .find(|s| !s.is_empty())?
@@ -244,14 +249,14 @@ fn reference(cpus: (usize, usize), secs: f64) -> Result<Sample, String> {
     let mut server = TestPmd::start(
         "rx",
         (cpus.0, cpus.1),
-        &vdev("server"),
+        &[&vdev("server")],
         &["-i", "--forward-mode=rxonly"],
     )?;
     server.wait_for("Port 0:", 0, 30)?;
     let _client = TestPmd::start(
         "tx",
         (cpus.1, cpus.0),
-        &vdev("client"),
+        &[&vdev("client")],
         &["--forward-mode=txonly", "--stats-period=1"],
     )?;
     // Interactive testpmd waits for the link (the client connecting) before it reads commands;
@@ -290,7 +295,7 @@ fn reference(cpus: (usize, usize), secs: f64) -> Result<Sample, String> {
 }
 
 /// Says exactly what is missing for the reference, if anything.
-fn check_prerequisites() -> Result<(), String> {
+pub(super) fn check_prerequisites() -> Result<(), String> {
     let found = |tool: &str| {
         std::env::var_os("PATH")
             .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).exists()))
@@ -316,7 +321,7 @@ fn check_prerequisites() -> Result<(), String> {
     Ok(())
 }
 
-fn median(v: &[f64]) -> f64 {
+pub(super) fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
     s[s.len() / 2]

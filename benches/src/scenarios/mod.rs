@@ -2,9 +2,11 @@
 
 pub mod common;
 pub mod dispatch;
+pub mod dpdk;
 pub mod graphs;
 pub mod lpm;
 pub mod memif_rate;
+pub mod memif_xc;
 
 /// Pins the calling thread to the last CPU this process may use (the first is left to the OS).
 pub fn pin_to_last_core() -> Result<usize, String> {

@@ -10,5 +10,7 @@ mod worker;
 
 pub use crate::memory::{HugepagePolicy, MemoryError};
 pub use meta::{flags, BufferMeta, INVALID_INDEX};
-pub use pool::{BufferPool, BufferPoolConfig, PoolError, PoolExhausted, MIN_HEADROOM};
+pub use pool::{
+    BufferLocator, BufferPool, BufferPoolConfig, PoolError, PoolExhausted, MIN_HEADROOM,
+};
 pub use worker::WorkerBuffers;

@@ -216,6 +216,65 @@ impl BufferPool {
         (self.region.base().as_ptr(), self.region.len())
     }
 
+    /// Bytes reserved in front of each buffer's metadata for a driver's own header.
+    pub fn prefix_size(&self) -> u16 {
+        self.layout.meta_offset as u16
+    }
+
+    /// Converts between buffer indices and addresses, for drivers whose devices name buffers by
+    /// address (a DPDK `rte_mbuf *`, a DMA descriptor).
+    pub fn locator(&self) -> BufferLocator {
+        BufferLocator::new(&self.layout)
+    }
+
+    /// Takes exactly `out.len()` buffers off the free stack, or none, for a driver that holds
+    /// buffers outside any worker's cache (DPDK's mempool ops hand them to poll-mode drivers,
+    /// which may run on any thread). The caller owns them: each loses [`flags::FREE`], the rest of
+    /// its metadata is left as it was (whoever fills the buffer rewrites it). They count as in
+    /// use until given back with [`BufferPool::put_free`] or freed through a worker.
+    pub fn take_free(&self, out: &mut [u32]) -> Result<(), PoolExhausted> {
+        {
+            let mut free = lock(&self.free);
+            if free.len() < out.len() {
+                return Err(PoolExhausted {
+                    wanted: out.len(),
+                    available: free.len(),
+                });
+            }
+            let from = free.len() - out.len();
+            out.copy_from_slice(&free[from..]);
+            free.truncate(from);
+        }
+        for &bi in out.iter() {
+            // SAFETY: indices on the free stack are below `count`; popping them under the lock
+            // made this call their only owner, so nothing else touches their metadata.
+            unsafe { (*self.layout.meta_ptr_unchecked(bi)).flags = 0 };
+        }
+        Ok(())
+    }
+
+    /// Gives single buffers (not chains: each index is one buffer, whatever its metadata says)
+    /// back to the free stack. Buffers already free are counted as double frees and skipped, as in
+    /// [`WorkerBuffers::free`].
+    ///
+    /// # Panics
+    /// If an index is beyond the pool.
+    pub fn put_free(&self, indices: &[u32]) {
+        let mut free = lock(&self.free);
+        for &bi in indices {
+            assert!(bi < self.layout.count, "buffer index {bi} beyond the pool");
+            // SAFETY: checked in bounds just above; the caller owned the buffer and hands it over,
+            // and the free stack's lock, held here, orders this write before any later taker's.
+            let meta = unsafe { &mut *self.layout.meta_ptr_unchecked(bi) };
+            if meta.flags & flags::FREE != 0 {
+                self.note_double_free();
+                continue;
+            }
+            meta.flags = flags::FREE;
+            free.push(bi);
+        }
+    }
+
     pub(crate) fn layout(&self) -> Layout {
         self.layout
     }
@@ -255,6 +314,68 @@ impl Layout {
                 .add(bi as usize * self.stride + self.meta_offset)
                 .cast()
         }
+    }
+}
+
+/// Converts between buffer indices and the addresses of their strides without a division: a
+/// device driver gets buffers back as addresses (DPDK's `rte_mbuf *`) and must name them by index
+/// for the graph, per packet. Plain data, cheap to copy into a driver's queue; the addresses it
+/// gives are valid while its pool lives.
+#[derive(Debug, Clone, Copy)]
+pub struct BufferLocator {
+    base: usize,
+    stride: usize,
+    count: u32,
+    /// `⌊(2^64 − 1) / (stride / 64)⌋ + 1`: with it, `n / (stride / 64)` for any 32-bit `n` is the
+    /// high half of a 64 × 64-bit product (Lemire, Kaser & Kurz, "Faster remainder by direct
+    /// computation", 2019). Offsets are divided in 64-byte units, which is exact because the
+    /// stride is a multiple of 64 and keeps regions up to 256 GiB within 32 bits.
+    reciprocal: u64,
+}
+
+impl BufferLocator {
+    fn new(layout: &Layout) -> BufferLocator {
+        let units = (layout.stride / 64) as u64;
+        // The stride holds at least the metadata and 192 bytes of headroom and data, so `units`
+        // is at least 4 and the reciprocal cannot wrap to 0.
+        debug_assert!(units >= 2 && layout.stride.is_multiple_of(64));
+        BufferLocator {
+            base: layout.base as usize,
+            stride: layout.stride,
+            count: layout.count,
+            reciprocal: (u64::MAX / units).wrapping_add(1),
+        }
+    }
+
+    /// Bytes from one buffer to the next.
+    #[inline(always)]
+    pub fn stride(&self) -> usize {
+        self.stride
+    }
+
+    /// The first byte of buffer `bi`'s stride (where its driver prefix begins), or `None` when
+    /// `bi` is beyond the pool.
+    #[inline(always)]
+    pub fn buffer_start(&self, bi: u32) -> Option<*mut u8> {
+        (bi < self.count).then(|| (self.base + bi as usize * self.stride) as *mut u8)
+    }
+
+    /// The buffer whose stride holds `addr`, and `addr`'s offset from that stride's first byte;
+    /// `None` for an address outside the pool.
+    #[inline(always)]
+    pub fn index_of(&self, addr: *const u8) -> Option<(u32, usize)> {
+        let off = (addr as usize).wrapping_sub(self.base);
+        if off >= self.count as usize * self.stride {
+            return None;
+        }
+        let units = (off >> 6) as u64;
+        let bi = if units <= u32::MAX as u64 {
+            ((self.reciprocal as u128 * units as u128) >> 64) as u32
+        } else {
+            // Beyond 256 GiB into the region the reciprocal is not exact: divide.
+            (off / self.stride) as u32
+        };
+        Some((bi, off - bi as usize * self.stride))
     }
 }
 
