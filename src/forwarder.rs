@@ -37,6 +37,20 @@ pub struct Forwarder {
     _memif: Option<MemifControl>,
 }
 
+/// The buffer pool layout `cfg` needs: with DPDK ports, room in front of every buffer for the
+/// `rte_mbuf` that makes it a DPDK mbuf too.
+pub fn pool_config(cfg: &Config) -> dataplane::BufferPoolConfig {
+    let mut c = cfg.buffers.pool_config();
+    if uses_dpdk(cfg) {
+        c.prefix_size = dpdk_ports::PREFIX_SIZE;
+    }
+    c
+}
+
+fn uses_dpdk(cfg: &Config) -> bool {
+    cfg.port.iter().any(|p| matches!(p, PortSection::Dpdk(_)))
+}
+
 impl Forwarder {
     /// Opens every port of `cfg`, builds the forwarding state and starts one worker per core.
     pub fn start(
@@ -46,6 +60,11 @@ impl Forwarder {
     ) -> Result<Forwarder, String> {
         let nworkers = workers.cores.len();
         let mut memif: Option<MemifControl> = None;
+        let dpdk = if uses_dpdk(cfg) {
+            Some(dpdk_ports::Dpdk::start(cfg, pool.clone())?)
+        } else {
+            None
+        };
         let mut forwarding = Forwarding::new(FibConfig {
             hugepages: cfg.buffers.pool_config().hugepages,
             ..FibConfig::default()
@@ -58,8 +77,8 @@ impl Forwarder {
             if ports.iter().any(|e: &PortEntry| e.name == name) {
                 return Err(format!("two ports are named {name}"));
             }
-            let port =
-                open_port(p, nworkers, &mut memif).map_err(|e| format!("port {name}: {e}"))?;
+            let port = open_port(p, nworkers, &mut memif, dpdk.as_ref())
+                .map_err(|e| format!("port {name}: {e}"))?;
             let interface = forwarding
                 .add_port(name, port.mac(), common.mtu)
                 .map_err(|e| format!("port {name}: {e}"))?;
@@ -185,6 +204,7 @@ fn open_port(
     p: &PortSection,
     workers: usize,
     memif: &mut Option<MemifControl>,
+    dpdk: Option<&dpdk_ports::Dpdk>,
 ) -> Result<Arc<dyn Port>, String> {
     let common = p.common();
     let mac = common.mac.map(parse_mac).transpose()?;
@@ -207,6 +227,13 @@ fn open_port(
             let mut c = AfPacketConfig::new(&a.interface, workers);
             c.promiscuous = a.promiscuous;
             Arc::new(AfPacketPort::open(&c).map_err(|e| e.to_string())?)
+        }
+        PortSection::Dpdk(d) => {
+            if mac.is_some() {
+                return Err("a dpdk port uses its device's MAC".into());
+            }
+            let dpdk = dpdk.ok_or("the EAL is not running")?;
+            dpdk.open(d, workers)?
         }
         PortSection::Tap(t) => {
             let mut c = TapConfig::new(t.device.as_deref().unwrap_or(common.name), workers);
@@ -290,4 +317,80 @@ fn configure(cfg: &Config, ports: &[PortEntry], f: &mut Forwarding) -> Result<()
             .map_err(|e| format!("route {}: {e}", r.prefix))?;
     }
     Ok(())
+}
+
+/// DPDK ports, when Quiver is built with the `dpdk` feature.
+#[cfg(feature = "dpdk")]
+mod dpdk_ports {
+    use std::sync::Arc;
+
+    use dataplane::BufferPool;
+    use drivers::dpdk::{DpdkMempool, DpdkPort, DpdkPortConfig, Eal, EalConfig, PciDevices};
+    use drivers::Port;
+
+    use crate::config::{Config, DpdkSection};
+
+    pub use drivers::dpdk::PREFIX_SIZE;
+
+    /// The EAL and the mempool over Quiver's buffers.
+    pub struct Dpdk {
+        mempool: Arc<DpdkMempool>,
+    }
+
+    impl Dpdk {
+        /// Starts the EAL from `[dpdk]` (once per process) and makes Quiver's buffers its mbufs.
+        pub fn start(cfg: &Config, pool: Arc<BufferPool>) -> Result<Dpdk, String> {
+            let mut eal = EalConfig::vdevs_only();
+            if !cfg.dpdk.pci.is_empty() {
+                eal.pci = PciDevices::Allow(cfg.dpdk.pci.clone());
+            }
+            eal.vdevs = cfg.dpdk.vdevs.clone();
+            eal.extra_args = cfg.dpdk.eal_args.clone();
+            let eal = Eal::init(&eal).map_err(|e| e.to_string())?;
+            let mempool = DpdkMempool::new(eal, pool).map_err(|e| e.to_string())?;
+            Ok(Dpdk { mempool })
+        }
+
+        /// Opens a port with one queue pair per worker.
+        pub fn open(&self, d: &DpdkSection, workers: usize) -> Result<Arc<dyn Port>, String> {
+            let mut c = DpdkPortConfig::new(&d.device, workers);
+            c.rx_descriptors = d.rx_descriptors;
+            c.tx_descriptors = d.tx_descriptors;
+            c.mtu = Some(d.mtu);
+            let port = DpdkPort::open(&self.mempool, &c).map_err(|e| e.to_string())?;
+            Ok(Arc::new(port))
+        }
+    }
+}
+
+/// Without the `dpdk` feature, a `type = "dpdk"` port is refused with a clear message.
+#[cfg(not(feature = "dpdk"))]
+mod dpdk_ports {
+    use std::sync::Arc;
+
+    use dataplane::BufferPool;
+    use drivers::Port;
+
+    use crate::config::{Config, DpdkSection};
+
+    /// No room needed: DPDK ports cannot be opened.
+    pub const PREFIX_SIZE: u16 = 0;
+
+    /// Never made.
+    pub enum Dpdk {}
+
+    impl Dpdk {
+        /// Always an error: this build has no DPDK.
+        pub fn start(_: &Config, _: Arc<BufferPool>) -> Result<Dpdk, String> {
+            Err(
+                "this quiver was built without the `dpdk` feature (cargo build --features dpdk)"
+                    .into(),
+            )
+        }
+
+        /// Unreachable: no `Dpdk` exists.
+        pub fn open(&self, _: &DpdkSection, _: usize) -> Result<Arc<dyn Port>, String> {
+            match *self {}
+        }
+    }
 }

@@ -99,7 +99,7 @@ fn run(args: RunArgs) -> Result<(), String> {
             .map_err(|e| format!("cannot handle signal {sig}: {e}"))?;
     }
 
-    let pool = BufferPool::new(&cfg.buffers.pool_config()).map_err(|e| e.to_string())?;
+    let pool = BufferPool::new(&quiver::forwarder::pool_config(&cfg)).map_err(|e| e.to_string())?;
     tracing::info!(
         buffers = pool.capacity(),
         hugepages = pool.is_hugepage_backed(),

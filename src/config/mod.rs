@@ -8,8 +8,8 @@ use dataplane::{BufferPoolConfig, HugepagePolicy, IdlePolicy};
 use serde::Deserialize;
 
 pub use topology::{
-    AddressSection, AfPacketSection, CommonPortSettings, MemifMode, MemifRole, MemifSection,
-    NeighborSection, PortSection, RouteSection, TapSection, XconnectSection,
+    AddressSection, AfPacketSection, CommonPortSettings, DpdkSection, MemifMode, MemifRole,
+    MemifSection, NeighborSection, PortSection, RouteSection, TapSection, XconnectSection,
 };
 
 /// The whole configuration file.
@@ -34,6 +34,21 @@ pub struct Config {
     pub route: Vec<RouteSection>,
     /// Static neighbours (`[[neighbor]]`).
     pub neighbor: Vec<NeighborSection>,
+    /// DPDK's EAL, when there are `type = "dpdk"` ports.
+    pub dpdk: DpdkEalSection,
+}
+
+/// `[dpdk]`: how DPDK's EAL starts (only when a `type = "dpdk"` port exists).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DpdkEalSection {
+    /// PCI addresses DPDK may use (bound to vfio-pci beforehand). Empty (the default): `--no-pci`,
+    /// so the host's own NICs are never touched.
+    pub pci: Vec<String>,
+    /// Virtual devices to create, as `--vdev` takes them (`net_ring0`, `net_tap0,iface=qtap0`).
+    pub vdevs: Vec<String>,
+    /// More EAL arguments, passed unchanged.
+    pub eal_args: Vec<String>,
 }
 
 /// `[dataplane]`

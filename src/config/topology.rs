@@ -13,6 +13,8 @@ pub enum PortSection {
     AfPacket(AfPacketSection),
     /// A TAP device: Quiver's port to the host's own network stack.
     Tap(TapSection),
+    /// A DPDK ethdev: a virtual device or a PCI NIC (needs the `dpdk` build feature).
+    Dpdk(DpdkSection),
 }
 
 impl PortSection {
@@ -22,6 +24,7 @@ impl PortSection {
             PortSection::Memif(m) => (&m.name, &m.mac, m.mtu),
             PortSection::AfPacket(a) => (&a.name, &a.mac, a.mtu),
             PortSection::Tap(t) => (&t.name, &t.mac, t.mtu),
+            PortSection::Dpdk(d) => (&d.name, &d.mac, d.mtu),
         };
         CommonPortSettings {
             name,
@@ -109,6 +112,32 @@ pub struct TapSection {
     pub mtu: u16,
     /// The kernel device's name (default: the port's name).
     pub device: Option<String>,
+}
+
+/// `type = "dpdk"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DpdkSection {
+    /// The port's name, used by the other sections and in every table.
+    pub name: String,
+    /// MAC address: not settable for DPDK ports (the device's is used).
+    pub mac: Option<String>,
+    /// MTU of the interface (default 1500).
+    #[serde(default = "default_mtu")]
+    pub mtu: u16,
+    /// The device: a vdev created from `[dpdk] vdevs` (`net_ring0`) or a PCI address from
+    /// `[dpdk] pci`.
+    pub device: String,
+    /// Receive descriptors per queue (default 1024).
+    #[serde(default = "default_descriptors")]
+    pub rx_descriptors: u16,
+    /// Transmit descriptors per queue (default 1024).
+    #[serde(default = "default_descriptors")]
+    pub tx_descriptors: u16,
+}
+
+fn default_descriptors() -> u16 {
+    1024
 }
 
 fn yes() -> bool {
