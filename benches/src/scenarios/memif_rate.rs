@@ -46,26 +46,33 @@ pub(super) fn two_cpus() -> Result<(usize, usize), String> {
 
 /// Builds the memif crate's `traffic` example in release mode; returns its path.
 pub(super) fn build_traffic() -> Result<PathBuf, String> {
+    release_artifact(&["-p", "memif", "--example", "traffic"], "traffic")
+}
+
+/// Runs `cargo build --release ARGS` in the workspace and returns the path of the executable
+/// called `name` that it built.
+pub(super) fn release_artifact(args: &[&str], name: &str) -> Result<PathBuf, String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .ok_or("no workspace root")?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
-        .args(["build", "--release", "-p", "memif", "--example", "traffic"])
+        .args(["build", "--release"])
+        .args(args)
         .arg("--message-format=json-render-diagnostics")
         .current_dir(root)
         .stderr(Stdio::inherit())
         .output()
         .map_err(|e| format!("cannot run cargo: {e}"))?;
     if !out.status.success() {
-        return Err("cargo build -p memif --example traffic failed".into());
+        return Err(format!("cargo build --release {} failed", args.join(" ")));
     }
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|v| v["reason"] == "compiler-artifact" && v["target"]["name"] == "traffic")
+        .filter(|v| v["reason"] == "compiler-artifact" && v["target"]["name"] == name)
         .find_map(|v| v["executable"].as_str().map(PathBuf::from))
-        .ok_or_else(|| "cargo did not say where the traffic example is".into())
+        .ok_or_else(|| format!("cargo did not say where {name} is"))
 }
 
 /// One run of our traffic tool; returns the receive side's sample and the whole JSON report.

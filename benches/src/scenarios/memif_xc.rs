@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::memif_rate::{
-    build_traffic, check_prerequisites, median, number_after, two_cpus, Sample, TestPmd,
+    build_traffic, check_prerequisites, median, number_after, release_artifact, two_cpus, Sample,
+    TestPmd,
 };
 
 /// Frames in flight at most (sent, not yet received): both forwarders drop when their transmit
@@ -27,26 +28,7 @@ const WINDOW: &str = "1024";
 
 /// Builds the `quiver` binary in release mode; returns its path.
 fn build_quiver() -> Result<PathBuf, String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .ok_or("no workspace root")?;
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo)
-        .args(["build", "--release", "--bin", "quiver"])
-        .arg("--message-format=json-render-diagnostics")
-        .current_dir(root)
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|e| format!("cannot run cargo: {e}"))?;
-    if !out.status.success() {
-        return Err("cargo build --release --bin quiver failed".into());
-    }
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|v| v["reason"] == "compiler-artifact" && v["target"]["name"] == "quiver")
-        .find_map(|v| v["executable"].as_str().map(PathBuf::from))
-        .ok_or_else(|| "cargo did not say where quiver is".into())
+    release_artifact(&["--bin", "quiver"], "quiver")
 }
 
 /// Starts the traffic tool as the two interfaces' slave, sending for `secs` once connected.
@@ -62,7 +44,15 @@ fn start_traffic(
         .arg(format!("--tx-id={}", ids.0))
         .args(["--rx", sockets.1, "--rx-role", "slave"])
         .arg(format!("--rx-id={}", ids.1))
-        .args(["--size", "64", "--single-loop", "--json", "--no-verify", "--burst", "256"])
+        .args([
+            "--size",
+            "64",
+            "--single-loop",
+            "--json",
+            "--no-verify",
+            "--burst",
+            "256",
+        ])
         .args(["--window", WINDOW])
         .arg(format!("--tx-cpu={cpu}"))
         .arg(format!("--duration={secs}"))
