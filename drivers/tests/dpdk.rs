@@ -99,6 +99,25 @@ fn pool(buffers: u32) -> Arc<BufferPool> {
     .unwrap()
 }
 
+/// Drops the last handle of `mempool` (its ports and queues must be gone) and checks that freeing
+/// it left every buffer on Quiver's free stack: `rte_mempool_free` takes each object back through
+/// the ops' dequeue, which must not empty the pool.
+fn mempool_freed_with_every_buffer_back(pool: &Arc<BufferPool>, mempool: Arc<DpdkMempool>) {
+    assert_eq!(
+        Arc::strong_count(&mempool),
+        1,
+        "ports still hold the mempool"
+    );
+    drop(mempool);
+    assert_eq!(
+        pool.free_count(),
+        pool.capacity() as usize,
+        "buffers kept by freeing the mempool"
+    );
+    assert_eq!(pool.double_free_count(), 0);
+    assert_eq!(pool.in_use_count(), 0);
+}
+
 /// A frame from `src` to `dst` (EtherType 0x88b5, local experimental) carrying `seq` and a
 /// pattern derived from it.
 fn frame(dst: [u8; 6], src: [u8; 6], seq: u32, len: usize) -> Vec<u8> {
@@ -331,6 +350,7 @@ fn ring_ports_cross_connected_through_the_graph() {
         "buffers leaked"
     );
     assert_eq!(pool.double_free_count(), 0);
+    mempool_freed_with_every_buffer_back(&pool, mempool);
 }
 
 #[test]
@@ -382,6 +402,7 @@ fn null_ports_generate_and_swallow_with_exact_counts() {
         "buffers leaked"
     );
     assert_eq!(pool.double_free_count(), 0);
+    mempool_freed_with_every_buffer_back(&pool, mempool);
 }
 
 /// Sends `frames` from `from` and collects what `to` receives, polling both control channels,
@@ -507,6 +528,7 @@ fn memif_servers_in_dpdk_with_quiver_memif_clients() {
     for p in &paths {
         let _ = std::fs::remove_file(p);
     }
+    mempool_freed_with_every_buffer_back(&pool, mempool);
 }
 
 fn have_tool(tool: &str, test: &str) -> bool {
@@ -602,6 +624,7 @@ fn tap_port_answers_the_kernels_arp_and_ping() {
         pool.capacity() as usize,
         "buffers leaked"
     );
+    mempool_freed_with_every_buffer_back(&pool, mempool);
 }
 
 #[test]
@@ -700,6 +723,7 @@ fn received_packets_are_the_very_buffers_that_were_sent() {
     drop(port);
     assert_eq!(pool.free_count(), pool.capacity() as usize);
     assert_eq!(pool.double_free_count(), 0);
+    mempool_freed_with_every_buffer_back(&pool, mempool);
 }
 
 #[test]
@@ -794,4 +818,5 @@ fn two_workers_each_poll_their_own_queue_of_two_queue_ports() {
         pool.capacity() as usize,
         "buffers leaked"
     );
+    mempool_freed_with_every_buffer_back(&pool, mempool);
 }

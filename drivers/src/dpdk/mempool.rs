@@ -43,6 +43,17 @@
 //! `free_count()` is the pool's capacity again, minus packets still sitting in rings between
 //! ports.
 //!
+//! # Freeing the mempool
+//!
+//! `rte_mempool_free` assumes every object is back in the pool and takes each one out of the
+//! ops' store, one `dequeue` of 1 per populated object, before calling the ops' `free`
+//! (`rte_mempool_free_memchunks`; it ignores the result). With our ops that would empty
+//! Quiver's free stack into nowhere: every buffer would count as in use forever. So [`Drop`]
+//! first flushes every lcore cache, then marks the context *closing*, and from then on `dequeue`
+//! refuses (`-ENOBUFS`) without touching the pool. A dequeue refused other than by that
+//! teardown, an enqueue of a buffer that was already free (a double free) and an object that is
+//! not one of the pool's are logged as errors, never swallowed.
+//!
 //! # The mbuf invariant
 //!
 //! Drivers that allocate with `rte_mempool_get_bulk` directly (vector receive paths) rely on a
@@ -53,7 +64,7 @@
 
 use std::ffi::{c_int, c_uint, c_void, CString};
 use std::ptr::{self, NonNull};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use dataplane::buffer::{BufferLocator, BufferPool};
@@ -121,6 +132,13 @@ struct OpsContext {
     area: u16,
     iova_va: bool,
     foreign: AtomicBool,
+    /// Set by `DpdkMempool::drop` just before `rte_mempool_free`: the mempool hands out nothing
+    /// any more (see the module's "Freeing the mempool").
+    closing: AtomicBool,
+    /// Dequeues refused because the mempool was closing.
+    refused_while_closing: AtomicU64,
+    /// An error was logged for a double free through `enqueue` (logged once per mempool).
+    double_free_logged: AtomicBool,
 }
 
 /// A DPDK mempool over a Quiver [`BufferPool`]: hand it to ports, and their receive queues fill
@@ -219,6 +237,9 @@ impl DpdkMempool {
             area,
             iova_va: eal.iova_is_va(),
             foreign: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
+            refused_while_closing: AtomicU64::new(0),
+            double_free_logged: AtomicBool::new(false),
             pool,
         });
         let elt_size = MBUF_SIZE as u32 + PRIV_SIZE as u32 + area as u32;
@@ -389,9 +410,23 @@ impl Drop for DpdkMempool {
                 }
             }
         }
+        // rte_mempool_free dequeues every populated object before releasing the mempool (it
+        // expects them all back in its store): make our dequeue refuse from here on, so that
+        // Quiver's free stack keeps its buffers.
+        self.ctx.closing.store(true, Ordering::SeqCst);
         // SAFETY: the mempool is unused (see above); freeing it releases DPDK's headers, not
         // the region, which Quiver's pool owns.
         unsafe { sys::rte_mempool_free(mp) };
+        let refused = self.ctx.refused_while_closing.load(Ordering::SeqCst);
+        let populated = u64::from(self.ctx.pool.capacity());
+        if refused != populated {
+            // DPDK's teardown asks once per object; anything else means a dequeue we did not
+            // expect (or a DPDK whose teardown changed): say so rather than guess.
+            tracing::error!(
+                mempool = %self.name, refused, populated,
+                "unexpected dequeues while freeing the DPDK mempool"
+            );
+        }
         if self.extmem {
             let (base, len) = self.ctx.pool.memory();
             // SAFETY: the same region registered in `setup`; no port maps it any more.
@@ -436,6 +471,7 @@ unsafe extern "C" fn ops_enqueue(
     // SAFETY: DPDK passes `n` valid object pointers.
     let objs = unsafe { std::slice::from_raw_parts(objs, n as usize) };
     let mut idx = [0u32; OPS_CHUNK];
+    let double_frees = ctx.pool.double_free_count();
     for chunk in objs.chunks(OPS_CHUNK) {
         let mut k = 0;
         for &o in chunk {
@@ -453,6 +489,16 @@ unsafe extern "C" fn ops_enqueue(
         }
         ctx.pool.put_free(&idx[..k]);
     }
+    let now = ctx.pool.double_free_count();
+    if now != double_frees && !ctx.double_free_logged.swap(true, Ordering::Relaxed) {
+        // put_free counted and skipped them; a driver (or Quiver) gave back an mbuf twice.
+        tracing::error!(
+            mempool_double_frees = now - double_frees,
+            pool_double_frees = now,
+            "DPDK returned buffers to a Quiver mempool that were already free (double free); \
+             skipped (BufferPool::double_free_count counts them)"
+        );
+    }
     0
 }
 
@@ -464,6 +510,22 @@ unsafe extern "C" fn ops_dequeue(
 ) -> c_int {
     // SAFETY: DPDK calls the ops only for mempools set up with them (ours).
     let ctx = unsafe { context(mp) };
+    if ctx.closing.load(Ordering::Acquire) {
+        // rte_mempool_free taking the objects back (see the module's "Freeing the mempool"):
+        // they stay where they are, on Quiver's free stack or with their owners. DPDK ignores
+        // the result and never reads the object.
+        let refused = ctx
+            .refused_while_closing
+            .fetch_add(n as u64, Ordering::Relaxed)
+            + n as u64;
+        if n != 1 || refused > u64::from(ctx.pool.capacity()) {
+            tracing::error!(
+                n,
+                "a dequeue from a Quiver mempool that is being freed; refused"
+            );
+        }
+        return -libc::ENOBUFS;
+    }
     // SAFETY: DPDK passes room for `n` object pointers.
     let objs = unsafe { std::slice::from_raw_parts_mut(objs, n as usize) };
     let mut idx = [0u32; OPS_CHUNK];
