@@ -316,4 +316,22 @@ mac = "02:00:00:00:00:02"
             assert!(Config::parse(bad).is_err(), "accepted: {bad}");
         }
     }
+
+    #[test]
+    fn the_example_file_parses_and_its_commented_ports_do_too() {
+        let text = include_str!("../../quiver.example.toml");
+        Config::parse(text).unwrap();
+        // The commented-out topology is documentation users copy: it must stay valid.
+        let ports = &text[text.find("# Ports:").expect("the ports example")..];
+        let uncommented: String = ports
+            .lines()
+            .filter_map(|l| l.strip_prefix("# "))
+            .filter(|l| l.starts_with('[') || l.contains(" = "))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let c = Config::parse(&uncommented).unwrap();
+        assert_eq!(c.port.len(), 4);
+        assert_eq!(c.xconnect.len(), 1);
+        assert_eq!(c.dpdk.vdevs, vec!["net_ring0".to_string()]);
+    }
 }
