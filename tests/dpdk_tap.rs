@@ -224,13 +224,18 @@ ip = "{quiver_ip}/24"
 "#
     );
     let mut quiver = Quiver::start(&config, "tap");
+    // No IPv6 on the tap: its neighbour discovery and MLD would cross it at random times and
+    // blur the counts compared below. Its sysctl directory appears a little after the device.
+    let ipv6 = Path::new("/proc/sys/net/ipv6").exists();
+    let disable_ipv6 = format!("/proc/sys/net/ipv6/conf/{iface}/disable_ipv6");
     wait_for("the tap interface", 30, || {
         quiver.check_running();
         Path::new(&format!("/sys/class/net/{iface}")).exists()
+            && (!ipv6 || Path::new(&disable_ipv6).exists())
     });
-    // No IPv6 on the tap: its neighbour discovery and MLD would cross it at random times and
-    // blur the counts compared below.
-    std::fs::write(format!("/proc/sys/net/ipv6/conf/{iface}/disable_ipv6"), "1").unwrap();
+    if ipv6 {
+        std::fs::write(&disable_ipv6, "1").unwrap();
+    }
     ip(&["addr", "add", &format!("{kernel_ip}/24"), "dev", &iface]);
     ip(&["link", "set", &iface, "up"]);
     quiver.wait_log("forwarding");
