@@ -26,9 +26,13 @@ fn test_fib(core: usize, args: &[&str]) -> Result<String, String> {
         "-l",
         &core.to_string(),
         "--no-pci",
-        "--file-prefix=quiver-bench-lpm",
         "--log-level=lib.eal:error",
     ]);
+    // A prefix of this process's own: two runs at once must not share EAL runtime files.
+    cmd.arg(format!(
+        "--file-prefix=quiver-bench-lpm-{}",
+        std::process::id()
+    ));
     if hugepages == 0 {
         cmd.args(["--no-huge", "-m", "1536"]);
     }
