@@ -116,6 +116,14 @@ impl Region {
         Ok(ptr.cast())
     }
 
+    /// The mapping as zero-initialised atomic 64-bit words (the mapping is page aligned, so
+    /// `len / 8` words fit exactly).
+    pub fn as_atomic_u64(&self) -> &[std::sync::atomic::AtomicU64] {
+        // SAFETY: as for `as_atomic_u32`: page aligned (so 8-byte aligned), zero-filled, owned by
+        // `self`, and only accessed through atomics once viewed this way.
+        unsafe { std::slice::from_raw_parts(self.base.as_ptr().cast(), self.len / 8) }
+    }
+
     /// The mapping as zero-initialised atomic 32-bit words (the mapping is page aligned, so
     /// `len / 4` words fit exactly).
     pub fn as_atomic_u32(&self) -> &[std::sync::atomic::AtomicU32] {

@@ -124,6 +124,20 @@ impl BufferMeta {
         true
     }
 
+    /// Moves the front of the packet back by `n` bytes (over a header written just before it, or
+    /// one [`BufferMeta::advance`] skipped); `false`, changing nothing, when fewer than `n`
+    /// bytes precede the packet or the length would overflow. The end of the window stays
+    /// where it is, so the window stays inside the buffer.
+    #[inline(always)]
+    pub fn retreat(&mut self, n: u16) -> bool {
+        if self.data_offset < n || self.length as u32 + n as u32 > u16::MAX as u32 {
+            return false;
+        }
+        self.data_offset -= n;
+        self.length += n;
+        true
+    }
+
     /// Whether the packet is traced.
     #[inline]
     pub fn is_traced(&self) -> bool {

@@ -6,6 +6,7 @@
 
 mod meta;
 mod pool;
+mod view;
 mod worker;
 
 pub use crate::memory::{HugepagePolicy, MemoryError};
@@ -13,4 +14,5 @@ pub use meta::{flags, BufferMeta, INVALID_INDEX};
 pub use pool::{
     BufferLocator, BufferPool, BufferPoolConfig, PoolError, PoolExhausted, MIN_HEADROOM,
 };
+pub use view::BufferView;
 pub use worker::WorkerBuffers;

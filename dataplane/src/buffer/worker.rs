@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::meta::{flags, BufferMeta, INVALID_INDEX};
 use super::pool::{BufferPool, Layout, PoolExhausted};
+use super::view::BufferView;
 
 /// Indices a cache takes from the pool beyond what an allocation needs.
 const REFILL: usize = 512;
@@ -321,6 +322,13 @@ impl WorkerBuffers {
         for bi in self.chain(head) {
             out.extend_from_slice(self.data(bi));
         }
+    }
+
+    /// A [`BufferView`]: these accessors with the pool's geometry held in registers, for a node's
+    /// loop over a frame.
+    #[inline(always)]
+    pub fn view(&mut self) -> BufferView<'_> {
+        BufferView::new(&self.layout)
     }
 
     /// Hints the CPU to fetch a buffer's metadata.
