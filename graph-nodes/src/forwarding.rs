@@ -6,7 +6,7 @@
 //! 1. publish a snapshot holding every new adjacency and load-balance object;
 //! 2. wait until every worker has moved to it ([`Publisher::synchronize`]);
 //! 3. write the FIB entries that point at them (and remove deleted routes);
-//! 4. wait again; only then are freed table slots and tbl8 groups reused.
+//! 4. wait again; only then are freed table slots, tbl8 groups and FIB node blocks reused.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -769,29 +769,41 @@ impl Forwarding {
                 None => TxClass::NONE,
             })
             .collect();
+        let load_balances: Vec<LoadBalance> = self
+            .load_balances
+            .keys
+            .iter()
+            .map(|k| LoadBalance {
+                // A recycled slot: no FIB entry points here; make any use of it a drop.
+                buckets: k
+                    .clone()
+                    .unwrap_or_else(|| vec![u32::MAX])
+                    .into_boxed_slice(),
+            })
+            .collect();
+        let adjacencies: Vec<Adjacency> = self
+            .adjacencies
+            .keys
+            .iter()
+            .map(|k| self.adjacency(k.as_ref()))
+            .collect();
+        let single_paths = load_balances
+            .iter()
+            .map(|lb| match *lb.buckets {
+                [a] => adjacencies
+                    .get(a as usize)
+                    .map_or(SinglePath::NONE, |adj| SinglePath::new(a, adj.kind)),
+                _ => SinglePath::NONE,
+            })
+            .collect();
         ForwardingState {
             tx_class,
             interfaces: self.interfaces.clone(),
             xconnect: self.xconnect.clone(),
             fib: self.lpm.table().clone(),
-            load_balances: self
-                .load_balances
-                .keys
-                .iter()
-                .map(|k| LoadBalance {
-                    // A recycled slot: no FIB entry points here; make any use of it a drop.
-                    buckets: k
-                        .clone()
-                        .unwrap_or_else(|| vec![u32::MAX])
-                        .into_boxed_slice(),
-                })
-                .collect(),
-            adjacencies: self
-                .adjacencies
-                .keys
-                .iter()
-                .map(|k| self.adjacency(k.as_ref()))
-                .collect(),
+            load_balances,
+            adjacencies,
+            single_paths,
             tunnels: self
                 .tunnels
                 .iter()
@@ -822,6 +834,8 @@ impl Forwarding {
         }
         to.synchronize();
         let mut failed = None;
+        // Each changed /17 of the FIB is re-encoded once, at the flush.
+        self.lpm.defer_updates();
         for (prefix, len, lb) in std::mem::take(&mut self.pending_fib) {
             match lb {
                 Some(lb) => {
@@ -840,10 +854,26 @@ impl Forwarding {
                 }
             }
         }
+        let mut flushed = self.lpm.flush();
+        if flushed.is_err() {
+            // The node memory is full of blocks this commit replaced: reuse them and retry.
+            to.synchronize();
+            self.lpm.recycle_retired();
+            flushed = self.lpm.flush();
+        }
         to.synchronize();
         self.lpm.recycle_retired();
-        self.adjacencies.recycle();
-        self.load_balances.recycle();
+        match flushed {
+            Ok(()) => {
+                self.adjacencies.recycle();
+                self.load_balances.recycle();
+            }
+            // Some /17s still show readers their old routes, which may use objects this commit
+            // released: keep those slots until a commit gets the FIB written.
+            Err(e) => {
+                failed.get_or_insert(e);
+            }
+        }
         match failed {
             Some(e) => Err(e.into()),
             None => Ok(()),

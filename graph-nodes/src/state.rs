@@ -144,6 +144,54 @@ impl Adjacency {
     };
 }
 
+/// A load-balance object with one path, as `ip4-lookup` uses it: its adjacency's index and
+/// kind in one word, so that the common case costs the packet one load. Objects with several
+/// paths, or whose adjacency is missing, are [`SinglePath::NONE`] and take the general way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SinglePath(u32);
+
+impl SinglePath {
+    const INDEX: u32 = (1 << 28) - 1;
+    /// Not a single path.
+    pub const NONE: SinglePath = SinglePath(u32::MAX);
+
+    /// The single path through adjacency `index` of kind `kind`.
+    pub fn new(index: u32, kind: AdjacencyKind) -> SinglePath {
+        let code = match kind {
+            AdjacencyKind::Rewrite => 0,
+            AdjacencyKind::Local => 1,
+            AdjacencyKind::Arp => 2,
+            AdjacencyKind::Glean => 3,
+            AdjacencyKind::Drop => 4,
+        };
+        if index > Self::INDEX {
+            return Self::NONE;
+        }
+        SinglePath(code << 28 | index)
+    }
+
+    /// The adjacency's index when it is a [`AdjacencyKind::Rewrite`] (the common case, in one
+    /// comparison).
+    #[inline(always)]
+    pub fn rewrite(self) -> Option<u32> {
+        (self.0 >> 28 == 0).then_some(self.0 & Self::INDEX)
+    }
+
+    /// The adjacency's index and kind, unless this is [`SinglePath::NONE`].
+    #[inline(always)]
+    pub fn get(self) -> Option<(u32, AdjacencyKind)> {
+        let kind = match self.0 >> 28 {
+            0 => AdjacencyKind::Rewrite,
+            1 => AdjacencyKind::Local,
+            2 => AdjacencyKind::Arp,
+            3 => AdjacencyKind::Glean,
+            4 => AdjacencyKind::Drop,
+            _ => return None,
+        };
+        Some((self.0 & Self::INDEX, kind))
+    }
+}
+
 /// ECMP: the adjacencies a route spreads flows over (by flow hash).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LoadBalance {
@@ -237,6 +285,8 @@ pub struct ForwardingState {
     pub load_balances: Vec<LoadBalance>,
     /// Adjacencies by index.
     pub adjacencies: Vec<Adjacency>,
+    /// For each load-balance object (by index), its path when it has only one.
+    pub single_paths: Vec<SinglePath>,
     /// VXLAN tunnels by index.
     pub tunnels: Vec<VxlanTunnel>,
     /// VXLAN tunnels by (outer source, outer destination, VNI) as received.

@@ -89,22 +89,31 @@ pub fn checksum(d: &[u8]) -> u16 {
     fold(sum16(d))
 }
 
-/// Whether a 20-byte IPv4 header's checksum verifies (summed as 32-bit words: the
-/// ones'-complement sum is the same whatever the word size).
+/// Whether a 20-byte IPv4 header's checksum verifies.
 #[inline(always)]
 pub fn ip4_header_checksum_ok(h: &[u8]) -> bool {
-    let Some(h) = h.get(..IP4_HEADER) else {
-        return false;
-    };
-    let mut sum = 0u64;
-    for w in h.chunks_exact(4) {
-        sum += u32::from_be_bytes([w[0], w[1], w[2], w[3]]) as u64;
-    }
-    let sum = (sum & 0xffff_ffff) + (sum >> 32);
-    let sum = (sum & 0xffff_ffff) + (sum >> 32);
-    let sum = (sum & 0xffff) + (sum >> 16);
-    let sum = (sum & 0xffff) + (sum >> 16);
-    sum == 0xffff
+    h.first_chunk::<IP4_HEADER>()
+        .is_some_and(|h| ip4_words_checksum_ok(&ip4_words(h)))
+}
+
+/// An IPv4 header as five native-order 32-bit words: for checks and sums that need no byte
+/// swapping.
+#[inline(always)]
+pub fn ip4_words(h: &[u8; IP4_HEADER]) -> [u32; 5] {
+    std::array::from_fn(|k| {
+        u32::from_ne_bytes([h[4 * k], h[4 * k + 1], h[4 * k + 2], h[4 * k + 3]])
+    })
+}
+
+/// Whether the checksum of a header read by [`ip4_words`] verifies. The ones'-complement sum is
+/// the same whatever the word size, and byte order only swaps the bytes of the folded result,
+/// which for the all-ones result that verifies changes nothing. Folding keeps the sum's value
+/// modulo 0xffff (2^16 is 1 modulo 0xffff) and gives all ones exactly for a nonzero multiple of
+/// 0xffff, so the check is a remainder.
+#[inline(always)]
+pub fn ip4_words_checksum_ok(w: &[u32; 5]) -> bool {
+    let sum: u64 = w.iter().map(|&x| x as u64).sum();
+    sum != 0 && sum.is_multiple_of(0xffff)
 }
 
 /// Updates a checksum for one 16-bit field changing from `old` to `new` (RFC 1624, eqn. 3).
@@ -197,6 +206,38 @@ mod tests {
         all_ones[11] = 0;
         assert_eq!(ip4_header_checksum_ok(&all_ones), checksum(&all_ones) == 0);
         assert!(!ip4_header_checksum_ok(&h[..19]));
+    }
+
+    #[test]
+    fn the_fast_header_check_agrees_with_the_checksum_on_random_headers() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..20_000 {
+            let mut h = [0u8; 20];
+            for b in h.iter_mut() {
+                *b = next() as u8;
+            }
+            if round % 2 == 0 {
+                // Half of them valid, some with a byte flipped afterwards.
+                h[10] = 0;
+                h[11] = 0;
+                let c = checksum(&h);
+                put16(&mut h, 10, c);
+                if round % 4 == 0 {
+                    h[(next() % 20) as usize] ^= 1 << (next() % 8);
+                }
+            }
+            assert_eq!(ip4_header_checksum_ok(&h), checksum(&h) == 0, "{h:?}");
+        }
+        for fill in [0u8, 0xff] {
+            let h = [fill; 20];
+            assert_eq!(ip4_header_checksum_ok(&h), checksum(&h) == 0, "{fill:#x}");
+        }
     }
 
     #[test]

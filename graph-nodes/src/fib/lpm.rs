@@ -1,47 +1,40 @@
-//! IPv4 longest-prefix match: a DIR-24-8 table updated in place, read by workers without locks.
+//! IPv4 longest-prefix match: a compressed table read by workers without locks, and its writer.
 //!
-//! `tbl24` has one 16-bit entry per /24 (32 MiB, so that much of it stays in a server's L3
-//! cache; hugepage-backed when possible). An entry holds a route's value directly, or points at
-//! a 256-entry `tbl8` group for prefixes longer than /24. A lookup is one load, or two for
-//! addresses under a long prefix.
+//! The writer ([`Lpm`], the control side, `&mut self`) keeps an exact DIR-24-8 copy of the
+//! rules in private memory (`shadow`), updated incrementally: an add overwrites only entries set
+//! by shorter rules, a delete restores the entries it set to the longest remaining covering rule.
+//! Workers read [`LpmTable`] (`table`): one cache line per /17, derived from the copy one /17 at
+//! a time. A change re-encodes the /17s it touched into new blocks and redirects each /17's line
+//! to its block with one atomic store, so a reader sees the /17 before or after the change,
+//! never a mix. [`Lpm::recycle_retired`], which the caller invokes after every reader has passed
+//! a quiescent state (see `dataplane::Epochs::synchronize`), rewrites those lines in place from
+//! their blocks (nobody reads the old lines any more) and makes reusable what earlier changes
+//! unlinked: blocks and tbl8 groups. A change that keeps a line's runs (new routes for the same
+//! ranges) stores the new entries in place instead, with no block.
 //!
-//! Entry encoding: `0` = no route; `1..=0x7fff` = value + 1; `0x8000 | g` = tbl8 group `g` of
-//! the bank named by the address's top two bits (four banks of 32768 groups, so a 15-bit index
-//! reaches 131072 groups; a /24 always lies in one bank). tbl8 entries hold values only. Every
-//! bank can use all its groups (routes may crowd into one part of the address space); the
-//! configured group count caps how many are in use in all.
-//!
-//! The depth of the rule that set each entry lives in writer-only shadow arrays, so adds and
-//! deletes are incremental (an add overwrites only entries set by shorter rules; a delete
-//! restores the entries it set to the longest remaining covering rule) without costing readers
-//! any cache.
-//!
-//! Writers are single (the control side, `&mut self`); readers (workers) use [`LpmTable::lookup`]
-//! through a shared [`Arc<LpmTable>`] at any time. Entries change by single atomic stores, so a
-//! reader sees the old or the new result, never a mix. A new tbl8 group is filled before the
-//! tbl24 entry pointing at it is stored (Release; readers load it with Acquire). A group that a
-//! delete makes unnecessary is unlinked and parked in `retired`; it becomes reusable only through
-//! [`Lpm::recycle_retired`], which the caller invokes after every reader has passed a quiescent
-//! state (see `dataplane::Epochs::synchronize`).
+//! Changes are visible at once by default. Between [`Lpm::defer_updates`] and [`Lpm::flush`]
+//! they are only recorded, and `flush` re-encodes each touched /17 once: loading many routes
+//! costs one block per /17 instead of one per route.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use dataplane::memory::{prefetch, HugepagePolicy, Region};
+use dataplane::memory::{HugepagePolicy, Region};
 
-const GROUP: u16 = 0x8000;
-const BANKS: usize = 4;
-const GROUPS_PER_BANK: usize = 0x8000;
+use super::arena::Arena;
+use super::chunk::{self, Encoded};
+use super::shadow::Shadow;
+pub use super::table::LpmTable;
+use super::table::{LINES, LINE_WORDS, SLOTS};
 
 /// The largest value a route can carry (values are 15 bits).
 pub const MAX_VALUE: u32 = 0x7ffe;
 
-/// The bank of groups an address's /24 uses.
-#[inline(always)]
-fn bank_of(addr: u32) -> usize {
-    (addr >> 30) as usize
-}
+/// Node memory every table has, in 64-byte lines (32 MiB: the blocks of a commit that replaces
+/// all of 1M routes of the benchmarks' mix take about 14 MiB, 5 MiB of which stay in use).
+const BASE_LINES: u32 = 1 << 19;
+/// Node memory added per configured group (a /24 node of a few runs and its share of a block).
+const LINES_PER_GROUP: u32 = 2;
 
 /// Why a route could not be added.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -55,108 +48,15 @@ pub enum LpmError {
     /// No free tbl8 group for a prefix longer than /24.
     #[error("no free tbl8 group for a prefix longer than /24 (limit {0} in use, or 32768 in this quarter of the address space)")]
     NoGroups(u32),
+    /// The node memory is full: the /17s not yet re-encoded keep their old contents for readers
+    /// and are retried by the next change or [`Lpm::flush`].
+    #[error(
+        "the FIB's node memory is full ({0} lines); retired blocks are reused after the next commit"
+    )]
+    NoSpace(u32),
     /// The table's memory could not be mapped.
     #[error("cannot map the table: {0}")]
     Memory(String),
-}
-
-/// The lookup side: shared with every worker.
-pub struct LpmTable {
-    tbl24_mem: Region,
-    tbl8_mem: Region,
-}
-
-impl LpmTable {
-    #[inline(always)]
-    fn tbl24(&self) -> &[AtomicU16] {
-        self.tbl24_mem.as_atomic_u16()
-    }
-
-    #[inline(always)]
-    fn tbl8(&self) -> &[AtomicU16] {
-        self.tbl8_mem.as_atomic_u16()
-    }
-
-    /// Index of entry `low` of group `g` of `bank` in tbl8.
-    #[inline(always)]
-    fn tbl8_index(&self, bank: usize, g: u16, low: u32) -> usize {
-        ((bank * GROUPS_PER_BANK + (g & !GROUP) as usize) << 8) | low as usize
-    }
-
-    #[inline(always)]
-    fn decode(e: u16) -> u32 {
-        if e == 0 {
-            u32::MAX
-        } else {
-            e as u32 - 1
-        }
-    }
-
-    /// The value of the longest prefix matching `addr`.
-    #[inline(always)]
-    pub fn lookup(&self, addr: u32) -> Option<u32> {
-        let tbl24 = self.tbl24();
-        let mut e = tbl24[(addr >> 8) as usize & 0xff_ffff].load(Ordering::Acquire);
-        if e & GROUP != 0 {
-            let i = self.tbl8_index(bank_of(addr), e, addr & 0xff);
-            e = self.tbl8().get(i).map_or(0, |x| x.load(Ordering::Relaxed));
-        }
-        (e != 0).then(|| e as u32 - 1)
-    }
-
-    /// Looks up every address of `addrs` into `out` (`u32::MAX` for no route). The batch is
-    /// done in stages so that many table misses are in flight at once: prefetch every tbl24
-    /// entry; resolve the direct ones while prefetching the tbl8 entries the others need;
-    /// resolve those.
-    #[inline]
-    pub fn lookup_batch(&self, addrs: &[u32], out: &mut [u32]) {
-        let n = addrs.len().min(out.len());
-        let (addrs, out) = (&addrs[..n], &mut out[..n]);
-        let tbl24 = self.tbl24();
-        let tbl8 = self.tbl8();
-        for &a in addrs {
-            prefetch(&tbl24[(a >> 8) as usize & 0xff_ffff] as *const AtomicU16);
-        }
-        let mut pending = false;
-        for (&a, o) in addrs.iter().zip(out.iter_mut()) {
-            let e = tbl24[(a >> 8) as usize & 0xff_ffff].load(Ordering::Acquire);
-            if e & GROUP != 0 {
-                let i = self.tbl8_index(bank_of(a), e, a & 0xff);
-                if let Some(x) = tbl8.get(i) {
-                    prefetch(x as *const AtomicU16);
-                }
-                // Park the tbl8 index; values never reach this range.
-                *o = 0x8000_0000 | i as u32;
-                pending = true;
-            } else {
-                *o = Self::decode(e);
-            }
-        }
-        if pending {
-            for o in out.iter_mut() {
-                if *o != u32::MAX && *o & 0x8000_0000 != 0 {
-                    let i = (*o & 0x7fff_ffff) as usize;
-                    *o = Self::decode(tbl8.get(i).map_or(0, |x| x.load(Ordering::Relaxed)));
-                }
-            }
-        }
-    }
-
-    /// Hints the CPU to fetch the tbl24 entry for `addr`.
-    #[inline(always)]
-    pub fn prefetch(&self, addr: u32) {
-        prefetch(&self.tbl24()[(addr >> 8) as usize & 0xff_ffff] as *const AtomicU16);
-    }
-
-    /// Whether both tables live in hugepages.
-    pub fn is_hugepage_backed(&self) -> bool {
-        self.tbl24_mem.is_hugepage_backed() && self.tbl8_mem.is_hugepage_backed()
-    }
-
-    /// tbl8 groups this table has room for (all banks).
-    pub fn group_capacity(&self) -> u32 {
-        (GROUPS_PER_BANK * BANKS) as u32
-    }
 }
 
 /// The mask of a prefix length.
@@ -169,19 +69,24 @@ pub fn mask(len: u8) -> u32 {
     }
 }
 
-/// The writer side: the rules, the depths, the free groups, and the shared table.
+/// The writer side: the rules, the exact copy, the node memory's bookkeeping, the shared table.
 pub struct Lpm {
     table: Arc<LpmTable>,
-    /// Rules by depth: prefix (masked) → value.
-    rules: Vec<HashMap<u32, u32>>,
-    /// Depth of the rule that set each tbl24 entry (meaningful when it holds a value).
-    depth24: Box<[u8]>,
-    /// Depth of the rule that set each tbl8 entry.
-    depth8: Box<[u8]>,
-    free_groups: [Vec<u16>; BANKS],
-    retired: [Vec<u16>; BANKS],
-    group_limit: u32,
-    groups_used: u32,
+    shadow: Shadow,
+    arena: Arena,
+    capacity: u32,
+    /// Each /17's block (first line, lines); 0 lines when it has none.
+    blocks: Box<[(u32, u32)]>,
+    /// Each /17's runs and whether it has /24 nodes, as last published.
+    shapes: Box<[(u8, bool)]>,
+    /// Whether each /17's line is redirected to its block.
+    redirected: Box<[bool]>,
+    /// Redirected /17s (all of them), to rewrite in place at the next [`Lpm::recycle_retired`].
+    to_restore: Vec<u32>,
+    dirty: Vec<u32>,
+    is_dirty: Box<[bool]>,
+    deferred: bool,
+    spare: Vec<u64>,
 }
 
 impl Lpm {
@@ -189,22 +94,28 @@ impl Lpm {
     /// one per distinct /24 they fall in; at most 131072, at most 32768 per quarter of the
     /// address space).
     pub fn new(groups: u32, hugepages: HugepagePolicy) -> Result<Lpm, LpmError> {
-        let total = GROUPS_PER_BANK * BANKS;
-        let tbl24 = Region::map(2 << 24, hugepages).map_err(|e| LpmError::Memory(e.to_string()))?;
-        let tbl8 =
-            Region::map(total * 256 * 2, hugepages).map_err(|e| LpmError::Memory(e.to_string()))?;
+        let shadow = Shadow::new(groups);
+        let capacity = BASE_LINES + LINES_PER_GROUP * groups.min(shadow.group_capacity());
+        let map =
+            |bytes| Region::map(bytes, hugepages).map_err(|e| LpmError::Memory(e.to_string()));
+        let table = LpmTable::new(map(LINES * 64)?, map(capacity as usize * 64)?);
+        // Every line in place: one run, no route.
+        for line in table.lines().chunks_exact(LINE_WORDS) {
+            line[0].store(1, Ordering::Relaxed);
+        }
         Ok(Lpm {
-            table: Arc::new(LpmTable {
-                tbl24_mem: tbl24,
-                tbl8_mem: tbl8,
-            }),
-            rules: vec![HashMap::new(); 33],
-            depth24: vec![0; 1 << 24].into_boxed_slice(),
-            depth8: vec![0; total * 256].into_boxed_slice(),
-            free_groups: std::array::from_fn(|_| (0..GROUPS_PER_BANK as u16).rev().collect()),
-            retired: std::array::from_fn(|_| Vec::new()),
-            group_limit: groups.clamp(1, total as u32),
-            groups_used: 0,
+            table: Arc::new(table),
+            shadow,
+            arena: Arena::new(capacity),
+            capacity,
+            blocks: vec![(0, 0); LINES].into_boxed_slice(),
+            shapes: vec![(1, false); LINES].into_boxed_slice(),
+            redirected: vec![false; LINES].into_boxed_slice(),
+            to_restore: Vec::new(),
+            dirty: Vec::new(),
+            is_dirty: vec![false; LINES].into_boxed_slice(),
+            deferred: false,
+            spare: Vec::new(),
         })
     }
 
@@ -215,7 +126,7 @@ impl Lpm {
 
     /// Number of routes.
     pub fn len(&self) -> usize {
-        self.rules.iter().map(HashMap::len).sum()
+        self.shadow.len()
     }
 
     /// Whether there are no routes.
@@ -225,171 +136,216 @@ impl Lpm {
 
     /// The value of the route `prefix/len`, if there is one.
     pub fn get(&self, prefix: u32, len: u8) -> Option<u32> {
-        self.rules
-            .get(len as usize)?
-            .get(&(prefix & mask(len)))
-            .copied()
+        self.shadow.get(prefix, len)
     }
 
     /// Groups unlinked by deletes, waiting for [`Lpm::recycle_retired`].
     pub fn retired_groups(&self) -> usize {
-        self.retired.iter().map(Vec::len).sum()
+        self.shadow.retired_groups()
     }
 
     /// Groups in use.
     pub fn groups_in_use(&self) -> u32 {
-        let idle: usize =
-            self.free_groups.iter().map(Vec::len).sum::<usize>() + self.retired_groups();
-        self.table.group_capacity() - idle as u32
+        self.shadow.groups_in_use()
     }
 
-    /// Makes groups unlinked by earlier deletes reusable. Call only once every reader has passed
-    /// a quiescent state since those deletes.
+    /// Bytes the table takes: its lines and the blocks in use (retired ones not counted).
+    pub fn table_bytes(&self) -> u64 {
+        (LINES as u64 + self.arena.lines_in_use()) * 64
+    }
+
+    /// Call once every reader has passed a quiescent state since the last changes: rewrites the
+    /// lines those changes redirected in place, and makes reusable the groups and blocks that
+    /// changes before that quiescent state unlinked.
     pub fn recycle_retired(&mut self) {
-        for (free, retired) in self.free_groups.iter_mut().zip(&mut self.retired) {
-            self.groups_used -= retired.len() as u32;
-            free.append(retired);
+        self.shadow.recycle_retired();
+        self.arena.recycle_retired();
+        for c in std::mem::take(&mut self.to_restore) {
+            let i = c as usize;
+            if !self.redirected[i] {
+                continue;
+            }
+            // A /17 changed since and not yet shown (deferred) gets a new block at the flush and
+            // goes in place at a later call; one with more runs than a line holds stays in its
+            // block until a change makes it fit.
+            if self.is_dirty[i] || !self.restore(i) {
+                self.to_restore.push(c);
+            }
         }
     }
 
-    /// The tbl8 entries of the group that tbl24 entry `e` (for an address in `bank`) names.
-    fn group_range(&self, bank: usize, e: u16) -> std::ops::Range<usize> {
-        let first = self.table.tbl8_index(bank, e, 0);
-        first..first + 256
+    /// Rewrites the redirected line of /17 `c` in place from its block, when it fits; returns
+    /// whether it did.
+    fn restore(&mut self, c: usize) -> bool {
+        let (first, lines) = self.blocks[c];
+        let (runs, has_nodes) = self.shapes[c];
+        let base = first as usize * 8;
+        let nodes = self.table.nodes();
+        let Some(words) = chunk::line_words(runs as usize, has_nodes) else {
+            return false;
+        };
+        let mut line = [0u64; LINE_WORDS];
+        for (w, slot) in line[..words].iter_mut().zip(&nodes[base..]) {
+            *w = slot.load(Ordering::Relaxed);
+        }
+        if has_nodes {
+            line[LINE_WORDS - 1] |= (base as u64) << 32;
+        }
+        let at = c * LINE_WORDS;
+        let target = &self.table.lines()[at..at + LINE_WORDS];
+        for (slot, &w) in target[1..].iter().zip(&line[1..]) {
+            slot.store(w, Ordering::Relaxed);
+        }
+        // Readers that load the new word 0 see the words stored before it.
+        target[0].store(line[0], Ordering::Release);
+        self.redirected[c] = false;
+        if !has_nodes {
+            // Readers that followed the redirection may still be in the block.
+            self.arena.retire(first, lines);
+            self.blocks[c] = (0, 0);
+        }
+        true
+    }
+
+    /// Records changes from now on without showing them to readers, until [`Lpm::flush`].
+    pub fn defer_updates(&mut self) {
+        self.deferred = true;
+    }
+
+    /// Shows readers every change recorded so far (each changed /17 re-encoded once) and makes
+    /// later changes visible at once again.
+    pub fn flush(&mut self) -> Result<(), LpmError> {
+        self.deferred = false;
+        self.publish_dirty()
     }
 
     /// Adds or replaces the route `prefix/len` with `value`.
-    // One index walks the shared entries and the writer's depth shadow side by side.
-    #[allow(clippy::needless_range_loop)]
     pub fn insert(&mut self, prefix: u32, len: u8, value: u32) -> Result<(), LpmError> {
-        if len > 32 {
-            return Err(LpmError::BadLength(len));
-        }
-        if value > MAX_VALUE {
-            return Err(LpmError::BadValue(value));
-        }
-        let prefix = prefix & mask(len);
-        let new = value as u16 + 1;
-        let t = self.table.clone();
-        let (tbl24, tbl8) = (t.tbl24(), t.tbl8());
-        if len <= 24 {
-            let first = (prefix >> 8) as usize;
-            for i in first..first + (1usize << (24 - len)) {
-                let cur = tbl24[i].load(Ordering::Relaxed);
-                if cur & GROUP != 0 {
-                    for j in self.group_range(bank_of((i as u32) << 8), cur) {
-                        if self.depth8[j] <= len {
-                            tbl8[j].store(new, Ordering::Relaxed);
-                            self.depth8[j] = len;
-                        }
-                    }
-                } else if self.depth24[i] <= len {
-                    tbl24[i].store(new, Ordering::Release);
-                    self.depth24[i] = len;
-                }
-            }
-        } else {
-            let i = (prefix >> 8) as usize;
-            let bank = bank_of(prefix);
-            let cur = tbl24[i].load(Ordering::Relaxed);
-            let group = if cur & GROUP != 0 {
-                cur
-            } else {
-                if self.groups_used >= self.group_limit {
-                    return Err(LpmError::NoGroups(self.group_limit));
-                }
-                let g = self.free_groups[bank]
-                    .pop()
-                    .ok_or(LpmError::NoGroups(self.group_limit))?
-                    | GROUP;
-                self.groups_used += 1;
-                // Fill the group with what the /24 holds now, then link it.
-                let d = self.depth24[i];
-                for j in self.group_range(bank, g) {
-                    tbl8[j].store(cur, Ordering::Relaxed);
-                    self.depth8[j] = d;
-                }
-                tbl24[i].store(g, Ordering::Release);
-                g
-            };
-            let first = self.group_range(bank, group).start + (prefix & 0xff) as usize;
-            for j in first..first + (1usize << (32 - len)) {
-                if self.depth8[j] <= len {
-                    tbl8[j].store(new, Ordering::Release);
-                    self.depth8[j] = len;
-                }
-            }
-        }
-        self.rules[len as usize].insert(prefix, value);
-        Ok(())
+        let touched = self.shadow.insert(prefix, len, value)?;
+        self.touch(touched)
     }
 
     /// Removes the route `prefix/len`; returns its value, or `None` when there was none.
-    #[allow(clippy::needless_range_loop)]
+    ///
+    /// When the node memory is full the removal is recorded but readers keep seeing the route
+    /// until a later change or [`Lpm::flush`] finds room.
     pub fn remove(&mut self, prefix: u32, len: u8) -> Option<u32> {
-        if len > 32 {
-            return None;
-        }
-        let prefix = prefix & mask(len);
-        let value = self.rules[len as usize].remove(&prefix)?;
-        // What covers this prefix once it is gone: the longest shorter rule.
-        let (rep, rep_depth) = (0..len)
-            .rev()
-            .find_map(|d| {
-                self.rules[d as usize]
-                    .get(&(prefix & mask(d)))
-                    .map(|&v| (v as u16 + 1, d))
-            })
-            .unwrap_or((0, 0));
-        let t = self.table.clone();
-        let (tbl24, tbl8) = (t.tbl24(), t.tbl8());
-        if len <= 24 {
-            let first = (prefix >> 8) as usize;
-            for i in first..first + (1usize << (24 - len)) {
-                let cur = tbl24[i].load(Ordering::Relaxed);
-                if cur & GROUP != 0 {
-                    for j in self.group_range(bank_of((i as u32) << 8), cur) {
-                        if tbl8[j].load(Ordering::Relaxed) != 0 && self.depth8[j] == len {
-                            tbl8[j].store(rep, Ordering::Relaxed);
-                            self.depth8[j] = rep_depth;
-                        }
-                    }
-                } else if cur != 0 && self.depth24[i] == len {
-                    tbl24[i].store(rep, Ordering::Release);
-                    self.depth24[i] = rep_depth;
-                }
-            }
-        } else {
-            let i = (prefix >> 8) as usize;
-            let bank = bank_of(prefix);
-            let cur = tbl24[i].load(Ordering::Relaxed);
-            if cur & GROUP != 0 {
-                let range = self.group_range(bank, cur);
-                let first = range.start + (prefix & 0xff) as usize;
-                for j in first..first + (1usize << (32 - len)) {
-                    if tbl8[j].load(Ordering::Relaxed) != 0 && self.depth8[j] == len {
-                        tbl8[j].store(rep, Ordering::Relaxed);
-                        self.depth8[j] = rep_depth;
-                    }
-                }
-                // A group whose entries all come from one /24-or-shorter rule (or none) is no
-                // longer needed.
-                let (e0, d0) = (
-                    tbl8[range.start].load(Ordering::Relaxed),
-                    self.depth8[range.start],
-                );
-                let uniform = d0 <= 24
-                    && range
-                        .clone()
-                        .all(|j| tbl8[j].load(Ordering::Relaxed) == e0 && self.depth8[j] == d0);
-                if uniform {
-                    tbl24[i].store(e0, Ordering::Release);
-                    self.depth24[i] = d0;
-                    self.retired[bank].push(cur & !GROUP);
-                }
-            }
-        }
+        let (value, touched) = self.shadow.remove(prefix, len)?;
+        let _ = self.touch(touched);
         Some(value)
+    }
+
+    /// Marks the /17s holding the /24s `touched` as changed; re-encodes them unless deferred.
+    fn touch(&mut self, touched: std::ops::Range<usize>) -> Result<(), LpmError> {
+        for c in (touched.start / SLOTS)..=((touched.end - 1) / SLOTS) {
+            if !std::mem::replace(&mut self.is_dirty[c], true) {
+                self.dirty.push(c as u32);
+            }
+        }
+        if self.deferred {
+            Ok(())
+        } else {
+            self.publish_dirty()
+        }
+    }
+
+    /// Re-encodes every changed /17 and redirects its line to the result.
+    fn publish_dirty(&mut self) -> Result<(), LpmError> {
+        while let Some(&c) = self.dirty.last() {
+            self.publish(c as usize)?;
+            self.dirty.pop();
+            self.is_dirty[c as usize] = false;
+        }
+        Ok(())
+    }
+
+    fn publish(&mut self, c: usize) -> Result<(), LpmError> {
+        let enc = chunk::encode(&self.shadow, c, std::mem::take(&mut self.spare));
+        let result = if self.is_current(c, &enc) || self.update_in_place(c, &enc) {
+            Ok(())
+        } else {
+            self.redirect(c, &enc)
+        };
+        self.spare = enc.block;
+        result
+    }
+
+    /// Rewrites the run entries of /17 `c`'s line in place when that is all that changes: the
+    /// line is in place, neither it nor `enc` has /24 nodes, and the bitmap is the same (new
+    /// routes for the same ranges, the common change). A reader reads the bitmap and one word
+    /// of entries, so it sees the old or the new route of its range, never a mix. Returns
+    /// whether it did.
+    fn update_in_place(&mut self, c: usize, enc: &Encoded) -> bool {
+        if self.redirected[c] || self.blocks[c].1 > 0 || enc.has_nodes() {
+            return false;
+        }
+        let Some(new) = enc.line(0) else {
+            return false;
+        };
+        let at = c * LINE_WORDS;
+        let line = &self.table.lines()[at..at + LINE_WORDS];
+        if line[..2]
+            .iter()
+            .zip(&new[..2])
+            .any(|(slot, &w)| slot.load(Ordering::Relaxed) != w)
+        {
+            return false;
+        }
+        for (slot, &w) in line[2..].iter().zip(&new[2..]) {
+            if slot.load(Ordering::Relaxed) != w {
+                slot.store(w, Ordering::Release);
+            }
+        }
+        self.shapes[c] = (enc.runs() as u8, false);
+        true
+    }
+
+    /// Writes `enc` as a new block and redirects /17 `c`'s line to it.
+    fn redirect(&mut self, c: usize, enc: &Encoded) -> Result<(), LpmError> {
+        let lines = enc.block.len().div_ceil(8) as u32;
+        let first = self
+            .arena
+            .alloc(lines)
+            .ok_or(LpmError::NoSpace(self.capacity))?;
+        let at = first as usize * 8;
+        let nodes = self.table.nodes();
+        for (slot, &w) in nodes[at..at + enc.block.len()].iter().zip(&enc.block) {
+            slot.store(w, Ordering::Relaxed);
+        }
+        // The block's words are written before the store that makes readers follow it.
+        self.table.lines()[c * LINE_WORDS].store((at as u64) << 1, Ordering::Release);
+        let (old, old_lines) = std::mem::replace(&mut self.blocks[c], (first, lines));
+        if old_lines > 0 {
+            self.arena.retire(old, old_lines);
+        }
+        self.shapes[c] = (enc.runs() as u8, enc.has_nodes());
+        if !std::mem::replace(&mut self.redirected[c], true) {
+            self.to_restore.push(c as u32);
+        }
+        Ok(())
+    }
+
+    /// Whether readers already see exactly `enc` for /17 `c`.
+    fn is_current(&self, c: usize, enc: &Encoded) -> bool {
+        let (first, lines) = self.blocks[c];
+        let nodes = self.table.nodes();
+        if lines > 0 {
+            let at = first as usize * 8;
+            let same = enc.block.len().div_ceil(8) == lines as usize
+                && nodes[at..at + enc.block.len()]
+                    .iter()
+                    .zip(&enc.block)
+                    .all(|(slot, &w)| slot.load(Ordering::Relaxed) == w);
+            // A line in place reading /24 nodes from this block is as current as the block.
+            return same;
+        }
+        let at = c * LINE_WORDS;
+        enc.line(0).is_some_and(|line| {
+            self.table.lines()[at..at + LINE_WORDS]
+                .iter()
+                .zip(&line)
+                .all(|(slot, &w)| slot.load(Ordering::Relaxed) == w)
+        })
     }
 }
 
@@ -449,5 +405,107 @@ mod tests {
         l.recycle_retired();
         l.insert(ip(2, 2, 2, 2), 32, 1).unwrap();
         assert_eq!(l.table().lookup(ip(2, 2, 2, 2)), Some(1));
+    }
+
+    #[test]
+    fn changes_redirect_lines_until_recycling_restores_them_in_place() {
+        let mut l = Lpm::new(16, HugepagePolicy::Never).unwrap();
+        let t = l.table().clone();
+        let lines = LINES as u64 * 64;
+        assert_eq!(l.table_bytes(), lines);
+        l.insert(ip(10, 1, 2, 0), 24, 3).unwrap();
+        assert_eq!(l.table_bytes(), lines + 64, "a block for the changed /17");
+        assert_eq!(t.lookup(ip(10, 1, 2, 9)), Some(3));
+        l.recycle_retired();
+        assert_eq!(l.table_bytes(), lines, "the line is back in place");
+        assert_eq!(l.arena.retired_lines(), 1, "the block waits one more time");
+        assert_eq!(t.lookup(ip(10, 1, 2, 9)), Some(3));
+        assert_eq!(t.lookup(ip(10, 1, 1, 9)), None);
+        l.defer_updates();
+        l.insert(ip(10, 1, 3, 0), 24, 4).unwrap();
+        l.insert(ip(10, 1, 3, 7), 32, 5).unwrap();
+        assert_eq!(
+            t.lookup(ip(10, 1, 3, 7)),
+            None,
+            "not shown before the flush"
+        );
+        l.recycle_retired();
+        assert_eq!(l.arena.retired_lines(), 0);
+        l.flush().unwrap();
+        let check = |t: &LpmTable| {
+            assert_eq!(t.lookup(ip(10, 1, 3, 7)), Some(5));
+            assert_eq!(t.lookup(ip(10, 1, 3, 8)), Some(4));
+            assert_eq!(t.lookup(ip(10, 1, 2, 8)), Some(3));
+        };
+        check(&t);
+        let with_node = l.table_bytes();
+        l.insert(ip(10, 1, 3, 0), 24, 4).unwrap();
+        assert_eq!(l.table_bytes(), with_node, "no change, no new block");
+        l.recycle_retired();
+        assert_eq!(
+            l.table_bytes(),
+            with_node,
+            "in place, with its /24 node in the block"
+        );
+        check(&t);
+        for (p, len) in [
+            (ip(10, 1, 2, 0), 24),
+            (ip(10, 1, 3, 0), 24),
+            (ip(10, 1, 3, 7), 32),
+        ] {
+            l.remove(p, len).unwrap();
+        }
+        l.recycle_retired();
+        l.recycle_retired();
+        assert_eq!(l.table_bytes(), lines, "every line in place, no block");
+        assert_eq!(l.arena.lines_in_use(), 0);
+        assert_eq!(t.lookup(ip(10, 1, 3, 7)), None);
+    }
+
+    #[test]
+    fn a_17_with_more_runs_than_a_line_holds_stays_in_its_block() {
+        let mut l = Lpm::new(64, HugepagePolicy::Never).unwrap();
+        let t = l.table().clone();
+        l.insert(ip(10, 0, 0, 0), 8, 1).unwrap();
+        // 40 separate /24s and a host route in each of 10 of them: 81 runs and /24 nodes.
+        for k in 0..40u8 {
+            l.insert(ip(10, 2, 3 * k, 0), 24, 100 + k as u32).unwrap();
+        }
+        for k in 0..10u8 {
+            l.insert(ip(10, 2, 3 * k, 77), 32, 200 + k as u32).unwrap();
+        }
+        let want = |a: u32| {
+            let [_, _, c, d] = a.to_be_bytes();
+            match (c % 3, c / 3) {
+                (0, k) if k < 10 && d == 77 => Some(200 + k as u32),
+                (0, k) if k < 40 => Some(100 + k as u32),
+                _ => Some(1),
+            }
+        };
+        for round in 0..2 {
+            let addrs: Vec<u32> = (0..=0xffffu32)
+                .map(|x| ip(10, 2, 0, 0) | x & 0x7fff | (round << 15))
+                .collect();
+            let mut out = vec![0; addrs.len()];
+            t.lookup_batch(&addrs, &mut out);
+            for (&a, &o) in addrs.iter().zip(&out) {
+                assert_eq!(t.lookup(a), want(a), "{a:#x}");
+                assert_eq!(Some(o), want(a), "{a:#x}");
+            }
+            l.recycle_retired();
+        }
+        // Once it fits a line again, it goes back in place.
+        for k in 0..10u8 {
+            l.remove(ip(10, 2, 3 * k, 77), 32).unwrap();
+        }
+        for k in 0..40u8 {
+            l.remove(ip(10, 2, 3 * k, 0), 24).unwrap();
+        }
+        l.insert(ip(10, 2, 9, 0), 24, 7).unwrap();
+        l.recycle_retired();
+        l.recycle_retired();
+        assert_eq!(l.table_bytes(), LINES as u64 * 64, "every line in place");
+        assert_eq!(t.lookup(ip(10, 2, 9, 9)), Some(7));
+        assert_eq!(t.lookup(ip(10, 2, 10, 9)), Some(1));
     }
 }

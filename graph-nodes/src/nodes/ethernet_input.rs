@@ -4,7 +4,7 @@
 use dataplane::buffer::{flags, BufferMeta};
 use dataplane::{Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
-use super::names;
+use super::{names, Arcs};
 use crate::state::{ForwardingState, Interface, InterfaceMode};
 use crate::wire::{self, be16};
 
@@ -17,6 +17,9 @@ const UNKNOWN_INTERFACE: u16 = 1;
 const UNKNOWN_ETHERTYPE: u16 = 2;
 const UNKNOWN_VLAN: u16 = 3;
 const NOT_FOR_US: u16 = 4;
+
+/// Packets ahead whose buffer is prefetched.
+const PREFETCH_AHEAD: usize = 4;
 
 /// The `ethernet-input` node.
 pub struct EthernetInput {
@@ -42,10 +45,58 @@ impl Default for EthernetInput {
 struct RxCache<'s> {
     rx: u32,
     iface: Option<&'s Interface>,
+    /// For the fast path: the interface's MAC as [`mac48`] reads it, when it is an L3 interface
+    /// (`u64::MAX`, which no 48-bit value equals, otherwise).
+    l3_mac: u64,
+    /// Whether it is an L2 (cross-connected) interface.
+    l2: bool,
+}
+
+impl<'s> RxCache<'s> {
+    fn new() -> Self {
+        RxCache {
+            rx: u32::MAX,
+            iface: None,
+            l3_mac: u64::MAX,
+            l2: false,
+        }
+    }
+
+    #[inline(always)]
+    fn update(&mut self, state: &'s ForwardingState, rx: u32) {
+        if rx != self.rx {
+            self.rx = rx;
+            self.iface = state.interface(rx);
+            self.l3_mac = match self.iface {
+                Some(i) if i.mode == InterfaceMode::L3 => mac48(&i.mac),
+                _ => u64::MAX,
+            };
+            self.l2 = self.iface.is_some_and(|i| i.mode == InterfaceMode::L2);
+        }
+    }
+}
+
+/// A MAC address as a number (for comparing in one instruction).
+#[inline(always)]
+fn mac48(m: &[u8; 6]) -> u64 {
+    u64::from_le_bytes([m[0], m[1], m[2], m[3], m[4], m[5], 0, 0])
+}
+
+/// The common case, checked with few branches: an untagged IPv4 frame for an L3 interface's
+/// own or a group address.
+#[inline(always)]
+fn plain_ip4(cache: &RxCache<'_>, d: &[u8]) -> bool {
+    let Some(h) = d.first_chunk::<{ wire::ETHERNET_HEADER }>() else {
+        return false;
+    };
+    let dst = mac48(h.first_chunk().expect("6 of 14 bytes"));
+    // Our MAC, or a group address (multicast, broadcast) on an L3 interface.
+    let for_us = (dst == cache.l3_mac) | (h[0] & 1 != 0 && cache.l3_mac != u64::MAX);
+    for_us & (u16::from_be_bytes([h[12], h[13]]) == wire::ETHERTYPE_IP4)
 }
 
 /// Decides where one frame goes: the next arc and the L2 header length to strip, or a drop code.
-#[inline(always)]
+#[inline(never)]
 fn classify<'s>(
     state: &'s ForwardingState,
     cache: &mut RxCache<'s>,
@@ -55,10 +106,7 @@ fn classify<'s>(
     if d.len() < wire::ETHERNET_HEADER {
         return Err(RUNT);
     }
-    if meta.rx_interface != cache.rx {
-        cache.rx = meta.rx_interface;
-        cache.iface = state.interface(cache.rx);
-    }
+    cache.update(state, meta.rx_interface);
     let mut iface = cache.iface.ok_or(UNKNOWN_INTERFACE)?;
     meta.l2_offset = meta.data_offset();
     meta.flags |= flags::L2_VALID;
@@ -117,32 +165,49 @@ impl Node<ForwardingState> for EthernetInput {
     fn process(&mut self, cx: &mut Context<'_, ForwardingState>, frame: &mut Frame) -> usize {
         let state = cx.state();
         let base = cx.error_id(0);
-        let mut cache = RxCache {
-            rx: u32::MAX,
-            iface: None,
-        };
+        let mut cache = RxCache::new();
         let bis = frame.as_slice();
+        let n = bis.len();
+        let mut arcs = Arcs::new(&mut self.nexts[..n], IP4);
+        let mut buffers = cx.buffers.view();
         for (i, &bi) in bis.iter().enumerate() {
-            if let Some(&ahead) = bis.get(i + 4) {
-                cx.buffers.prefetch_buffer(ahead);
+            if let Some(&ahead) = bis.get(i + PREFETCH_AHEAD) {
+                buffers.prefetch(ahead);
             }
-            let (meta, d) = cx.buffers.meta_and_data_mut(bi);
-            match classify(state, &mut cache, meta, d) {
-                Ok((next, header)) => {
-                    self.nexts[i] = next;
+            let (meta, d) = buffers.meta_and_data_mut(bi);
+            cache.update(state, meta.rx_interface);
+            if cache.l2 && d.len() >= wire::ETHERNET_HEADER {
+                // The frame goes to the cross-connect untouched.
+                meta.l2_offset = meta.data_offset();
+                meta.flags |= flags::L2_VALID;
+                arcs.set(i, XCONNECT);
+                continue;
+            }
+            if plain_ip4(&cache, d) {
+                meta.l2_offset = meta.data_offset();
+                // The window holds the 14 bytes just checked.
+                meta.advance(wire::ETHERNET_HEADER as u16);
+                meta.l3_offset = meta.data_offset();
+                meta.flags |= flags::L2_VALID | flags::L3_VALID;
+                continue;
+            }
+            let arc = match classify(state, &mut cache, meta, d) {
+                Ok((to, header)) => {
                     if header > 0 {
                         meta.advance(header);
                         meta.l3_offset = meta.data_offset();
                         meta.flags |= flags::L3_VALID;
                     }
+                    to
                 }
                 Err(code) => {
                     meta.error = base + code;
-                    self.nexts[i] = Next::DROP;
+                    Next::DROP
                 }
-            }
+            };
+            arcs.set(i, arc);
         }
-        cx.enqueue_to_nexts(&self.nexts[..bis.len()], bis);
-        bis.len()
+        arcs.enqueue(cx, frame);
+        n
     }
 }

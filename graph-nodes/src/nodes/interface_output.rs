@@ -61,21 +61,30 @@ impl Node<ForwardingState> for InterfaceOutput {
         let n = bis.len();
         // Packets of a frame usually leave by one interface: resolve it once per run.
         let (mut last_tx, mut last_port) = (u32::MAX, TO_DROP);
-        for (i, &bi) in bis.iter().enumerate() {
-            let tx = cx.buffers.meta(bi).tx_interface;
+        let mut one_port = true;
+        let mut buffers = cx.buffers.view();
+        for ((&bi, port), i) in bis.iter().zip(&mut self.port_of[..n]).zip(0..) {
+            let meta = buffers.meta_mut(bi);
+            let tx = meta.tx_interface;
             if tx != last_tx {
                 last_tx = tx;
                 let class = state.tx_class(tx);
-                last_port = match (class.queue(), class.tunnel()) {
+                let p = match (class.queue(), class.tunnel()) {
                     (Some(port), _) => port,
                     (None, Some(_)) => TO_ENCAP,
                     (None, None) => TO_DROP,
                 };
+                one_port &= i == 0 || p == last_port;
+                last_port = p;
             }
             if last_port == TO_DROP {
-                cx.buffers.meta_mut(bi).error = base + UNKNOWN_INTERFACE;
+                meta.error = base + UNKNOWN_INTERFACE;
             }
-            self.port_of[i] = last_port;
+            *port = last_port;
+        }
+        if one_port {
+            self.send(cx, last_port, bis);
+            return n;
         }
         let mut i = 0;
         while i < n {
@@ -84,29 +93,37 @@ impl Node<ForwardingState> for InterfaceOutput {
             while j < n && self.port_of[j] == port {
                 j += 1;
             }
-            let run = &bis[i..j];
-            match port {
-                TO_ENCAP => cx.enqueue_slice(ENCAP, run),
-                TO_DROP => cx.enqueue_slice(Next::DROP, run),
-                p => match self.queues.get_mut(p as usize).and_then(Option::as_mut) {
-                    Some(q) => {
-                        let sent = q.transmit(cx.buffers, run).min(run.len());
-                        let refused = &run[sent..];
-                        for &bi in refused {
-                            cx.buffers.meta_mut(bi).error = base + TX_FULL;
-                        }
-                        cx.enqueue_slice(Next::DROP, refused);
-                    }
-                    None => {
-                        for &bi in run {
-                            cx.buffers.meta_mut(bi).error = base + NO_QUEUE;
-                        }
-                        cx.enqueue_slice(Next::DROP, run);
-                    }
-                },
-            }
+            self.send(cx, port, &bis[i..j]);
             i = j;
         }
         n
+    }
+}
+
+impl InterfaceOutput {
+    /// Sends a run of packets for one port (or to be encapsulated, or dropped).
+    #[inline]
+    fn send(&mut self, cx: &mut Context<'_, ForwardingState>, port: u32, run: &[u32]) {
+        let base = cx.error_id(0);
+        match port {
+            TO_ENCAP => cx.enqueue_slice(ENCAP, run),
+            TO_DROP => cx.enqueue_slice(Next::DROP, run),
+            p => match self.queues.get_mut(p as usize).and_then(Option::as_mut) {
+                Some(q) => {
+                    let sent = q.transmit(cx.buffers, run).min(run.len());
+                    let refused = &run[sent..];
+                    for &bi in refused {
+                        cx.buffers.meta_mut(bi).error = base + TX_FULL;
+                    }
+                    cx.enqueue_slice(Next::DROP, refused);
+                }
+                None => {
+                    for &bi in run {
+                        cx.buffers.meta_mut(bi).error = base + NO_QUEUE;
+                    }
+                    cx.enqueue_slice(Next::DROP, run);
+                }
+            },
+        }
     }
 }

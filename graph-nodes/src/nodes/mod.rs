@@ -23,7 +23,7 @@ pub use vxlan::{Vxlan4Encap, Vxlan4Input};
 use std::sync::Arc;
 
 use dataplane::buffer::flags;
-use dataplane::{GraphBuilder, TxQueue};
+use dataplane::{Context, Frame, GraphBuilder, Next, TxQueue};
 
 use crate::state::{ForwardingState, IfIndex};
 
@@ -51,6 +51,52 @@ pub mod names {
     pub const VXLAN4_INPUT: &str = "vxlan4-input";
     /// Hands packets to ports' transmit queues.
     pub const INTERFACE_OUTPUT: &str = "interface-output";
+}
+
+/// The next arcs of a frame's packets when most take one common arc: nothing is written for
+/// packets taking it until one takes another, and a frame whose packets all take it is handed on
+/// whole.
+pub(crate) struct Arcs<'a> {
+    arcs: &'a mut [Next],
+    common: Next,
+    mixed: bool,
+}
+
+impl<'a> Arcs<'a> {
+    /// Arcs for `arcs.len()` packets, all `common` so far.
+    #[inline(always)]
+    pub fn new(arcs: &'a mut [Next], common: Next) -> Self {
+        Arcs {
+            arcs,
+            common,
+            mixed: false,
+        }
+    }
+
+    /// Sends packet `i` along `arc` (only needed when it is not the common one).
+    #[inline(always)]
+    pub fn set(&mut self, i: usize, arc: Next) {
+        if !self.mixed {
+            if arc == self.common {
+                return;
+            }
+            self.arcs.fill(self.common);
+            self.mixed = true;
+        }
+        if let Some(a) = self.arcs.get_mut(i) {
+            *a = arc;
+        }
+    }
+
+    /// Hands the frame on along the arcs set.
+    #[inline]
+    pub fn enqueue<S>(self, cx: &mut Context<'_, S>, frame: &mut Frame) {
+        if self.mixed {
+            cx.enqueue_to_nexts(self.arcs, frame.as_slice());
+        } else {
+            cx.enqueue_frame(self.common, frame);
+        }
+    }
 }
 
 /// Buffer flag: the packet was made by Quiver itself (ARP, ICMP replies, VXLAN outer headers):

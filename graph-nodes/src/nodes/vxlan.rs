@@ -15,19 +15,30 @@ pub const ENCAP_LEN: u16 = (wire::IP4_HEADER + wire::UDP_HEADER + wire::VXLAN_HE
 /// The UDP source port for an inner frame: a hash of its headers, in 49152–65535.
 #[inline]
 pub fn source_port(inner: &[u8]) -> (u16, u32) {
-    let h = if inner.len() >= wire::ETHERNET_HEADER + wire::IP4_HEADER
-        && be16(inner, 12) == wire::ETHERTYPE_IP4
-    {
-        super::ip4_lookup::ip4_flow_hash(&inner[wire::ETHERNET_HEADER..])
-    } else if inner.len() >= wire::ETHERNET_HEADER {
-        wire::flow_hash(be32(inner, 0), be32(inner, 4), 0, be32(inner, 8))
-    } else {
-        0
+    let h = match inner.first_chunk::<{ wire::ETHERNET_HEADER + wire::IP4_HEADER + 4 }>() {
+        Some(f) if u16::from_be_bytes([f[12], f[13]]) == wire::ETHERTYPE_IP4 => {
+            let (_, ip) = f
+                .split_first_chunk::<{ wire::ETHERNET_HEADER }>()
+                .expect("38 bytes");
+            super::ip4_lookup::ip4_flow_hash_of(ip.try_into().expect("24 bytes"))
+        }
+        _ if inner.len() >= wire::ETHERNET_HEADER + wire::IP4_HEADER
+            && be16(inner, 12) == wire::ETHERTYPE_IP4 =>
+        {
+            super::ip4_lookup::ip4_flow_hash(&inner[wire::ETHERNET_HEADER..])
+        }
+        _ if inner.len() >= wire::ETHERNET_HEADER => {
+            wire::flow_hash(be32(inner, 0), be32(inner, 4), 0, be32(inner, 8))
+        }
+        _ => 0,
     };
     (0xc000 | (h & 0x3fff) as u16, h)
 }
 
 const LOOKUP: Next = Next::declared(0);
+
+/// Packets ahead whose buffer is prefetched.
+const PREFETCH_AHEAD: usize = 4;
 
 mod encap_errors {
     pub const NO_TUNNEL: u16 = 0;
@@ -75,11 +86,12 @@ impl Node<ForwardingState> for Vxlan4Encap {
         let bis = frame.as_slice();
         let mut dropped = false;
         let (mut last_tx, mut tunnel) = (u32::MAX, None);
-        for (i, &bi) in bis.iter().enumerate() {
-            if let Some(&ahead) = bis.get(i + 4) {
-                cx.buffers.prefetch_buffer(ahead);
+        let mut buffers = cx.buffers.view();
+        for (i, (&bi, next)) in bis.iter().zip(&mut self.nexts[..n]).enumerate() {
+            if let Some(&ahead) = bis.get(i + PREFETCH_AHEAD) {
+                buffers.prefetch(ahead);
             }
-            let (meta, inner) = cx.buffers.meta_and_data_mut(bi);
+            let (meta, headroom, inner) = buffers.meta_headroom_and_data_mut(bi);
             let tx = meta.tx_interface;
             if tx != last_tx {
                 last_tx = tx;
@@ -90,7 +102,7 @@ impl Node<ForwardingState> for Vxlan4Encap {
             }
             let Some(t) = tunnel else {
                 meta.error = base + NO_TUNNEL;
-                self.nexts[i] = Next::DROP;
+                *next = Next::DROP;
                 dropped = true;
                 continue;
             };
@@ -98,25 +110,28 @@ impl Node<ForwardingState> for Vxlan4Encap {
             let (sport, hash) = source_port(inner);
             meta.flow_hash = hash;
             meta.flags |= flags::FLOW_HASH_VALID | flags::IP4_CHECKSUM_OK | LOCALLY_ORIGINATED;
-            // `prepend` returns exactly ENCAP_LEN bytes; as an array the copy is inlined.
-            let Some(h) = cx
-                .buffers
-                .prepend(bi, ENCAP_LEN)
-                .and_then(|h| <&mut [u8; ENCAP_LEN as usize]>::try_from(h).ok())
+            let room = headroom.len().checked_sub(ENCAP_LEN as usize);
+            let Some(h) = room
+                .filter(|_| meta.retreat(ENCAP_LEN))
+                .and_then(|at| <&mut [u8; ENCAP_LEN as usize]>::try_from(&mut headroom[at..]).ok())
             else {
-                cx.buffers.meta_mut(bi).error = base + NO_HEADROOM;
-                self.nexts[i] = Next::DROP;
+                meta.error = base + NO_HEADROOM;
+                *next = Next::DROP;
                 dropped = true;
                 continue;
             };
+            meta.l3_offset = meta.data_offset();
             *h = t.header;
+            // ip4-lookup finds the outer destination's FIB line in cache.
+            state.fib.prefetch(t.dst);
             let ip_len = (inner_len + ENCAP_LEN as u32) as u16;
-            wire::put16(h, ip4::TOTAL_LEN, ip_len);
-            wire::put16(h, ip4::CHECKSUM, wire::fold(t.ip_sum + ip_len as u32));
-            wire::put16(h, wire::IP4_HEADER, sport);
-            wire::put16(h, wire::IP4_HEADER + 4, ip_len - wire::IP4_HEADER as u16);
-            let m = cx.buffers.meta_mut(bi);
-            m.l3_offset = m.data_offset();
+            h[ip4::TOTAL_LEN..ip4::TOTAL_LEN + 2].copy_from_slice(&ip_len.to_be_bytes());
+            let check = wire::fold(t.ip_sum + ip_len as u32);
+            h[ip4::CHECKSUM..ip4::CHECKSUM + 2].copy_from_slice(&check.to_be_bytes());
+            let udp = wire::IP4_HEADER;
+            h[udp..udp + 2].copy_from_slice(&sport.to_be_bytes());
+            let udp_len = ip_len - wire::IP4_HEADER as u16;
+            h[udp + 4..udp + 6].copy_from_slice(&udp_len.to_be_bytes());
         }
         if dropped {
             cx.enqueue_to_nexts(&self.nexts[..n], bis);
