@@ -5,13 +5,20 @@
 //! - [`memif_port`]: memif interfaces (master or slave) through the `memif` crate;
 //! - [`af_packet`]: any kernel interface through `AF_PACKET` mmap rings;
 //! - [`tap`]: a TAP device, attaching Quiver to the host stack.
+//!
+//! And what NSM's mechanisms need around them: [`netns`] (work inside another pod's network
+//! namespace without moving Quiver's threads) and [`kernel_interface`] (NSM's KERNEL mechanism: a
+//! veth pair into a namespace, configured over netlink).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod af_packet;
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
+pub mod kernel_interface;
 pub mod memif_port;
+mod netlink;
+pub mod netns;
 pub mod port;
 pub mod tap;
 

@@ -31,6 +31,7 @@ use memif::{
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
+use crate::netns::{NetNs, NetNsId};
 use crate::port::{LinkStatus, Port, PortError, PortStats, QueuePair};
 
 const ETH_HEADER: usize = 14;
@@ -56,6 +57,10 @@ pub struct MemifPortConfig {
     pub buffer_size: u32,
     /// The port's MAC address.
     pub mac: [u8; 6],
+    /// The network namespace the control socket lives in (`None`: Quiver's own). A master
+    /// binds its socket there (an abstract `@name` is then reachable from that namespace only);
+    /// a slave connects, and reconnects, from there.
+    pub netns: Option<NetNs>,
 }
 
 impl MemifPortConfig {
@@ -73,6 +78,7 @@ impl MemifPortConfig {
             log2_ring_size: 10,
             buffer_size: 2048,
             mac: [0x02, 0xfe, b[0], b[1], b[2], b[3]],
+            netns: None,
         }
     }
 }
@@ -535,10 +541,14 @@ impl Drop for MemifControl {
     }
 }
 
+/// A master socket: its address and the namespace it was bound in (`None`: Quiver's own).
+/// Ports with the same key share one socket.
+type MasterKey = (SocketAddress, Option<NetNsId>);
+
 /// Where a port's interface lives on the control thread.
 enum Endpoint {
-    /// On the master listening on this address, with this id.
-    Master(SocketAddress, u32),
+    /// On the master listening on this socket, with this id.
+    Master(MasterKey, u32),
     /// Its own slave.
     Slave(Box<Slave>),
 }
@@ -561,7 +571,7 @@ struct ControlLoop {
     commands: mpsc::Receiver<Command>,
     wake: Arc<EventFd>,
     workers: usize,
-    masters: Vec<Master>,
+    masters: Vec<(MasterKey, Master)>,
     ports: HashMap<String, Managed>,
 }
 
@@ -612,7 +622,8 @@ impl ControlLoop {
         let bad = |e: memif::Error| PortError::Config(format!("{}: {e}", cfg.name));
         let endpoint = match cfg.role {
             Role::Master => {
-                let k = match self.masters.iter().position(|m| m.address() == &cfg.socket) {
+                let key: MasterKey = (cfg.socket.clone(), cfg.netns.as_ref().map(NetNs::id));
+                let k = match self.masters.iter().position(|(k, _)| *k == key) {
                     Some(k) => k,
                     None => {
                         let mcfg = MasterConfig {
@@ -620,16 +631,32 @@ impl ControlLoop {
                                 .unwrap_or(u16::MAX),
                             ..MasterConfig::default()
                         };
-                        self.masters
-                            .push(Master::bind(cfg.socket.clone(), mcfg).map_err(bad)?);
+                        let master = match &cfg.netns {
+                            None => Master::bind(cfg.socket.clone(), mcfg).map_err(bad)?,
+                            Some(ns) => Master::from_listener(
+                                ns.listen_memif(&cfg.socket)
+                                    .map_err(|e| PortError::Config(format!("{}: {e}", cfg.name)))?,
+                                cfg.socket.clone(),
+                                mcfg,
+                            ),
+                        };
+                        self.masters.push((key.clone(), master));
                         self.masters.len() - 1
                     }
                 };
-                self.masters[k].add_interface(icfg).map_err(bad)?;
-                Endpoint::Master(cfg.socket.clone(), cfg.id)
+                self.masters[k].1.add_interface(icfg).map_err(bad)?;
+                Endpoint::Master(key, cfg.id)
             }
             Role::Slave => {
-                Endpoint::Slave(Box::new(Slave::new(cfg.socket.clone(), icfg).map_err(bad)?))
+                let mut slave = Slave::new(cfg.socket.clone(), icfg).map_err(bad)?;
+                if let Some(ns) = cfg.netns.clone() {
+                    // Every (re)connect from inside the namespace, where the master's socket is.
+                    slave.set_connector(Box::new(move |addr| {
+                        ns.run(|| memif::socket::ControlSocket::connect(addr))
+                            .unwrap_or_else(|e| Err(memif::Error::Config(e.to_string())))
+                    }));
+                }
+                Endpoint::Slave(Box::new(slave))
             }
         };
         tracing::info!(port = %cfg.name, role = ?cfg.role, socket = %cfg.socket, id = cfg.id, "memif port added");
@@ -654,10 +681,10 @@ impl ControlLoop {
         }
         m.port.set_link(LinkStatus::Down("removed".into()));
         match m.endpoint {
-            Endpoint::Master(addr, id) => {
-                if let Some(k) = self.masters.iter().position(|x| x.address() == &addr) {
-                    self.masters[k].remove_interface(id, "interface removed");
-                    if self.masters[k].is_empty() {
+            Endpoint::Master(key, id) => {
+                if let Some(k) = self.masters.iter().position(|(x, _)| *x == key) {
+                    self.masters[k].1.remove_interface(id, "interface removed");
+                    if self.masters[k].1.is_empty() {
                         self.masters.remove(k);
                     }
                 }
@@ -669,7 +696,7 @@ impl ControlLoop {
 
     /// Advances every handshake and hands out or withdraws queues on link changes.
     fn step(&mut self) {
-        for m in &mut self.masters {
+        for (_, m) in &mut self.masters {
             if let Err(e) = m.poll() {
                 tracing::warn!(socket = %m.address(), "memif master: {e}");
             }
@@ -677,10 +704,10 @@ impl ControlLoop {
         let masters = &mut self.masters;
         for managed in self.ports.values_mut() {
             let iface = match &mut managed.endpoint {
-                Endpoint::Master(addr, id) => masters
+                Endpoint::Master(key, id) => masters
                     .iter_mut()
-                    .find(|m| m.address() == addr)
-                    .and_then(|m| m.interface_mut(*id)),
+                    .find(|(k, _)| k == key)
+                    .and_then(|(_, m)| m.interface_mut(*id)),
                 Endpoint::Slave(s) => {
                     if let Err(e) = s.poll() {
                         tracing::warn!(port = %managed.port.config.name, "memif slave: {e}");
@@ -698,7 +725,7 @@ impl ControlLoop {
     /// retry connecting on a timer).
     fn wait(&self) {
         let mut fds: Vec<BorrowedFd<'_>> = vec![self.wake.as_fd()];
-        for m in &self.masters {
+        for (_, m) in &self.masters {
             fds.extend(m.control_fds());
         }
         for managed in self.ports.values() {

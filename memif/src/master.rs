@@ -77,14 +77,25 @@ impl Master {
     /// Listen on `addr` (a leading `@` in [`SocketAddress::parse`] means abstract).
     pub fn bind(addr: SocketAddress, config: MasterConfig) -> Result<Master, Error> {
         let listener = ControlSocket::listen(&addr)?;
-        Ok(Master {
+        Ok(Master::from_listener(listener, addr, config))
+    }
+
+    /// Serve on `listener`, a socket already bound and listening on `addr` (by
+    /// [`ControlSocket::listen`]) — for example one made inside another network namespace,
+    /// where an abstract name lives: a socket stays in the namespace it was created in.
+    pub fn from_listener(
+        listener: ControlSocket,
+        addr: SocketAddress,
+        config: MasterConfig,
+    ) -> Master {
+        Master {
             listener,
             addr,
             config,
             interfaces: Vec::new(),
             bound: Vec::new(),
             conns: Vec::new(),
-        })
+        }
     }
 
     /// The address listened on.

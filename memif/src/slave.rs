@@ -33,10 +33,36 @@ enum FdRef {
     Tx(usize),
 }
 
+/// How a slave opens its control connection (see [`Slave::set_connector`]).
+pub type ConnectFn = dyn FnMut(&SocketAddress) -> Result<ControlSocket, Error> + Send + Sync;
+
+/// The slave's connector: [`ControlSocket::connect`] unless replaced.
+struct Connector(Option<Box<ConnectFn>>);
+
+impl Connector {
+    fn connect(&mut self, addr: &SocketAddress) -> Result<ControlSocket, Error> {
+        match &mut self.0 {
+            Some(f) => f(addr),
+            None => ControlSocket::connect(addr),
+        }
+    }
+}
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "custom"
+        } else {
+            "default"
+        })
+    }
+}
+
 /// A memif slave interface.
 #[derive(Debug)]
 pub struct Slave {
     addr: SocketAddress,
+    connector: Connector,
     iface: Interface,
     state: State,
     sock: Option<ControlSocket>,
@@ -69,6 +95,7 @@ impl Slave {
         }
         Ok(Slave {
             addr,
+            connector: Connector(None),
             iface: Interface::new(config, Role::Slave),
             state: State::Disconnected,
             sock: None,
@@ -77,6 +104,13 @@ impl Slave {
             retry_at: Instant::now(),
             retry_interval: Duration::from_millis(100),
         })
+    }
+
+    /// Replace how the control connection is opened (on every connect and reconnect) — for
+    /// example with one that connects from inside another network namespace, where the
+    /// master's abstract socket lives.
+    pub fn set_connector(&mut self, connect: Box<ConnectFn>) {
+        self.connector = Connector(Some(connect));
     }
 
     /// The interface (link state, counters).
@@ -102,7 +136,7 @@ impl Slave {
             if Instant::now() < self.retry_at {
                 return Ok(());
             }
-            match ControlSocket::connect(&self.addr) {
+            match self.connector.connect(&self.addr) {
                 Ok(s) => {
                     self.sock = Some(s);
                     self.state = State::AwaitHello;
