@@ -3,3 +3,5 @@
 //! of the `.proto` files under `proto/`.
 
 pub mod proto;
+pub mod spiffe;
+pub mod tokens;

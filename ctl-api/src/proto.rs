@@ -23,3 +23,9 @@ pub mod networkservice {
 pub mod registry {
     tonic::include_proto!("registry");
 }
+
+/// The SPIFFE Workload API (`SpiffeWorkloadAPI`, a proto without a package): Quiver is its
+/// client, for X.509 SVIDs and trust bundles (see `crate::spiffe`).
+pub mod spiffe_workload {
+    tonic::include_proto!("_");
+}
