@@ -25,6 +25,9 @@ pub use counters::{NodeRuntime, RuntimeSnapshot, WorkerRuntime};
 pub use frame::{Frame, FRAME_SIZE};
 pub use graph::{Context, Graph, GraphBuilder, GraphError, GraphHandle, ERROR_DROP};
 pub use node::{ErrorSpec, Next, Node, NodeKind, NodeSpec};
-pub use port::{PortInput, RxQueue, TxQueue};
+pub use port::{PortInput, PortsInput, RxQueue, TxQueue, PORT_INPUT};
 pub use snapshot::{Epochs, Published, Reader};
-pub use worker::{Dataplane, IdlePolicy, StartError, WorkerConfig, WorkerInit};
+pub use worker::{
+    CommandError, Dataplane, IdlePolicy, StartError, WorkerCommand, WorkerConfig, WorkerControl,
+    WorkerInit, COMMAND_TIMEOUT,
+};

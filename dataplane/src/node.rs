@@ -118,4 +118,12 @@ pub trait Node<S>: Send {
     fn release(&mut self, buffers: &mut WorkerBuffers) {
         let _ = buffers;
     }
+
+    /// The node as [`std::any::Any`], for nodes that accept runtime changes (a port attached
+    /// to `port-input`, a transmit queue to `interface-output`): a worker command finds the node
+    /// with [`crate::Graph::node_mut`] and changes it between loop passes. `None` (the default)
+    /// for nodes that do not.
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        None
+    }
 }

@@ -63,6 +63,84 @@ impl<S, Q: RxQueue> Node<S> for PortInput<Q> {
     }
 }
 
+/// The name of the worker's one [`PortsInput`] node.
+pub const PORT_INPUT: &str = "port-input";
+
+/// Polls every receive queue attached to this worker (VPP's way: one input node per worker,
+/// a list of queues), each burst stamped with its port's interface index and sent to the next
+/// node. Queues are attached and detached at run time, between loop passes, by worker commands
+/// (see [`crate::Dataplane::command`]); per-port receive counters are the ports' own.
+pub struct PortsInput {
+    name: String,
+    next: String,
+    queues: Vec<(u32, Box<dyn RxQueue>)>,
+}
+
+impl PortsInput {
+    /// Room reserved for attached queues, so attaching rarely allocates.
+    const RESERVED: usize = 64;
+
+    /// An input node called `name` with no queue yet, leading to `next`.
+    pub fn new(name: &str, next: &str) -> Self {
+        PortsInput {
+            name: name.into(),
+            next: next.into(),
+            queues: Vec::with_capacity(Self::RESERVED),
+        }
+    }
+
+    /// Starts polling `queue` for interface `interface`; returns `false` (and drops `queue`)
+    /// when that interface already has a queue here.
+    pub fn attach(&mut self, interface: u32, queue: Box<dyn RxQueue>) -> bool {
+        if self.queues.iter().any(|(i, _)| *i == interface) {
+            return false;
+        }
+        self.queues.push((interface, queue));
+        true
+    }
+
+    /// Stops polling interface `interface`'s queue and hands it back (to be dropped on this
+    /// worker's thread).
+    pub fn detach(&mut self, interface: u32) -> Option<Box<dyn RxQueue>> {
+        let k = self.queues.iter().position(|(i, _)| *i == interface)?;
+        Some(self.queues.remove(k).1)
+    }
+
+    /// The interfaces whose queues are polled, in polling order.
+    pub fn interfaces(&self) -> impl Iterator<Item = u32> + '_ {
+        self.queues.iter().map(|(i, _)| *i)
+    }
+}
+
+impl<S> Node<S> for PortsInput {
+    fn spec(&self) -> NodeSpec {
+        NodeSpec::input(&self.name).nexts(&[&self.next])
+    }
+
+    fn process(&mut self, cx: &mut Context<'_, S>, frame: &mut Frame) -> usize {
+        let mut produced = 0;
+        for (interface, queue) in &mut self.queues {
+            let n = queue.receive(cx.buffers, frame.spare_mut());
+            if n == 0 {
+                continue;
+            }
+            frame.set_len(n);
+            for &bi in frame.as_slice() {
+                cx.buffers.meta_mut(bi).rx_interface = *interface;
+            }
+            cx.trace_input(frame.as_slice());
+            // Leaves `frame` empty: swapped for a spare one, or copied and cleared.
+            cx.enqueue_frame(Next::declared(0), frame);
+            produced += n;
+        }
+        produced
+    }
+
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
+    }
+}
+
 impl<Q: RxQueue + ?Sized> RxQueue for Box<Q> {
     fn receive(&mut self, buffers: &mut WorkerBuffers, out: &mut [u32]) -> usize {
         (**self).receive(buffers, out)

@@ -1,12 +1,13 @@
 //! Workers: one pinned OS thread per configured core, each running its own graph instance.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::buffer::BufferPool;
+use crate::buffer::{BufferPool, WorkerBuffers};
 use crate::counters::RuntimeSnapshot;
 use crate::graph::{Graph, GraphHandle};
 use crate::snapshot::{Epochs, Published};
@@ -87,12 +88,101 @@ pub enum StartError {
     Spawn(std::io::Error),
 }
 
+/// What a worker command sees: the worker's graph, buffers and current configuration, on the
+/// worker's own thread, between two loop passes (no frame of the previous pass is pending
+/// unless that pass hit its dispatch cap; [`Graph::drain`] finishes them).
+pub struct WorkerControl<'a, S> {
+    /// The worker's index.
+    pub worker: usize,
+    /// How many workers there are.
+    pub workers: usize,
+    /// The worker's graph.
+    pub graph: &'a mut Graph<S>,
+    /// The worker's buffers.
+    pub buffers: &'a mut WorkerBuffers,
+    /// The configuration snapshot the worker reads now.
+    pub state: &'a S,
+}
+
+/// A change a worker applies to its own graph between loop passes (attach or detach a port's
+/// queues …). It runs on the worker's thread, so drivers that must be touched by the thread that
+/// polls them (DPDK lcores, memif queues) are. `Err` is reported to the caller.
+pub type WorkerCommand<S> =
+    Box<dyn FnOnce(&mut WorkerControl<'_, S>) -> Result<(), String> + Send + 'static>;
+
+/// A command and where its worker acknowledges it.
+struct Posted<S> {
+    command: WorkerCommand<S>,
+    ack: mpsc::Sender<(usize, Result<(), String>)>,
+}
+
+/// A worker's mailbox. The worker checks `pending` with one atomic load per loop pass and
+/// takes the lock only when something was posted, so the data path neither locks nor
+/// allocates while no command arrives.
+struct Mailbox<S> {
+    pending: AtomicUsize,
+    queue: Mutex<VecDeque<Posted<S>>>,
+}
+
+impl<S> Mailbox<S> {
+    fn new() -> Self {
+        Mailbox {
+            pending: AtomicUsize::new(0),
+            queue: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Posted<S>>> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn post(&self, p: Posted<S>) {
+        self.lock().push_back(p);
+        self.pending.fetch_add(1, Ordering::Release);
+    }
+
+    /// Takes the next command, if any (the worker side).
+    fn take(&self) -> Option<Posted<S>> {
+        if self.pending.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let p = self.lock().pop_front()?;
+        self.pending.fetch_sub(1, Ordering::Release);
+        Some(p)
+    }
+}
+
+/// How long [`Dataplane::command`] waits for every worker's acknowledgement.
+pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A worker command that did not complete everywhere.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CommandError {
+    /// A worker ran the command and it failed (other workers may have applied it).
+    #[error("worker {worker}: {reason}")]
+    Failed {
+        /// The worker.
+        worker: usize,
+        /// Why.
+        reason: String,
+    },
+    /// A worker did not acknowledge in time, or has stopped.
+    #[error("worker {worker} did not acknowledge the command ({why})")]
+    NoAck {
+        /// The first worker missing.
+        worker: usize,
+        /// Timed out or stopped.
+        why: String,
+    },
+}
+
 /// Trace arming failed.
 #[derive(Debug, thiserror::Error)]
 #[error("no input node named `{0}` (input nodes: {1})")]
 pub struct UnknownInputNode(String, String);
 
-struct Worker {
+struct Worker<S> {
+    mailbox: Arc<Mailbox<S>>,
     thread: JoinHandle<()>,
     graph: GraphHandle,
     tid: i32,
@@ -103,7 +193,7 @@ struct Worker {
 pub struct Dataplane<S: Send + Sync + 'static> {
     pool: Arc<BufferPool>,
     state: Arc<Published<S>>,
-    workers: Vec<Worker>,
+    workers: Vec<Worker<S>>,
     input_nodes: Vec<String>,
     stop: Arc<AtomicBool>,
 }
@@ -145,11 +235,17 @@ impl<S: Send + Sync + 'static> Dataplane<S> {
                 pool: pool.clone(),
             };
             let (tx, rx) = mpsc::channel::<Ready>();
-            let (state, stop, build, idle) =
-                (state.clone(), stop.clone(), build.clone(), config.idle);
+            let mailbox = Arc::new(Mailbox::new());
+            let (state, stop, build, idle, mb) = (
+                state.clone(),
+                stop.clone(),
+                build.clone(),
+                config.idle,
+                mailbox.clone(),
+            );
             let thread = std::thread::Builder::new()
                 .name(format!("quiver-wk{index}"))
-                .spawn(move || worker_main(init, state, stop, idle, &*build, tx))
+                .spawn(move || worker_main(init, state, stop, idle, &*build, tx, mb))
                 .map_err(StartError::Spawn)?;
             match rx.recv() {
                 Ok(Ok((graph, tid, inputs))) => {
@@ -157,6 +253,7 @@ impl<S: Send + Sync + 'static> Dataplane<S> {
                         dp.input_nodes = inputs;
                     }
                     dp.workers.push(Worker {
+                        mailbox,
                         thread,
                         graph,
                         tid,
@@ -199,6 +296,58 @@ impl<S: Send + Sync + 'static> Dataplane<S> {
     /// Replaced configurations still waiting for a worker to move on.
     pub fn pending_reclaim(&self) -> usize {
         self.state.domain().pending()
+    }
+
+    /// Runs a command on every worker, between two of its loop passes, on its own thread
+    /// (`make(w)` gives worker `w`'s), and returns once every worker has acknowledged: on `Ok`
+    /// every worker has applied it. Workers keep forwarding meanwhile; only the worker running
+    /// a command pauses, for as long as the command takes. On `Err` some workers may have
+    /// applied it: the caller undoes with another command.
+    pub fn command(
+        &self,
+        mut make: impl FnMut(usize) -> WorkerCommand<S>,
+    ) -> Result<(), CommandError> {
+        let (ack, acks) = mpsc::channel();
+        for (w, worker) in self.workers.iter().enumerate() {
+            worker.mailbox.post(Posted {
+                command: make(w),
+                ack: ack.clone(),
+            });
+        }
+        drop(ack);
+        let deadline = Instant::now() + COMMAND_TIMEOUT;
+        let mut done = vec![false; self.workers.len()];
+        let mut failed = None;
+        while done.iter().any(|d| !d) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let missing = done.iter().position(|d| !d).unwrap_or(0);
+            match acks.recv_timeout(left) {
+                Ok((w, result)) => {
+                    done[w] = true;
+                    if let Err(reason) = result {
+                        failed.get_or_insert(CommandError::Failed { worker: w, reason });
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    return Err(CommandError::NoAck {
+                        worker: missing,
+                        why: format!("no answer in {COMMAND_TIMEOUT:?}"),
+                    })
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(CommandError::NoAck {
+                        worker: missing,
+                        why: "the worker has stopped".into(),
+                    })
+                }
+            }
+        }
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// How many workers run.
+    pub fn worker_count(&self) -> usize {
+        self.workers.len()
     }
 
     /// The buffer pool.
@@ -285,6 +434,7 @@ fn worker_main<S: Send + Sync + 'static>(
     idle: IdlePolicy,
     build: &(dyn Fn(&WorkerInit) -> Result<Graph<S>, String> + Send + Sync),
     ready: mpsc::Sender<Ready>,
+    mailbox: Arc<Mailbox<S>>,
 ) {
     if let Err(source) = pin_to(init.core) {
         let _ = ready.send(Err(StartError::Pin {
@@ -318,6 +468,17 @@ fn worker_main<S: Send + Sync + 'static>(
     let mut idle_passes = 0u32;
     while !stop.load(Ordering::Relaxed) {
         let current = reader.read(&state);
+        while let Some(posted) = mailbox.take() {
+            let mut control = WorkerControl {
+                worker: init.index,
+                workers: init.workers,
+                graph: &mut graph,
+                buffers: &mut buffers,
+                state: current,
+            };
+            let result = (posted.command)(&mut control);
+            let _ = posted.ack.send((init.index, result));
+        }
         if graph.run_pass(&mut buffers, current) > 0 {
             idle_passes = 0;
             continue;
@@ -331,5 +492,9 @@ fn worker_main<S: Send + Sync + 'static>(
     }
     let current = reader.read(&state);
     graph.shutdown(&mut buffers, current);
+    // Commands posted too late are dropped unrun: their callers see the worker has stopped.
+    while let Some(posted) = mailbox.take() {
+        drop(posted);
+    }
     tracing::debug!(worker = init.index, "worker stopped");
 }

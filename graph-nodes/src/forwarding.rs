@@ -228,6 +228,8 @@ pub struct Forwarding {
     load_balances: Interned<Vec<u32>>,
     routes: HashMap<(u32, u8), (u32, RouteSource)>,
     xconnect: Vec<IfIndex>,
+    /// L3 cross-connects: receiving interface → (sending interface, next hop, adjacency held).
+    l3xconnect: HashMap<IfIndex, (IfIndex, u32, u32)>,
     tunnels: Vec<Option<VxlanTunnel>>,
     vxlan_port: u16,
     events: Arc<ArrayQueue<DataplaneEvent>>,
@@ -263,6 +265,7 @@ impl Forwarding {
             load_balances: Interned::new(),
             routes: HashMap::new(),
             xconnect: Vec::new(),
+            l3xconnect: HashMap::new(),
             tunnels: Vec::new(),
             vxlan_port: wire::VXLAN_PORT,
             events: Arc::new(ArrayQueue::new(4096)),
@@ -459,6 +462,7 @@ impl Forwarding {
         }
         self.neighbors.retain(|(ifx, _), _| *ifx != i);
         self.disconnect(i);
+        self.l3_disconnect(i);
         self.interfaces[i as usize] = None;
         Ok(())
     }
@@ -504,6 +508,51 @@ impl Forwarding {
                 i.mode = InterfaceMode::L3;
             }
         }
+    }
+
+    /// L3 cross-connects two routed ports: every IPv4 packet received on `a` leaves by `b`
+    /// toward `next_hop_b` (B's peer), and every one received on `b` by `a` toward `next_hop_a`,
+    /// TTL decremented, whatever their destinations (after `ip4-input`'s checks). The next
+    /// hops' MACs come from neighbours (configured, or learned by ARP when the interface has
+    /// an address in the next hop's subnet). ARP and packets for our own addresses still work
+    /// on both. Replaces an L3 cross-connect either had.
+    pub fn l3_cross_connect(
+        &mut self,
+        a: IfIndex,
+        b: IfIndex,
+        next_hop_b: u32,
+        next_hop_a: u32,
+    ) -> Result<(), ForwardingError> {
+        for i in [a, b] {
+            let iface = self.iface(i)?;
+            if iface.mode != InterfaceMode::L3 || iface.kind != InterfaceKind::Port {
+                return Err(ForwardingError::WrongMode(i));
+            }
+        }
+        self.l3_disconnect(a);
+        self.l3_disconnect(b);
+        for (rx, tx, nh) in [(a, b, next_hop_b), (b, a, next_hop_a)] {
+            let (adj, _) = self.adjacencies.acquire(AdjKey::Neighbor(tx, nh));
+            self.l3xconnect.insert(rx, (tx, nh, adj));
+        }
+        Ok(())
+    }
+
+    /// Removes the L3 cross-connect of `a` (both ways); `false` when it had none.
+    pub fn l3_disconnect(&mut self, a: IfIndex) -> bool {
+        let Some((b, _, adj)) = self.l3xconnect.remove(&a) else {
+            return false;
+        };
+        self.adjacencies.release(adj);
+        if let Some((_, _, back)) = self.l3xconnect.remove(&b) {
+            self.adjacencies.release(back);
+        }
+        true
+    }
+
+    /// The L3 cross-connect of `a`: (the interface its packets leave by, the next hop).
+    pub fn l3_cross_connect_of(&self, a: IfIndex) -> Option<(IfIndex, u32)> {
+        self.l3xconnect.get(&a).map(|&(b, nh, _)| (b, nh))
     }
 
     /// The cross-connect peer of `a`.
@@ -800,6 +849,16 @@ impl Forwarding {
             tx_class,
             interfaces: self.interfaces.clone(),
             xconnect: self.xconnect.clone(),
+            l3xconnect: {
+                let mut v = vec![u32::MAX; self.interfaces.len()];
+                for (&rx, &(_, _, adj)) in &self.l3xconnect {
+                    if let Some(slot) = v.get_mut(rx as usize) {
+                        *slot = adj;
+                    }
+                }
+                v
+            },
+            any_l3xconnect: !self.l3xconnect.is_empty(),
             fib: self.lpm.table().clone(),
             load_balances,
             adjacencies,

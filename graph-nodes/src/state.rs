@@ -279,6 +279,12 @@ pub struct ForwardingState {
     pub tx_class: Vec<TxClass>,
     /// L2 cross-connects: `xconnect[rx] = tx` (`u32::MAX`: none).
     pub xconnect: Vec<IfIndex>,
+    /// L3 cross-connects: `l3xconnect[rx]` is the adjacency every IPv4 packet received on `rx`
+    /// leaves by, whatever its destination (`u32::MAX`: none; the FIB decides).
+    pub l3xconnect: Vec<u32>,
+    /// Whether any interface is L3 cross-connected (so `ip4-input` checks `l3xconnect` only
+    /// then).
+    pub any_l3xconnect: bool,
     /// The FIB's longest-prefix-match table: destination → load-balance index.
     pub fib: Arc<LpmTable>,
     /// Load-balance objects by index.
@@ -305,6 +311,15 @@ impl ForwardingState {
             .get(i as usize)
             .copied()
             .unwrap_or(TxClass::NONE)
+    }
+
+    /// The adjacency of interface `rx`'s L3 cross-connect, if it has one.
+    #[inline(always)]
+    pub fn l3xconnect(&self, rx: IfIndex) -> Option<u32> {
+        self.l3xconnect
+            .get(rx as usize)
+            .copied()
+            .filter(|&a| a != u32::MAX)
     }
 
     /// The interface `i`, if it exists.

@@ -107,22 +107,14 @@ impl WorkerBuffers {
     /// A buffer that is already free is counted as a double free and skipped, so a bug elsewhere
     /// cannot give one buffer two owners.
     pub fn free(&mut self, packets: &[u32]) {
-        for &head in packets {
-            let mut bi = head;
-            loop {
-                let meta = self.meta_mut(bi);
-                if meta.flags & flags::FREE != 0 {
-                    self.pool.note_double_free();
-                    break;
-                }
-                let next = meta.next();
-                meta.flags = flags::FREE;
-                self.cache.push(bi);
-                match next {
-                    Some(n) => bi = n,
-                    None => break,
-                }
-            }
+        let mut rest = packets;
+        while !rest.is_empty() {
+            let done = self.free_single_buffers(rest);
+            let Some((&head, tail)) = rest[done..].split_first() else {
+                break;
+            };
+            self.free_chain(head);
+            rest = tail;
         }
         if self.cache.len() > SPILL_ABOVE {
             let keep = SPILL_TO;
@@ -130,6 +122,56 @@ impl WorkerBuffers {
             self.cache.truncate(keep);
         }
         self.publish_gauge();
+    }
+
+    /// Frees the leading packets of `packets` that are single buffers, not free already (the
+    /// common case, which a transmit queue frees a whole burst of): room in the cache is made
+    /// once, and the loop keeps the pool's geometry in registers. Returns how many it freed;
+    /// it stops at the first chained or already free buffer, for [`WorkerBuffers::free_chain`]
+    /// (and at an index beyond the pool, on which `free_chain` panics once the buffers freed so
+    /// far are in the cache).
+    #[inline]
+    fn free_single_buffers(&mut self, packets: &[u32]) -> usize {
+        self.cache.reserve(packets.len());
+        let layout = self.layout;
+        let mut n = 0;
+        for (slot, &bi) in self.cache.spare_capacity_mut().iter_mut().zip(packets) {
+            if bi >= layout.count {
+                break;
+            }
+            // SAFETY: `bi` is below `count` (checked just above); the metadata is in bounds,
+            // aligned and, by the ownership rule, written by nobody else (as in `meta_mut`).
+            let meta = unsafe { &mut *layout.meta_ptr_unchecked(bi) };
+            if meta.flags & (flags::FREE | flags::NEXT_PRESENT) != 0 {
+                break;
+            }
+            meta.flags = flags::FREE;
+            slot.write(bi);
+            n += 1;
+        }
+        // SAFETY: the first `n` slots of the spare capacity were written just above.
+        unsafe { self.cache.set_len(self.cache.len() + n) };
+        n
+    }
+
+    /// Frees one packet and every buffer chained behind it, counting (and stopping at) a buffer
+    /// that is free already.
+    fn free_chain(&mut self, head: u32) {
+        let mut bi = head;
+        loop {
+            let meta = self.meta_mut(bi);
+            if meta.flags & flags::FREE != 0 {
+                self.pool.note_double_free();
+                break;
+            }
+            let next = meta.next();
+            meta.flags = flags::FREE;
+            self.cache.push(bi);
+            match next {
+                Some(n) => bi = n,
+                None => break,
+            }
+        }
     }
 
     /// Frees one packet (and its chain).

@@ -291,6 +291,13 @@ impl<S> Graph<S> {
             .map(|i| i as u32)
     }
 
+    /// The node called `name` as its concrete type `T`, if it is one and offers itself through
+    /// [`Node::as_any_mut`] (for worker commands that change a node between loop passes).
+    pub fn node_mut<T: 'static>(&mut self, name: &str) -> Option<&mut T> {
+        let i = self.node_index(name)? as usize;
+        self.nodes[i].as_any_mut()?.downcast_mut::<T>()
+    }
+
     /// Packets sitting in pending frames (nonzero only between a capped pass and the next).
     pub fn pending_packets(&self) -> usize {
         self.rt.sched.pending_packets()

@@ -24,7 +24,7 @@ use dataplane::memory::{HugepagePolicy, Region};
 use super::arena::Arena;
 use super::chunk::{self, Encoded};
 use super::shadow::Shadow;
-pub use super::table::LpmTable;
+pub use super::table::{LinePrefetcher, LpmTable};
 use super::table::{LINES, LINE_WORDS, SLOTS};
 
 /// The largest value a route can carry (values are 15 bits).

@@ -11,4 +11,4 @@ pub mod lpm;
 mod shadow;
 mod table;
 
-pub use lpm::{Lpm, LpmError, LpmTable};
+pub use lpm::{LinePrefetcher, Lpm, LpmError, LpmTable};

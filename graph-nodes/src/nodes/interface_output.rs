@@ -1,6 +1,8 @@
 //! `interface-output`: hands packets to their interface's transmit queue (runs of packets for
 //! one port in one call), sends tunnel interfaces' packets to be encapsulated, and counts and
-//! frees what a full ring refuses.
+//! frees what a full ring refuses. Transmit queues are attached and detached at run time by
+//! worker commands ([`InterfaceOutput::attach`], [`InterfaceOutput::detach`]); packets for an
+//! interface with no queue on this worker are dropped as `no-queue`.
 
 use dataplane::{Context, Frame, Next, Node, NodeSpec, TxQueue, FRAME_SIZE};
 
@@ -25,18 +27,37 @@ pub struct InterfaceOutput {
 impl InterfaceOutput {
     /// A node transmitting through `queues`: (interface, this worker's queue for it).
     pub fn new(queues: Vec<(IfIndex, Box<dyn TxQueue>)>) -> Self {
-        let mut by_if: Vec<Option<Box<dyn TxQueue>>> = Vec::new();
-        for (i, q) in queues {
-            let i = i as usize;
-            if by_if.len() <= i {
-                by_if.resize_with(i + 1, || None);
-            }
-            by_if[i] = Some(q);
-        }
-        InterfaceOutput {
-            queues: by_if,
+        let mut node = InterfaceOutput {
+            queues: Vec::with_capacity(Self::RESERVED),
             port_of: [0; FRAME_SIZE],
+        };
+        for (i, q) in queues {
+            node.attach(i, q);
         }
+        node
+    }
+
+    /// Room reserved in the queue table, so attaching rarely allocates.
+    const RESERVED: usize = 256;
+
+    /// Transmits interface `i`'s packets through `queue` from now on; returns the queue it
+    /// replaces, if any (to be dropped by the caller).
+    pub fn attach(&mut self, i: IfIndex, queue: Box<dyn TxQueue>) -> Option<Box<dyn TxQueue>> {
+        let i = i as usize;
+        if self.queues.len() <= i {
+            self.queues.resize_with(i + 1, || None);
+        }
+        self.queues[i].replace(queue)
+    }
+
+    /// Takes interface `i`'s queue away: its packets are dropped as `no-queue` from now on.
+    pub fn detach(&mut self, i: IfIndex) -> Option<Box<dyn TxQueue>> {
+        self.queues.get_mut(i as usize)?.take()
+    }
+
+    /// Whether interface `i` has a transmit queue here.
+    pub fn has_queue(&self, i: IfIndex) -> bool {
+        self.queues.get(i as usize).is_some_and(Option::is_some)
     }
 }
 
@@ -49,7 +70,10 @@ impl Node<ForwardingState> for InterfaceOutput {
                     "unknown-interface",
                     "sent to an interface that does not exist",
                 ),
-                ("no-queue", "the port has no transmit queue on this worker"),
+                (
+                    "no-queue",
+                    "the interface has no transmit queue on this worker (never attached, or detached)",
+                ),
                 ("tx-full", "the transmit ring was full"),
             ])
     }
@@ -97,6 +121,10 @@ impl Node<ForwardingState> for InterfaceOutput {
             i = j;
         }
         n
+    }
+
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
     }
 }
 

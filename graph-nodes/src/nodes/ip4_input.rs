@@ -8,6 +8,7 @@ use crate::state::ForwardingState;
 use crate::wire::{self, be16, be32, ip4};
 
 const LOOKUP: Next = Next::declared(0);
+const L3XC: Next = Next::declared(1);
 
 /// Drop reasons, in the order of the node's errors.
 #[derive(Clone, Copy)]
@@ -107,7 +108,7 @@ fn check(d: &[u8], checksum_verified: bool, buffer_total: u32) -> Result<u16, Dr
 impl Node<ForwardingState> for Ip4Input {
     fn spec(&self) -> NodeSpec {
         NodeSpec::internal(names::IP4_INPUT)
-            .nexts(&[names::IP4_LOOKUP])
+            .nexts(&[names::IP4_LOOKUP, names::IP4_L3XC])
             .errors(&[
                 ("too-short", "shorter than an IPv4 header"),
                 ("bad-version", "IP version is not 4"),
@@ -129,7 +130,11 @@ impl Node<ForwardingState> for Ip4Input {
 
     fn process(&mut self, cx: &mut Context<'_, ForwardingState>, frame: &mut Frame) -> usize {
         let base = cx.error_id(0);
-        let fib = &cx.state().fib;
+        let fib = cx.state().fib.prefetcher();
+        let state = cx.state();
+        // Held in a register: the stores into packets below would otherwise make the compiler
+        // reload it for every packet.
+        let any_l3xconnect = state.any_l3xconnect;
         let bis = frame.as_slice();
         let n = bis.len();
         let mut arcs = Arcs::new(&mut self.nexts[..n], LOOKUP);
@@ -155,6 +160,10 @@ impl Node<ForwardingState> for Ip4Input {
             fib.prefetch(dst);
             meta.flags |= flags::IP4_CHECKSUM_OK | flags::L3_VALID;
             meta.l3_offset = meta.data_offset();
+            // L3 cross-connected interfaces bypass the FIB (one branch while there are none).
+            if any_l3xconnect && state.l3xconnect(meta.rx_interface).is_some() {
+                arcs.set(i, L3XC);
+            }
             // Trim Ethernet padding (single-buffer packets; chains carry no padding).
             if (total as usize) < d.len() && meta.next().is_none() {
                 buffers.set_length(bi, total);

@@ -65,32 +65,37 @@ impl Node<ForwardingState> for Ip4Rewrite {
         let mut buffers = cx.buffers.view();
         // No prefetching: the node before touched these buffers a frame ago, and they are
         // still in cache (measured: prefetching cost more than it saved).
+        // Held in registers: the stores into packets below would otherwise make the compiler
+        // reload the vector's address and length for every packet.
+        let adjacencies: &[Adjacency] = &state.adjacencies;
         for (i, &bi) in bis.iter().enumerate() {
             let (meta, headroom, d) = buffers.meta_headroom_and_data_mut(bi);
             // Looked up for every packet: with traffic spread over several next hops, remembering
             // the last one costs a mispredicted branch more often than it saves a load.
-            let adj = state
-                .adjacencies
+            let adj = adjacencies
                 .get(meta.adjacency as usize)
                 .filter(|a| a.kind == AdjacencyKind::Rewrite);
-            // The common case, checked before anything changes: a rewrite adjacency, a header
-            // within the MTU, a TTL to decrement (or a packet of ours), room for the L2 header.
+            // The common case, checked before anything changes: a rewrite adjacency with a plain
+            // Ethernet header (fixed-size copies, no length arithmetic), a header within the
+            // MTU, a TTL to decrement (or a packet of ours), room for the L2 header. Anything
+            // else (VLAN headers included) takes the general way below.
             if let (Some(a), Some(h)) = (adj, d.first_chunk_mut::<{ wire::IP4_HEADER }>()) {
                 let ours = meta.flags & LOCALLY_ORIGINATED != 0;
-                let len = a.header_len as u16;
                 let total = u16::from_be_bytes([h[2], h[3]]);
-                if total <= a.mtu
-                    && (ours || h[ip4::TTL] > 1)
-                    && headroom.len() >= len as usize
-                    && meta.retreat(len)
-                {
-                    if !ours {
-                        decrement_ttl(h);
+                if let Some(room) = headroom.last_chunk_mut::<{ wire::ETHERNET_HEADER }>() {
+                    if a.header_len as usize == wire::ETHERNET_HEADER
+                        && total <= a.mtu
+                        && (ours || h[ip4::TTL] > 1)
+                        && meta.retreat(wire::ETHERNET_HEADER as u16)
+                    {
+                        if !ours {
+                            decrement_ttl(h);
+                        }
+                        meta.tx_interface = a.tx;
+                        meta.l2_offset = meta.data_offset();
+                        *room = *a.header.first_chunk().expect("14 of 18 bytes");
+                        continue;
                     }
-                    meta.tx_interface = a.tx;
-                    meta.l2_offset = meta.data_offset();
-                    write_header(a, headroom);
-                    continue;
                 }
             }
             let arc = match rewrite(adj, meta, d) {

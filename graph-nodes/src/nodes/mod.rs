@@ -4,6 +4,7 @@ mod arp;
 mod ethernet_input;
 mod interface_output;
 mod ip4_input;
+mod ip4_l3xc;
 mod ip4_local;
 mod ip4_lookup;
 mod ip4_rewrite;
@@ -14,6 +15,7 @@ pub use arp::{ArpInput, Ip4Arp};
 pub use ethernet_input::EthernetInput;
 pub use interface_output::InterfaceOutput;
 pub use ip4_input::Ip4Input;
+pub use ip4_l3xc::Ip4L3xc;
 pub use ip4_local::Ip4Local;
 pub use ip4_lookup::Ip4Lookup;
 pub use ip4_rewrite::Ip4Rewrite;
@@ -33,6 +35,8 @@ pub mod names {
     pub const ETHERNET_INPUT: &str = "ethernet-input";
     /// Checks IPv4 headers.
     pub const IP4_INPUT: &str = "ip4-input";
+    /// L3 cross-connect: IPv4 from an interface to its peer's next hop, bypassing the FIB.
+    pub const IP4_L3XC: &str = "ip4-l3xc";
     /// Longest-prefix match and ECMP.
     pub const IP4_LOOKUP: &str = "ip4-lookup";
     /// TTL, checksum, MTU, L2 header.
@@ -88,13 +92,21 @@ impl<'a> Arcs<'a> {
         }
     }
 
-    /// Hands the frame on along the arcs set.
+    /// Hands the frame on along the arcs set: whole (a pointer swap when the next node has
+    /// nothing pending) when every packet takes one arc, the common one or another.
     #[inline]
     pub fn enqueue<S>(self, cx: &mut Context<'_, S>, frame: &mut Frame) {
-        if self.mixed {
-            cx.enqueue_to_nexts(self.arcs, frame.as_slice());
-        } else {
+        if !self.mixed {
             cx.enqueue_frame(self.common, frame);
+            return;
+        }
+        let arcs = &self.arcs[..frame.len().min(self.arcs.len())];
+        match arcs.first() {
+            // Checked without branches (vectorised).
+            Some(&first) if arcs.iter().fold(0u16, |acc, a| acc | (a.0 ^ first.0)) == 0 => {
+                cx.enqueue_frame(first, frame)
+            }
+            _ => cx.enqueue_to_nexts(self.arcs, frame.as_slice()),
         }
     }
 }
@@ -121,6 +133,7 @@ pub fn add_forwarding_nodes(
     };
     b.add(EthernetInput::new())
         .add(Ip4Input::new())
+        .add(Ip4L3xc::new())
         .add(Ip4Lookup::new())
         .add(Ip4Rewrite::new())
         .add(Ip4Local::new())

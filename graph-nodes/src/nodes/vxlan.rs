@@ -86,6 +86,10 @@ impl Node<ForwardingState> for Vxlan4Encap {
         let bis = frame.as_slice();
         let mut dropped = false;
         let (mut last_tx, mut tunnel) = (u32::MAX, None);
+        // Held in registers: the stores into packets below would otherwise make the compiler
+        // reload these tables' addresses and lengths for every packet.
+        let (tx_class, tunnels) = (&state.tx_class[..], &state.tunnels[..]);
+        let fib = state.fib.prefetcher();
         let mut buffers = cx.buffers.view();
         for (i, (&bi, next)) in bis.iter().zip(&mut self.nexts[..n]).enumerate() {
             if let Some(&ahead) = bis.get(i + PREFETCH_AHEAD) {
@@ -95,10 +99,10 @@ impl Node<ForwardingState> for Vxlan4Encap {
             let tx = meta.tx_interface;
             if tx != last_tx {
                 last_tx = tx;
-                tunnel = state
-                    .tx_class(tx)
-                    .tunnel()
-                    .and_then(|t| state.tunnels.get(t as usize));
+                tunnel = tx_class
+                    .get(tx as usize)
+                    .and_then(|c| c.tunnel())
+                    .and_then(|t| tunnels.get(t as usize));
             }
             let Some(t) = tunnel else {
                 meta.error = base + NO_TUNNEL;
@@ -110,10 +114,11 @@ impl Node<ForwardingState> for Vxlan4Encap {
             let (sport, hash) = source_port(inner);
             meta.flow_hash = hash;
             meta.flags |= flags::FLOW_HASH_VALID | flags::IP4_CHECKSUM_OK | LOCALLY_ORIGINATED;
-            let room = headroom.len().checked_sub(ENCAP_LEN as usize);
-            let Some(h) = room
+            // The outer headers go at the end of the headroom (a fixed-size place: no length
+            // arithmetic), and the window moves back over them.
+            let Some(h) = headroom
+                .last_chunk_mut::<{ ENCAP_LEN as usize }>()
                 .filter(|_| meta.retreat(ENCAP_LEN))
-                .and_then(|at| <&mut [u8; ENCAP_LEN as usize]>::try_from(&mut headroom[at..]).ok())
             else {
                 meta.error = base + NO_HEADROOM;
                 *next = Next::DROP;
@@ -123,7 +128,7 @@ impl Node<ForwardingState> for Vxlan4Encap {
             meta.l3_offset = meta.data_offset();
             *h = t.header;
             // ip4-lookup finds the outer destination's FIB line in cache.
-            state.fib.prefetch(t.dst);
+            fib.prefetch(t.dst);
             let ip_len = (inner_len + ENCAP_LEN as u32) as u16;
             h[ip4::TOTAL_LEN..ip4::TOTAL_LEN + 2].copy_from_slice(&ip_len.to_be_bytes());
             let check = wire::fold(t.ip_sum + ip_len as u32);
