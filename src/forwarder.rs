@@ -1,23 +1,37 @@
-//! A running forwarder assembled from `quiver.toml`: the ports opened, the forwarding state
-//! built from the cross-connects, addresses, routes and neighbours, and the workers started with
-//! one input node per port queue.
+//! A running forwarder: ports, forwarding state and workers, assembled from `quiver.toml` and
+//! changed at run time by the control plane.
+//!
+//! Each worker polls every attached port's receive queue from one `port-input` node and sends
+//! through `interface-output`'s table of transmit queues. Ports are attached and detached at
+//! run time by worker commands (`Dataplane::command`): each worker takes its own queue pair on
+//! its own thread, and a call returns only when every worker has acknowledged. Every other
+//! change (cross-connects, routes, neighbours, addresses) is a forwarding commit: a snapshot
+//! swapped in without a barrier. Every object can be tagged with an owner (NSM's connection id)
+//! so that everything a connection made can be listed and removed.
 
+use std::net::Ipv4Addr;
 use std::sync::Arc;
 
-use dataplane::{BufferPool, Dataplane, GraphBuilder, PortInput, RuntimeSnapshot, TxQueue};
+use dataplane::{
+    BufferPool, CommandError, Dataplane, GraphBuilder, PortsInput, RuntimeSnapshot, TxQueue,
+    WorkerCommand, PORT_INPUT,
+};
 use drivers::af_packet::{AfPacketConfig, AfPacketPort};
 use drivers::memif_port::{MemifControl, MemifPortConfig};
+use drivers::netns::{NetNs, NetNsError};
 use drivers::tap::{TapConfig, TapPort};
-use drivers::{LinkStatus, Port};
+use drivers::{LinkStatus, Port, PortError};
+use graph_nodes::nodes::InterfaceOutput;
 use graph_nodes::{
-    add_forwarding_nodes, names, FibConfig, Forwarding, ForwardingState, IfIndex, LocalState, Path,
+    add_forwarding_nodes, names, FibConfig, Forwarding, ForwardingError, ForwardingState, IfIndex,
+    LocalState, Path,
 };
 use memif::{Mode, Role, SocketAddress};
 
 use crate::config::topology::{parse_ip, parse_mac, parse_prefix};
 use crate::config::{Config, MemifMode, MemifRole, MemifSection, PortSection};
 
-/// One configured port and the interface it is in the forwarding state.
+/// One port and the interface it is in the forwarding state.
 pub struct PortEntry {
     /// The port's name.
     pub name: String,
@@ -27,14 +41,111 @@ pub struct PortEntry {
     pub port: Arc<dyn Port>,
 }
 
-/// The forwarder: ports, forwarding state, workers.
+/// Why a runtime change was refused. Each variant maps to one gRPC status code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ForwarderError {
+    /// The named port, cross-connect, route, neighbour or address does not exist
+    /// (`NOT_FOUND`).
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// A port of that name (or an object in the way) exists (`ALREADY_EXISTS`).
+    #[error("already exists: {0}")]
+    AlreadyExists(String),
+    /// The request cannot work as given (`INVALID_ARGUMENT`).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The data path or a device could not do it now (`UNAVAILABLE`).
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// A bug or an exhausted table (`INTERNAL`).
+    #[error("internal: {0}")]
+    Internal(String),
+}
+
+impl From<CommandError> for ForwarderError {
+    fn from(e: CommandError) -> Self {
+        ForwarderError::Unavailable(e.to_string())
+    }
+}
+
+impl From<ForwardingError> for ForwarderError {
+    fn from(e: ForwardingError) -> Self {
+        match e {
+            ForwardingError::NoSuchInterface(_) => ForwarderError::NotFound(e.to_string()),
+            ForwardingError::NameTaken(_) | ForwardingError::DuplicateTunnel { .. } => {
+                ForwarderError::AlreadyExists(e.to_string())
+            }
+            ForwardingError::BadPrefixLength(_)
+            | ForwardingError::NoPaths
+            | ForwardingError::BadVni(_)
+            | ForwardingError::WrongMode(_) => ForwarderError::InvalidArgument(e.to_string()),
+            ForwardingError::TooManyInterfaces | ForwardingError::Lpm(_) => {
+                ForwarderError::Internal(e.to_string())
+            }
+        }
+    }
+}
+
+fn port_error(name: &str, e: PortError) -> ForwarderError {
+    let msg = format!("port {name}: {e}");
+    match e {
+        PortError::Config(_) => ForwarderError::InvalidArgument(msg),
+        PortError::Sys {
+            source: nix::Error::ENODEV,
+            ..
+        } => ForwarderError::NotFound(msg),
+        PortError::Sys { .. } | PortError::Device(_) => ForwarderError::Unavailable(msg),
+    }
+}
+
+/// Something the control plane made, as [`Forwarder::owned_by`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owned {
+    /// A port, by name.
+    Port(String),
+    /// An L2 cross-connect between two ports (both ways).
+    CrossConnect(String, String),
+    /// An L3 cross-connect between two ports (both ways).
+    L3CrossConnect(String, String),
+    /// A route: prefix and length.
+    Route(Ipv4Addr, u8),
+    /// A neighbour: port and address.
+    Neighbor(String, Ipv4Addr),
+    /// An address of ours: port, address, prefix length.
+    Address(String, Ipv4Addr, u8),
+}
+
+impl Owned {
+    /// Whether this object involves port `name`.
+    fn uses_port(&self, name: &str) -> bool {
+        match self {
+            Owned::Port(p) | Owned::Neighbor(p, _) | Owned::Address(p, _, _) => p == name,
+            Owned::CrossConnect(a, b) | Owned::L3CrossConnect(a, b) => a == name || b == name,
+            Owned::Route(..) => false,
+        }
+    }
+}
+
+/// The forwarder: ports, forwarding state, workers. Wrap it in a `Mutex` to share it with a
+/// control plane: every method that changes something blocks until the data path applies it
+/// (a few milliseconds), and [`Forwarder::housekeeping`] must keep being called.
 pub struct Forwarder {
     dataplane: Dataplane<ForwardingState>,
     forwarding: Forwarding,
     ports: Vec<PortEntry>,
-    /// The memif control thread, when there are memif ports (stopped on drop, after the
+    /// Each port's configuration, by port name (in the order of `ports`).
+    sections: Vec<PortSection>,
+    /// What each owner made, in creation order.
+    owned: Vec<(String, Owned)>,
+    /// Neighbours made for L3 cross-connects out of IP-mode memif ports (point to point: no
+    /// ARP, any destination MAC), by interface, removed with the cross-connect.
+    p2p_peers: Vec<(IfIndex, u32)>,
+    workers: usize,
+    /// The memif control thread, once there is a memif port (stopped on drop, after the
     /// workers).
-    _memif: Option<MemifControl>,
+    memif: Option<MemifControl>,
+    /// The EAL and the mempool, when DPDK ports were configured at start.
+    dpdk: Option<dpdk_ports::Dpdk>,
 }
 
 /// The buffer pool layout `cfg` needs: with DPDK ports, room in front of every buffer for the
@@ -49,6 +160,48 @@ pub fn pool_config(cfg: &Config) -> dataplane::BufferPoolConfig {
 
 fn uses_dpdk(cfg: &Config) -> bool {
     cfg.port.iter().any(|p| matches!(p, PortSection::Dpdk(_)))
+}
+
+/// Worker command: attach `port` as `interface` (queue pair taken on the worker's thread).
+fn attach_command(port: Arc<dyn Port>, interface: IfIndex) -> WorkerCommand<ForwardingState> {
+    Box::new(move |w| {
+        let qp = port
+            .queue_pair(w.worker)
+            .map_err(|e| format!("{}: {e}", port.name()))?;
+        let input = w
+            .graph
+            .node_mut::<PortsInput>(PORT_INPUT)
+            .ok_or("the graph has no port-input node")?;
+        if !input.attach(interface, qp.rx) {
+            return Err(format!("interface {interface} is attached already"));
+        }
+        let output = w
+            .graph
+            .node_mut::<InterfaceOutput>(names::INTERFACE_OUTPUT)
+            .ok_or("the graph has no interface-output node")?;
+        drop(output.attach(interface, qp.tx));
+        Ok(())
+    })
+}
+
+/// Worker command: detach `interface`. Receiving stops first; then what the graph still has
+/// pending is run through (so nothing for the interface stays queued), and only then is its
+/// transmit queue taken away. Both queues are dropped on the worker's thread.
+fn detach_command(interface: IfIndex) -> WorkerCommand<ForwardingState> {
+    Box::new(move |w| {
+        let rx = w
+            .graph
+            .node_mut::<PortsInput>(PORT_INPUT)
+            .and_then(|n| n.detach(interface));
+        drop(rx);
+        w.graph.drain(w.buffers, w.state, 64);
+        let tx = w
+            .graph
+            .node_mut::<InterfaceOutput>(names::INTERFACE_OUTPUT)
+            .and_then(|n| n.detach(interface));
+        drop(tx);
+        Ok(())
+    })
 }
 
 impl Forwarder {
@@ -99,18 +252,14 @@ impl Forwarder {
             .collect();
         let dataplane = Dataplane::start(workers, pool, forwarding.snapshot(), move |init| {
             let mut b = GraphBuilder::new();
+            let mut input = PortsInput::new(PORT_INPUT, names::ETHERNET_INPUT);
             let mut tx: Vec<(IfIndex, Box<dyn TxQueue>)> = Vec::new();
             for (interface, port) in &graph_ports {
                 let qp = port.queue_pair(init.index).map_err(|e| e.to_string())?;
-                let node = format!("{}-input", port.name());
-                b.add(PortInput::new(
-                    &node,
-                    names::ETHERNET_INPUT,
-                    *interface,
-                    qp.rx,
-                ));
+                input.attach(*interface, qp.rx);
                 tx.push((*interface, qp.tx));
             }
+            b.add(input);
             add_forwarding_nodes(&mut b, tx);
             b.build().map_err(|e| e.to_string())
         })
@@ -119,7 +268,12 @@ impl Forwarder {
             dataplane,
             forwarding,
             ports,
-            _memif: memif,
+            sections: cfg.port.clone(),
+            owned: Vec::new(),
+            p2p_peers: Vec::new(),
+            workers: nworkers,
+            memif,
+            dpdk,
         })
     }
 
@@ -128,9 +282,477 @@ impl Forwarder {
         &self.dataplane
     }
 
+    /// The forwarding configuration (interfaces, routes, neighbours, cross-connects).
+    pub fn forwarding(&self) -> &Forwarding {
+        &self.forwarding
+    }
+
     /// The ports.
     pub fn ports(&self) -> &[PortEntry] {
         &self.ports
+    }
+
+    /// The port called `name`.
+    pub fn port(&self, name: &str) -> Option<&PortEntry> {
+        self.ports.iter().find(|e| e.name == name)
+    }
+
+    /// The configuration port `name` was opened with (for `quiver ctl show memif`).
+    pub fn port_section(&self, name: &str) -> Option<&PortSection> {
+        let k = self.ports.iter().position(|e| e.name == name)?;
+        self.sections.get(k)
+    }
+
+    fn interface(&self, name: &str) -> Result<IfIndex, ForwarderError> {
+        self.port(name)
+            .map(|e| e.interface)
+            .ok_or_else(|| ForwarderError::NotFound(format!("no port named `{name}`")))
+    }
+
+    fn commit(&mut self) -> Result<(), ForwarderError> {
+        self.forwarding.commit(&self.dataplane)?;
+        Ok(())
+    }
+
+    fn record(&mut self, owner: Option<&str>, object: Owned) {
+        if let Some(o) = owner {
+            if !self.owned.iter().any(|(x, ob)| x == o && *ob == object) {
+                self.owned.push((o.to_string(), object));
+            }
+        }
+    }
+
+    fn forget(&mut self, keep: impl Fn(&Owned) -> bool) {
+        self.owned.retain(|(_, o)| keep(o));
+    }
+
+    /// Opens a port and attaches it to every worker; returns its interface index. When this
+    /// returns, every worker polls its receive queue and can transmit on it (a memif port's link
+    /// comes up when its peer connects). On error nothing of it is left.
+    pub fn add_port(
+        &mut self,
+        section: &PortSection,
+        owner: Option<&str>,
+    ) -> Result<IfIndex, ForwarderError> {
+        let common = section.common();
+        let name = common.name;
+        if name.is_empty() || name.len() > 64 || name.chars().any(char::is_whitespace) {
+            return Err(ForwarderError::InvalidArgument(format!(
+                "port name `{name}`: 1 to 64 characters, no spaces"
+            )));
+        }
+        if self.port(name).is_some() || self.forwarding.interface_by_name(name).is_some() {
+            return Err(ForwarderError::AlreadyExists(format!(
+                "a port named `{name}` exists"
+            )));
+        }
+        if common.mtu < 68 {
+            return Err(ForwarderError::InvalidArgument(format!(
+                "port {name}: MTU {} is below 68",
+                common.mtu
+            )));
+        }
+        if let PortSection::Memif(m) = section {
+            let clash = self.sections.iter().find_map(|s| match s {
+                PortSection::Memif(o)
+                    if o.socket == m.socket && o.id == m.id && o.netns == m.netns =>
+                {
+                    Some(&o.name)
+                }
+                _ => None,
+            });
+            if let Some(other) = clash {
+                return Err(ForwarderError::AlreadyExists(format!(
+                    "port {other} uses memif socket {} id {}",
+                    m.socket, m.id
+                )));
+            }
+        }
+        let port = self.open(section)?;
+        let interface = match self.forwarding.add_port(name, port.mac(), common.mtu) {
+            Ok(i) => i,
+            Err(e) => {
+                self.close(section, port);
+                return Err(e.into());
+            }
+        };
+        // The interface is in every worker's snapshot before its first frame arrives.
+        let attached = self.commit().and_then(|()| {
+            self.dataplane.synchronize();
+            self.dataplane
+                .command(|_| attach_command(port.clone(), interface))
+                .map_err(ForwarderError::from)
+        });
+        if let Err(e) = attached {
+            let _ = self.dataplane.command(|_| detach_command(interface));
+            let _ = self.forwarding.remove_interface(interface);
+            let _ = self.commit();
+            self.close(section, port);
+            return Err(e);
+        }
+        tracing::info!(port = name, interface, owner, "port added");
+        self.ports.push(PortEntry {
+            name: name.to_string(),
+            interface,
+            port,
+        });
+        self.sections.push(section.clone());
+        self.record(owner, Owned::Port(name.to_string()));
+        Ok(interface)
+    }
+
+    /// Removes a port and everything that refers to it (its cross-connects, addresses,
+    /// neighbours, routes through it). When this returns no worker touches the port, no frame
+    /// for it is queued anywhere (later ones are dropped as `interface-output.no-queue`), its
+    /// buffers are back in the pool and the port is closed (a memif master's socket is
+    /// removed with its last interface).
+    pub fn remove_port(&mut self, name: &str) -> Result<(), ForwarderError> {
+        let k = self
+            .ports
+            .iter()
+            .position(|e| e.name == name)
+            .ok_or_else(|| ForwarderError::NotFound(format!("no port named `{name}`")))?;
+        let interface = self.ports[k].interface;
+        // First nothing is sent to it or accepted from it any more, then the workers let go.
+        if let Some((b, _)) = self.forwarding.l3_cross_connect_of(interface) {
+            self.forget_p2p_peers(&[interface, b]);
+        }
+        self.forwarding.remove_interface(interface)?;
+        self.commit()?;
+        self.dataplane.command(|_| detach_command(interface))?;
+        let entry = self.ports.remove(k);
+        let section = self.sections.remove(k);
+        self.close(&section, entry.port);
+        let routes: Vec<(Ipv4Addr, u8)> = self
+            .forwarding
+            .routes()
+            .iter()
+            .map(|r| (Ipv4Addr::from(r.prefix), r.len))
+            .collect();
+        self.forget(|o| match o {
+            Owned::Route(p, l) => routes.contains(&(*p, *l)),
+            o => !o.uses_port(name),
+        });
+        tracing::info!(port = name, interface, "port removed");
+        Ok(())
+    }
+
+    fn check_free(&self, name: &str, i: IfIndex) -> Result<(), ForwarderError> {
+        if self.forwarding.cross_connect_of(i).is_some()
+            || self.forwarding.l3_cross_connect_of(i).is_some()
+        {
+            return Err(ForwarderError::AlreadyExists(format!(
+                "port {name} is cross-connected already"
+            )));
+        }
+        Ok(())
+    }
+
+    fn pair(&self, a: &str, b: &str) -> Result<(IfIndex, IfIndex), ForwarderError> {
+        if a == b {
+            return Err(ForwarderError::InvalidArgument(format!(
+                "cannot cross-connect {a} to itself"
+            )));
+        }
+        let (ia, ib) = (self.interface(a)?, self.interface(b)?);
+        self.check_free(a, ia)?;
+        self.check_free(b, ib)?;
+        Ok((ia, ib))
+    }
+
+    /// L2 cross-connects ports `a` and `b` both ways: every frame received on one leaves on the
+    /// other, untouched.
+    pub fn cross_connect(
+        &mut self,
+        a: &str,
+        b: &str,
+        owner: Option<&str>,
+    ) -> Result<(), ForwarderError> {
+        let (ia, ib) = self.pair(a, b)?;
+        self.forwarding.cross_connect(ia, ib)?;
+        if let Err(e) = self.commit() {
+            self.forwarding.disconnect(ia);
+            return Err(e);
+        }
+        self.record(owner, Owned::CrossConnect(a.into(), b.into()));
+        Ok(())
+    }
+
+    /// L3 cross-connects ports `a` and `b`: every IPv4 packet received on `a` (checked by
+    /// `ip4-input`) leaves by `b` toward `peer_b`, and every one received on `b` leaves by `a`
+    /// toward `peer_a`, TTL decremented, whatever their destinations. The peers' MACs come
+    /// from [`Forwarder::add_neighbor`], or from ARP when the port has an address
+    /// ([`Forwarder::add_address`]) in the peer's subnet. IP-mode memif ports work as they are
+    /// (they deliver IP packets behind a synthetic Ethernet header).
+    pub fn l3_cross_connect(
+        &mut self,
+        a: &str,
+        b: &str,
+        peer_b: Ipv4Addr,
+        peer_a: Ipv4Addr,
+        owner: Option<&str>,
+    ) -> Result<(), ForwarderError> {
+        let (ia, ib) = self.pair(a, b)?;
+        self.forwarding
+            .l3_cross_connect(ia, ib, u32::from(peer_b), u32::from(peer_a))?;
+        // An IP-mode memif link is point to point: its peer gets a neighbour entry instead of
+        // ARP (the Ethernet header is not sent).
+        for (port, i, peer) in [(a, ia, peer_a), (b, ib, peer_b)] {
+            let peer = u32::from(peer);
+            let known = self
+                .forwarding
+                .neighbors()
+                .iter()
+                .any(|&(x, ip, _)| x == i && ip == peer);
+            if self.is_ip_memif(port) && !known {
+                self.forwarding.add_neighbor(i, peer, IP_MODE_PEER_MAC)?;
+                self.p2p_peers.push((i, peer));
+            }
+        }
+        if let Err(e) = self.commit() {
+            self.forwarding.l3_disconnect(ia);
+            self.forget_p2p_peers(&[ia, ib]);
+            return Err(e);
+        }
+        self.record(owner, Owned::L3CrossConnect(a.into(), b.into()));
+        Ok(())
+    }
+
+    /// Removes the L2 or L3 cross-connect of port `a` (both ways); the ports go back to
+    /// routing.
+    pub fn disconnect(&mut self, a: &str) -> Result<(), ForwarderError> {
+        let ia = self.interface(a)?;
+        let peer = match (
+            self.forwarding.cross_connect_of(ia),
+            self.forwarding.l3_cross_connect_of(ia),
+        ) {
+            (Some(b), _) => {
+                self.forwarding.disconnect(ia);
+                b
+            }
+            (None, Some((b, _))) => {
+                self.forwarding.l3_disconnect(ia);
+                self.forget_p2p_peers(&[ia, b]);
+                b
+            }
+            (None, None) => {
+                return Err(ForwarderError::NotFound(format!(
+                    "port {a} is not cross-connected"
+                )))
+            }
+        };
+        self.commit()?;
+        let b = self
+            .ports
+            .iter()
+            .find(|e| e.interface == peer)
+            .map(|e| e.name.clone())
+            .unwrap_or_default();
+        self.forget(|o| match o {
+            Owned::CrossConnect(x, y) | Owned::L3CrossConnect(x, y) => {
+                !((x == a && *y == b) || (x == &b && y == a))
+            }
+            _ => true,
+        });
+        Ok(())
+    }
+
+    fn is_ip_memif(&self, port: &str) -> bool {
+        self.sections.iter().any(
+            |s| matches!(s, PortSection::Memif(m) if m.name == port && m.mode == MemifMode::Ip),
+        )
+    }
+
+    /// Removes the neighbours made for point-to-point L3 cross-connects on `interfaces`.
+    fn forget_p2p_peers(&mut self, interfaces: &[IfIndex]) {
+        let (gone, kept): (Vec<_>, Vec<_>) = self
+            .p2p_peers
+            .iter()
+            .partition(|(i, _)| interfaces.contains(i));
+        for (i, peer) in gone {
+            self.forwarding.remove_neighbor(i, peer);
+        }
+        self.p2p_peers = kept;
+    }
+
+    /// Adds (or replaces) a route to `prefix/len` over `via` (next hop, port) pairs — ECMP
+    /// when several, a blackhole when none.
+    pub fn add_route(
+        &mut self,
+        prefix: Ipv4Addr,
+        len: u8,
+        via: &[(Ipv4Addr, &str)],
+        owner: Option<&str>,
+    ) -> Result<(), ForwarderError> {
+        if len > 32 {
+            return Err(ForwarderError::InvalidArgument(format!(
+                "prefix length {len} is over 32"
+            )));
+        }
+        let paths = via
+            .iter()
+            .map(|&(nh, port)| {
+                Ok(Path {
+                    next_hop: u32::from(nh),
+                    interface: self.interface(port)?,
+                })
+            })
+            .collect::<Result<Vec<Path>, ForwarderError>>()?;
+        if paths.is_empty() {
+            self.forwarding.add_drop_route(u32::from(prefix), len)?;
+        } else {
+            self.forwarding.add_route(u32::from(prefix), len, &paths)?;
+        }
+        self.commit()?;
+        let masked = Ipv4Addr::from(u32::from(prefix) & mask(len));
+        self.record(owner, Owned::Route(masked, len));
+        Ok(())
+    }
+
+    /// Removes the route to `prefix/len`.
+    pub fn remove_route(&mut self, prefix: Ipv4Addr, len: u8) -> Result<(), ForwarderError> {
+        if len > 32 {
+            return Err(ForwarderError::InvalidArgument(format!(
+                "prefix length {len} is over 32"
+            )));
+        }
+        if !self.forwarding.remove_route(u32::from(prefix), len) {
+            return Err(ForwarderError::NotFound(format!("no route {prefix}/{len}")));
+        }
+        self.commit()?;
+        let masked = Ipv4Addr::from(u32::from(prefix) & mask(len));
+        self.forget(|o| *o != Owned::Route(masked, len));
+        Ok(())
+    }
+
+    /// Records that `ip` is at `mac` on `port`.
+    pub fn add_neighbor(
+        &mut self,
+        port: &str,
+        ip: Ipv4Addr,
+        mac: [u8; 6],
+        owner: Option<&str>,
+    ) -> Result<(), ForwarderError> {
+        let i = self.interface(port)?;
+        self.forwarding.add_neighbor(i, u32::from(ip), mac)?;
+        self.commit()?;
+        self.record(owner, Owned::Neighbor(port.into(), ip));
+        Ok(())
+    }
+
+    /// Forgets the neighbour `ip` on `port`.
+    pub fn remove_neighbor(&mut self, port: &str, ip: Ipv4Addr) -> Result<(), ForwarderError> {
+        let i = self.interface(port)?;
+        if !self
+            .forwarding
+            .neighbors()
+            .iter()
+            .any(|&(x, a, _)| x == i && a == u32::from(ip))
+        {
+            return Err(ForwarderError::NotFound(format!(
+                "no neighbour {ip} on {port}"
+            )));
+        }
+        self.forwarding.remove_neighbor(i, u32::from(ip));
+        self.commit()?;
+        self.forget(|o| *o != Owned::Neighbor(port.into(), ip));
+        Ok(())
+    }
+
+    /// Adds an address of ours, `ip/len`, on `port` (answers ARP and ping; a connected route).
+    pub fn add_address(
+        &mut self,
+        port: &str,
+        ip: Ipv4Addr,
+        len: u8,
+        owner: Option<&str>,
+    ) -> Result<(), ForwarderError> {
+        let i = self.interface(port)?;
+        self.forwarding.add_address(i, u32::from(ip), len)?;
+        self.commit()?;
+        self.record(owner, Owned::Address(port.into(), ip, len));
+        Ok(())
+    }
+
+    /// Removes the address `ip/len` from `port`.
+    pub fn remove_address(
+        &mut self,
+        port: &str,
+        ip: Ipv4Addr,
+        len: u8,
+    ) -> Result<(), ForwarderError> {
+        let i = self.interface(port)?;
+        let has = self
+            .forwarding
+            .interfaces()
+            .any(|x| x.index == i && x.addresses.contains(&(u32::from(ip), len)));
+        if !has {
+            return Err(ForwarderError::NotFound(format!(
+                "no address {ip}/{len} on {port}"
+            )));
+        }
+        self.forwarding.remove_address(i, u32::from(ip), len)?;
+        self.commit()?;
+        self.forget(|o| *o != Owned::Address(port.into(), ip, len));
+        Ok(())
+    }
+
+    /// Everything `owner` made that still exists, in creation order.
+    pub fn owned_by(&self, owner: &str) -> Vec<Owned> {
+        self.owned
+            .iter()
+            .filter(|(o, _)| o == owner)
+            .map(|(_, x)| x.clone())
+            .collect()
+    }
+
+    /// Removes everything `owner` made, newest first (cross-connects and routes before the
+    /// ports they use); returns how many objects went. Owning nothing is not an error.
+    pub fn remove_owned(&mut self, owner: &str) -> Result<usize, ForwarderError> {
+        let objects = self.owned_by(owner);
+        let mut removed = 0;
+        for o in objects.iter().rev() {
+            let r = match o {
+                Owned::Port(p) => self.remove_port(p),
+                Owned::CrossConnect(a, _) | Owned::L3CrossConnect(a, _) => self.disconnect(a),
+                Owned::Route(p, l) => self.remove_route(*p, *l),
+                Owned::Neighbor(p, ip) => self.remove_neighbor(p, *ip),
+                Owned::Address(p, ip, l) => self.remove_address(p, *ip, *l),
+            };
+            match r {
+                Ok(()) => removed += 1,
+                // Gone already (with a port removed before it, say).
+                Err(ForwarderError::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.owned.retain(|(o, _)| o != owner);
+        Ok(removed)
+    }
+
+    fn open(&mut self, p: &PortSection) -> Result<Arc<dyn Port>, ForwarderError> {
+        let name = p.common().name;
+        if matches!(p, PortSection::Dpdk(_)) && self.dpdk.is_none() {
+            return Err(ForwarderError::Unavailable(format!(
+                "port {name}: DPDK ports can be added at run time only when some were configured at start (the EAL and the buffer layout are set up then)"
+            )));
+        }
+        open_port(p, self.workers, &mut self.memif, self.dpdk.as_ref()).map_err(|e| match e {
+            OpenError::Config(m) => ForwarderError::InvalidArgument(format!("port {name}: {m}")),
+            OpenError::Port(e) => port_error(name, e),
+            OpenError::Netns(e) if e.is_not_found() => {
+                ForwarderError::NotFound(format!("port {name}: {e}"))
+            }
+            OpenError::Netns(e) => ForwarderError::Unavailable(format!("port {name}: {e}")),
+        })
+    }
+
+    /// Closes a port no worker holds any more.
+    fn close(&mut self, section: &PortSection, port: Arc<dyn Port>) {
+        if let (PortSection::Memif(m), Some(control)) = (section, &self.memif) {
+            control.remove_port(&m.name);
+        }
+        drop(port);
     }
 
     /// Control-side housekeeping, called often (every few milliseconds): applies what the data
@@ -200,45 +822,97 @@ impl Forwarder {
     }
 }
 
+/// The destination MAC of packets sent to the peer of an IP-mode memif port (never sent: the
+/// port strips the Ethernet header).
+const IP_MODE_PEER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+
+fn mask(len: u8) -> u32 {
+    if len == 0 {
+        0
+    } else {
+        u32::MAX << (32 - len.min(32))
+    }
+}
+
+/// Why a port could not be opened.
+enum OpenError {
+    /// The configuration is wrong.
+    Config(String),
+    /// The driver refused.
+    Port(PortError),
+    /// The network namespace cannot be used.
+    Netns(NetNsError),
+}
+
+impl From<PortError> for OpenError {
+    fn from(e: PortError) -> Self {
+        OpenError::Port(e)
+    }
+}
+
+impl From<String> for OpenError {
+    fn from(e: String) -> Self {
+        OpenError::Config(e)
+    }
+}
+
+impl std::fmt::Display for OpenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpenError::Config(m) => f.write_str(m),
+            OpenError::Port(e) => e.fmt(f),
+            OpenError::Netns(e) => e.fmt(f),
+        }
+    }
+}
+
 fn open_port(
     p: &PortSection,
     workers: usize,
     memif: &mut Option<MemifControl>,
     dpdk: Option<&dpdk_ports::Dpdk>,
-) -> Result<Arc<dyn Port>, String> {
+) -> Result<Arc<dyn Port>, OpenError> {
     let common = p.common();
     let mac = common.mac.map(parse_mac).transpose()?;
     Ok(match p {
         PortSection::Memif(m) => {
             if memif.is_none() {
-                *memif = Some(MemifControl::start(workers).map_err(|e| e.to_string())?);
+                *memif = Some(MemifControl::start(workers)?);
             }
             let control = memif.as_ref().expect("started above");
             let mut c = memif_config(common.name, m)?;
+            if let Some(path) = &m.netns {
+                c.netns = Some(NetNs::open_path(path).map_err(OpenError::Netns)?);
+            }
             if let Some(mac) = mac {
                 c.mac = mac;
             }
-            control.add_port(c).map_err(|e| e.to_string())?
+            control.add_port(c)?
         }
         PortSection::AfPacket(a) => {
             if mac.is_some() {
-                return Err("an af_packet port uses its kernel interface's MAC".into());
+                return Err(OpenError::Config(
+                    "an af_packet port uses its kernel interface's MAC".into(),
+                ));
             }
             let mut c = AfPacketConfig::new(&a.interface, workers);
             c.promiscuous = a.promiscuous;
-            Arc::new(AfPacketPort::open(&c).map_err(|e| e.to_string())?)
+            Arc::new(AfPacketPort::open(&c)?)
         }
         PortSection::Dpdk(d) => {
             if mac.is_some() {
-                return Err("a dpdk port uses its device's MAC".into());
+                return Err(OpenError::Config(
+                    "a dpdk port uses its device's MAC".into(),
+                ));
             }
-            let dpdk = dpdk.ok_or("the EAL is not running")?;
-            dpdk.open(d, workers)?
+            let dpdk = dpdk.ok_or_else(|| OpenError::Config("the EAL is not running".into()))?;
+            dpdk.open(d, workers)
+                .map_err(|e| OpenError::Port(PortError::Device(e)))?
         }
         PortSection::Tap(t) => {
             let mut c = TapConfig::new(t.device.as_deref().unwrap_or(common.name), workers);
             c.mac = mac;
-            Arc::new(TapPort::open(&c).map_err(|e| e.to_string())?)
+            Arc::new(TapPort::open(&c)?)
         }
     })
 }

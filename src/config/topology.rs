@@ -79,6 +79,11 @@ pub struct MemifSection {
     /// memif buffer size in bytes (default 2048).
     #[serde(default = "default_buffer_size")]
     pub buffer_size: u32,
+    /// The network namespace (a `/run/netns/…` or `/proc/<pid>/ns/net` path) the control
+    /// socket is created in (NSM's client side: an abstract socket in the client's pod).
+    /// Default: Quiver's own.
+    #[serde(default)]
+    pub netns: Option<std::path::PathBuf>,
 }
 
 /// `type = "af_packet"`.

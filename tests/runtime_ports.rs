@@ -1,0 +1,669 @@
+//! The forwarder changed while it forwards, the way NSM's control plane drives it: ports and
+//! cross-connects added and removed at run time through `Forwarder`'s API, with memif peers
+//! built on our `memif` crate exchanging frames, and bad requests refused with the status a
+//! gRPC layer maps them to, leaving nothing behind.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use dataplane::{BufferPool, BufferPoolConfig, HugepagePolicy, IdlePolicy, WorkerConfig};
+use drivers::LinkStatus;
+use memif::{InterfaceConfig, Mode, Slave, SocketAddress};
+use quiver::config::{MemifMode, PortSection};
+use quiver::{Config, Forwarder, ForwarderError, Owned};
+use testkit::wait_for;
+
+const WORKERS: usize = 2;
+
+fn socket(test: &str, n: u32) -> PathBuf {
+    std::env::temp_dir().join(format!("quiver-rt-{}-{test}-{n}.sock", std::process::id()))
+}
+
+/// A `[[port]]` section from its TOML keys.
+fn port(keys: &str) -> PortSection {
+    Config::parse(&format!("[[port]]\n{keys}"))
+        .unwrap()
+        .port
+        .remove(0)
+}
+
+fn memif_master(name: &str, sock: &std::path::Path, id: u32) -> PortSection {
+    port(&format!(
+        "name = \"{name}\"\ntype = \"memif\"\nrole = \"master\"\nsocket = \"{}\"\nid = {id}\n",
+        sock.display()
+    ))
+}
+
+/// A forwarder with `WORKERS` workers over the ports and cross-connects of `toml`.
+fn start(toml: &str) -> (Forwarder, Arc<BufferPool>) {
+    let cfg = Config::parse(&format!("[buffers]\nhugepages = \"never\"\n{toml}")).unwrap();
+    let pool = BufferPool::new(&BufferPoolConfig {
+        buffers: 16 * 1024,
+        hugepages: HugepagePolicy::Never,
+        ..BufferPoolConfig::default()
+    })
+    .unwrap();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let workers = WorkerConfig {
+        cores: (0..WORKERS).map(|w| w % cores).collect(),
+        idle: IdlePolicy::ADAPTIVE,
+    };
+    let f = Forwarder::start(&cfg, &workers, pool.clone()).unwrap();
+    (f, pool)
+}
+
+fn slave(sock: &std::path::Path, id: u32) -> Slave {
+    slave_in(sock, id, Mode::Ethernet)
+}
+
+fn slave_in(sock: &std::path::Path, id: u32, mode: Mode) -> Slave {
+    let mut c = InterfaceConfig::new(id);
+    c.queue_pairs = WORKERS as u16;
+    c.mode = mode;
+    Slave::new(SocketAddress::Path(sock.to_path_buf()), c).unwrap()
+}
+
+fn links_up(f: &Mutex<Forwarder>, names: &[&str], slaves: &mut [&mut Slave]) {
+    wait_for("memif links up", 20, || {
+        for s in slaves.iter_mut() {
+            s.poll().unwrap();
+        }
+        let f = f.lock().unwrap();
+        slaves.iter().all(|s| s.interface().is_up())
+            && names
+                .iter()
+                .all(|n| f.port(n).is_some_and(|e| e.port.link() == LinkStatus::Up))
+    });
+}
+
+/// A frame of flow `flow` on queue `q` with sequence `seq`, every byte derived from them.
+fn frame(flow: u8, q: u8, seq: u32) -> Vec<u8> {
+    let len = 60 + (seq as usize * 7) % 200;
+    let mut f: Vec<u8> = (0..len)
+        .map(|i| (i as u32).wrapping_mul(31).wrapping_add(seq) as u8 ^ q ^ flow)
+        .collect();
+    f[0..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0xbb]);
+    f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0xaa]);
+    f[12..14].copy_from_slice(&[0x88, 0xb5]);
+    f[14] = flow;
+    f[15] = q;
+    f[16..20].copy_from_slice(&seq.to_be_bytes());
+    f
+}
+
+/// What one direction of a flow has done so far.
+#[derive(Default, Clone, Copy, Debug)]
+struct Flow {
+    sent: [u32; WORKERS],
+    received: [u32; WORKERS],
+}
+
+impl Flow {
+    fn total_sent(&self) -> u64 {
+        self.sent.iter().map(|&n| n as u64).sum()
+    }
+    fn total_received(&self) -> u64 {
+        self.received.iter().map(|&n| n as u64).sum()
+    }
+}
+
+/// One step of flow `id` from `from` to `to`: sends a few frames on every queue (at most 128
+/// in flight, so no ring overflows) and receives, checking every frame arrives once, intact and
+/// in order. With `send == false` only receives.
+fn step(id: u8, from: &mut Slave, to: &mut Slave, flow: &mut Flow, send: bool) {
+    for q in 0..WORKERS {
+        if send && flow.sent[q] - flow.received[q] < 128 {
+            let batch: Vec<Vec<u8>> = (flow.sent[q]..flow.sent[q] + 32)
+                .map(|s| frame(id, q as u8, s))
+                .collect();
+            let refs: Vec<&[u8]> = batch.iter().map(|f| &f[..]).collect();
+            flow.sent[q] += from.interface_mut().tx_burst(q, &refs) as u32;
+        }
+        let next = &mut flow.received[q];
+        to.interface_mut().rx_burst(q, 256, &mut |got: &[u8]| {
+            let (fid, fq) = (got[14], got[15]);
+            let seq = u32::from_be_bytes(got[16..20].try_into().unwrap());
+            assert_eq!((fid, usize::from(fq)), (id, q), "frame of another flow");
+            assert_eq!(
+                seq, *next,
+                "flow {id} queue {q}: lost, duplicated or reordered"
+            );
+            assert_eq!(
+                got,
+                &frame(fid, fq, seq)[..],
+                "flow {id} queue {q}: corrupted"
+            );
+            *next += 1;
+        });
+    }
+}
+
+#[test]
+fn a_cross_connect_added_and_removed_at_run_time_carries_frames_and_the_running_one_loses_none() {
+    let (s0, s1) = (socket("live", 0), socket("live", 1));
+    let (f, pool) = start(&format!(
+        "[[port]]\nname = \"memif0\"\ntype = \"memif\"\nrole = \"master\"\nsocket = \"{}\"\nid = 0\n\
+         [[port]]\nname = \"memif1\"\ntype = \"memif\"\nrole = \"master\"\nsocket = \"{}\"\nid = 1\n\
+         [[xconnect]]\na = \"memif0\"\nb = \"memif1\"\n",
+        s0.display(),
+        s0.display()
+    ));
+    let start_free = pool.free_count();
+    let f = Arc::new(Mutex::new(f));
+    // The control plane's housekeeping runs beside the API calls, as in the daemon.
+    let stop = Arc::new(AtomicBool::new(false));
+    let housekeeping = {
+        let (f, stop) = (f.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                f.lock().unwrap().housekeeping().unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        })
+    };
+
+    let mut a = slave(&s0, 0);
+    let mut b = slave(&s0, 1);
+    links_up(&f, &["memif0", "memif1"], &mut [&mut a, &mut b]);
+
+    // Traffic through the first cross-connect, both ways, on every queue, for the whole test.
+    let running = Arc::new(AtomicBool::new(true));
+    let traffic = {
+        let running = running.clone();
+        std::thread::spawn(move || {
+            let (mut ab, mut ba) = (Flow::default(), Flow::default());
+            while running.load(Ordering::Relaxed) {
+                step(1, &mut a, &mut b, &mut ab, true);
+                step(2, &mut b, &mut a, &mut ba, true);
+            }
+            // Every frame sent arrives: none lost while the other ports came and went.
+            wait_for("the last frames through memif0 ↔ memif1", 20, || {
+                step(1, &mut a, &mut b, &mut ab, false);
+                step(2, &mut b, &mut a, &mut ba, false);
+                ab.received == ab.sent && ba.received == ba.sent
+            });
+            (ab, ba)
+        })
+    };
+    wait_for("traffic through the first cross-connect", 20, || {
+        f.lock()
+            .unwrap()
+            .port("memif1")
+            .unwrap()
+            .port
+            .stats()
+            .tx_packets
+            > 1000
+    });
+
+    // A second pair of ports on their own socket, cross-connected, owned by one connection.
+    let owner = Some("connection-2");
+    {
+        let mut f = f.lock().unwrap();
+        let i2 = f.add_port(&memif_master("memif2", &s1, 0), owner).unwrap();
+        let i3 = f.add_port(&memif_master("memif3", &s1, 1), owner).unwrap();
+        assert_ne!(i2, i3);
+        f.cross_connect("memif2", "memif3", owner).unwrap();
+        assert_eq!(
+            f.owned_by("connection-2"),
+            vec![
+                Owned::Port("memif2".into()),
+                Owned::Port("memif3".into()),
+                Owned::CrossConnect("memif2".into(), "memif3".into()),
+            ]
+        );
+    }
+    assert!(s1.exists(), "memif2's socket is listening");
+    let mut c = slave(&s1, 0);
+    let mut d = slave(&s1, 1);
+    links_up(&f, &["memif2", "memif3"], &mut [&mut c, &mut d]);
+    let (mut cd, mut dc) = (Flow::default(), Flow::default());
+    wait_for("frames through the new cross-connect", 30, || {
+        let more = cd.total_sent() < 2000;
+        step(3, &mut c, &mut d, &mut cd, more);
+        step(4, &mut d, &mut c, &mut dc, more);
+        cd.total_received() >= 2000 && cd.received == cd.sent && dc.received == dc.sent
+    });
+    {
+        let f = f.lock().unwrap();
+        let s2 = f.port("memif2").unwrap().port.stats();
+        let s3 = f.port("memif3").unwrap().port.stats();
+        assert_eq!(s2.rx_packets, cd.total_sent());
+        assert_eq!(s3.tx_packets, cd.total_received());
+        assert_eq!(s3.rx_packets, dc.total_sent());
+        assert_eq!(s2.tx_packets, dc.total_received());
+        // One polling node per worker, whatever the number of ports.
+        let rt = f.dataplane().runtime();
+        for w in &rt.workers {
+            assert_eq!(
+                w.nodes
+                    .iter()
+                    .filter(|n| n.name.ends_with("input") && n.kind == dataplane::NodeKind::Input)
+                    .count(),
+                1
+            );
+        }
+    }
+
+    // Close the connection: its ports and cross-connect go, the socket with them.
+    let removed = f.lock().unwrap().remove_owned("connection-2").unwrap();
+    assert_eq!(removed, 3);
+    {
+        let f = f.lock().unwrap();
+        assert!(f.owned_by("connection-2").is_empty());
+        assert!(f.port("memif2").is_none() && f.port("memif3").is_none());
+        assert_eq!(f.forwarding().interfaces().count(), 2);
+        assert_eq!(f.forwarding().object_counts(), (0, 0));
+    }
+    assert!(!s1.exists(), "the removed ports' memif socket is gone");
+    wait_for("the removed ports' peers see the link go", 10, || {
+        c.poll().ok();
+        d.poll().ok();
+        !c.interface().is_up() && !d.interface().is_up()
+    });
+
+    // Traffic on the first cross-connect kept flowing meanwhile; stop it and count.
+    let before = f
+        .lock()
+        .unwrap()
+        .port("memif1")
+        .unwrap()
+        .port
+        .stats()
+        .tx_packets;
+    wait_for("more traffic after the removal", 20, || {
+        f.lock()
+            .unwrap()
+            .port("memif1")
+            .unwrap()
+            .port
+            .stats()
+            .tx_packets
+            > before + 1000
+    });
+    running.store(false, Ordering::Relaxed);
+    let (ab, ba) = traffic
+        .join()
+        .expect("the first cross-connect lost no frame");
+    {
+        let f = f.lock().unwrap();
+        let s0 = f.port("memif0").unwrap().port.stats();
+        let s1 = f.port("memif1").unwrap().port.stats();
+        assert_eq!(
+            (s0.rx_packets, s1.tx_packets),
+            (ab.total_sent(), ab.total_sent())
+        );
+        assert_eq!(
+            (s1.rx_packets, s0.tx_packets),
+            (ba.total_sent(), ba.total_sent())
+        );
+        assert_eq!(
+            (s0.rx_dropped, s0.tx_dropped, s1.rx_dropped, s1.tx_dropped),
+            (0, 0, 0, 0)
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    housekeeping.join().unwrap();
+    wait_for("every buffer back in the pool", 10, || {
+        pool.free_count() == start_free
+    });
+    let f = Arc::try_unwrap(f).ok().unwrap().into_inner().unwrap();
+    f.stop();
+    assert_eq!(pool.free_count(), start_free);
+    assert!(!s0.exists(), "memif0's socket is gone with the forwarder");
+    eprintln!(
+        "first cross-connect: {} + {} frames; second: {} + {}",
+        ab.total_sent(),
+        ba.total_sent(),
+        cd.total_sent(),
+        dc.total_sent()
+    );
+}
+
+#[test]
+fn bad_requests_get_their_status_and_leave_nothing_behind() {
+    let (f, pool) = start("");
+    let start_free = pool.free_count();
+    let mut f = f;
+    let sock = socket("bad", 0);
+    let i0 = f
+        .add_port(&memif_master("m0", &sock, 0), Some("c1"))
+        .unwrap();
+    f.add_port(&memif_master("m1", &sock, 1), None).unwrap();
+    let state = |f: &Forwarder| {
+        (
+            f.ports().len(),
+            f.forwarding().interfaces().count(),
+            f.forwarding().routes().len(),
+            f.forwarding().neighbors().len(),
+            f.forwarding().object_counts(),
+        )
+    };
+    let before = state(&f);
+
+    let not_found = |r: Result<(), ForwarderError>| matches!(r, Err(ForwarderError::NotFound(_)));
+    assert!(not_found(f.remove_port("nope")));
+    assert!(not_found(f.disconnect("m0")), "m0 is not cross-connected");
+    assert!(not_found(f.cross_connect("m0", "nope", None)));
+    assert!(not_found(f.remove_route("10.9.0.0".parse().unwrap(), 16)));
+    assert!(not_found(
+        f.remove_neighbor("m0", "10.0.0.9".parse().unwrap())
+    ));
+    assert!(not_found(f.remove_address(
+        "m0",
+        "10.0.0.1".parse().unwrap(),
+        24
+    )));
+    assert!(not_found(f.add_route(
+        "10.9.0.0".parse().unwrap(),
+        16,
+        &[("10.0.0.2".parse().unwrap(), "nope")],
+        None
+    )));
+    assert!(matches!(
+        f.add_port(&memif_master("m0", &socket("bad", 1), 0), None),
+        Err(ForwarderError::AlreadyExists(_))
+    ));
+    assert!(
+        matches!(
+            f.add_port(&memif_master("m2", &sock, 1), None),
+            Err(ForwarderError::AlreadyExists(_))
+        ),
+        "memif socket and id in use"
+    );
+    assert!(matches!(
+        f.cross_connect("m0", "m0", None),
+        Err(ForwarderError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        f.l3_cross_connect(
+            "m1",
+            "m1",
+            "10.0.0.1".parse().unwrap(),
+            "10.0.0.2".parse().unwrap(),
+            None
+        ),
+        Err(ForwarderError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        f.add_route("10.9.0.0".parse().unwrap(), 33, &[], None),
+        Err(ForwarderError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        f.add_port(&port("name = \"bad ring\"\ntype = \"memif\"\nrole = \"master\"\nsocket = \"/tmp/x.sock\"\n"), None),
+        Err(ForwarderError::InvalidArgument(_))
+    ));
+    let mut ring = memif_master("m3", &socket("bad", 2), 0);
+    if let PortSection::Memif(m) = &mut ring {
+        m.ring_size = 1000;
+    }
+    assert!(matches!(
+        f.add_port(&ring, None),
+        Err(ForwarderError::InvalidArgument(_))
+    ));
+    let mut in_ns = memif_master("m4", &socket("bad", 3), 0);
+    if let PortSection::Memif(m) = &mut in_ns {
+        m.netns = Some("/run/netns/quiver-no-such-namespace".into());
+    }
+    assert!(matches!(
+        f.add_port(&in_ns, None),
+        Err(ForwarderError::NotFound(_))
+    ));
+    // A cross-connect in place: a second one on either port is refused.
+    f.cross_connect("m0", "m1", Some("c1")).unwrap();
+    assert!(matches!(
+        f.l3_cross_connect(
+            "m0",
+            "m1",
+            "10.0.0.1".parse().unwrap(),
+            "10.0.0.2".parse().unwrap(),
+            None
+        ),
+        Err(ForwarderError::AlreadyExists(_))
+    ));
+    f.disconnect("m1").unwrap();
+    assert!(f.owned_by("c1") == vec![Owned::Port("m0".into())]);
+
+    // Nothing was left behind by the refusals.
+    assert_eq!(state(&f), before);
+    for n in 1..4 {
+        assert!(!socket("bad", n).exists(), "no socket for a refused port");
+    }
+    let rt = f.dataplane().runtime();
+    assert!(rt.workers.iter().all(|w| w.node("port-input").is_some()));
+
+    // An owner's objects go with it; the rest stays.
+    f.add_address("m0", "10.0.0.1".parse().unwrap(), 24, Some("c1"))
+        .unwrap();
+    f.add_neighbor(
+        "m0",
+        "10.0.0.2".parse().unwrap(),
+        [2, 0, 0, 0, 0, 2],
+        Some("c1"),
+    )
+    .unwrap();
+    f.add_route(
+        "10.9.0.0".parse().unwrap(),
+        16,
+        &[("10.0.0.2".parse().unwrap(), "m0")],
+        Some("c1"),
+    )
+    .unwrap();
+    assert_eq!(f.owned_by("c1").len(), 4);
+    assert_eq!(f.remove_owned("c1").unwrap(), 4);
+    assert_eq!(f.remove_owned("c1").unwrap(), 0, "closing twice is fine");
+    assert!(f.port("m0").is_none());
+    assert_eq!(f.ports().len(), 1);
+    assert_eq!(f.forwarding().routes().len(), 0);
+    assert_eq!(f.forwarding().neighbors().len(), 0);
+    assert!(sock.exists(), "m1 still listens");
+    // The index freed is reused by the next port, which works like the first.
+    assert_eq!(f.add_port(&memif_master("m5", &sock, 0), None).unwrap(), i0);
+    f.remove_port("m5").unwrap();
+    f.remove_port("m1").unwrap();
+    assert!(!sock.exists());
+    f.stop();
+    assert_eq!(pool.free_count(), start_free);
+}
+
+#[test]
+fn the_forwarder_can_be_shared_with_a_control_plane() {
+    fn send<T: Send>() {}
+    send::<Forwarder>();
+    send::<ForwarderError>();
+}
+
+/// An IPv4 packet (UDP, no options) from `src` to `dst` with `ttl` and a valid checksum.
+fn ip4(src: [u8; 4], dst: [u8; 4], ttl: u8, seq: u8) -> Vec<u8> {
+    let mut p = vec![0x45, 0, 0, 48, 0, seq, 0, 0, ttl, 17, 0, 0];
+    p.extend_from_slice(&src);
+    p.extend_from_slice(&dst);
+    p.extend((0..28).map(|i| i ^ seq));
+    let sum = ip4_checksum(&p[..20]);
+    p[10..12].copy_from_slice(&sum.to_be_bytes());
+    p
+}
+
+fn ip4_checksum(h: &[u8]) -> u16 {
+    let mut sum: u32 = h
+        .chunks(2)
+        .enumerate()
+        .filter(|&(i, _)| i != 5)
+        .map(|(_, w)| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// Sends 100 IPv4 packets from `from`, one at a time, and checks `to` receives each with its
+/// TTL decremented and a checksum a full computation agrees with.
+fn across(from: &mut Slave, to: &mut Slave, src: [u8; 4], dst: [u8; 4]) {
+    for seq in 0..100u8 {
+        let sent = ip4(src, dst, 64, seq);
+        while from.interface_mut().tx_burst(0, &[&sent[..]]) == 0 {
+            std::thread::yield_now();
+        }
+        let mut got = Vec::new();
+        wait_for("an IP packet across the L3 cross-connect", 10, || {
+            to.interface_mut()
+                .rx_burst(0, 4, &mut |p: &[u8]| got.push(p.to_vec()));
+            !got.is_empty()
+        });
+        assert_eq!(got, vec![ip4(src, dst, 63, seq)], "packet {seq}");
+        assert_eq!(got[0][10..12], ip4_checksum(&got[0][..20]).to_be_bytes());
+    }
+}
+
+#[test]
+fn ip_mode_memif_ports_l3_cross_connected_carry_ip_packets_with_the_ttl_decremented() {
+    let sock = socket("l3ip", 0);
+    let (f, pool) = start("");
+    let start_free = pool.free_count();
+    let f = Mutex::new(f);
+    let owner = Some("nsm-ip");
+    for (name, id) in [("ip0", 0), ("ip1", 1)] {
+        let mut section = memif_master(name, &sock, id);
+        if let PortSection::Memif(m) = &mut section {
+            m.mode = MemifMode::Ip;
+        }
+        f.lock().unwrap().add_port(&section, owner).unwrap();
+    }
+    // Point to point: no address, no ARP; the peers' addresses only name the next hops.
+    f.lock()
+        .unwrap()
+        .l3_cross_connect(
+            "ip0",
+            "ip1",
+            "172.16.2.1".parse().unwrap(),
+            "172.16.1.1".parse().unwrap(),
+            owner,
+        )
+        .unwrap();
+    let mut a = slave_in(&sock, 0, Mode::Ip);
+    let mut b = slave_in(&sock, 1, Mode::Ip);
+    links_up(&f, &["ip0", "ip1"], &mut [&mut a, &mut b]);
+
+    // Any destination goes across (no route covers it), TTL decremented, checksum updated.
+    across(&mut a, &mut b, [172, 16, 1, 1], [10, 200, 0, 7]);
+    across(&mut b, &mut a, [10, 200, 0, 7], [172, 16, 1, 1]);
+    // A packet whose TTL runs out is dropped, not sent.
+    let expiring = ip4([172, 16, 1, 1], [10, 200, 0, 7], 1, 0);
+    while a.interface_mut().tx_burst(0, &[&expiring[..]]) == 0 {}
+    wait_for("the expired packet counted", 10, || {
+        let f = f.lock().unwrap();
+        f.dataplane()
+            .runtime()
+            .workers
+            .iter()
+            .map(|w| w.error("ip4-rewrite", "ttl-expired"))
+            .sum::<u64>()
+            == 1
+    });
+
+    let mut f = f.into_inner().unwrap();
+    assert_eq!(f.remove_owned("nsm-ip").unwrap(), 3);
+    assert!(
+        f.forwarding().neighbors().is_empty(),
+        "the peers' entries went with it"
+    );
+    assert_eq!(f.forwarding().object_counts(), (0, 0));
+    assert!(!sock.exists());
+    f.stop();
+    assert_eq!(pool.free_count(), start_free);
+}
+
+/// A network namespace, deleted on drop.
+struct Netns(String);
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("/usr/sbin/ip")
+            .args(["netns", "del", &self.0])
+            .output();
+    }
+}
+
+#[test]
+fn memif_ports_added_inside_a_network_namespace_serve_peers_there() {
+    if !testkit::require(
+        "memif_ports_added_inside_a_network_namespace",
+        &testkit::Needs {
+            root: true,
+            tools: &["/usr/sbin/ip"],
+            ..testkit::Needs::default()
+        },
+    ) {
+        return;
+    }
+    let ns = Netns(format!("quiver-rt-memif-{}", std::process::id()));
+    let out = std::process::Command::new("/usr/sbin/ip")
+        .args(["netns", "add", &ns.0])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let path = PathBuf::from(format!("/run/netns/{}", ns.0));
+    // An abstract socket: it exists only in the namespace it is bound in.
+    let name = format!("@quiver-rt-{}", std::process::id());
+    let (f, pool) = start("");
+    let start_free = pool.free_count();
+    let f = Mutex::new(f);
+    for (port, id) in [("pod0", 0), ("pod1", 1)] {
+        let mut section = port_section_memif(port, &name, id);
+        if let PortSection::Memif(m) = &mut section {
+            m.netns = Some(path.clone());
+        }
+        f.lock().unwrap().add_port(&section, Some("pod")).unwrap();
+    }
+    f.lock()
+        .unwrap()
+        .cross_connect("pod0", "pod1", Some("pod"))
+        .unwrap();
+
+    // The peers run inside the namespace, where the socket is.
+    let (ab, ba) = std::thread::scope(|s| {
+        s.spawn(|| {
+            let file = std::fs::File::open(&path).unwrap();
+            nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+            let addr = SocketAddress::parse(&name);
+            let peer = |id| {
+                let mut c = InterfaceConfig::new(id);
+                c.queue_pairs = WORKERS as u16;
+                Slave::new(addr.clone(), c).unwrap()
+            };
+            let (mut a, mut b) = (peer(0), peer(1));
+            links_up(&f, &["pod0", "pod1"], &mut [&mut a, &mut b]);
+            let (mut ab, mut ba) = (Flow::default(), Flow::default());
+            wait_for("frames through the namespace's memif ports", 30, || {
+                let more = ab.total_sent() < 1000;
+                step(5, &mut a, &mut b, &mut ab, more);
+                step(6, &mut b, &mut a, &mut ba, more);
+                ab.total_received() >= 1000 && ab.received == ab.sent && ba.received == ba.sent
+            });
+            (ab, ba)
+        })
+        .join()
+        .unwrap()
+    });
+    let mut f = f.into_inner().unwrap();
+    assert_eq!(
+        f.port("pod0").unwrap().port.stats().rx_packets,
+        ab.total_sent()
+    );
+    assert_eq!(
+        f.port("pod0").unwrap().port.stats().tx_packets,
+        ba.total_sent()
+    );
+    assert_eq!(f.remove_owned("pod").unwrap(), 3);
+    assert!(f.ports().is_empty());
+    f.stop();
+    assert_eq!(pool.free_count(), start_free);
+}
+
+fn port_section_memif(name: &str, socket: &str, id: u32) -> PortSection {
+    port(&format!(
+        "name = \"{name}\"\ntype = \"memif\"\nrole = \"master\"\nsocket = \"{socket}\"\nid = {id}\n"
+    ))
+}
