@@ -1,10 +1,11 @@
 //! Quiver the daemon, as a library: the configuration file, the forwarder it assembles from
-//! ports and forwarding state, and the built-in demo. The `quiver` binary, the bench runner and
+//! ports and forwarding state, the control plane's services over it, and the built-in demo. The `quiver` binary, the bench runner and
 //! the end-to-end tests all start Quiver through this.
 
 pub mod config;
+pub mod control;
 pub mod demo;
 pub mod forwarder;
 
 pub use config::Config;
-pub use forwarder::{Forwarder, PortEntry};
+pub use forwarder::{Forwarder, ForwarderError, Owned, PortEntry};

@@ -1,14 +1,16 @@
 //! `quiver`: parse the command line and configuration, start the data plane, report, stop.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use dataplane::{BufferPool, Dataplane, RuntimeSnapshot, WorkerConfig};
 use graph_nodes::{FibConfig, LocalState};
 use quiver::{demo, Config, Forwarder};
+
+mod ctl;
 
 /// Quiver: a userspace vector packet forwarder.
 #[derive(Parser)]
@@ -25,6 +27,11 @@ enum Command {
     /// instead: UDP traffic routed through the real forwarding graph between two in-memory ports,
     /// with a few bad frames to show drop reasons.
     Run(RunArgs),
+    /// Talk to a running `quiver run` over its admin socket: show interfaces, runtime,
+    /// errors, fib, neighbours, cross-connects, memif, connections, trace; add and delete
+    /// routes, neighbours, cross-connects, memif and AF_PACKET interfaces; trace; clear
+    /// counters. Tables by default, `--json` for scripts.
+    Ctl(ctl::CtlArgs),
 }
 
 #[derive(clap::Args)]
@@ -41,13 +48,27 @@ struct RunArgs {
     /// Stop after this many seconds (default: run until SIGINT or SIGTERM).
     #[arg(long)]
     duration: Option<u64>,
+    /// Serve the admin API (`quiver ctl`) on this unix socket, mode 0660; its directory is
+    /// created, a stale socket replaced, a live one refused (quiver exits). Default
+    /// /run/quiver/admin.sock, where a socket that cannot be served only warns. Empty: no
+    /// admin API. Not served by the built-in demo.
+    #[arg(long)]
+    admin_socket: Option<String>,
+    /// Serve NSM's forwarder API (also on when `NSM_LISTEN_ON` is set), configured by the
+    /// `NSM_*` environment as cmd-forwarder-vpp is.
+    #[arg(long)]
+    nsm: bool,
 }
 
 fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                // Without RUST_LOG, NSM_LOG_LEVEL (as cmd-forwarder-vpp reads it), else info.
+                let level =
+                    ctl_api::nsm::NsmConfig::from_env().map_or("info", |c| c.tracing_level());
+                tracing_subscriber::EnvFilter::new(level)
+            }),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -55,6 +76,7 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run(args),
+        Command::Ctl(args) => ctl::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -118,10 +140,21 @@ fn run(args: RunArgs) -> Result<(), String> {
             .map(|d| Instant::now() + Duration::from_secs(d)),
         stop,
     };
-    if cfg.port.is_empty() {
+    let nsm = (args.nsm || ctl_api::nsm::NsmConfig::requested_by_env())
+        .then(ctl_api::nsm::NsmConfig::from_env)
+        .transpose()
+        .map_err(|e| e.to_string())?;
+    if cfg.port.is_empty() && nsm.is_none() {
         run_demo(&cfg, &workers, pool, clock)
     } else {
-        run_ports(&cfg, &workers, pool, clock)
+        run_ports(
+            &cfg,
+            &workers,
+            pool,
+            clock,
+            args.admin_socket.as_deref().map(Path::new),
+            nsm,
+        )
     }
 }
 
@@ -175,10 +208,16 @@ fn run_ports(
     workers: &WorkerConfig,
     pool: Arc<BufferPool>,
     clock: Clock,
+    admin_socket: Option<&Path>,
+    nsm: Option<ctl_api::nsm::NsmConfig>,
 ) -> Result<(), String> {
-    let mut fwd = Forwarder::start(cfg, workers, pool.clone())?;
+    let fwd = Arc::new(Mutex::new(Forwarder::start(cfg, workers, pool.clone())?));
+    let admin = quiver::control::admin::start(&fwd, admin_socket)?;
+    let nsm = nsm
+        .map(|c| quiver::control::nsm::start(&fwd, c))
+        .transpose()?;
     tracing::info!(
-        ports = fwd.ports().len(),
+        ports = quiver::control::admin::lock(&fwd).ports().len(),
         workers = workers.cores.len(),
         "forwarding"
     );
@@ -186,6 +225,7 @@ fn run_ports(
         last: (Instant::now(), 0),
     };
     clock.run(|report| {
+        let mut fwd = quiver::control::admin::lock(&fwd);
         fwd.housekeeping()?;
         if report {
             println!("{}", meter.line(clock.started, fwd.tx_packets()));
@@ -194,6 +234,8 @@ fn run_ports(
         }
         Ok(())
     })?;
+    drop(nsm);
+    let fwd = quiver::control::admin::stop(admin, fwd)?;
     let elapsed = clock.started.elapsed();
     let interfaces = fwd.format_interfaces();
     let packets = fwd.tx_packets();

@@ -24,6 +24,11 @@ pub mod registry {
     tonic::include_proto!("registry");
 }
 
+/// `package quiver.admin`: Quiver's own admin API, served for `quiver ctl`.
+pub mod quiver_admin {
+    tonic::include_proto!("quiver.admin");
+}
+
 /// The SPIFFE Workload API (`SpiffeWorkloadAPI`, a proto without a package): Quiver is its
 /// client, for X.509 SVIDs and trust bundles (see `crate::spiffe`).
 pub mod spiffe_workload {

@@ -1,0 +1,271 @@
+//! The NSM forwarder's settings, from the environment as cmd-forwarder-vpp reads them
+//! (`NSM_NAME`, `NSM_CONNECT_TO`, `NSM_LISTEN_ON`, …).
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::time::Duration;
+
+/// Where Quiver listens when `NSM_LISTEN_ON` is not set.
+pub const DEFAULT_LISTEN_ON: &str = "unix:///listen.on.socket";
+/// nsmgr's socket when `NSM_CONNECT_TO` is not set.
+pub const DEFAULT_CONNECT_TO: &str = "unix:///var/lib/networkservicemesh/nsm.io.sock";
+
+/// A bad setting.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{var}={value:?}: {why}")]
+pub struct ConfigError {
+    /// The variable.
+    pub var: String,
+    /// Its value.
+    pub value: String,
+    /// What is wrong with it.
+    pub why: String,
+}
+
+/// The NSM forwarder's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NsmConfig {
+    /// `NSM_NAME`: Quiver's name in paths and in the registry (default `forwarder`).
+    pub name: String,
+    /// `NSM_LABELS`: `key=value,…` labels for registration.
+    pub labels: HashMap<String, String>,
+    /// `NSM_CONNECT_TO`: nsmgr's URL (the registry).
+    pub connect_to: String,
+    /// `NSM_LISTEN_ON`: where the NSM services listen (`unix:///path`).
+    pub listen_on: String,
+    /// `NSM_TUNNEL_IP`: the source address of tunnels (VXLAN), if set.
+    pub tunnel_ip: Option<IpAddr>,
+    /// `NSM_VXLAN_PORT`: the VXLAN UDP port (default 4789).
+    pub vxlan_port: u16,
+    /// `NSM_MAX_TOKEN_LIFETIME`: how long Quiver's own path segment is valid (default 10m).
+    pub max_token_lifetime: Duration,
+    /// `NSM_DIAL_TIMEOUT`: how long dialing the endpoint or the registry may take (750ms).
+    pub dial_timeout: Duration,
+    /// `NSM_LOG_LEVEL`: `TRACE`, `DEBUG`, `INFO` (default), `WARN`, `ERROR`.
+    pub log_level: String,
+    /// Remove what no connection owns when the server starts (default true; not from the
+    /// environment: tests sharing a host with other Quivers turn it off).
+    pub reconcile_at_start: bool,
+    /// Register with nsmgr at `connect_to` and keep the registration fresh (on when
+    /// `NSM_CONNECT_TO` is set in the environment).
+    pub register: bool,
+}
+
+impl Default for NsmConfig {
+    fn default() -> Self {
+        NsmConfig {
+            name: "forwarder".into(),
+            labels: HashMap::new(),
+            connect_to: DEFAULT_CONNECT_TO.into(),
+            listen_on: DEFAULT_LISTEN_ON.into(),
+            tunnel_ip: None,
+            vxlan_port: 4789,
+            max_token_lifetime: Duration::from_secs(600),
+            dial_timeout: Duration::from_millis(750),
+            log_level: "INFO".into(),
+            reconcile_at_start: true,
+            register: false,
+        }
+    }
+}
+
+impl NsmConfig {
+    /// True when the environment asks for the NSM forwarder (`NSM_LISTEN_ON` is set).
+    pub fn requested_by_env() -> bool {
+        std::env::var_os("NSM_LISTEN_ON").is_some()
+    }
+
+    /// Reads the process environment.
+    pub fn from_env() -> Result<NsmConfig, ConfigError> {
+        NsmConfig::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// Reads settings through `get` (an environment lookup); unset or empty variables take
+    /// their defaults.
+    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<NsmConfig, ConfigError> {
+        let mut c = NsmConfig::default();
+        let var = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+        let err = |var: &str, value: &str, why: &str| ConfigError {
+            var: var.into(),
+            value: value.into(),
+            why: why.into(),
+        };
+        if let Some(v) = var("NSM_NAME") {
+            c.name = v;
+        }
+        if let Some(v) = var("NSM_LABELS") {
+            for kv in v.split(',').filter(|s| !s.is_empty()) {
+                let (k, val) = kv
+                    .split_once(['=', ':'])
+                    .ok_or_else(|| err("NSM_LABELS", &v, "expected key=value,…"))?;
+                c.labels.insert(k.trim().into(), val.trim().into());
+            }
+        }
+        for (name, slot) in [
+            ("NSM_CONNECT_TO", &mut c.connect_to),
+            ("NSM_LISTEN_ON", &mut c.listen_on),
+        ] {
+            if let Some(v) = var(name) {
+                if !v.starts_with("unix://") && !v.starts_with("tcp://") {
+                    return Err(err(name, &v, "expected unix:///path or tcp://host:port"));
+                }
+                *slot = v;
+            }
+        }
+        c.register = var("NSM_CONNECT_TO").is_some();
+        if let Some(v) = var("NSM_TUNNEL_IP") {
+            c.tunnel_ip = Some(
+                v.parse()
+                    .map_err(|_| err("NSM_TUNNEL_IP", &v, "not an IP address"))?,
+            );
+        }
+        if let Some(v) = var("NSM_VXLAN_PORT") {
+            c.vxlan_port = v
+                .parse()
+                .map_err(|_| err("NSM_VXLAN_PORT", &v, "not a UDP port"))?;
+        }
+        for (name, slot) in [
+            ("NSM_MAX_TOKEN_LIFETIME", &mut c.max_token_lifetime),
+            ("NSM_DIAL_TIMEOUT", &mut c.dial_timeout),
+        ] {
+            if let Some(v) = var(name) {
+                *slot = parse_go_duration(&v).map_err(|why| err(name, &v, &why))?;
+            }
+        }
+        if let Some(v) = var("NSM_LOG_LEVEL") {
+            let up = v.to_ascii_uppercase();
+            if ![
+                "TRACE", "DEBUG", "INFO", "WARN", "WARNING", "ERROR", "FATAL", "PANIC",
+            ]
+            .contains(&up.as_str())
+            {
+                return Err(err("NSM_LOG_LEVEL", &v, "not a log level"));
+            }
+            c.log_level = up;
+        }
+        Ok(c)
+    }
+
+    /// `NSM_LOG_LEVEL` as a `tracing` filter directive.
+    pub fn tracing_level(&self) -> &'static str {
+        match self.log_level.as_str() {
+            "TRACE" => "trace",
+            "DEBUG" => "debug",
+            "WARN" | "WARNING" => "warn",
+            "ERROR" | "FATAL" | "PANIC" => "error",
+            _ => "info",
+        }
+    }
+}
+
+/// Parses a Go duration (`750ms`, `10m`, `1h30m`, `1.5s`, `0`), as NSM's env uses.
+pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let mut rest = s;
+    let mut total = 0f64;
+    if rest.is_empty() {
+        return Err("empty duration".into());
+    }
+    while !rest.is_empty() {
+        let num_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(|| format!("{s:?}: missing unit"))?;
+        let n: f64 = rest[..num_end]
+            .parse()
+            .map_err(|_| format!("{s:?}: bad number"))?;
+        rest = &rest[num_end..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_end] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            u => return Err(format!("{s:?}: unknown unit {u:?}")),
+        };
+        total += n * scale;
+        rest = &rest[unit_end..];
+    }
+    Ok(Duration::from_secs_f64(total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn from(vars: &[(&str, &str)]) -> Result<NsmConfig, ConfigError> {
+        let m: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        NsmConfig::from_vars(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_like_cmd_forwarder_vpp() {
+        let c = from(&[]).unwrap();
+        assert_eq!(c, NsmConfig::default());
+        assert_eq!(c.listen_on, "unix:///listen.on.socket");
+        assert_eq!(c.max_token_lifetime, Duration::from_secs(600));
+        assert_eq!(c.dial_timeout, Duration::from_millis(750));
+    }
+
+    #[test]
+    fn every_variable_is_read() {
+        let c = from(&[
+            ("NSM_NAME", "quiver-1"),
+            ("NSM_LABELS", "a=b,c=d"),
+            ("NSM_CONNECT_TO", "unix:///nsm.sock"),
+            ("NSM_LISTEN_ON", "unix:///q.sock"),
+            ("NSM_TUNNEL_IP", "10.0.0.1"),
+            ("NSM_VXLAN_PORT", "4790"),
+            ("NSM_MAX_TOKEN_LIFETIME", "1h30m"),
+            ("NSM_DIAL_TIMEOUT", "1.5s"),
+            ("NSM_LOG_LEVEL", "debug"),
+        ])
+        .unwrap();
+        assert_eq!(c.name, "quiver-1");
+        assert_eq!(c.labels["c"], "d");
+        assert_eq!(c.connect_to, "unix:///nsm.sock");
+        assert_eq!(c.listen_on, "unix:///q.sock");
+        assert_eq!(c.tunnel_ip, Some("10.0.0.1".parse().unwrap()));
+        assert_eq!(c.vxlan_port, 4790);
+        assert_eq!(c.max_token_lifetime, Duration::from_secs(5400));
+        assert_eq!(c.dial_timeout, Duration::from_millis(1500));
+        assert_eq!(c.tracing_level(), "debug");
+        assert!(c.register);
+        assert!(!from(&[]).unwrap().register);
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        for (k, v) in [
+            ("NSM_TUNNEL_IP", "x"),
+            ("NSM_LISTEN_ON", "/path"),
+            ("NSM_DIAL_TIMEOUT", "5"),
+            ("NSM_MAX_TOKEN_LIFETIME", "10y"),
+            ("NSM_LOG_LEVEL", "loud"),
+            ("NSM_VXLAN_PORT", "70000"),
+        ] {
+            assert_eq!(from(&[(k, v)]).unwrap_err().var, k);
+        }
+    }
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(
+            parse_go_duration("750ms").unwrap(),
+            Duration::from_millis(750)
+        );
+        assert_eq!(parse_go_duration("10m").unwrap(), Duration::from_secs(600));
+        assert_eq!(parse_go_duration("0").unwrap(), Duration::ZERO);
+        assert!(parse_go_duration("").is_err());
+        assert!(parse_go_duration("ms").is_err());
+    }
+}

@@ -1,0 +1,639 @@
+//! Request and Close: the forwarder's state machine for one connection.
+//!
+//! A Request checks everything it can first (nothing is touched for a bad request), then, under
+//! the connection's lock, reconciles what the data path holds with what the Request asks for:
+//! the client-side port, then the endpoint (Quiver Requests it as a client), the endpoint-side
+//! port, and the cross-connect. What is already right is left alone; what differs is torn down
+//! and rebuilt. If anything fails once the data path or the endpoint was touched, everything
+//! the connection owned is removed and the endpoint side is closed: a failed Request leaves
+//! no state.
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tonic::Status;
+
+use super::config::NsmConfig;
+use super::dataplane::{
+    Dataplane, DataplaneError, FrameMode, KernelSpec, LinkEvent, MemifRole, MemifSpec, PortName,
+    PortSpec,
+};
+use super::endpoint::{dial, EndpointDiscovery};
+use super::mechanism::{self, ClientMechanism, EndpointMechanism};
+use super::monitor::Monitor;
+use super::path::{self, Position};
+use super::table::Table;
+use super::validate::{self, Payload, SidesIp};
+use crate::proto::connection::{Connection, Mechanism, State};
+use crate::proto::networkservice::network_service_client::NetworkServiceClient;
+use crate::proto::networkservice::NetworkServiceRequest;
+
+/// How long Quiver waits for the endpoint to answer a Request or Close.
+pub const ENDPOINT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The longest connection id Quiver accepts (it names sockets and ports; NSM's are UUIDs).
+pub const MAX_ID_LEN: usize = 48;
+
+/// How the two ports are joined.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum CrossConnect {
+    /// Both ways at layer 2 (payload ETHERNET).
+    L2,
+    /// Each way toward the other side's address (payload IP).
+    L3 {
+        to_endpoint: Option<IpAddr>,
+        to_client: Option<IpAddr>,
+    },
+}
+
+/// One connection as Quiver holds it.
+pub struct Entry {
+    own_id: String,
+    generation: u64,
+    client: PortSpec,
+    endpoint: PortSpec,
+    cross_connect: CrossConnect,
+    endpoint_url: String,
+    /// The endpoint's last answer (its connection id is Quiver's segment id).
+    endpoint_conn: Connection,
+    /// What the monitor shows: Quiver's segment id and index.
+    published: Connection,
+    /// The caller's connection id and path index, for the answer.
+    caller: (String, u32),
+    expiry: tokio::task::AbortHandle,
+}
+
+/// The NSM forwarder's state: settings, the data path, the way to endpoints, the connections
+/// and their monitor.
+pub struct Core {
+    /// Settings.
+    pub cfg: NsmConfig,
+    dp: Arc<dyn Dataplane>,
+    discovery: Arc<dyn EndpointDiscovery>,
+    table: Table<Entry>,
+    /// The published connections and the MonitorConnections subscribers.
+    pub monitor: Monitor,
+    generation: AtomicU64,
+}
+
+fn dp_status(e: DataplaneError) -> Status {
+    match e {
+        DataplaneError::NotFound(m) => Status::not_found(m),
+        DataplaneError::AlreadyExists(m) => Status::already_exists(m),
+        DataplaneError::InvalidArgument(m) => Status::invalid_argument(m),
+        DataplaneError::Failed(m) => Status::internal(m),
+    }
+}
+
+/// The first 8 letters and digits of `id`, for interface names.
+fn short(id: &str) -> String {
+    id.chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .take(8)
+        .collect::<String>()
+        .to_ascii_lowercase()
+}
+
+fn client_port(owner: &str) -> PortName {
+    PortName(format!("nsm-{owner}-client"))
+}
+
+fn endpoint_port(owner: &str) -> PortName {
+    PortName(format!("nsm-{owner}-endpoint"))
+}
+
+/// The abstract socket Quiver listens on, in the client's namespace.
+pub fn memif_socket(owner: &str) -> String {
+    format!("@quiver/{owner}/memif.socket")
+}
+
+fn frame_mode(p: Payload) -> FrameMode {
+    match p {
+        Payload::Ethernet => FrameMode::Ethernet,
+        Payload::Ip => FrameMode::Ip,
+    }
+}
+
+/// What a Request asks for, checked, before anything is touched.
+struct Checked {
+    conn: Connection,
+    payload: Payload,
+    mechanism: Mechanism,
+    client: ClientMechanism,
+    path: crate::proto::connection::Path,
+    position: Position,
+}
+
+impl Core {
+    /// A core over `dp`, finding endpoints through `discovery`.
+    pub fn new(
+        cfg: NsmConfig,
+        dp: Arc<dyn Dataplane>,
+        discovery: Arc<dyn EndpointDiscovery>,
+    ) -> Core {
+        Core {
+            cfg,
+            dp,
+            discovery,
+            table: Table::default(),
+            monitor: Monitor::default(),
+            generation: AtomicU64::new(0),
+        }
+    }
+
+    /// How many connections Quiver holds.
+    pub fn connection_count(&self) -> usize {
+        self.table.len()
+    }
+
+    async fn dp<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&dyn Dataplane) -> Result<T, DataplaneError> + Send + 'static,
+    ) -> Result<T, Status> {
+        let dp = self.dp.clone();
+        tokio::task::spawn_blocking(move || f(&*dp))
+            .await
+            .map_err(|e| Status::internal(format!("data-path task failed: {e}")))?
+            .map_err(dp_status)
+    }
+
+    /// Removes what no connection owns (at startup: everything a previous run left).
+    pub async fn reconcile(&self) -> Result<usize, Status> {
+        let owners = self.dp(|d| d.owners()).await?;
+        let mut removed = 0;
+        for owner in owners {
+            let slot = self.table.lock(&owner).await;
+            if slot.is_none() {
+                tracing::info!(owner, "removing what no connection owns");
+                let o = owner.clone();
+                self.dp(move |d| d.remove_owned(&o)).await?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
+    fn check(
+        &self,
+        req: &NetworkServiceRequest,
+        known_id: Option<&str>,
+    ) -> Result<Checked, Status> {
+        let conn = req
+            .connection
+            .clone()
+            .ok_or_else(|| Status::invalid_argument("the request has no connection"))?;
+        let payload = validate::payload(&conn.payload)?;
+        validate::context(conn.context.as_ref())?;
+        let (path, position) = path::advance(
+            &conn,
+            &self.cfg.name,
+            known_id,
+            self.cfg.max_token_lifetime,
+            SystemTime::now(),
+        )?;
+        let (mechanism, client) =
+            mechanism::select(conn.mechanism.as_ref(), &req.mechanism_preferences)?;
+        Ok(Checked {
+            conn,
+            payload,
+            mechanism,
+            client,
+            path,
+            position,
+        })
+    }
+
+    /// `networkservice.NetworkService/Request`.
+    pub async fn request(
+        self: &Arc<Self>,
+        req: NetworkServiceRequest,
+    ) -> Result<Connection, Status> {
+        let id = req
+            .connection
+            .as_ref()
+            .map(|c| c.id.clone())
+            .unwrap_or_default();
+        if id.is_empty() {
+            // Checked here too, as the id is needed for the lock.
+            return Err(Status::invalid_argument("connection.id is empty"));
+        }
+        if id.len() > MAX_ID_LEN {
+            return Err(Status::invalid_argument(format!(
+                "connection.id is longer than {MAX_ID_LEN} bytes"
+            )));
+        }
+        let mut slot = self.table.lock(&id).await;
+        let reselect =
+            req.connection.as_ref().map(|c| c.state) == Some(State::ReselectRequested as i32);
+        let checked = self.check(&req, slot.as_ref().map(|e| e.own_id.as_str()))?;
+        if reselect {
+            if let Some(old) = slot.take() {
+                tracing::info!(id, "reselect requested: closing the old connection first");
+                if let Err(e) = self.teardown(&id, old, true).await {
+                    tracing::error!(id, error = %e, "cannot remove the old connection");
+                }
+            }
+        }
+        let old = slot.take();
+        let old_published = old.as_ref().map(|o| o.published.clone());
+        match self.build(&id, checked, old).await {
+            Ok(entry) => {
+                let answer = entry.answer();
+                self.monitor.update(&entry.published);
+                *slot = Some(entry);
+                Ok(answer)
+            }
+            Err((e, endpoint)) => {
+                tracing::warn!(id, error = %e, "Request failed: removing what it owned");
+                let o = id.clone();
+                if let Err(err) = self.dp(move |d| d.remove_owned(&o)).await {
+                    tracing::error!(id, error = %err, "cannot remove what the connection owned");
+                }
+                if let Some((url, conn)) = endpoint {
+                    self.close_endpoint(&url, conn).await;
+                }
+                if let Some(p) = old_published {
+                    self.monitor.delete(&p);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Builds or refreshes one connection. On error, returns the endpoint connection to close
+    /// (if the endpoint holds one).
+    async fn build(
+        self: &Arc<Self>,
+        owner: &str,
+        c: Checked,
+        old: Option<Entry>,
+    ) -> Result<Entry, (Status, Option<(String, Connection)>)> {
+        let Checked {
+            conn,
+            payload,
+            mechanism: client_mech,
+            client,
+            path,
+            position,
+        } = c;
+        if let Some(o) = &old {
+            o.expiry.abort();
+        }
+        // Before a port of the old connection goes, its cross-connects go (once).
+        let mut disconnected = old.is_none();
+        // What to close toward the endpoint if this fails: the previous answer, until a new one.
+        let mut endpoint_hold: Option<(String, Connection)> = old
+            .as_ref()
+            .map(|o| (o.endpoint_url.clone(), o.endpoint_conn.clone()));
+        macro_rules! tryb {
+            ($e:expr) => {
+                match $e {
+                    Ok(v) => v,
+                    Err(e) => return Err((e, endpoint_hold.take())),
+                }
+            };
+        }
+        let caller_ip = validate::context(conn.context.as_ref()).unwrap_or_default();
+        let own_short = short(&position.own_id);
+        let client_spec = |ip: &SidesIp| -> PortSpec {
+            match &client {
+                ClientMechanism::Memif { netns, mtu } => PortSpec::Memif(MemifSpec {
+                    name: client_port(owner),
+                    role: MemifRole::Master,
+                    socket: memif_socket(owner),
+                    netns: Some(netns.clone()),
+                    mode: frame_mode(payload),
+                    mtu: *mtu,
+                }),
+                ClientMechanism::Kernel { netns, ifname, mtu } => PortSpec::Kernel(KernelSpec {
+                    name: client_port(owner),
+                    netns: netns.clone(),
+                    ifname: ifname.clone().unwrap_or_else(|| format!("nsm-{own_short}")),
+                    mtu: *mtu,
+                    ip: ip.client.clone(),
+                }),
+            }
+        };
+
+        // 1. The client side.
+        let mut want_client = client_spec(&caller_ip);
+        let mut rebuilt = false;
+        if old.as_ref().map(|o| &o.client) != Some(&want_client) {
+            if let Some(o) = &old {
+                if !std::mem::replace(&mut disconnected, true) {
+                    tryb!(self.disconnect(owner, o).await);
+                }
+                tryb!(self.remove_port(owner, o.client.name().clone()).await);
+            }
+            tryb!(self.create(owner, want_client.clone()).await);
+            rebuilt = true;
+        }
+
+        // 2. The endpoint: Quiver Requests it as a client.
+        let url = match old.as_ref().filter(|o| {
+            o.endpoint_conn.network_service_endpoint_name == conn.network_service_endpoint_name
+        }) {
+            Some(o) => o.endpoint_url.clone(),
+            None => tryb!(self.discovery.find(&conn).await),
+        };
+        let suggested = format!("nse-{own_short}");
+        let outgoing = Connection {
+            id: position.own_id.clone(),
+            network_service: conn.network_service.clone(),
+            mechanism: old.as_ref().and_then(|o| o.endpoint_conn.mechanism.clone()),
+            context: conn.context.clone(),
+            labels: conn.labels.clone(),
+            path: Some(path),
+            network_service_endpoint_name: conn.network_service_endpoint_name.clone(),
+            payload: conn.payload.clone(),
+            state: State::Up as i32,
+        };
+        let request = NetworkServiceRequest {
+            connection: Some(outgoing),
+            mechanism_preferences: mechanism::offers(&client_mech.r#type, &suggested),
+        };
+        let answer = tryb!(self.request_endpoint(&url, request).await);
+        endpoint_hold = Some((url.clone(), answer.clone()));
+        let ip = tryb!(validate::context(answer.context.as_ref()).map_err(|e| {
+            Status::failed_precondition(format!(
+                "the endpoint answered with a bad context: {}",
+                e.message()
+            ))
+        }));
+        let ep = tryb!(mechanism::endpoint_side(
+            answer.mechanism.as_ref(),
+            &suggested
+        ));
+
+        // 3. The client side again, if the endpoint's context changed its addresses.
+        let with_answer = client_spec(&ip);
+        if with_answer != want_client {
+            if let Some(o) = old.as_ref().filter(|_| !disconnected) {
+                disconnected = true;
+                tryb!(self.disconnect(owner, o).await);
+            }
+            tryb!(self.remove_port(owner, want_client.name().clone()).await);
+            want_client = with_answer;
+            tryb!(self.create(owner, want_client.clone()).await);
+            rebuilt = true;
+        }
+
+        // 4. The endpoint side.
+        let want_endpoint = match ep {
+            EndpointMechanism::Memif { netns, socket, mtu } => PortSpec::Memif(MemifSpec {
+                name: endpoint_port(owner),
+                role: MemifRole::Slave,
+                socket,
+                netns,
+                mode: frame_mode(payload),
+                mtu,
+            }),
+            EndpointMechanism::Kernel { netns, ifname, mtu } => PortSpec::Kernel(KernelSpec {
+                name: endpoint_port(owner),
+                netns,
+                ifname,
+                mtu,
+                ip: ip.endpoint.clone(),
+            }),
+        };
+        if old.as_ref().map(|o| &o.endpoint) != Some(&want_endpoint) {
+            if let Some(o) = &old {
+                if !std::mem::replace(&mut disconnected, true) {
+                    tryb!(self.disconnect(owner, o).await);
+                }
+                tryb!(self.remove_port(owner, o.endpoint.name().clone()).await);
+            }
+            tryb!(self.create(owner, want_endpoint.clone()).await);
+            rebuilt = true;
+        }
+
+        // 5. The cross-connect.
+        let xc = match payload {
+            Payload::Ethernet => CrossConnect::L2,
+            Payload::Ip => CrossConnect::L3 {
+                to_endpoint: ip.endpoint_hop(),
+                to_client: ip.client_hop(),
+            },
+        };
+        if rebuilt || old.as_ref().map(|o| &o.cross_connect) != Some(&xc) {
+            if let Some(o) = old.as_ref().filter(|_| !disconnected) {
+                tryb!(self.disconnect(owner, o).await);
+            }
+            let (o, a, b, x) = (
+                owner.to_string(),
+                want_client.name().clone(),
+                want_endpoint.name().clone(),
+                xc.clone(),
+            );
+            tryb!(
+                self.dp(move |d| match x {
+                    CrossConnect::L2 => d.l2_cross_connect(&o, &a, &b),
+                    CrossConnect::L3 {
+                        to_endpoint,
+                        to_client,
+                    } => d.l3_cross_connect(&o, &a, &b, to_endpoint, to_client),
+                })
+                .await
+            );
+        }
+
+        // 6. The answer, and the expiry timer.
+        let mut client_answer = client_mech;
+        if let PortSpec::Memif(m) = &want_client {
+            client_answer
+                .parameters
+                .insert(mechanism::SOCKETFILE.into(), m.socket.clone());
+        }
+        let mut published = answer.clone();
+        published.id = position.own_id.clone();
+        if let Some(p) = published.path.as_mut() {
+            p.index = position.own_index;
+        }
+        published.mechanism = Some(client_answer);
+        published.state = State::Up as i32;
+        if published.context.is_none() {
+            published.context = conn.context.clone();
+        }
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed);
+        let expiry = self.schedule_expiry(owner.to_string(), generation, position.expires);
+        Ok(Entry {
+            own_id: position.own_id.clone(),
+            generation,
+            client: want_client,
+            endpoint: want_endpoint,
+            cross_connect: xc,
+            endpoint_url: url,
+            endpoint_conn: answer,
+            published,
+            caller: (position.prev_id, position.prev_index),
+            expiry,
+        })
+    }
+
+    async fn create(&self, owner: &str, spec: PortSpec) -> Result<(), Status> {
+        let o = owner.to_string();
+        self.dp(move |d| match &spec {
+            PortSpec::Memif(m) => d.create_memif(&o, m),
+            PortSpec::Kernel(k) => d.create_kernel(&o, k),
+        })
+        .await
+    }
+
+    /// Removes the cross-connects of both ports of `entry`.
+    async fn disconnect(&self, owner: &str, entry: &Entry) -> Result<(), Status> {
+        for p in [entry.client.name().clone(), entry.endpoint.name().clone()] {
+            let o = owner.to_string();
+            ignore_not_found(self.dp(move |d| d.disconnect(&o, &p)).await)?;
+        }
+        Ok(())
+    }
+
+    async fn remove_port(&self, owner: &str, port: PortName) -> Result<(), Status> {
+        let o = owner.to_string();
+        ignore_not_found(self.dp(move |d| d.remove_port(&o, &port)).await)
+    }
+
+    async fn request_endpoint(
+        &self,
+        url: &str,
+        request: NetworkServiceRequest,
+    ) -> Result<Connection, Status> {
+        let channel = dial(url, self.cfg.dial_timeout).await?;
+        let mut client = NetworkServiceClient::new(channel);
+        let mut r = tonic::Request::new(request);
+        r.set_timeout(ENDPOINT_TIMEOUT);
+        client
+            .request(r)
+            .await
+            .map(|a| a.into_inner())
+            .map_err(|s| Status::new(s.code(), format!("endpoint {url}: {}", s.message())))
+    }
+
+    /// Closes `conn` toward the endpoint at `url`; failures are logged (the endpoint's own
+    /// expiry cleans up after an endpoint that cannot be reached).
+    async fn close_endpoint(&self, url: &str, conn: Connection) {
+        let close = async {
+            let channel = dial(url, self.cfg.dial_timeout).await?;
+            let mut r = tonic::Request::new(conn);
+            r.set_timeout(ENDPOINT_TIMEOUT);
+            NetworkServiceClient::new(channel).close(r).await
+        };
+        if let Err(e) = close.await {
+            tracing::warn!(url, error = %e, "Close toward the endpoint failed");
+        }
+    }
+
+    /// Removes everything of `entry` and closes it toward the endpoint.
+    async fn teardown(&self, owner: &str, entry: Entry, abort_expiry: bool) -> Result<(), Status> {
+        if abort_expiry {
+            entry.expiry.abort();
+        }
+        self.close_endpoint(&entry.endpoint_url, entry.endpoint_conn.clone())
+            .await;
+        let o = owner.to_string();
+        let removed = self.dp(move |d| d.remove_owned(&o)).await;
+        self.monitor.delete(&entry.published);
+        removed
+    }
+
+    /// `networkservice.NetworkService/Close`. An unknown id succeeds: Quiver still removes
+    /// anything tagged with it and closes toward the endpoint when the path names one.
+    pub async fn close(self: &Arc<Self>, conn: Connection) -> Result<(), Status> {
+        if conn.id.is_empty() {
+            return Err(Status::invalid_argument("connection.id is empty"));
+        }
+        let mut slot = self.table.lock(&conn.id).await;
+        if let Some(entry) = slot.take() {
+            tracing::info!(id = conn.id, "Close");
+            return self.teardown(&conn.id, entry, true).await;
+        }
+        tracing::info!(id = conn.id, "Close of an unknown connection");
+        if let Some(next) = self.next_hop_of_unknown(&conn) {
+            match self.discovery.find(&conn).await {
+                Ok(url) => self.close_endpoint(&url, next).await,
+                Err(e) => {
+                    tracing::warn!(id = conn.id, error = %e, "cannot find the endpoint to close")
+                }
+            }
+        }
+        let o = conn.id.clone();
+        ignore_not_found(self.dp(move |d| d.remove_owned(&o)).await)
+    }
+
+    /// For a Close of an unknown connection: the connection as Quiver would have sent it to
+    /// the endpoint, when the path has Quiver's segment after the caller's.
+    fn next_hop_of_unknown(&self, conn: &Connection) -> Option<Connection> {
+        let path = path::check(conn).ok()?;
+        let own = path.path_segments.get(path.index as usize + 1)?;
+        if own.name != self.cfg.name || own.id.is_empty() {
+            return None;
+        }
+        let mut next = conn.clone();
+        next.id = own.id.clone();
+        next.path.as_mut()?.index = path.index + 1;
+        Some(next)
+    }
+
+    fn schedule_expiry(
+        self: &Arc<Self>,
+        owner: String,
+        generation: u64,
+        at: SystemTime,
+    ) -> tokio::task::AbortHandle {
+        let core = Arc::downgrade(self);
+        let wait = at.duration_since(SystemTime::now()).unwrap_or_default();
+        tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            if let Some(core) = core.upgrade() {
+                core.expire(&owner, generation).await;
+            }
+        })
+        .abort_handle()
+    }
+
+    async fn expire(&self, owner: &str, generation: u64) {
+        let mut slot = self.table.lock(owner).await;
+        if slot.as_ref().is_some_and(|e| e.generation == generation) {
+            let entry = slot.take().expect("checked");
+            tracing::info!(id = owner, "expired: closing");
+            // This task is the expiry timer: it must not abort itself.
+            if let Err(e) = self.teardown(owner, entry, false).await {
+                tracing::error!(id = owner, error = %e, "cannot remove an expired connection");
+            }
+        }
+    }
+
+    /// Applies a link change reported by the data path: the owning connection is published
+    /// DOWN (or UP again).
+    pub async fn link_changed(&self, ev: LinkEvent) {
+        let mut slot = self.table.lock(&ev.owner).await;
+        let Some(entry) = slot.as_mut() else { return };
+        let state = if ev.up { State::Up } else { State::Down } as i32;
+        tracing::info!(id = ev.owner, port = %ev.port, up = ev.up, reason = ev.reason, "link changed");
+        if entry.published.state != state {
+            entry.published.state = state;
+            self.monitor.update(&entry.published);
+        }
+    }
+}
+
+impl Entry {
+    /// The answer to the caller: the published connection with the caller's id and index.
+    fn answer(&self) -> Connection {
+        let mut a = self.published.clone();
+        a.id = self.caller.0.clone();
+        if let Some(p) = a.path.as_mut() {
+            p.index = self.caller.1;
+        }
+        a
+    }
+}
+
+fn ignore_not_found(r: Result<(), Status>) -> Result<(), Status> {
+    match r {
+        Err(s) if s.code() == tonic::Code::NotFound => Ok(()),
+        other => other,
+    }
+}

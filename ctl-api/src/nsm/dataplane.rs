@@ -1,0 +1,205 @@
+//! The data-path side of the NSM server: what it asks of the forwarder, as a trait.
+//!
+//! Every method is synchronous (it may take locks or do netlink work) and the server calls it
+//! from `spawn_blocking`. Every object is created on behalf of an *owner* — the NSM connection
+//! id — so that `remove_owned` can remove all of it at Close, expiry or after a failed
+//! Request, and `owners` lets a restarted Quiver remove what no connection owns.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use super::validate::{IpPrefix, MacAddr};
+
+/// A port's name in Quiver's interface table (chosen by the server, unique per connection).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PortName(pub String);
+
+impl std::fmt::Display for PortName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Which end of the memif control protocol Quiver plays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemifRole {
+    /// Quiver listens on the socket (toward an NSC).
+    Master,
+    /// Quiver connects to the peer's socket (toward an NSE).
+    Slave,
+}
+
+/// What a memif carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameMode {
+    /// Ethernet frames (payload `ETHERNET`).
+    Ethernet,
+    /// Bare IP packets (payload `IP`).
+    Ip,
+}
+
+/// A memif port to create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemifSpec {
+    /// Quiver's name for the port.
+    pub name: PortName,
+    /// Master (listen) or slave (connect).
+    pub role: MemifRole,
+    /// The control socket: `@name` for an abstract socket, else a path.
+    pub socket: String,
+    /// The network namespace the socket lives in (`None`: Quiver's own).
+    pub netns: Option<PathBuf>,
+    /// Ethernet or IP frames.
+    pub mode: FrameMode,
+    /// MTU, when the connection names one.
+    pub mtu: Option<u32>,
+}
+
+/// A route to add inside a namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteSpec {
+    /// Destination prefix.
+    pub prefix: IpPrefix,
+    /// Next hop (`None`: on-link through the interface).
+    pub via: Option<IpAddr>,
+}
+
+/// A static neighbour to add inside a namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NeighborSpec {
+    /// The neighbour's address.
+    pub ip: IpAddr,
+    /// Its MAC address.
+    pub mac: MacAddr,
+}
+
+/// Addresses, routes and neighbours for one side of a connection.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IpConfig {
+    /// Addresses to put on the interface (`a.b.c.d/len`).
+    pub addresses: Vec<IpPrefix>,
+    /// Routes through the interface.
+    pub routes: Vec<RouteSpec>,
+    /// Static neighbours on the interface.
+    pub neighbors: Vec<NeighborSpec>,
+}
+
+/// A kernel interface to create: a veth pair with one end moved into `netns` and named
+/// `ifname` there, configured with `ip`; Quiver's end becomes the port `name`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelSpec {
+    /// Quiver's name for its end of the pair.
+    pub name: PortName,
+    /// The namespace that receives the other end.
+    pub netns: PathBuf,
+    /// The interface's name in that namespace (at most 15 bytes).
+    pub ifname: String,
+    /// MTU, when the connection names one.
+    pub mtu: Option<u32>,
+    /// Addresses, routes and neighbours to apply inside the namespace.
+    pub ip: IpConfig,
+}
+
+/// One side of a connection as built in the data path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PortSpec {
+    /// A memif port.
+    Memif(MemifSpec),
+    /// A kernel (veth) interface.
+    Kernel(KernelSpec),
+}
+
+impl PortSpec {
+    /// Quiver's name for the port.
+    pub fn name(&self) -> &PortName {
+        match self {
+            PortSpec::Memif(m) => &m.name,
+            PortSpec::Kernel(k) => &k.name,
+        }
+    }
+}
+
+/// Why the data path refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DataplaneError {
+    /// Something named does not exist (a namespace, a port).
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// Something with that name exists already.
+    #[error("already exists: {0}")]
+    AlreadyExists(String),
+    /// The request cannot be carried out as given.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// Any other failure (netlink, sockets, the forwarder).
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// A port's link went up or down.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkEvent {
+    /// The connection that owns the port.
+    pub owner: String,
+    /// The port.
+    pub port: PortName,
+    /// The new state.
+    pub up: bool,
+    /// Why (for logs), e.g. "peer disconnected".
+    pub reason: String,
+}
+
+/// Where the data path reports link changes; cheap to clone, callable from any thread.
+#[derive(Debug, Clone)]
+pub struct LinkEvents(tokio::sync::mpsc::UnboundedSender<LinkEvent>);
+
+impl LinkEvents {
+    /// A sender and the receiver the server reads.
+    pub fn channel() -> (LinkEvents, tokio::sync::mpsc::UnboundedReceiver<LinkEvent>) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        (LinkEvents(tx), rx)
+    }
+
+    /// Reports `event`; returns false once nobody listens any more.
+    pub fn send(&self, event: LinkEvent) -> bool {
+        self.0.send(event).is_ok()
+    }
+}
+
+/// What the NSM server needs from the data path. Implemented by Quiver's forwarder
+/// (`quiver::control::nsm`) and by in-memory fakes in tests.
+pub trait Dataplane: Send + Sync + 'static {
+    /// Creates a memif port for `owner`.
+    fn create_memif(&self, owner: &str, spec: &MemifSpec) -> Result<(), DataplaneError>;
+    /// Creates a kernel interface (veth into a namespace) and Quiver's port on it for `owner`.
+    fn create_kernel(&self, owner: &str, spec: &KernelSpec) -> Result<(), DataplaneError>;
+    /// Removes one port of `owner` (and any cross-connect from it).
+    fn remove_port(&self, owner: &str, port: &PortName) -> Result<(), DataplaneError>;
+    /// Cross-connects `a` and `b` at layer 2, both ways.
+    fn l2_cross_connect(
+        &self,
+        owner: &str,
+        a: &PortName,
+        b: &PortName,
+    ) -> Result<(), DataplaneError>;
+    /// Cross-connects `a` and `b` at layer 3, both ways: every IP packet received on `a`
+    /// leaves by `b` toward `peer_b`, every one received on `b` leaves by `a` toward `peer_a`
+    /// (`None`: the link is point to point, as a memif in IP mode).
+    fn l3_cross_connect(
+        &self,
+        owner: &str,
+        a: &PortName,
+        b: &PortName,
+        peer_b: Option<IpAddr>,
+        peer_a: Option<IpAddr>,
+    ) -> Result<(), DataplaneError>;
+    /// Removes the cross-connect of `port` (both directions).
+    fn disconnect(&self, owner: &str, port: &PortName) -> Result<(), DataplaneError>;
+    /// Removes everything `owner` owns: cross-connects, ports, veths, sockets. Removing
+    /// nothing is not an error.
+    fn remove_owned(&self, owner: &str) -> Result<(), DataplaneError>;
+    /// Every owner that owns something now (for reconciliation at startup).
+    fn owners(&self) -> Result<Vec<String>, DataplaneError>;
+    /// Where to report link changes of owned ports from now on.
+    fn watch_links(&self, events: LinkEvents);
+}

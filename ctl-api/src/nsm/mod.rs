@@ -1,0 +1,35 @@
+//! The NSM v1 forwarder: `networkservice.NetworkService` (Request, Close),
+//! `connection.MonitorConnection` and health, served on a unix socket, as cmd-forwarder-vpp
+//! serves them (see `specs/nsm.md`).
+//!
+//! - [`validate`], [`mechanism`], [`path`]: everything a Request is checked against before
+//!   anything is built, the choice of mechanism, Quiver's path segment, the monitor's selector.
+//! - [`dataplane`]: the [`Dataplane`] trait the forwarder implements (ports, cross-connects,
+//!   everything tagged with the owning connection id).
+//! - [`endpoint`]: finding the endpoint (registry `Find`, or a given URL) and dialing it;
+//!   [`registration`]: registering Quiver with nsmgr.
+//! - [`table`], [`monitor`], [`connect`]: the connections (one lock per id), their events,
+//!   and the Request/Close/expiry state machine.
+//! - [`server`]: the gRPC services; [`config`]: the `NSM_*` environment; [`health`]: the
+//!   probe's check of a running server.
+//! - [`testing`]: a test endpoint (NSE) and a blocking client, for tests and benchmarks.
+
+pub mod config;
+pub mod connect;
+pub mod dataplane;
+pub mod endpoint;
+pub mod health;
+pub mod mechanism;
+pub mod monitor;
+pub mod path;
+pub mod registration;
+pub mod server;
+pub mod table;
+pub mod testing;
+pub mod validate;
+
+pub use config::NsmConfig;
+pub use connect::Core;
+pub use dataplane::{Dataplane, DataplaneError, LinkEvent, LinkEvents, PortName, PortSpec};
+pub use endpoint::{EndpointDiscovery, RegistryDiscovery, StaticEndpoint};
+pub use server::{NsmHandle, NsmService, ServeError};

@@ -1,0 +1,277 @@
+//! The gRPC side: `networkservice.NetworkService`, `connection.MonitorConnection` and
+//! `grpc.health.v1.Health` on a unix socket.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::net::UnixListener;
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::{Request, Response, Status};
+
+use super::config::NsmConfig;
+use super::connect::Core;
+use super::dataplane::{Dataplane, LinkEvents};
+use super::endpoint::EndpointDiscovery;
+use super::monitor::EventStream;
+use crate::proto::connection::monitor_connection_server::{
+    MonitorConnection, MonitorConnectionServer,
+};
+use crate::proto::connection::{Connection, MonitorScopeSelector};
+use crate::proto::networkservice::network_service_server::{NetworkService, NetworkServiceServer};
+use crate::proto::networkservice::NetworkServiceRequest;
+
+/// Why the server could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// `NSM_LISTEN_ON` is not a `unix://` URL.
+    #[error("cannot listen on {0:?}: only unix:///path is supported")]
+    BadListenUrl(String),
+    /// The socket could not be bound.
+    #[error("cannot listen on {path}: {source}")]
+    Bind {
+        /// The socket path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Startup reconciliation failed.
+    #[error("cannot remove what a previous run left: {0}")]
+    Reconcile(Status),
+    /// The gRPC server failed.
+    #[error("gRPC server: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// The NSM forwarder's gRPC services, over a [`Core`].
+#[derive(Clone)]
+pub struct NsmService {
+    core: Arc<Core>,
+}
+
+impl NsmService {
+    /// The services over a new core; starts watching the data path's link events (call
+    /// within a tokio runtime).
+    pub fn new(
+        cfg: NsmConfig,
+        dp: Arc<dyn Dataplane>,
+        discovery: Arc<dyn EndpointDiscovery>,
+    ) -> NsmService {
+        let core = Arc::new(Core::new(cfg, dp.clone(), discovery));
+        let (events, mut rx) = LinkEvents::channel();
+        dp.watch_links(events);
+        let weak = Arc::downgrade(&core);
+        tokio::spawn(async move {
+            while let Some(ev) = rx.recv().await {
+                let Some(core) = weak.upgrade() else { break };
+                core.link_changed(ev).await;
+            }
+        });
+        NsmService { core }
+    }
+
+    /// The state behind the services (for tests and the admin API).
+    pub fn core(&self) -> &Arc<Core> {
+        &self.core
+    }
+
+    /// Removes what no connection owns, registers with nsmgr (when configured), then serves on
+    /// `listener` until `shutdown` completes.
+    pub async fn serve_on(
+        self,
+        listener: UnixListener,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<(), ServeError> {
+        if self.core.cfg.register {
+            let registration =
+                tokio::spawn(super::registration::keep_registered(self.core.cfg.clone()));
+            // Stops with the server.
+            let _stop = AbortOnDrop(registration.abort_handle());
+            return self.serve_inner(listener, shutdown).await;
+        }
+        self.serve_inner(listener, shutdown).await
+    }
+
+    async fn serve_inner(
+        self,
+        listener: UnixListener,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<(), ServeError> {
+        if self.core.cfg.reconcile_at_start {
+            let removed = self.core.reconcile().await.map_err(ServeError::Reconcile)?;
+            if removed > 0 {
+                tracing::info!(
+                    removed,
+                    "removed the objects of connections a previous run left"
+                );
+            }
+        }
+        let (health, health_service) = tonic_health::server::health_reporter();
+        health
+            .set_serving::<NetworkServiceServer<NsmService>>()
+            .await;
+        health
+            .set_serving::<MonitorConnectionServer<NsmService>>()
+            .await;
+        tonic::transport::Server::builder()
+            .add_service(health_service)
+            .add_service(NetworkServiceServer::new(self.clone()))
+            .add_service(MonitorConnectionServer::new(self))
+            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
+            .await?;
+        Ok(())
+    }
+
+    /// Binds `NSM_LISTEN_ON` (replacing a stale socket file) and serves until `shutdown`.
+    pub async fn serve(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), ServeError> {
+        let url = self.core.cfg.listen_on.clone();
+        let listener = bind(&url)?;
+        tracing::info!(
+            url,
+            name = self.core.cfg.name,
+            "NSM forwarder services listening"
+        );
+        self.serve_on(listener, shutdown).await
+    }
+}
+
+/// The NSM server running on its own thread and tokio runtime (for a caller that has no
+/// runtime, like `quiver run`). Dropping it stops the server and waits for it.
+pub struct NsmHandle {
+    core: Arc<Core>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl NsmHandle {
+    /// Starts a runtime with `threads` workers on a new thread, binds `NSM_LISTEN_ON`, and
+    /// serves there; returns once the socket is bound (or binding failed).
+    pub fn spawn(
+        cfg: NsmConfig,
+        dp: Arc<dyn Dataplane>,
+        discovery: Arc<dyn EndpointDiscovery>,
+        threads: usize,
+    ) -> Result<NsmHandle, ServeError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads.max(1))
+            .thread_name("quiver-nsm")
+            .enable_all()
+            .build()
+            .map_err(|source| ServeError::Bind {
+                path: PathBuf::from("(tokio runtime)"),
+                source,
+            })?;
+        let url = cfg.listen_on.clone();
+        let (service, listener) = runtime.block_on(async {
+            let listener = bind(&url)?;
+            Ok::<_, ServeError>((NsmService::new(cfg, dp, discovery), listener))
+        })?;
+        let core = service.core.clone();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("quiver-nsm".into())
+            .spawn(move || {
+                tracing::info!(url, "NSM forwarder services listening");
+                let served = runtime.block_on(service.serve_on(listener, async {
+                    let _ = rx.await;
+                }));
+                if let Err(e) = served {
+                    tracing::error!(error = %e, "the NSM server stopped");
+                }
+            })
+            .map_err(|source| ServeError::Bind {
+                path: PathBuf::from("(server thread)"),
+                source,
+            })?;
+        Ok(NsmHandle {
+            core,
+            shutdown: Some(tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// The state behind the services.
+    pub fn core(&self) -> &Arc<Core> {
+        &self.core
+    }
+}
+
+impl Drop for NsmHandle {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Binds a `unix:///path` URL: creates the directory, removes a stale socket first.
+pub fn bind(url: &str) -> Result<UnixListener, ServeError> {
+    let path = url
+        .strip_prefix("unix://")
+        .filter(|p| p.starts_with('/'))
+        .ok_or_else(|| ServeError::BadListenUrl(url.to_string()))?;
+    let path = Path::new(path);
+    let err = |source| ServeError::Bind {
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(err)?;
+    }
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(err(e)),
+    }
+    UnixListener::bind(path).map_err(err)
+}
+
+#[tonic::async_trait]
+impl NetworkService for NsmService {
+    async fn request(
+        &self,
+        request: Request<NetworkServiceRequest>,
+    ) -> Result<Response<Connection>, Status> {
+        // On its own task: a caller that goes away must not cancel a Request half-way.
+        let core = self.core.clone();
+        let req = request.into_inner();
+        tokio::spawn(async move { core.request(req).await })
+            .await
+            .map_err(|e| Status::internal(format!("Request task failed: {e}")))?
+            .map(Response::new)
+    }
+
+    async fn close(&self, request: Request<Connection>) -> Result<Response<()>, Status> {
+        let core = self.core.clone();
+        let conn = request.into_inner();
+        tokio::spawn(async move { core.close(conn).await })
+            .await
+            .map_err(|e| Status::internal(format!("Close task failed: {e}")))?
+            .map(Response::new)
+    }
+}
+
+#[tonic::async_trait]
+impl MonitorConnection for NsmService {
+    type MonitorConnectionsStream = EventStream;
+
+    async fn monitor_connections(
+        &self,
+        request: Request<MonitorScopeSelector>,
+    ) -> Result<Response<EventStream>, Status> {
+        Ok(Response::new(
+            self.core.monitor.subscribe(request.into_inner()),
+        ))
+    }
+}

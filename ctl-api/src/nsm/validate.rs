@@ -1,0 +1,414 @@
+//! Request validation: addresses, prefixes, MACs, namespaces, interface names, payloads and
+//! the connection context. Every check returns a `Status` that says which field is wrong, so a
+//! bad request is refused before anything is built.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use tonic::Status;
+
+use super::dataplane::{IpConfig, NeighborSpec, RouteSpec};
+use crate::proto::connectioncontext::{ConnectionContext, IpContext, Route};
+
+/// The longest Linux interface name (IFNAMSIZ - 1).
+pub const MAX_IFNAME: usize = 15;
+
+/// An address with a prefix length, `a.b.c.d/len` or `x::y/len`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct IpPrefix {
+    /// The address (host bits kept: `10.0.0.1/24` is an interface address).
+    pub addr: IpAddr,
+    /// The prefix length.
+    pub len: u8,
+}
+
+impl FromStr for IpPrefix {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (a, l) = s
+            .split_once('/')
+            .ok_or_else(|| format!("{s:?} is not an address/length"))?;
+        let addr: IpAddr = a
+            .parse()
+            .map_err(|_| format!("{a:?} is not an IP address"))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let len: u8 = l
+            .parse()
+            .ok()
+            .filter(|&n| n <= max)
+            .ok_or_else(|| format!("{l:?} is not a prefix length (0..={max})"))?;
+        Ok(IpPrefix { addr, len })
+    }
+}
+
+impl std::fmt::Display for IpPrefix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.addr, self.len)
+    }
+}
+
+/// A MAC address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MacAddr(pub [u8; 6]);
+
+impl FromStr for MacAddr {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let mut out = [0u8; 6];
+        let mut parts = s.split(':');
+        for b in &mut out {
+            let p = parts.next().filter(|p| p.len() == 2);
+            *b = p
+                .and_then(|p| u8::from_str_radix(p, 16).ok())
+                .ok_or_else(|| format!("{s:?} is not a MAC address"))?;
+        }
+        if parts.next().is_some() {
+            return Err(format!("{s:?} is not a MAC address"));
+        }
+        Ok(MacAddr(out))
+    }
+}
+
+impl std::fmt::Display for MacAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let m = self.0;
+        write!(
+            f,
+            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+            m[0], m[1], m[2], m[3], m[4], m[5]
+        )
+    }
+}
+
+/// What the connection carries (`Connection.payload`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Payload {
+    /// `ETHERNET` (also the default when empty): L2 cross-connect.
+    Ethernet,
+    /// `IP`: L3 cross-connect.
+    Ip,
+}
+
+/// Parses `Connection.payload`.
+pub fn payload(s: &str) -> Result<Payload, Status> {
+    match s {
+        "" | "ETHERNET" => Ok(Payload::Ethernet),
+        "IP" => Ok(Payload::Ip),
+        other => Err(Status::invalid_argument(format!(
+            "connection.payload {other:?} is neither ETHERNET nor IP"
+        ))),
+    }
+}
+
+/// Resolves a mechanism's `inodeURL` to a namespace path. `file://` URLs must name an existing
+/// file: a well-formed URL whose namespace does not exist is `NotFound`; a malformed or
+/// unsupported URL is `InvalidArgument`.
+pub fn netns_url(what: &str, url: &str) -> Result<PathBuf, Status> {
+    if url.is_empty() {
+        return Err(Status::invalid_argument(format!(
+            "{what}: inodeURL is missing"
+        )));
+    }
+    if url.starts_with("inode://") {
+        return Err(Status::invalid_argument(format!(
+            "{what}: inodeURL {url:?}: inode:// URLs need the fd passing of NSM's grpcfd, not \
+             supported yet; give a file:// path"
+        )));
+    }
+    let path = url.strip_prefix("file://").ok_or_else(|| {
+        Status::invalid_argument(format!("{what}: inodeURL {url:?} is not a file:// URL"))
+    })?;
+    if !path.starts_with('/') {
+        return Err(Status::invalid_argument(format!(
+            "{what}: inodeURL {url:?} is not an absolute file:// URL"
+        )));
+    }
+    let path = PathBuf::from(path);
+    if !path.exists() {
+        return Err(Status::not_found(format!(
+            "{what}: network namespace {} does not exist",
+            path.display()
+        )));
+    }
+    Ok(path)
+}
+
+/// Checks a Linux interface name: 1 to 15 bytes, no `/`, whitespace, `:` or NUL, not `.`/`..`.
+pub fn ifname(what: &str, name: &str) -> Result<(), Status> {
+    let bad = |why: &str| {
+        Err(Status::invalid_argument(format!(
+            "{what}: interface name {name:?} {why}"
+        )))
+    };
+    if name.is_empty() {
+        return bad("is empty");
+    }
+    if name.len() > MAX_IFNAME {
+        return bad("is longer than 15 bytes");
+    }
+    if name == "." || name == ".." {
+        return bad("is not allowed");
+    }
+    if name
+        .chars()
+        .any(|c| c == '/' || c == ':' || c == '\0' || c.is_whitespace())
+    {
+        return bad("contains '/', ':', NUL or whitespace");
+    }
+    Ok(())
+}
+
+/// Parses an optional decimal MTU parameter (68..=65535).
+pub fn mtu(what: &str, value: Option<&String>) -> Result<Option<u32>, Status> {
+    let Some(v) = value.filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    match v.parse::<u32>() {
+        Ok(m) if (68..=65535).contains(&m) => Ok(Some(m)),
+        _ => Err(Status::invalid_argument(format!(
+            "{what}: MTU {v:?} is not a number in 68..=65535"
+        ))),
+    }
+}
+
+/// Parses a VXLAN VNI (decimal, 24 bits).
+pub fn vni(what: &str, value: &str) -> Result<u32, Status> {
+    match value.parse::<u32>() {
+        Ok(v) if v < 1 << 24 => Ok(v),
+        _ => Err(Status::invalid_argument(format!(
+            "{what}: vni {value:?} is not a decimal number below 2^24"
+        ))),
+    }
+}
+
+/// Parses an IP address field.
+pub fn ip(what: &str, value: &str) -> Result<IpAddr, Status> {
+    value
+        .parse()
+        .map_err(|_| Status::invalid_argument(format!("{what}: {value:?} is not an IP address")))
+}
+
+fn prefix(what: &str, value: &str) -> Result<IpPrefix, Status> {
+    value
+        .parse()
+        .map_err(|e: String| Status::invalid_argument(format!("{what}: {e}")))
+}
+
+fn routes(what: &str, routes: &[Route]) -> Result<Vec<RouteSpec>, Status> {
+    routes
+        .iter()
+        .map(|r| {
+            Ok(RouteSpec {
+                prefix: prefix(&format!("{what}.prefix"), &r.prefix)?,
+                via: match r.next_hop.as_str() {
+                    "" => None,
+                    h => Some(ip(&format!("{what}.nextHop"), h)?),
+                },
+            })
+        })
+        .collect()
+}
+
+/// The checked IP context of a connection, split by side.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SidesIp {
+    /// The client (NSC) side: `src_ip_addrs`, `src_routes`, `ip_neighbors`.
+    pub client: IpConfig,
+    /// The endpoint (NSE) side: `dst_ip_addrs`, `dst_routes`.
+    pub endpoint: IpConfig,
+}
+
+impl SidesIp {
+    /// The next hop toward the endpoint (its first address), for an L3 cross-connect.
+    pub fn endpoint_hop(&self) -> Option<IpAddr> {
+        self.endpoint.addresses.first().map(|p| p.addr)
+    }
+
+    /// The next hop toward the client (its first address).
+    pub fn client_hop(&self) -> Option<IpAddr> {
+        self.client.addresses.first().map(|p| p.addr)
+    }
+}
+
+/// Checks every address, prefix, route and neighbour of `ctx` and splits them by side.
+pub fn context(ctx: Option<&ConnectionContext>) -> Result<SidesIp, Status> {
+    let Some(ipc) = ctx.and_then(|c| c.ip_context.as_ref()) else {
+        return Ok(SidesIp::default());
+    };
+    ip_context(ipc)
+}
+
+fn ip_context(c: &IpContext) -> Result<SidesIp, Status> {
+    let addrs = |what: &str, v: &[String]| -> Result<Vec<IpPrefix>, Status> {
+        v.iter().map(|a| prefix(what, a)).collect()
+    };
+    for p in &c.excluded_prefixes {
+        prefix("ip_context.excluded_prefixes", p)?;
+    }
+    for p in &c.extra_prefixes {
+        prefix("ip_context.extra_prefixes", p)?;
+    }
+    for p in &c.policies {
+        routes("ip_context.policies.routes", &p.routes)?;
+    }
+    let neighbors = c
+        .ip_neighbors
+        .iter()
+        .map(|n| {
+            Ok(NeighborSpec {
+                ip: ip("ip_context.ip_neighbors.ip", &n.ip)?,
+                mac: n.hardware_address.parse().map_err(|e: String| {
+                    Status::invalid_argument(format!(
+                        "ip_context.ip_neighbors.hardware_address: {e}"
+                    ))
+                })?,
+            })
+        })
+        .collect::<Result<Vec<_>, Status>>()?;
+    Ok(SidesIp {
+        client: IpConfig {
+            addresses: addrs("ip_context.src_ip_addrs", &c.src_ip_addrs)?,
+            routes: routes("ip_context.src_routes", &c.src_routes)?,
+            neighbors,
+        },
+        endpoint: IpConfig {
+            addresses: addrs("ip_context.dst_ip_addrs", &c.dst_ip_addrs)?,
+            routes: routes("ip_context.dst_routes", &c.dst_routes)?,
+            neighbors: Vec::new(),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::connectioncontext::IpNeighbor;
+    use tonic::Code;
+
+    #[test]
+    fn prefixes_parse_and_refuse() {
+        let p: IpPrefix = "10.0.0.1/24".parse().unwrap();
+        assert_eq!(p.to_string(), "10.0.0.1/24");
+        assert_eq!("fd00::1/64".parse::<IpPrefix>().unwrap().len, 64);
+        for bad in [
+            "10.0.0.1",
+            "10.0.0.1/33",
+            "10.0.0/24",
+            "x/1",
+            "fd00::1/129",
+            "/",
+            "",
+        ] {
+            assert!(bad.parse::<IpPrefix>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn macs_parse_and_refuse() {
+        let m: MacAddr = "02:FE:00:00:00:0a".parse().unwrap();
+        assert_eq!(m.to_string(), "02:fe:00:00:00:0a");
+        for bad in [
+            "02:fe:00:00:00",
+            "02:fe:00:00:00:0a:0b",
+            "2:fe:00:00:00:0a",
+            "zz:fe:00:00:00:0a",
+        ] {
+            assert!(bad.parse::<MacAddr>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn interface_names() {
+        assert!(ifname("x", "nsm-1").is_ok());
+        assert!(ifname("x", "abcdefghijklmno").is_ok());
+        for bad in ["", "abcdefghijklmnop", "a/b", "a b", ".", "a:1"] {
+            assert_eq!(
+                ifname("x", bad).unwrap_err().code(),
+                Code::InvalidArgument,
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn namespaces() {
+        assert_eq!(
+            netns_url("x", "file:///proc/self/ns/net").unwrap(),
+            PathBuf::from("/proc/self/ns/net")
+        );
+        assert_eq!(
+            netns_url("x", "file:///nonexistent/ns").unwrap_err().code(),
+            Code::NotFound
+        );
+        for bad in [
+            "",
+            "/proc/self/ns/net",
+            "file://relative",
+            "inode://3/4",
+            "http://x",
+        ] {
+            assert_eq!(
+                netns_url("x", bad).unwrap_err().code(),
+                Code::InvalidArgument,
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn vni_and_mtu() {
+        assert_eq!(vni("x", "16777215").unwrap(), 16_777_215);
+        for bad in ["16777216", "-1", "x", ""] {
+            assert!(vni("x", bad).is_err(), "{bad}");
+        }
+        assert_eq!(mtu("x", Some(&"1500".to_string())).unwrap(), Some(1500));
+        assert_eq!(mtu("x", None).unwrap(), None);
+        assert!(mtu("x", Some(&"9".to_string())).is_err());
+    }
+
+    #[test]
+    fn context_splits_sides_and_refuses_bad_fields() {
+        let good = IpContext {
+            src_ip_addrs: vec!["172.16.0.2/31".into()],
+            dst_ip_addrs: vec!["172.16.0.3/31".into()],
+            src_routes: vec![Route {
+                prefix: "10.0.0.0/8".into(),
+                next_hop: "172.16.0.3".into(),
+            }],
+            ip_neighbors: vec![IpNeighbor {
+                ip: "172.16.0.3".into(),
+                hardware_address: "02:00:00:00:00:01".into(),
+            }],
+            ..Default::default()
+        };
+        let s = ip_context(&good).unwrap();
+        assert_eq!(s.client_hop(), Some("172.16.0.2".parse().unwrap()));
+        assert_eq!(s.endpoint_hop(), Some("172.16.0.3".parse().unwrap()));
+        assert_eq!(s.client.routes.len(), 1);
+        assert_eq!(s.client.neighbors.len(), 1);
+        assert!(s.endpoint.routes.is_empty());
+
+        let mut bad = good.clone();
+        bad.src_ip_addrs = vec!["172.16.0.2".into()];
+        assert_eq!(ip_context(&bad).unwrap_err().code(), Code::InvalidArgument);
+        let mut bad = good.clone();
+        bad.dst_routes = vec![Route {
+            prefix: "10.0.0.0/8".into(),
+            next_hop: "nope".into(),
+        }];
+        assert_eq!(ip_context(&bad).unwrap_err().code(), Code::InvalidArgument);
+        let mut bad = good;
+        bad.ip_neighbors[0].hardware_address = "02:00".into();
+        assert_eq!(ip_context(&bad).unwrap_err().code(), Code::InvalidArgument);
+    }
+
+    #[test]
+    fn payloads() {
+        assert_eq!(payload("").unwrap(), Payload::Ethernet);
+        assert_eq!(payload("IP").unwrap(), Payload::Ip);
+        assert_eq!(payload("ip").unwrap_err().code(), Code::InvalidArgument);
+    }
+}

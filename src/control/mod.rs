@@ -1,0 +1,4 @@
+//! The control plane's services over the forwarder.
+
+pub mod admin;
+pub mod nsm;

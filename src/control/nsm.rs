@@ -1,0 +1,417 @@
+//! The NSM forwarder's data path over the running forwarder: [`ForwarderDataplane`] implements
+//! `ctl_api::nsm::Dataplane` for a `Forwarder` shared with the housekeeping loop
+//! (`Arc<Mutex<Forwarder>>`), and [`start`] serves the NSM services for it.
+//!
+//! - memif: a port of the forwarder (`PortSection::Memif`, with the namespace its socket
+//!   lives in), tagged with the connection id.
+//! - kernel: a veth pair from `drivers::kernel_interface` (its far end in the client's or
+//!   endpoint's namespace, addressed there; both ends tagged `quiver:<id>/<side>`), and an
+//!   AF_PACKET port of the forwarder on Quiver's end.
+//! - cross-connects: the forwarder's, tagged; an L3 one toward a kernel interface also gets
+//!   the far end's MAC as the peer's neighbour, so no ARP is needed.
+//! - link changes: a watcher thread compares each owned port's link with what it saw last and
+//!   reports a port that went down after having been up (and its return).
+
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use ctl_api::nsm::dataplane::{FrameMode, KernelSpec, MemifRole as NsmRole, MemifSpec};
+use ctl_api::nsm::{
+    Dataplane, DataplaneError, LinkEvent, LinkEvents, NsmConfig, NsmHandle, PortName,
+    RegistryDiscovery,
+};
+use drivers::kernel_interface::{
+    self, KernelInterface, KernelInterfaceConfig, KernelInterfaceError, NeighborConfig, RouteConfig,
+};
+use drivers::netns::NetNs;
+use drivers::LinkStatus;
+
+use crate::config::{AfPacketSection, MemifMode, MemifRole, MemifSection, PortSection};
+use crate::control::admin::lock;
+use crate::forwarder::{Forwarder, ForwarderError};
+
+/// How often the link watcher looks at the ports.
+const LINK_POLL: Duration = Duration::from_millis(100);
+
+/// One port made for a connection.
+struct OwnedPort {
+    owner: String,
+    /// The veth behind an AF_PACKET port.
+    kernel: Option<KernelInterface>,
+    /// The link as last seen by the watcher: `Some(true)` once up.
+    seen_up: Option<bool>,
+}
+
+/// `ctl_api::nsm::Dataplane` over a shared forwarder.
+pub struct ForwarderDataplane {
+    forwarder: Arc<Mutex<Forwarder>>,
+    ports: Mutex<HashMap<String, OwnedPort>>,
+    me: Weak<ForwarderDataplane>,
+}
+
+fn fwd_error(e: ForwarderError) -> DataplaneError {
+    match e {
+        ForwarderError::NotFound(m) => DataplaneError::NotFound(m),
+        ForwarderError::AlreadyExists(m) => DataplaneError::AlreadyExists(m),
+        ForwarderError::InvalidArgument(m) => DataplaneError::InvalidArgument(m),
+        ForwarderError::Unavailable(m) | ForwarderError::Internal(m) => DataplaneError::Failed(m),
+    }
+}
+
+fn kernel_error(e: KernelInterfaceError) -> DataplaneError {
+    let m = e.to_string();
+    match e {
+        KernelInterfaceError::NamespaceNotFound(_) => DataplaneError::NotFound(m),
+        KernelInterfaceError::InvalidName { .. }
+        | KernelInterfaceError::InvalidConnectionId { .. }
+        | KernelInterfaceError::InvalidAddress { .. }
+        | KernelInterfaceError::InvalidMtu(_) => DataplaneError::InvalidArgument(m),
+        KernelInterfaceError::AlreadyExists(_) => DataplaneError::AlreadyExists(m),
+        KernelInterfaceError::Namespace(_) | KernelInterfaceError::Netlink { .. } => {
+            DataplaneError::Failed(m)
+        }
+    }
+}
+
+/// The tag of a connection's veth: one per side, so that a connection may have two.
+fn kernel_tag(owner: &str, port: &PortName) -> String {
+    let side = if port.0.ends_with("-endpoint") {
+        "endpoint"
+    } else {
+        "client"
+    };
+    format!("{owner}/{side}")
+}
+
+/// The connection a veth tag belongs to.
+fn tag_owner(tag: &str) -> &str {
+    tag.rsplit_once('/').map_or(tag, |(o, _)| o)
+}
+
+fn mtu16(mtu: Option<u32>) -> Result<u16, DataplaneError> {
+    u16::try_from(mtu.unwrap_or(1500))
+        .map_err(|_| DataplaneError::InvalidArgument(format!("MTU {mtu:?} is over 65535")))
+}
+
+fn v4(what: &str, ip: Option<IpAddr>) -> Result<Option<Ipv4Addr>, DataplaneError> {
+    match ip {
+        None => Ok(None),
+        Some(IpAddr::V4(a)) => Ok(Some(a)),
+        Some(IpAddr::V6(a)) => Err(DataplaneError::InvalidArgument(format!(
+            "{what} {a}: the L3 cross-connect is IPv4 only"
+        ))),
+    }
+}
+
+impl ForwarderDataplane {
+    /// A data path over `forwarder`.
+    pub fn new(forwarder: Arc<Mutex<Forwarder>>) -> Arc<ForwarderDataplane> {
+        Arc::new_cyclic(|me| ForwarderDataplane {
+            forwarder,
+            ports: Mutex::new(HashMap::new()),
+            me: me.clone(),
+        })
+    }
+
+    fn ports(&self) -> std::sync::MutexGuard<'_, HashMap<String, OwnedPort>> {
+        self.ports.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn add(&self, owner: &str, section: &PortSection) -> Result<(), DataplaneError> {
+        lock(&self.forwarder)
+            .add_port(section, Some(owner))
+            .map_err(fwd_error)?;
+        Ok(())
+    }
+
+    /// Polls the link of every owned port until the data path is dropped.
+    fn watch(me: Weak<ForwarderDataplane>, events: LinkEvents) {
+        loop {
+            std::thread::sleep(LINK_POLL);
+            let Some(dp) = me.upgrade() else { return };
+            let links: HashMap<String, LinkStatus> = {
+                let fwd = lock(&dp.forwarder);
+                fwd.ports()
+                    .iter()
+                    .map(|e| (e.name.clone(), e.port.link()))
+                    .collect()
+            };
+            let mut changes = Vec::new();
+            for (name, p) in dp.ports().iter_mut() {
+                let Some(link) = links.get(name) else {
+                    continue;
+                };
+                let up = matches!(link, LinkStatus::Up);
+                // Down before the first up is a port waiting for its peer, not a failure.
+                let report = match p.seen_up {
+                    None => false,
+                    Some(was) => was != up,
+                };
+                if up || p.seen_up.is_some() {
+                    p.seen_up = Some(up);
+                }
+                if report {
+                    let reason = match link {
+                        LinkStatus::Up => "link up".to_string(),
+                        LinkStatus::Down(why) => why.clone(),
+                    };
+                    changes.push(LinkEvent {
+                        owner: p.owner.clone(),
+                        port: PortName(name.clone()),
+                        up,
+                        reason,
+                    });
+                }
+            }
+            drop(dp);
+            for c in changes {
+                if !events.send(c) {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+impl Dataplane for ForwarderDataplane {
+    fn create_memif(&self, owner: &str, spec: &MemifSpec) -> Result<(), DataplaneError> {
+        let section = PortSection::Memif(MemifSection {
+            name: spec.name.0.clone(),
+            mac: None,
+            mtu: mtu16(spec.mtu)?,
+            role: match spec.role {
+                NsmRole::Master => MemifRole::Master,
+                NsmRole::Slave => MemifRole::Slave,
+            },
+            socket: spec.socket.clone(),
+            id: 0,
+            secret: None,
+            mode: match spec.mode {
+                FrameMode::Ethernet => MemifMode::Ethernet,
+                FrameMode::Ip => MemifMode::Ip,
+            },
+            ring_size: 1024,
+            buffer_size: 2048,
+            netns: spec.netns.clone(),
+        });
+        self.add(owner, &section)?;
+        self.ports().insert(
+            spec.name.0.clone(),
+            OwnedPort {
+                owner: owner.into(),
+                kernel: None,
+                seen_up: None,
+            },
+        );
+        Ok(())
+    }
+
+    fn create_kernel(&self, owner: &str, spec: &KernelSpec) -> Result<(), DataplaneError> {
+        let netns = NetNs::open_path(&spec.netns).map_err(|e| {
+            let m = e.to_string();
+            if e.is_not_found() {
+                DataplaneError::NotFound(m)
+            } else {
+                DataplaneError::Failed(m)
+            }
+        })?;
+        let config = KernelInterfaceConfig {
+            connection_id: kernel_tag(owner, &spec.name),
+            name: spec.ifname.clone(),
+            mtu: spec.mtu.unwrap_or(0),
+            addresses: spec.ip.addresses.iter().map(|a| a.to_string()).collect(),
+            routes: spec
+                .ip
+                .routes
+                .iter()
+                .map(|r| RouteConfig {
+                    prefix: r.prefix.to_string(),
+                    next_hop: r.via.map(|v| v.to_string()),
+                })
+                .collect(),
+            neighbors: spec
+                .ip
+                .neighbors
+                .iter()
+                .map(|n| NeighborConfig {
+                    ip: n.ip.to_string(),
+                    mac: n.mac.to_string(),
+                })
+                .collect(),
+        };
+        let veth = KernelInterface::create(&netns, &config).map_err(kernel_error)?;
+        let section = PortSection::AfPacket(AfPacketSection {
+            name: spec.name.0.clone(),
+            mac: None,
+            mtu: mtu16(spec.mtu)?,
+            interface: veth.host_name().to_string(),
+            promiscuous: true,
+        });
+        if let Err(e) = self.add(owner, &section) {
+            if let Err(d) = veth.delete() {
+                tracing::error!(error = %d, "cannot delete a veth after a failed port");
+            }
+            return Err(e);
+        }
+        self.ports().insert(
+            spec.name.0.clone(),
+            OwnedPort {
+                owner: owner.into(),
+                kernel: Some(veth),
+                seen_up: None,
+            },
+        );
+        Ok(())
+    }
+
+    fn remove_port(&self, _owner: &str, port: &PortName) -> Result<(), DataplaneError> {
+        let removed = lock(&self.forwarder)
+            .remove_port(&port.0)
+            .map_err(fwd_error);
+        if let Some(p) = self.ports().remove(&port.0) {
+            if let Some(veth) = p.kernel {
+                veth.delete().map_err(kernel_error)?;
+            }
+        }
+        removed
+    }
+
+    fn l2_cross_connect(
+        &self,
+        owner: &str,
+        a: &PortName,
+        b: &PortName,
+    ) -> Result<(), DataplaneError> {
+        lock(&self.forwarder)
+            .cross_connect(&a.0, &b.0, Some(owner))
+            .map_err(fwd_error)
+    }
+
+    fn l3_cross_connect(
+        &self,
+        owner: &str,
+        a: &PortName,
+        b: &PortName,
+        peer_b: Option<IpAddr>,
+        peer_a: Option<IpAddr>,
+    ) -> Result<(), DataplaneError> {
+        let (pb, pa) = (v4("peer_b", peer_b)?, v4("peer_a", peer_a)?);
+        // A kernel interface's far end has a known MAC: the peer's neighbour entry.
+        let macs: Vec<(String, Ipv4Addr, [u8; 6])> = {
+            let ports = self.ports();
+            [(b, pb), (a, pa)]
+                .into_iter()
+                .filter_map(|(port, peer)| {
+                    let veth = ports.get(&port.0)?.kernel.as_ref()?;
+                    Some((port.0.clone(), peer?, veth.mac()))
+                })
+                .collect()
+        };
+        let mut fwd = lock(&self.forwarder);
+        for (port, ip, mac) in macs {
+            fwd.add_neighbor(&port, ip, mac, Some(owner))
+                .map_err(fwd_error)?;
+        }
+        let unspecified = Ipv4Addr::UNSPECIFIED;
+        fwd.l3_cross_connect(
+            &a.0,
+            &b.0,
+            pb.unwrap_or(unspecified),
+            pa.unwrap_or(unspecified),
+            Some(owner),
+        )
+        .map_err(fwd_error)
+    }
+
+    fn disconnect(&self, _owner: &str, port: &PortName) -> Result<(), DataplaneError> {
+        lock(&self.forwarder).disconnect(&port.0).map_err(fwd_error)
+    }
+
+    fn remove_owned(&self, owner: &str) -> Result<(), DataplaneError> {
+        let removed = lock(&self.forwarder).remove_owned(owner).map_err(fwd_error);
+        let veths: Vec<KernelInterface> = {
+            let mut ports = self.ports();
+            let mine: Vec<String> = ports
+                .iter()
+                .filter(|(_, p)| p.owner == owner)
+                .map(|(n, _)| n.clone())
+                .collect();
+            mine.iter()
+                .filter_map(|n| ports.remove(n).and_then(|p| p.kernel))
+                .collect()
+        };
+        let mut failed = None;
+        for v in veths {
+            if let Err(e) = v.delete() {
+                failed = Some(kernel_error(e));
+            }
+        }
+        // Veths a previous run made for this connection (found by their tag).
+        for side in ["client", "endpoint"] {
+            if let Err(e) = kernel_interface::delete_for_connection(&format!("{owner}/{side}")) {
+                failed = Some(kernel_error(e));
+            }
+        }
+        removed?;
+        failed.map_or(Ok(()), Err)
+    }
+
+    fn owners(&self) -> Result<Vec<String>, DataplaneError> {
+        let mut owners: HashSet<String> = self.ports().values().map(|p| p.owner.clone()).collect();
+        for o in kernel_interface::list_owned().map_err(kernel_error)? {
+            owners.insert(tag_owner(&o.connection_id).to_string());
+        }
+        Ok(owners.into_iter().collect())
+    }
+
+    fn watch_links(&self, events: LinkEvents) {
+        let me = self.me.clone();
+        let spawned = std::thread::Builder::new()
+            .name("quiver-nsm-links".into())
+            .spawn(move || ForwarderDataplane::watch(me, events));
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "cannot start the link watcher: no DOWN events");
+        }
+    }
+}
+
+/// Starts the NSM services for `forwarder` (endpoints found through the registry at
+/// `NSM_CONNECT_TO`); they run until the handle is dropped.
+pub fn start(forwarder: &Arc<Mutex<Forwarder>>, cfg: NsmConfig) -> Result<NsmHandle, String> {
+    let discovery = Arc::new(RegistryDiscovery {
+        registry: cfg.connect_to.clone(),
+        timeout: cfg.dial_timeout,
+    });
+    let dp = ForwarderDataplane::new(forwarder.clone());
+    NsmHandle::spawn(cfg, dp, discovery, 2).map_err(|e| format!("NSM: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn veth_tags_name_the_side_and_the_owner() {
+        let c = kernel_tag("abc", &PortName("nsm-abc-client".into()));
+        let e = kernel_tag("abc", &PortName("nsm-abc-endpoint".into()));
+        assert_eq!((c.as_str(), e.as_str()), ("abc/client", "abc/endpoint"));
+        assert_eq!(tag_owner(&c), "abc");
+        assert_eq!(tag_owner("plain"), "plain");
+    }
+
+    #[test]
+    fn errors_keep_their_kind() {
+        assert_eq!(
+            fwd_error(ForwarderError::NotFound("x".into())),
+            DataplaneError::NotFound("x".into())
+        );
+        assert!(matches!(
+            fwd_error(ForwarderError::Unavailable("x".into())),
+            DataplaneError::Failed(_)
+        ));
+        assert!(v4("x", Some("fd00::1".parse().unwrap())).is_err());
+        assert_eq!(mtu16(None).unwrap(), 1500);
+    }
+}

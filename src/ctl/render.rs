@@ -1,0 +1,820 @@
+//! What `quiver ctl` prints: human tables, or JSON with stable field names (`--json`).
+
+use std::fmt::Write;
+
+use ctl_api::proto::quiver_admin as pb;
+use serde_json::{json, Map, Value};
+
+/// A text table: columns as wide as their widest cell, numbers right-aligned.
+pub struct Table {
+    headers: Vec<&'static str>,
+    right: Vec<bool>,
+    rows: Vec<Row>,
+}
+
+enum Row {
+    Cells(Vec<String>),
+    /// A line under the previous row, indented (a reason, an address, a counter).
+    Note(String),
+}
+
+impl Table {
+    /// A table with these columns; a header starting with `>` is right-aligned.
+    pub fn new(headers: &[&'static str]) -> Table {
+        Table {
+            headers: headers.iter().map(|h| h.trim_start_matches('>')).collect(),
+            right: headers.iter().map(|h| h.starts_with('>')).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// Adds a row.
+    pub fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(Row::Cells(cells));
+    }
+
+    /// Adds an indented line under the last row.
+    pub fn note(&mut self, text: String) {
+        self.rows.push(Row::Note(text));
+    }
+
+    /// The table, one line per row, no trailing spaces.
+    pub fn render(&self) -> String {
+        let mut width: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
+        for r in &self.rows {
+            if let Row::Cells(c) = r {
+                for (w, cell) in width.iter_mut().zip(c) {
+                    *w = (*w).max(cell.chars().count());
+                }
+            }
+        }
+        let line = |cells: &[String]| {
+            let mut s = String::new();
+            for (k, cell) in cells.iter().enumerate() {
+                let w = width.get(k).copied().unwrap_or(0);
+                if k > 0 {
+                    s.push_str("  ");
+                }
+                if self.right.get(k).copied().unwrap_or(false) {
+                    let _ = write!(s, "{cell:>w$}");
+                } else {
+                    let _ = write!(s, "{cell:<w$}");
+                }
+            }
+            s.trim_end().to_string()
+        };
+        let headers: Vec<String> = self.headers.iter().map(|h| h.to_string()).collect();
+        let mut out = line(&headers) + "\n";
+        for r in &self.rows {
+            match r {
+                Row::Cells(c) => out += &(line(c) + "\n"),
+                Row::Note(t) => out += &format!("    {t}\n"),
+            }
+        }
+        out
+    }
+}
+
+fn link(up: bool) -> &'static str {
+    if up {
+        "up"
+    } else {
+        "down"
+    }
+}
+
+fn counters(c: &[pb::Counter]) -> Value {
+    Value::Object(
+        c.iter()
+            .map(|c| (c.name.clone(), json!(c.value)))
+            .collect::<Map<String, Value>>(),
+    )
+}
+
+/// `show interfaces`.
+pub fn interfaces(r: &pb::ShowInterfacesReply) -> String {
+    let mut t = Table::new(&[
+        "Name",
+        ">Idx",
+        "Type",
+        "Link",
+        "Mode",
+        ">MTU",
+        "MAC",
+        ">RX packets",
+        ">RX bytes",
+        ">TX packets",
+        ">TX bytes",
+        ">RX drops",
+        ">TX drops",
+    ]);
+    for i in &r.interfaces {
+        t.row(vec![
+            i.name.clone(),
+            i.index.to_string(),
+            i.r#type.clone(),
+            link(i.link_up).into(),
+            i.mode.clone(),
+            i.mtu.to_string(),
+            i.mac.clone(),
+            i.rx_packets.to_string(),
+            i.rx_bytes.to_string(),
+            i.tx_packets.to_string(),
+            i.tx_bytes.to_string(),
+            i.rx_dropped.to_string(),
+            i.tx_dropped.to_string(),
+        ]);
+        if !i.link_up && !i.link_reason.is_empty() {
+            t.note(format!("down: {}", i.link_reason));
+        }
+        if !i.addresses.is_empty() {
+            t.note(format!("addresses: {}", i.addresses.join(", ")));
+        }
+        for c in i.detail.iter().filter(|c| c.value != 0) {
+            t.note(format!("{}: {}", c.name, c.value));
+        }
+    }
+    t.render()
+}
+
+/// `show interfaces --json`.
+pub fn interfaces_json(r: &pb::ShowInterfacesReply) -> Value {
+    Value::Array(
+        r.interfaces
+            .iter()
+            .map(|i| {
+                json!({
+                    "index": i.index,
+                    "name": i.name,
+                    "type": i.r#type,
+                    "mac": i.mac,
+                    "mtu": i.mtu,
+                    "mode": i.mode,
+                    "link": link(i.link_up),
+                    "link_reason": i.link_reason,
+                    "addresses": i.addresses,
+                    "rx_packets": i.rx_packets,
+                    "rx_bytes": i.rx_bytes,
+                    "tx_packets": i.tx_packets,
+                    "tx_bytes": i.tx_bytes,
+                    "rx_dropped": i.rx_dropped,
+                    "tx_dropped": i.tx_dropped,
+                    "detail": counters(&i.detail),
+                })
+            })
+            .collect(),
+    )
+}
+
+fn worker_title(w: &pb::WorkerRuntime) -> String {
+    match (w.worker, w.core) {
+        (Some(n), Some(c)) => format!("Thread {n} (core {c})"),
+        (Some(n), None) => format!("Thread {n}"),
+        (None, _) => "All threads".into(),
+    }
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+/// `show runtime`: like VPP's, one table per worker (or one for the sum); nodes never called
+/// are left out.
+pub fn runtime(r: &pb::ShowRuntimeReply) -> String {
+    let mut out = String::new();
+    for (k, w) in r.workers.iter().enumerate() {
+        if k > 0 {
+            out.push('\n');
+        }
+        let _ = writeln!(
+            out,
+            "{}: {} busy passes, {:.1} clocks/pkt busy, {:.0} clocks per empty poll, TSC {:.3} GHz",
+            worker_title(w),
+            w.busy_passes,
+            ratio(w.busy_clocks, w.busy_packets),
+            ratio(w.idle_clocks, w.idle_passes),
+            r.tsc_hz as f64 / 1e9
+        );
+        let mut t = Table::new(&[
+            "Name",
+            "State",
+            ">Calls",
+            ">Vectors",
+            ">Packets",
+            ">Clocks/pkt",
+            ">Vectors/Call",
+        ]);
+        for n in w.nodes.iter().filter(|n| n.calls > 0) {
+            t.row(vec![
+                n.name.clone(),
+                n.state.clone(),
+                n.calls.to_string(),
+                n.vectors.to_string(),
+                n.packets.to_string(),
+                format!("{:.2}", n.clocks_per_packet),
+                format!("{:.2}", n.vectors_per_call),
+            ]);
+        }
+        out += &t.render();
+    }
+    out
+}
+
+/// `show runtime --json`.
+pub fn runtime_json(r: &pb::ShowRuntimeReply) -> Value {
+    json!({
+        "tsc_hz": r.tsc_hz,
+        "workers": r.workers.iter().map(|w| json!({
+            "worker": w.worker,
+            "core": w.core,
+            "busy_passes": w.busy_passes,
+            "busy_packets": w.busy_packets,
+            "busy_clocks": w.busy_clocks,
+            "idle_passes": w.idle_passes,
+            "idle_clocks": w.idle_clocks,
+            "nodes": w.nodes.iter().map(|n| json!({
+                "name": n.name,
+                "state": n.state,
+                "calls": n.calls,
+                "vectors": n.vectors,
+                "packets": n.packets,
+                "clocks": n.clocks,
+                "clocks_per_packet": n.clocks_per_packet,
+                "vectors_per_call": n.vectors_per_call,
+            })).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// `show errors`: non-zero counters (all with `all`).
+pub fn errors(r: &pb::ShowErrorsReply, all: bool) -> String {
+    let mut t = Table::new(&[">Count", "Node", "Reason", "Description"]);
+    for e in r.errors.iter().filter(|e| all || e.count > 0) {
+        t.row(vec![
+            e.count.to_string(),
+            e.node.clone(),
+            e.reason.clone(),
+            e.description.clone(),
+        ]);
+    }
+    t.render()
+}
+
+/// `show errors --json`: every counter, zero or not.
+pub fn errors_json(r: &pb::ShowErrorsReply) -> Value {
+    Value::Array(
+        r.errors
+            .iter()
+            .map(|e| {
+                json!({
+                    "node": e.node,
+                    "reason": e.reason,
+                    "description": e.description,
+                    "count": e.count,
+                })
+            })
+            .collect(),
+    )
+}
+
+fn path_text(p: &pb::RoutePath) -> String {
+    match p.kind.as_str() {
+        "rewrite" => format!("via {} {}", p.next_hop, p.interface),
+        "arp" => format!("via {} {} (unresolved)", p.next_hop, p.interface),
+        "glean" => format!("connected {}", p.interface),
+        other => other.to_string(),
+    }
+}
+
+/// `show fib`.
+pub fn fib(r: &pb::ShowFibReply) -> String {
+    let mut t = Table::new(&["Prefix", "Source", "Paths"]);
+    for route in &r.routes {
+        let paths: Vec<String> = route.paths.iter().map(path_text).collect();
+        t.row(vec![
+            route.prefix.clone(),
+            route.source.clone(),
+            paths.join(", "),
+        ]);
+    }
+    t.render()
+}
+
+/// `show fib --json`.
+pub fn fib_json(r: &pb::ShowFibReply) -> Value {
+    Value::Array(
+        r.routes
+            .iter()
+            .map(|route| {
+                json!({
+                    "prefix": route.prefix,
+                    "source": route.source,
+                    "paths": route.paths.iter().map(|p| json!({
+                        "kind": p.kind,
+                        "next_hop": p.next_hop,
+                        "interface": p.interface,
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect(),
+    )
+}
+
+/// `show neighbors`.
+pub fn neighbors(r: &pb::ShowNeighborsReply) -> String {
+    let mut t = Table::new(&["Interface", "IP", "MAC"]);
+    for n in &r.neighbors {
+        t.row(vec![n.interface.clone(), n.ip.clone(), n.mac.clone()]);
+    }
+    t.render()
+}
+
+/// `show neighbors --json`.
+pub fn neighbors_json(r: &pb::ShowNeighborsReply) -> Value {
+    Value::Array(
+        r.neighbors
+            .iter()
+            .map(|n| json!({"interface": n.interface, "ip": n.ip, "mac": n.mac}))
+            .collect(),
+    )
+}
+
+/// `show cross-connects`.
+pub fn cross_connects(r: &pb::ShowCrossConnectsReply) -> String {
+    let mut t = Table::new(&["A", "B", "Kind", "Peers"]);
+    for x in &r.cross_connects {
+        let peers = if x.kind == "l3" {
+            format!("{} ↔ {}", x.peer_a, x.peer_b)
+        } else {
+            String::new()
+        };
+        t.row(vec![x.a.clone(), x.b.clone(), x.kind.clone(), peers]);
+    }
+    t.render()
+}
+
+/// `show cross-connects --json`.
+pub fn cross_connects_json(r: &pb::ShowCrossConnectsReply) -> Value {
+    Value::Array(
+        r.cross_connects
+            .iter()
+            .map(|x| {
+                json!({"a": x.a, "b": x.b, "kind": x.kind, "peer_a": x.peer_a, "peer_b": x.peer_b})
+            })
+            .collect(),
+    )
+}
+
+/// `show memif`.
+pub fn memif(r: &pb::ShowMemifReply) -> String {
+    let mut t = Table::new(&[
+        "Name",
+        ">Idx",
+        "Role",
+        "Mode",
+        "Socket",
+        ">Id",
+        "Link",
+        ">Ring",
+        ">Buffer",
+        ">RX packets",
+        ">TX packets",
+        ">RX drops",
+        ">TX drops",
+    ]);
+    for m in &r.memifs {
+        t.row(vec![
+            m.name.clone(),
+            m.index.to_string(),
+            m.role.clone(),
+            m.mode.clone(),
+            m.socket.clone(),
+            m.id.to_string(),
+            link(m.link_up).into(),
+            m.ring_size.to_string(),
+            m.buffer_size.to_string(),
+            m.rx_packets.to_string(),
+            m.tx_packets.to_string(),
+            m.rx_dropped.to_string(),
+            m.tx_dropped.to_string(),
+        ]);
+        if !m.link_up && !m.link_reason.is_empty() {
+            t.note(format!("down: {}", m.link_reason));
+        }
+        for c in m.detail.iter().filter(|c| c.value != 0) {
+            t.note(format!("{}: {}", c.name, c.value));
+        }
+    }
+    t.render()
+}
+
+/// `show memif --json`.
+pub fn memif_json(r: &pb::ShowMemifReply) -> Value {
+    Value::Array(
+        r.memifs
+            .iter()
+            .map(|m| {
+                json!({
+                    "name": m.name,
+                    "index": m.index,
+                    "role": m.role,
+                    "socket": m.socket,
+                    "id": m.id,
+                    "mode": m.mode,
+                    "link": link(m.link_up),
+                    "link_reason": m.link_reason,
+                    "ring_size": m.ring_size,
+                    "buffer_size": m.buffer_size,
+                    "rx_packets": m.rx_packets,
+                    "rx_bytes": m.rx_bytes,
+                    "tx_packets": m.tx_packets,
+                    "tx_bytes": m.tx_bytes,
+                    "rx_dropped": m.rx_dropped,
+                    "tx_dropped": m.tx_dropped,
+                    "detail": counters(&m.detail),
+                })
+            })
+            .collect(),
+    )
+}
+
+/// `show connections`.
+pub fn connections(r: &pb::ShowConnectionsReply) -> String {
+    let mut t = Table::new(&[
+        "Id",
+        "Network service",
+        "State",
+        "Client",
+        "Endpoint",
+        ">Expires",
+    ]);
+    for c in &r.connections {
+        t.row(vec![
+            c.id.clone(),
+            c.network_service.clone(),
+            c.state.clone(),
+            format!("{} {}", c.client_mechanism, c.client_interface),
+            format!("{} {}", c.endpoint_mechanism, c.endpoint_interface),
+            if c.expires_unix == 0 {
+                "never".into()
+            } else {
+                c.expires_unix.to_string()
+            },
+        ]);
+    }
+    t.render()
+}
+
+/// `show connections --json`.
+pub fn connections_json(r: &pb::ShowConnectionsReply) -> Value {
+    Value::Array(
+        r.connections
+            .iter()
+            .map(|c| {
+                json!({
+                    "id": c.id,
+                    "network_service": c.network_service,
+                    "state": c.state,
+                    "client_mechanism": c.client_mechanism,
+                    "client_interface": c.client_interface,
+                    "endpoint_mechanism": c.endpoint_mechanism,
+                    "endpoint_interface": c.endpoint_interface,
+                    "expires_unix": c.expires_unix,
+                })
+            })
+            .collect(),
+    )
+}
+
+/// `show trace`: each packet's records, as the data plane formatted them.
+pub fn trace(r: &pb::ShowTraceReply) -> String {
+    if r.packets.is_empty() {
+        return "no packets traced (trace add <input node> <count> first)\n".into();
+    }
+    let mut out = String::new();
+    for p in &r.packets {
+        match p.worker {
+            Some(w) => {
+                let _ = writeln!(out, "Packet {} (worker {w})", p.id);
+            }
+            None => {
+                let _ = writeln!(out, "Packet {}", p.id);
+            }
+        }
+        for l in &p.lines {
+            let _ = writeln!(out, "{l}");
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// `show trace --json`.
+pub fn trace_json(r: &pb::ShowTraceReply) -> Value {
+    Value::Array(
+        r.packets
+            .iter()
+            .map(|p| json!({"id": p.id, "worker": p.worker, "nodes": p.nodes, "lines": p.lines}))
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn port(name: &str, index: u32, up: bool) -> pb::Interface {
+        pb::Interface {
+            index,
+            name: name.into(),
+            r#type: "memif".into(),
+            mac: "02:fe:00:00:00:01".into(),
+            mtu: 1500,
+            mode: "l3".into(),
+            link_up: up,
+            link_reason: if up { "" } else { "no peer" }.into(),
+            addresses: vec!["10.0.0.1/24".into()],
+            rx_packets: 12345,
+            tx_packets: 7,
+            detail: vec![
+                pb::Counter {
+                    name: "tx-link-down".into(),
+                    value: 3,
+                },
+                pb::Counter {
+                    name: "connects".into(),
+                    value: 0,
+                },
+            ],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn tables_align_columns_to_the_widest_cell_and_numbers_to_the_right() {
+        let mut t = Table::new(&["Name", ">Count"]);
+        t.row(vec!["a".into(), "5".into()]);
+        t.row(vec!["longer-name".into(), "12345".into()]);
+        t.note("under".into());
+        assert_eq!(
+            t.render(),
+            "Name         Count\n\
+             a                5\n\
+             longer-name  12345\n    under\n"
+        );
+    }
+
+    #[test]
+    fn show_interfaces_has_one_row_per_interface_with_notes_for_link_addresses_and_nonzero_detail()
+    {
+        let r = pb::ShowInterfacesReply {
+            interfaces: vec![port("memif0", 0, true), port("memif-long-name", 1, false)],
+        };
+        let text = interfaces(&r);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("Name "), "{text}");
+        let row0: Vec<&str> = lines[1].split_whitespace().collect();
+        assert_eq!(
+            row0,
+            [
+                "memif0",
+                "0",
+                "memif",
+                "up",
+                "l3",
+                "1500",
+                "02:fe:00:00:00:01",
+                "12345",
+                "0",
+                "7",
+                "0",
+                "0",
+                "0"
+            ]
+        );
+        assert_eq!(lines[2], "    addresses: 10.0.0.1/24");
+        assert_eq!(lines[3], "    tx-link-down: 3");
+        assert!(lines[4].starts_with("memif-long-name  "), "{text}");
+        assert_eq!(lines[5], "    down: no peer");
+        assert!(
+            !text.contains("connects"),
+            "zero detail is not shown:\n{text}"
+        );
+        // Every row's columns start where the header's do.
+        let col = lines[0].find("Idx").unwrap() + "Idx".len();
+        assert_eq!(&lines[1][col - 1..col], "0");
+        assert_eq!(&lines[4][col - 1..col], "1");
+
+        let j = interfaces_json(&r);
+        assert_eq!(j[0]["name"], "memif0");
+        assert_eq!(j[0]["link"], "up");
+        assert_eq!(j[1]["link"], "down");
+        assert_eq!(j[1]["link_reason"], "no peer");
+        assert_eq!(j[0]["rx_packets"], 12345);
+        assert_eq!(j[0]["detail"]["tx-link-down"], 3);
+        assert_eq!(j[0]["detail"]["connects"], 0);
+        assert_eq!(j[0]["addresses"][0], "10.0.0.1/24");
+    }
+
+    #[test]
+    fn show_runtime_prints_vpp_columns_and_leaves_out_nodes_never_called() {
+        let node = |name: &str, calls: u64, packets: u64| pb::NodeRuntime {
+            name: name.into(),
+            state: "active".into(),
+            calls,
+            vectors: calls,
+            packets,
+            clocks: packets * 20,
+            clocks_per_packet: if packets > 0 { 20.0 } else { 0.0 },
+            vectors_per_call: ratio(packets, calls),
+        };
+        let r = pb::ShowRuntimeReply {
+            tsc_hz: 2_000_000_000,
+            workers: vec![pb::WorkerRuntime {
+                worker: None,
+                core: None,
+                nodes: vec![node("ip4-lookup", 4, 1024), node("vxlan4-encap", 0, 0)],
+                busy_passes: 4,
+                busy_packets: 1024,
+                busy_clocks: 102400,
+                idle_passes: 10,
+                idle_clocks: 500,
+            }],
+        };
+        let text = runtime(&r);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "All threads: 4 busy passes, 100.0 clocks/pkt busy, 50 clocks per empty poll, TSC 2.000 GHz"
+        );
+        assert_eq!(
+            lines[1].split_whitespace().collect::<Vec<_>>(),
+            [
+                "Name",
+                "State",
+                "Calls",
+                "Vectors",
+                "Packets",
+                "Clocks/pkt",
+                "Vectors/Call"
+            ]
+        );
+        assert_eq!(
+            lines[2].split_whitespace().collect::<Vec<_>>(),
+            ["ip4-lookup", "active", "4", "4", "1024", "20.00", "256.00"]
+        );
+        assert_eq!(lines.len(), 3, "{text}");
+        let j = runtime_json(&r);
+        assert_eq!(j["workers"][0]["worker"], Value::Null);
+        assert_eq!(j["workers"][0]["nodes"][0]["packets"], 1024);
+        assert_eq!(j["workers"][0]["nodes"][1]["name"], "vxlan4-encap");
+    }
+
+    #[test]
+    fn show_errors_hides_zero_counters_unless_asked_and_json_keeps_them_all() {
+        let e = |reason: &str, count| pb::ErrorCounter {
+            node: "ip4-input".into(),
+            reason: reason.into(),
+            description: "why".into(),
+            count,
+        };
+        let r = pb::ShowErrorsReply {
+            errors: vec![e("bad-checksum", 3), e("ttl-expired", 0)],
+        };
+        let text = errors(&r, false);
+        assert!(text.contains("bad-checksum"), "{text}");
+        assert!(!text.contains("ttl-expired"), "{text}");
+        assert!(errors(&r, true).contains("ttl-expired"));
+        assert_eq!(errors_json(&r).as_array().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn show_fib_names_each_path_by_kind() {
+        let p = |kind: &str, nh: &str, i: &str| pb::RoutePath {
+            kind: kind.into(),
+            next_hop: nh.into(),
+            interface: i.into(),
+        };
+        let r = pb::ShowFibReply {
+            routes: vec![
+                pb::Route {
+                    prefix: "10.0.0.0/24".into(),
+                    source: "connected".into(),
+                    paths: vec![p("glean", "", "memif0")],
+                },
+                pb::Route {
+                    prefix: "10.9.0.0/16".into(),
+                    source: "static".into(),
+                    paths: vec![
+                        p("rewrite", "10.0.1.2", "memif1"),
+                        p("arp", "10.0.1.3", "memif1"),
+                    ],
+                },
+                pb::Route {
+                    prefix: "192.0.2.0/24".into(),
+                    source: "static".into(),
+                    paths: vec![p("drop", "", "")],
+                },
+            ],
+        };
+        let text = fib(&r);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[1].ends_with("connected memif0"), "{text}");
+        assert!(
+            lines[2].ends_with("via 10.0.1.2 memif1, via 10.0.1.3 memif1 (unresolved)"),
+            "{text}"
+        );
+        assert!(lines[3].ends_with("drop"), "{text}");
+        let j = fib_json(&r);
+        assert_eq!(j[1]["prefix"], "10.9.0.0/16");
+        assert_eq!(j[1]["paths"][0]["next_hop"], "10.0.1.2");
+        assert_eq!(j[1]["paths"][0]["interface"], "memif1");
+    }
+
+    #[test]
+    fn show_trace_prints_each_packet_with_its_lines_or_says_there_are_none() {
+        assert!(trace(&pb::ShowTraceReply::default()).starts_with("no packets traced"));
+        let r = pb::ShowTraceReply {
+            packets: vec![pb::TracedPacket {
+                id: 1,
+                worker: Some(0),
+                nodes: vec!["port-input".into(), "ethernet-input".into()],
+                lines: vec!["00:00:00:000001: port-input".into(), "  IP4: …".into()],
+            }],
+        };
+        assert_eq!(
+            trace(&r),
+            "Packet 1 (worker 0)\n00:00:00:000001: port-input\n  IP4: …\n\n"
+        );
+        assert_eq!(trace_json(&r)[0]["nodes"][1], "ethernet-input");
+    }
+
+    #[test]
+    fn small_tables_render_their_rows() {
+        let n = neighbors(&pb::ShowNeighborsReply {
+            neighbors: vec![pb::Neighbor {
+                interface: "memif1".into(),
+                ip: "10.0.1.2".into(),
+                mac: "02:00:00:00:00:02".into(),
+            }],
+        });
+        assert_eq!(
+            n.lines().nth(1).unwrap(),
+            "memif1     10.0.1.2  02:00:00:00:00:02"
+        );
+        let x = cross_connects(&pb::ShowCrossConnectsReply {
+            cross_connects: vec![pb::CrossConnect {
+                a: "a".into(),
+                b: "b".into(),
+                kind: "l3".into(),
+                peer_a: "10.0.0.2".into(),
+                peer_b: "10.0.1.2".into(),
+            }],
+        });
+        assert!(
+            x.lines()
+                .nth(1)
+                .unwrap()
+                .ends_with("l3    10.0.0.2 ↔ 10.0.1.2"),
+            "{x}"
+        );
+        let c = connections(&pb::ShowConnectionsReply::default());
+        assert_eq!(c.lines().count(), 1, "only the header: {c}");
+        let m = memif(&pb::ShowMemifReply {
+            memifs: vec![pb::Memif {
+                name: "memif0".into(),
+                role: "master".into(),
+                mode: "ethernet".into(),
+                socket: "/run/quiver/memif.sock".into(),
+                ring_size: 1024,
+                buffer_size: 2048,
+                link_reason: "no peer".into(),
+                ..Default::default()
+            }],
+        });
+        let row: Vec<&str> = m.lines().nth(1).unwrap().split_whitespace().collect();
+        assert_eq!(
+            row,
+            [
+                "memif0",
+                "0",
+                "master",
+                "ethernet",
+                "/run/quiver/memif.sock",
+                "0",
+                "down",
+                "1024",
+                "2048",
+                "0",
+                "0",
+                "0",
+                "0"
+            ]
+        );
+        assert_eq!(m.lines().nth(2).unwrap(), "    down: no peer");
+    }
+}
