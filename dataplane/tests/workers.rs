@@ -180,8 +180,9 @@ type WorkerReports = (usize, Arc<SourceReport>, Arc<SinkReport>, Arc<AtomicU64>)
 
 #[test]
 fn ten_thousand_config_swaps_under_traffic_lose_and_duplicate_nothing() {
-    const PER_WORKER: u64 = 400_000;
-    const SWAPS: u64 = 10_000;
+    const PER_WORKER: u64 = 1_000_000;
+    // Odd: the last snapshot sends via path-b, so frames after the swaps take it.
+    const SWAPS: u64 = 10_001;
     let pool = pool(8192);
     let dropped = Arc::new(AtomicUsize::new(0));
     let reports: Arc<std::sync::Mutex<Vec<WorkerReports>>> = Default::default();
@@ -224,7 +225,14 @@ fn ten_thousand_config_swaps_under_traffic_lose_and_duplicate_nothing() {
     .unwrap();
     let reports = reports.lock().unwrap().clone();
     let sent = || reports.iter().map(|r| r.1.sent()).sum::<u64>();
-    wait_until("traffic to start", Duration::from_secs(30), || sent() > 0);
+    // Traffic has gone through the first snapshot's path before anything is swapped (a worker
+    // the OS starves must not see only later snapshots).
+    wait_until("traffic through path-a", Duration::from_secs(30), || {
+        dp.runtime()
+            .summed()
+            .node("path-a")
+            .is_some_and(|n| n.packets > 0)
+    });
     let sent_before = sent();
     for v in 1..=SWAPS {
         dp.publish(Routing {
