@@ -6,11 +6,17 @@
 //! queue pair `w` to worker `w` through a [`QueueSlot`]; the worker picks it up on its next poll
 //! with one atomic load (a lock is taken only when the slot changed).
 //!
-//! Copies: a received frame is copied once, from the peer's buffer straight into a Quiver buffer;
-//! a transmitted one once, from a Quiver buffer straight into the peer's. So a frame crossing
-//! Quiver from one memif port to another is copied from each peer's memory exactly once by each
-//! side — there is no intermediate copy (the peer's memory is never parsed in place: it can
-//! change under us).
+//! Copies: a received frame is copied once, from the peer's buffer straight into a Quiver buffer
+//! (the peer's memory is never parsed in place: it can change under us); a transmitted one once,
+//! from a Quiver buffer straight into the peer's. So a frame crossing Quiver from one memif port
+//! to another is copied twice (peer A → Quiver → peer B), with no third, intermediate copy.
+//! Issue 4 asks for at most one copy memif → memif. That needs the payload left in peer A's
+//! memory while the graph works on a copy of the headers, and so needs the dataplane to tell
+//! the port wherever such a buffer is freed (a drop, another port's full ring: peer A's ring
+//! releases slots only in order) and to materialise the payload for any reader past the
+//! headers. Neither exists yet; without them a dropped frame would pin peer A's ring, or a
+//! frame read its memory after the link went down. For 64-byte frames it would save nothing:
+//! the headers are the whole frame.
 //!
 //! In IP mode the peer sends bare IP packets: a receive adds an Ethernet header (to the port's
 //! MAC, ethertype from the IP version) so the graph sees what it always sees, and a transmit

@@ -160,11 +160,14 @@ fn cross(from: &mut Slave, to: &mut Slave, per_queue: u32, len_of: impl Fn(u32) 
     let mut next = [0u32; WORKERS];
     let mut bytes = 0u64;
     // Each queue's frames leave on that queue; Quiver's worker w polls queue w and transmits on
-    // its own queue w, so order holds per queue.
+    // its own queue w, so order holds per queue. At most 512 frames are in flight per queue
+    // (with the sizes used here, about 720 of `to`'s 1024 slots), so `to`'s ring never overflows
+    // (Quiver would count and drop) however late this thread runs.
     wait_for("frames across the cross-connect", 60, || {
         for q in 0..WORKERS {
-            if sent[q] < per_queue {
-                let batch: Vec<Vec<u8>> = (sent[q]..per_queue.min(sent[q] + 64))
+            let room = (next[q] + 512).min(per_queue);
+            if sent[q] < room {
+                let batch: Vec<Vec<u8>> = (sent[q]..room.min(sent[q] + 64))
                     .map(|s| frame(q as u8, s, len_of(s)))
                     .collect();
                 let refs: Vec<&[u8]> = batch.iter().map(|f| &f[..]).collect();
@@ -277,6 +280,80 @@ fn a_peer_that_leaves_takes_its_link_down_and_its_frames_are_counted_then_it_com
     assert_eq!(quiver.ports[1].memif_counters().connects, 2);
     assert_eq!(quiver.ports[1].memif_counters().disconnects, 1);
     quiver.stop();
+}
+
+#[test]
+fn a_sender_that_leaves_mid_stream_leaves_every_frame_and_buffer_accounted_for() {
+    let sock = socket("leave");
+    let quiver = Quiver::start(vec![
+        MemifPortConfig::new("memif0", Role::Master, sock.clone(), 0),
+        MemifPortConfig::new("memif1", Role::Master, sock.clone(), 1),
+    ]);
+    let start_free = quiver.pool.free_count();
+    let mut a = Slave::new(sock.clone(), slave_config(0, Mode::Ethernet)).unwrap();
+    let mut b = Slave::new(sock, slave_config(1, Mode::Ethernet)).unwrap();
+    connect(&quiver, &mut [&mut a, &mut b]);
+
+    // A floods both queues while B reads nothing: B's rings fill, so frames are in flight on
+    // every stage (A's ring, Quiver's graph, B's ring) and Quiver drops some as tx-full. Then A
+    // leaves without a word of warning about what it had published.
+    let len_of = |s: u32| [60usize, 1514, 9000, 333][s as usize % 4];
+    const PER_QUEUE: u32 = 4000;
+    let mut sent = [0u32; WORKERS];
+    wait_for("A's frames sent", 60, || {
+        for (q, s) in sent.iter_mut().enumerate() {
+            let batch: Vec<Vec<u8>> = (*s..PER_QUEUE.min(*s + 64))
+                .map(|k| frame(q as u8, k, len_of(k)))
+                .collect();
+            let refs: Vec<&[u8]> = batch.iter().map(|f| &f[..]).collect();
+            *s += a.interface_mut().tx_burst(q, &refs) as u32;
+        }
+        sent.iter().all(|&s| s == PER_QUEUE)
+    });
+    a.disconnect("test: sender leaves mid-stream");
+    wait_for(
+        "memif0 down",
+        10,
+        || matches!(quiver.ports[0].link(), LinkStatus::Down(ref why) if why.contains("sender leaves")),
+    );
+
+    // B drains what reached it: each frame intact, in order per queue, none twice.
+    let mut next = [0u32; WORKERS];
+    let mut got = 0u64;
+    let dp = quiver.dp.as_ref().unwrap();
+    wait_for("every frame Quiver took accounted for", 30, || {
+        for (q, n) in next.iter_mut().enumerate() {
+            b.interface_mut().rx_burst(q, 256, &mut |f: &[u8]| {
+                let (fq, seq) = (f[14], u32::from_be_bytes(f[15..19].try_into().unwrap()));
+                assert_eq!(
+                    usize::from(fq),
+                    q,
+                    "frame of queue {fq} arrived on queue {q}"
+                );
+                assert!(
+                    seq >= *n,
+                    "queue {q}: {seq} after {n}: duplicated or reordered"
+                );
+                assert_eq!(f, &frame(fq, seq, len_of(seq))[..], "queue {q}: corrupted");
+                *n = seq + 1;
+                got += 1;
+            });
+        }
+        let tx_full = dp.runtime().summed().error("interface-output", "tx-full");
+        let (st0, st1) = (quiver.ports[0].stats(), quiver.ports[1].stats());
+        st1.tx_packets == got && st0.rx_packets == got + tx_full + st1.tx_dropped
+    });
+    // Quiver took frames from A's ring, and the drops are named, not silent: A sent far more
+    // than B's rings hold, so some met a full ring.
+    let st0 = quiver.ports[0].stats();
+    assert!(st0.rx_packets > 0 && st0.rx_packets <= u64::from(PER_QUEUE) * WORKERS as u64);
+    assert!(dp.runtime().summed().error("interface-output", "tx-full") > 0);
+    assert!(got > 0, "B received nothing");
+    assert_eq!(quiver.ports[0].memif_counters().disconnects, 1);
+    // No buffer is left behind: not in the graph, not in a queue, not on a dead connection.
+    wait_for("buffers back", 10, || {
+        quiver.pool.free_count() == start_free
+    });
 }
 
 #[test]

@@ -1025,6 +1025,54 @@ fn traffic_reports_exactly_the_faults_a_forwarder_injects() {
     assert_eq!(j["lossless"], false);
 }
 
+#[test]
+fn traffic_without_verification_still_tracks_every_sequence_number() {
+    // --no-verify copies only each frame's headers out of the ring; loss, duplication and order
+    // are still judged from every frame's sequence number (corruption is not looked for).
+    let (a, b) = (sock_path("ex_nv_a"), sock_path("ex_nv_b"));
+    let b_master = master_with_interface(&b, 0);
+    let args = format!(
+        "--tx {} --tx-role master --rx {} --rx-role slave --count 1000 --drain 500ms --json \
+         --no-verify --size 3000",
+        a.display(),
+        b.display()
+    );
+    let faults = Faults {
+        duplicate: Some(100),
+        corrupt: Some(200),
+        swap: Some(300),
+        drop: Some(400),
+    };
+    let a2 = a.clone();
+    let done = through_forwarder(
+        &args,
+        "listening tx",
+        move || {
+            let from: Box<dyn TestPeer> = Box::new(slave_peer(&a2, 0));
+            let to: Box<dyn TestPeer> = Box::new(MasterPeer(b_master, 0));
+            (from, to)
+        },
+        faults,
+    );
+    assert!(done.status.success(), "{}", done.stderr);
+    let j = done.json();
+    assert_counts(
+        &j,
+        &[
+            ("sent", 1000),
+            ("received", 1000),
+            ("unique", 999),
+            ("lost", 1),
+            ("duplicated", 1),
+            ("reordered", 1),
+            ("corrupted", 0),
+            ("foreign", 0),
+        ],
+    );
+    assert_eq!(j["verified"], false);
+    assert_eq!(j["lossless"], false);
+}
+
 fn loopback(name: &str, tx_role: &str, rx_role: &str, extra: &str) -> serde_json::Value {
     let sock = format!("@quiver-ex-{}-{name}", std::process::id());
     let args = format!(
