@@ -217,6 +217,33 @@ fn reference(tool: &Path, cpus: (usize, usize), secs: f64) -> Result<(Sample, Va
     Ok((sample, report))
 }
 
+/// How many times a failed round is run again before the scenario fails.
+const RETRIES: u32 = 2;
+
+/// Runs `round`, again (at most [`RETRIES`] times in the whole run, each counted in `retried`
+/// and reported) when it fails. A forwarder's memif link comes up on its control thread a moment
+/// before its worker polls the new queues; frames the tool sends in that moment are dropped
+/// (`tx-link-down`), and with a bounded window in flight the tool then waits for frames that
+/// will never return and gives up. Both forwarders get the same treatment, and the JSON line
+/// says how many rounds were run again.
+fn with_retry<T>(
+    who: &str,
+    retried: &mut u32,
+    mut round: impl FnMut() -> Result<T, String>,
+) -> Result<T, String> {
+    loop {
+        match round() {
+            Ok(v) => return Ok(v),
+            Err(e) if *retried < RETRIES => {
+                *retried += 1;
+                let first = e.lines().next().unwrap_or_default();
+                eprintln!("  a {who} round failed ({first}); running it again");
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Runs the scenario; returns the JSON line.
 pub fn run(quick: bool) -> Result<String, String> {
     check_prerequisites()?;
@@ -231,9 +258,10 @@ pub fn run(quick: bool) -> Result<String, String> {
     );
     let (mut us, mut them) = (Vec::new(), Vec::new());
     let mut lost = (0u64, 0u64);
+    let mut retried = 0;
     for round in 1..=rounds {
-        let (o, ro) = ours(&quiver, &tool, cpus, secs)?;
-        let (r, rr) = reference(&tool, cpus, secs)?;
+        let (o, ro) = with_retry("quiver", &mut retried, || ours(&quiver, &tool, cpus, secs))?;
+        let (r, rr) = with_retry("testpmd", &mut retried, || reference(&tool, cpus, secs))?;
         lost.0 += ro["lost"].as_u64().unwrap_or(0);
         lost.1 += rr["lost"].as_u64().unwrap_or(0);
         eprintln!(
@@ -258,6 +286,7 @@ pub fn run(quick: bool) -> Result<String, String> {
         "scenario": "memif-xc",
         "frame_size": 64,
         "seconds_per_round": secs,
+        "rounds_run_again": retried,
         "cpus": [cpus.0, cpus.1],
         "mpps": our_mpps,
         "cycles_per_packet": our_cycles,
