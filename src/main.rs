@@ -212,10 +212,14 @@ fn run_ports(
     nsm: Option<ctl_api::nsm::NsmConfig>,
 ) -> Result<(), String> {
     let fwd = Arc::new(Mutex::new(Forwarder::start(cfg, workers, pool.clone())?));
-    let admin = quiver::control::admin::start(&fwd, admin_socket)?;
+    let connections = quiver::control::admin::ConnectionSlot::default();
+    let admin = quiver::control::admin::start_with(&fwd, admin_socket, connections.clone())?;
     let nsm = nsm
         .map(|c| quiver::control::nsm::start(&fwd, c))
         .transpose()?;
+    if let Some(nsm) = &nsm {
+        connections.set(quiver::control::admin::nsm_connections(nsm));
+    }
     tracing::info!(
         ports = quiver::control::admin::lock(&fwd).ports().len(),
         workers = workers.cores.len(),

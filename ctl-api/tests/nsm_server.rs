@@ -660,6 +660,19 @@ async fn memif_request_builds_both_sides_and_an_l2_cross_connect() {
         Some(Xc::L2("nsm-c1-client".into()))
     );
     assert_eq!(h.dp.owners().unwrap(), ["c1"]);
+
+    // What `quiver ctl show connections` lists.
+    let listed = h.core.summaries();
+    assert_eq!(listed.len(), 1);
+    let c = &listed[0];
+    assert_eq!((c.id.as_str(), c.owner.as_str()), (own_id.as_str(), "c1"));
+    assert!(c.up);
+    assert_eq!(c.client, ("MEMIF".to_string(), "nsm-c1-client".to_string()));
+    assert_eq!(
+        c.endpoint,
+        ("MEMIF".to_string(), "nsm-c1-endpoint".to_string())
+    );
+    assert!(c.expires.is_some_and(|t| t > SystemTime::now()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -748,6 +761,7 @@ async fn close_removes_everything_and_twice_is_fine() {
     let own_id = segments(&answer)[1].1.clone();
     h.close(answer.clone()).await.unwrap();
     h.assert_no_state("after Close");
+    assert!(h.core.summaries().is_empty(), "still listed after Close");
     assert_eq!(
         h.nse_order(),
         [format!("request {own_id}"), format!("close {own_id}")]

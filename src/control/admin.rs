@@ -43,6 +43,29 @@ impl ConnectionSlot {
     }
 }
 
+/// What `quiver ctl show connections` lists: the connections of the NSM service `nsm` runs.
+pub fn nsm_connections(nsm: &ctl_api::nsm::NsmHandle) -> ConnectionSource {
+    let core = nsm.core().clone();
+    Box::new(move || {
+        core.summaries()
+            .into_iter()
+            .map(|c| pb::Connection {
+                id: c.id,
+                network_service: c.network_service,
+                state: if c.up { "up" } else { "down" }.to_string(),
+                client_mechanism: c.client.0,
+                client_interface: c.client.1,
+                endpoint_mechanism: c.endpoint.0,
+                endpoint_interface: c.endpoint.1,
+                expires_unix: c
+                    .expires
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map_or(0, |d| d.as_secs()),
+            })
+            .collect()
+    })
+}
+
 /// The admin backend over a shared forwarder.
 pub struct ForwarderAdmin {
     forwarder: Arc<Mutex<Forwarder>>,

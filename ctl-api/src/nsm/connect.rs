@@ -65,6 +65,33 @@ pub struct Entry {
     expiry: tokio::task::AbortHandle,
 }
 
+/// One connection as `quiver ctl show connections` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionSummary {
+    /// Quiver's own segment id (what MonitorConnections publishes).
+    pub id: String,
+    /// The caller's connection id (owner of everything built for it).
+    pub owner: String,
+    /// The network service.
+    pub network_service: String,
+    /// UP or DOWN.
+    pub up: bool,
+    /// The client side: mechanism type and Quiver's port.
+    pub client: (String, String),
+    /// The endpoint side: mechanism type and Quiver's port.
+    pub endpoint: (String, String),
+    /// When the connection expires unless refreshed, if it does.
+    pub expires: Option<std::time::SystemTime>,
+}
+
+fn mechanism_and_port(spec: &PortSpec) -> (String, String) {
+    let kind = match spec {
+        PortSpec::Memif(_) => "MEMIF",
+        PortSpec::Kernel(_) => "KERNEL",
+    };
+    (kind.to_string(), spec.name().0.clone())
+}
+
 /// The NSM forwarder's state: settings, the data path, the way to endpoints, the connections
 /// and their monitor.
 pub struct Core {
@@ -146,6 +173,31 @@ impl Core {
     /// How many connections Quiver holds.
     pub fn connection_count(&self) -> usize {
         self.table.len()
+    }
+
+    /// The connections Quiver holds, without waiting (one being changed right now is left out).
+    pub fn summaries(&self) -> Vec<ConnectionSummary> {
+        let mut out = Vec::new();
+        self.table.peek(|owner, e| {
+            let p = &e.published;
+            let expires = p.path.as_ref().and_then(|path| {
+                let own = path.path_segments.get(path.index as usize)?;
+                let t = own.expires.as_ref()?;
+                let secs = u64::try_from(t.seconds).ok()?;
+                Some(std::time::UNIX_EPOCH + std::time::Duration::new(secs, t.nanos.max(0) as u32))
+            });
+            out.push(ConnectionSummary {
+                id: p.id.clone(),
+                owner: owner.to_string(),
+                network_service: p.network_service.clone(),
+                up: p.state == crate::proto::connection::State::Up as i32,
+                client: mechanism_and_port(&e.client),
+                endpoint: mechanism_and_port(&e.endpoint),
+                expires,
+            });
+        });
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        out
     }
 
     async fn dp<T: Send + 'static>(

@@ -29,7 +29,7 @@ pub mod testing;
 pub mod validate;
 
 pub use config::NsmConfig;
-pub use connect::Core;
+pub use connect::{ConnectionSummary, Core};
 pub use dataplane::{Dataplane, DataplaneError, LinkEvent, LinkEvents, PortName, PortSpec};
 pub use endpoint::{EndpointDiscovery, RegistryDiscovery, StaticEndpoint};
 pub use server::{NsmHandle, NsmService, ServeError};

@@ -58,6 +58,23 @@ impl<T> Table<T> {
         self.map().keys().cloned().collect()
     }
 
+    /// Calls `f` on every entry no task holds right now, without waiting: an entry whose lock
+    /// is held (a Request, Close or expiry in progress) is skipped.
+    pub fn peek(&self, mut f: impl FnMut(&str, &T)) {
+        let slots: Vec<(String, Slot<T>)> = self
+            .map()
+            .iter()
+            .map(|(id, slot)| (id.clone(), slot.clone()))
+            .collect();
+        for (id, slot) in slots {
+            if let Ok(guard) = slot.try_lock() {
+                if let Some(entry) = guard.as_ref() {
+                    f(&id, entry);
+                }
+            }
+        }
+    }
+
     /// How many ids the table holds now.
     pub fn len(&self) -> usize {
         self.map().len()
