@@ -1,0 +1,331 @@
+//! A running forwarder: ports, forwarding state and workers, assembled from `quiver.toml` and
+//! changed at run time by the control plane.
+//!
+//! Each worker polls every attached port's receive queue from one `port-input` node and sends
+//! through `interface-output`'s table of transmit queues. Ports are attached and detached at
+//! run time by worker commands (`Dataplane::command`): each worker takes its own queue pair on
+//! its own thread, and a call returns only when every worker has acknowledged. Every other
+//! change (cross-connects, routes, neighbours, addresses) is a forwarding commit: a snapshot
+//! swapped in without a barrier. Every object can be tagged with an owner (NSM's connection id)
+//! so that everything a connection made can be listed and removed.
+//!
+//! Here: the forwarder, its start from `quiver.toml` and its read side; `runtime`: the changes
+//! the control plane makes; `open`: opening a port of any type; `error`: [`ForwarderError`] and
+//! [`Owned`]; `dpdk_ports`: the EAL and DPDK ports (feature `dpdk`).
+
+mod dpdk_ports;
+mod error;
+mod open;
+mod runtime;
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+use dataplane::{
+    BufferPool, CommandError, Dataplane, GraphBuilder, PortsInput, RuntimeSnapshot, TxQueue,
+    WorkerCommand, PORT_INPUT,
+};
+use drivers::af_packet::{AfPacketConfig, AfPacketPort};
+use drivers::memif_port::{MemifControl, MemifPortConfig};
+use drivers::netns::{NetNs, NetNsError};
+use drivers::tap::{TapConfig, TapPort};
+use drivers::{LinkStatus, Port, PortError};
+use graph_nodes::nodes::InterfaceOutput;
+use graph_nodes::{
+    add_forwarding_nodes, names, FibConfig, Forwarding, ForwardingError, ForwardingState, IfIndex,
+    LocalState, Path,
+};
+use memif::{Mode, Role, SocketAddress};
+
+use crate::config::topology::{parse_ip, parse_mac, parse_prefix};
+use crate::config::{Config, MemifMode, MemifRole, MemifSection, PortSection};
+
+use error::port_error;
+pub use error::{ForwarderError, Owned};
+use open::{open_port, OpenError};
+
+/// One port and the interface it is in the forwarding state.
+pub struct PortEntry {
+    /// The port's name.
+    pub name: String,
+    /// Its interface index.
+    pub interface: IfIndex,
+    /// The driver's port.
+    pub port: Arc<dyn Port>,
+}
+
+/// The forwarder: ports, forwarding state, workers. Wrap it in a `Mutex` to share it with a
+/// control plane: every method that changes something blocks until the data path applies it
+/// (a few milliseconds), and [`Forwarder::housekeeping`] must keep being called.
+pub struct Forwarder {
+    dataplane: Dataplane<ForwardingState>,
+    forwarding: Forwarding,
+    ports: Vec<PortEntry>,
+    /// Each port's configuration, by port name (in the order of `ports`).
+    sections: Vec<PortSection>,
+    /// What each owner made, in creation order.
+    owned: Vec<(String, Owned)>,
+    /// Neighbours made for L3 cross-connects out of IP-mode memif ports (point to point: no
+    /// ARP, any destination MAC), by interface, removed with the cross-connect.
+    p2p_peers: Vec<(IfIndex, u32)>,
+    workers: usize,
+    /// The memif control thread, once there is a memif port (stopped on drop, after the
+    /// workers).
+    memif: Option<MemifControl>,
+    /// The EAL and the mempool, when DPDK ports were configured at start.
+    dpdk: Option<dpdk_ports::Dpdk>,
+}
+
+/// The buffer pool layout `cfg` needs: with DPDK ports, room in front of every buffer for the
+/// `rte_mbuf` that makes it a DPDK mbuf too.
+pub fn pool_config(cfg: &Config) -> dataplane::BufferPoolConfig {
+    let mut c = cfg.buffers.pool_config();
+    if uses_dpdk(cfg) {
+        c.prefix_size = dpdk_ports::PREFIX_SIZE;
+    }
+    c
+}
+
+fn uses_dpdk(cfg: &Config) -> bool {
+    cfg.port.iter().any(|p| matches!(p, PortSection::Dpdk(_)))
+}
+
+impl Forwarder {
+    /// Opens every port of `cfg`, builds the forwarding state and starts one worker per core.
+    pub fn start(
+        cfg: &Config,
+        workers: &dataplane::WorkerConfig,
+        pool: Arc<BufferPool>,
+    ) -> Result<Forwarder, String> {
+        let nworkers = workers.cores.len();
+        let mut memif: Option<MemifControl> = None;
+        let dpdk = if uses_dpdk(cfg) {
+            Some(dpdk_ports::Dpdk::start(cfg, pool.clone())?)
+        } else {
+            None
+        };
+        let mut forwarding = Forwarding::new(FibConfig {
+            hugepages: cfg.buffers.pool_config().hugepages,
+            ..FibConfig::default()
+        })
+        .map_err(|e| e.to_string())?;
+        let mut ports = Vec::new();
+        for p in &cfg.port {
+            let common = p.common();
+            let name = common.name;
+            if ports.iter().any(|e: &PortEntry| e.name == name) {
+                return Err(format!("two ports are named {name}"));
+            }
+            let port = open_port(p, nworkers, &mut memif, dpdk.as_ref())
+                .map_err(|e| format!("port {name}: {e}"))?;
+            let interface = forwarding
+                .add_port(name, port.mac(), common.mtu)
+                .map_err(|e| format!("port {name}: {e}"))?;
+            ports.push(PortEntry {
+                name: name.to_string(),
+                interface,
+                port,
+            });
+        }
+        configure(cfg, &ports, &mut forwarding)?;
+        forwarding
+            .commit(&LocalState::default())
+            .map_err(|e| e.to_string())?;
+
+        let graph_ports: Vec<(IfIndex, Arc<dyn Port>)> = ports
+            .iter()
+            .map(|e| (e.interface, e.port.clone()))
+            .collect();
+        let dataplane = Dataplane::start(workers, pool, forwarding.snapshot(), move |init| {
+            let mut b = GraphBuilder::new();
+            let mut input = PortsInput::new(PORT_INPUT, names::ETHERNET_INPUT);
+            let mut tx: Vec<(IfIndex, Box<dyn TxQueue>)> = Vec::new();
+            for (interface, port) in &graph_ports {
+                let qp = port.queue_pair(init.index).map_err(|e| e.to_string())?;
+                input.attach(*interface, qp.rx);
+                tx.push((*interface, qp.tx));
+            }
+            b.add(input);
+            add_forwarding_nodes(&mut b, tx);
+            b.build().map_err(|e| e.to_string())
+        })
+        .map_err(|e| e.to_string())?;
+        Ok(Forwarder {
+            dataplane,
+            forwarding,
+            ports,
+            sections: cfg.port.clone(),
+            owned: Vec::new(),
+            p2p_peers: Vec::new(),
+            workers: nworkers,
+            memif,
+            dpdk,
+        })
+    }
+
+    /// The running data plane.
+    pub fn dataplane(&self) -> &Dataplane<ForwardingState> {
+        &self.dataplane
+    }
+
+    /// The forwarding configuration (interfaces, routes, neighbours, cross-connects).
+    pub fn forwarding(&self) -> &Forwarding {
+        &self.forwarding
+    }
+
+    /// The ports.
+    pub fn ports(&self) -> &[PortEntry] {
+        &self.ports
+    }
+
+    /// The port called `name`.
+    pub fn port(&self, name: &str) -> Option<&PortEntry> {
+        self.ports.iter().find(|e| e.name == name)
+    }
+
+    /// The configuration port `name` was opened with (for `quiver ctl show memif`).
+    pub fn port_section(&self, name: &str) -> Option<&PortSection> {
+        let k = self.ports.iter().position(|e| e.name == name)?;
+        self.sections.get(k)
+    }
+
+    fn interface(&self, name: &str) -> Result<IfIndex, ForwarderError> {
+        self.port(name)
+            .map(|e| e.interface)
+            .ok_or_else(|| ForwarderError::NotFound(format!("no port named `{name}`")))
+    }
+
+    fn commit(&mut self) -> Result<(), ForwarderError> {
+        self.forwarding.commit(&self.dataplane)?;
+        Ok(())
+    }
+
+    fn record(&mut self, owner: Option<&str>, object: Owned) {
+        if let Some(o) = owner {
+            if !self.owned.iter().any(|(x, ob)| x == o && *ob == object) {
+                self.owned.push((o.to_string(), object));
+            }
+        }
+    }
+
+    fn forget(&mut self, keep: impl Fn(&Owned) -> bool) {
+        self.owned.retain(|(_, o)| keep(o));
+    }
+
+    /// Control-side housekeeping, called often (every few milliseconds): applies what the data
+    /// path learned (ARP), publishes it, and frees retired state.
+    pub fn housekeeping(&mut self) -> Result<(), String> {
+        if self.forwarding.take_events() > 0 {
+            self.forwarding
+                .commit(&self.dataplane)
+                .map_err(|e| e.to_string())?;
+        }
+        self.dataplane.reclaim();
+        Ok(())
+    }
+
+    /// Frames sent by every port.
+    pub fn tx_packets(&self) -> u64 {
+        self.ports.iter().map(|e| e.port.stats().tx_packets).sum()
+    }
+
+    /// `show interfaces`: link and counters per port, with the non-zero driver details.
+    pub fn format_interfaces(&self) -> String {
+        let mut out = format!(
+            "{:<16} {:>5} {:<6} {:>12} {:>14} {:>12} {:>14} {:>10} {:>10}\n",
+            "interface",
+            "index",
+            "link",
+            "rx packets",
+            "rx bytes",
+            "tx packets",
+            "tx bytes",
+            "rx drops",
+            "tx drops"
+        );
+        for e in &self.ports {
+            let s = e.port.stats();
+            let link = match e.port.link() {
+                LinkStatus::Up => "up".to_string(),
+                LinkStatus::Down(_) => "down".to_string(),
+            };
+            out += &format!(
+                "{:<16} {:>5} {:<6} {:>12} {:>14} {:>12} {:>14} {:>10} {:>10}\n",
+                e.name,
+                e.interface,
+                link,
+                s.rx_packets,
+                s.rx_bytes,
+                s.tx_packets,
+                s.tx_bytes,
+                s.rx_dropped,
+                s.tx_dropped
+            );
+            if let LinkStatus::Down(why) = e.port.link() {
+                out += &format!("{:<16}   down: {why}\n", "");
+            }
+            for (k, v) in s.detail.iter().filter(|(_, v)| *v != 0) {
+                out += &format!("{:<16}   {k}: {v}\n", "");
+            }
+        }
+        out
+    }
+
+    /// Stops the workers (draining the graph) and returns their last counters.
+    pub fn stop(self) -> RuntimeSnapshot {
+        let runtime = self.dataplane.runtime();
+        self.dataplane.stop();
+        runtime
+    }
+}
+
+/// Applies the cross-connects, addresses, routes and neighbours.
+fn configure(cfg: &Config, ports: &[PortEntry], f: &mut Forwarding) -> Result<(), String> {
+    let port = |name: &str| {
+        ports
+            .iter()
+            .find(|e| e.name == name)
+            .map(|e| e.interface)
+            .ok_or_else(|| format!("no port named `{name}`"))
+    };
+    for x in &cfg.xconnect {
+        let (a, b) = (port(&x.a)?, port(&x.b)?);
+        if a == b {
+            return Err(format!("xconnect {} to itself", x.a));
+        }
+        f.cross_connect(a, b).map_err(|e| e.to_string())?;
+        f.cross_connect(b, a).map_err(|e| e.to_string())?;
+    }
+    for a in &cfg.address {
+        let (ip, len) = parse_prefix(&a.ip)?;
+        f.add_address(port(&a.port)?, ip, len)
+            .map_err(|e| format!("address {}: {e}", a.ip))?;
+    }
+    for n in &cfg.neighbor {
+        f.add_neighbor(port(&n.port)?, parse_ip(&n.ip)?, parse_mac(&n.mac)?)
+            .map_err(|e| format!("neighbor {}: {e}", n.ip))?;
+    }
+    for r in &cfg.route {
+        let (prefix, len) = parse_prefix(&r.prefix)?;
+        if r.via.is_empty() {
+            f.add_drop_route(prefix, len).map_err(|e| e.to_string())?;
+            continue;
+        }
+        let paths = r
+            .via
+            .iter()
+            .map(|v| {
+                let (ip, p) = v
+                    .split_once('@')
+                    .ok_or_else(|| format!("route {}: via `{v}` is not address@port", r.prefix))?;
+                Ok(Path {
+                    next_hop: parse_ip(ip)?,
+                    interface: port(p)?,
+                })
+            })
+            .collect::<Result<Vec<Path>, String>>()?;
+        f.add_route(prefix, len, &paths)
+            .map_err(|e| format!("route {}: {e}", r.prefix))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,489 @@
+//! Changes to a running forwarder: ports attached and detached on every worker, cross-connects,
+//! routes, neighbours and addresses, each tagged with its owner.
+
+use super::*;
+
+/// Worker command: attach `port` as `interface` (queue pair taken on the worker's thread).
+fn attach_command(port: Arc<dyn Port>, interface: IfIndex) -> WorkerCommand<ForwardingState> {
+    Box::new(move |w| {
+        let qp = port
+            .queue_pair(w.worker)
+            .map_err(|e| format!("{}: {e}", port.name()))?;
+        let input = w
+            .graph
+            .node_mut::<PortsInput>(PORT_INPUT)
+            .ok_or("the graph has no port-input node")?;
+        if !input.attach(interface, qp.rx) {
+            return Err(format!("interface {interface} is attached already"));
+        }
+        let output = w
+            .graph
+            .node_mut::<InterfaceOutput>(names::INTERFACE_OUTPUT)
+            .ok_or("the graph has no interface-output node")?;
+        drop(output.attach(interface, qp.tx));
+        Ok(())
+    })
+}
+
+/// Worker command: detach `interface`. Receiving stops first; then what the graph still has
+/// pending is run through (so nothing for the interface stays queued), and only then is its
+/// transmit queue taken away. Both queues are dropped on the worker's thread.
+fn detach_command(interface: IfIndex) -> WorkerCommand<ForwardingState> {
+    Box::new(move |w| {
+        let rx = w
+            .graph
+            .node_mut::<PortsInput>(PORT_INPUT)
+            .and_then(|n| n.detach(interface));
+        drop(rx);
+        w.graph.drain(w.buffers, w.state, 64);
+        let tx = w
+            .graph
+            .node_mut::<InterfaceOutput>(names::INTERFACE_OUTPUT)
+            .and_then(|n| n.detach(interface));
+        drop(tx);
+        Ok(())
+    })
+}
+
+impl Forwarder {
+    /// Opens a port and attaches it to every worker; returns its interface index. When this
+    /// returns, every worker polls its receive queue and can transmit on it (a memif port's link
+    /// comes up when its peer connects). On error nothing of it is left.
+    pub fn add_port(
+        &mut self,
+        section: &PortSection,
+        owner: Option<&str>,
+    ) -> Result<IfIndex, ForwarderError> {
+        let common = section.common();
+        let name = common.name;
+        if name.is_empty() || name.len() > 64 || name.chars().any(char::is_whitespace) {
+            return Err(ForwarderError::InvalidArgument(format!(
+                "port name `{name}`: 1 to 64 characters, no spaces"
+            )));
+        }
+        if self.port(name).is_some() || self.forwarding.interface_by_name(name).is_some() {
+            return Err(ForwarderError::AlreadyExists(format!(
+                "a port named `{name}` exists"
+            )));
+        }
+        if common.mtu < 68 {
+            return Err(ForwarderError::InvalidArgument(format!(
+                "port {name}: MTU {} is below 68",
+                common.mtu
+            )));
+        }
+        if let PortSection::Memif(m) = section {
+            let clash = self.sections.iter().find_map(|s| match s {
+                PortSection::Memif(o)
+                    if o.socket == m.socket && o.id == m.id && o.netns == m.netns =>
+                {
+                    Some(&o.name)
+                }
+                _ => None,
+            });
+            if let Some(other) = clash {
+                return Err(ForwarderError::AlreadyExists(format!(
+                    "port {other} uses memif socket {} id {}",
+                    m.socket, m.id
+                )));
+            }
+        }
+        let port = self.open(section)?;
+        let interface = match self.forwarding.add_port(name, port.mac(), common.mtu) {
+            Ok(i) => i,
+            Err(e) => {
+                self.close(section, port);
+                return Err(e.into());
+            }
+        };
+        // The interface is in every worker's snapshot before its first frame arrives.
+        let attached = self.commit().and_then(|()| {
+            self.dataplane.synchronize();
+            self.dataplane
+                .command(|_| attach_command(port.clone(), interface))
+                .map_err(ForwarderError::from)
+        });
+        if let Err(e) = attached {
+            let _ = self.dataplane.command(|_| detach_command(interface));
+            let _ = self.forwarding.remove_interface(interface);
+            let _ = self.commit();
+            self.close(section, port);
+            return Err(e);
+        }
+        tracing::info!(port = name, interface, owner, "port added");
+        self.ports.push(PortEntry {
+            name: name.to_string(),
+            interface,
+            port,
+        });
+        self.sections.push(section.clone());
+        self.record(owner, Owned::Port(name.to_string()));
+        Ok(interface)
+    }
+
+    /// Removes a port and everything that refers to it (its cross-connects, addresses,
+    /// neighbours, routes through it). When this returns no worker touches the port, no frame
+    /// for it is queued anywhere (later ones are dropped as `interface-output.no-queue`), its
+    /// buffers are back in the pool and the port is closed (a memif master's socket is
+    /// removed with its last interface).
+    pub fn remove_port(&mut self, name: &str) -> Result<(), ForwarderError> {
+        let k = self
+            .ports
+            .iter()
+            .position(|e| e.name == name)
+            .ok_or_else(|| ForwarderError::NotFound(format!("no port named `{name}`")))?;
+        let interface = self.ports[k].interface;
+        // First nothing is sent to it or accepted from it any more, then the workers let go.
+        if let Some((b, _)) = self.forwarding.l3_cross_connect_of(interface) {
+            self.forget_p2p_peers(&[interface, b]);
+        }
+        self.forwarding.remove_interface(interface)?;
+        self.commit()?;
+        self.dataplane.command(|_| detach_command(interface))?;
+        let entry = self.ports.remove(k);
+        let section = self.sections.remove(k);
+        self.close(&section, entry.port);
+        let routes: Vec<(Ipv4Addr, u8)> = self
+            .forwarding
+            .routes()
+            .iter()
+            .map(|r| (Ipv4Addr::from(r.prefix), r.len))
+            .collect();
+        self.forget(|o| match o {
+            Owned::Route(p, l) => routes.contains(&(*p, *l)),
+            o => !o.uses_port(name),
+        });
+        tracing::info!(port = name, interface, "port removed");
+        Ok(())
+    }
+
+    fn check_free(&self, name: &str, i: IfIndex) -> Result<(), ForwarderError> {
+        if self.forwarding.cross_connect_of(i).is_some()
+            || self.forwarding.l3_cross_connect_of(i).is_some()
+        {
+            return Err(ForwarderError::AlreadyExists(format!(
+                "port {name} is cross-connected already"
+            )));
+        }
+        Ok(())
+    }
+
+    fn pair(&self, a: &str, b: &str) -> Result<(IfIndex, IfIndex), ForwarderError> {
+        if a == b {
+            return Err(ForwarderError::InvalidArgument(format!(
+                "cannot cross-connect {a} to itself"
+            )));
+        }
+        let (ia, ib) = (self.interface(a)?, self.interface(b)?);
+        self.check_free(a, ia)?;
+        self.check_free(b, ib)?;
+        Ok((ia, ib))
+    }
+
+    /// L2 cross-connects ports `a` and `b` both ways: every frame received on one leaves on the
+    /// other, untouched.
+    pub fn cross_connect(
+        &mut self,
+        a: &str,
+        b: &str,
+        owner: Option<&str>,
+    ) -> Result<(), ForwarderError> {
+        let (ia, ib) = self.pair(a, b)?;
+        self.forwarding.cross_connect(ia, ib)?;
+        if let Err(e) = self.commit() {
+            self.forwarding.disconnect(ia);
+            return Err(e);
+        }
+        self.record(owner, Owned::CrossConnect(a.into(), b.into()));
+        Ok(())
+    }
+
+    /// L3 cross-connects ports `a` and `b`: every IPv4 packet received on `a` (checked by
+    /// `ip4-input`) leaves by `b` toward `peer_b`, and every one received on `b` leaves by `a`
+    /// toward `peer_a`, TTL decremented, whatever their destinations. The peers' MACs come
+    /// from [`Forwarder::add_neighbor`], or from ARP when the port has an address
+    /// ([`Forwarder::add_address`]) in the peer's subnet. IP-mode memif ports work as they are
+    /// (they deliver IP packets behind a synthetic Ethernet header).
+    pub fn l3_cross_connect(
+        &mut self,
+        a: &str,
+        b: &str,
+        peer_b: Ipv4Addr,
+        peer_a: Ipv4Addr,
+        owner: Option<&str>,
+    ) -> Result<(), ForwarderError> {
+        let (ia, ib) = self.pair(a, b)?;
+        self.forwarding
+            .l3_cross_connect(ia, ib, u32::from(peer_b), u32::from(peer_a))?;
+        // An IP-mode memif link is point to point: its peer gets a neighbour entry instead of
+        // ARP (the Ethernet header is not sent).
+        for (port, i, peer) in [(a, ia, peer_a), (b, ib, peer_b)] {
+            let peer = u32::from(peer);
+            let known = self
+                .forwarding
+                .neighbors()
+                .iter()
+                .any(|&(x, ip, _)| x == i && ip == peer);
+            if self.is_ip_memif(port) && !known {
+                self.forwarding.add_neighbor(i, peer, IP_MODE_PEER_MAC)?;
+                self.p2p_peers.push((i, peer));
+            }
+        }
+        if let Err(e) = self.commit() {
+            self.forwarding.l3_disconnect(ia);
+            self.forget_p2p_peers(&[ia, ib]);
+            return Err(e);
+        }
+        self.record(owner, Owned::L3CrossConnect(a.into(), b.into()));
+        Ok(())
+    }
+
+    /// Removes the L2 or L3 cross-connect of port `a` (both ways); the ports go back to
+    /// routing.
+    pub fn disconnect(&mut self, a: &str) -> Result<(), ForwarderError> {
+        let ia = self.interface(a)?;
+        let peer = match (
+            self.forwarding.cross_connect_of(ia),
+            self.forwarding.l3_cross_connect_of(ia),
+        ) {
+            (Some(b), _) => {
+                self.forwarding.disconnect(ia);
+                b
+            }
+            (None, Some((b, _))) => {
+                self.forwarding.l3_disconnect(ia);
+                self.forget_p2p_peers(&[ia, b]);
+                b
+            }
+            (None, None) => {
+                return Err(ForwarderError::NotFound(format!(
+                    "port {a} is not cross-connected"
+                )))
+            }
+        };
+        self.commit()?;
+        let b = self
+            .ports
+            .iter()
+            .find(|e| e.interface == peer)
+            .map(|e| e.name.clone())
+            .unwrap_or_default();
+        self.forget(|o| match o {
+            Owned::CrossConnect(x, y) | Owned::L3CrossConnect(x, y) => {
+                !((x == a && *y == b) || (x == &b && y == a))
+            }
+            _ => true,
+        });
+        Ok(())
+    }
+
+    fn is_ip_memif(&self, port: &str) -> bool {
+        self.sections.iter().any(
+            |s| matches!(s, PortSection::Memif(m) if m.name == port && m.mode == MemifMode::Ip),
+        )
+    }
+
+    /// Removes the neighbours made for point-to-point L3 cross-connects on `interfaces`.
+    fn forget_p2p_peers(&mut self, interfaces: &[IfIndex]) {
+        let (gone, kept): (Vec<_>, Vec<_>) = self
+            .p2p_peers
+            .iter()
+            .partition(|(i, _)| interfaces.contains(i));
+        for (i, peer) in gone {
+            self.forwarding.remove_neighbor(i, peer);
+        }
+        self.p2p_peers = kept;
+    }
+
+    /// Adds (or replaces) a route to `prefix/len` over `via` (next hop, port) pairs — ECMP
+    /// when several, a blackhole when none.
+    pub fn add_route(
+        &mut self,
+        prefix: Ipv4Addr,
+        len: u8,
+        via: &[(Ipv4Addr, &str)],
+        owner: Option<&str>,
+    ) -> Result<(), ForwarderError> {
+        if len > 32 {
+            return Err(ForwarderError::InvalidArgument(format!(
+                "prefix length {len} is over 32"
+            )));
+        }
+        let paths = via
+            .iter()
+            .map(|&(nh, port)| {
+                Ok(Path {
+                    next_hop: u32::from(nh),
+                    interface: self.interface(port)?,
+                })
+            })
+            .collect::<Result<Vec<Path>, ForwarderError>>()?;
+        if paths.is_empty() {
+            self.forwarding.add_drop_route(u32::from(prefix), len)?;
+        } else {
+            self.forwarding.add_route(u32::from(prefix), len, &paths)?;
+        }
+        self.commit()?;
+        let masked = Ipv4Addr::from(u32::from(prefix) & mask(len));
+        self.record(owner, Owned::Route(masked, len));
+        Ok(())
+    }
+
+    /// Removes the route to `prefix/len`.
+    pub fn remove_route(&mut self, prefix: Ipv4Addr, len: u8) -> Result<(), ForwarderError> {
+        if len > 32 {
+            return Err(ForwarderError::InvalidArgument(format!(
+                "prefix length {len} is over 32"
+            )));
+        }
+        if !self.forwarding.remove_route(u32::from(prefix), len) {
+            return Err(ForwarderError::NotFound(format!("no route {prefix}/{len}")));
+        }
+        self.commit()?;
+        let masked = Ipv4Addr::from(u32::from(prefix) & mask(len));
+        self.forget(|o| *o != Owned::Route(masked, len));
+        Ok(())
+    }
+
+    /// Records that `ip` is at `mac` on `port`.
+    pub fn add_neighbor(
+        &mut self,
+        port: &str,
+        ip: Ipv4Addr,
+        mac: [u8; 6],
+        owner: Option<&str>,
+    ) -> Result<(), ForwarderError> {
+        let i = self.interface(port)?;
+        self.forwarding.add_neighbor(i, u32::from(ip), mac)?;
+        self.commit()?;
+        self.record(owner, Owned::Neighbor(port.into(), ip));
+        Ok(())
+    }
+
+    /// Forgets the neighbour `ip` on `port`.
+    pub fn remove_neighbor(&mut self, port: &str, ip: Ipv4Addr) -> Result<(), ForwarderError> {
+        let i = self.interface(port)?;
+        if !self
+            .forwarding
+            .neighbors()
+            .iter()
+            .any(|&(x, a, _)| x == i && a == u32::from(ip))
+        {
+            return Err(ForwarderError::NotFound(format!(
+                "no neighbour {ip} on {port}"
+            )));
+        }
+        self.forwarding.remove_neighbor(i, u32::from(ip));
+        self.commit()?;
+        self.forget(|o| *o != Owned::Neighbor(port.into(), ip));
+        Ok(())
+    }
+
+    /// Adds an address of ours, `ip/len`, on `port` (answers ARP and ping; a connected route).
+    pub fn add_address(
+        &mut self,
+        port: &str,
+        ip: Ipv4Addr,
+        len: u8,
+        owner: Option<&str>,
+    ) -> Result<(), ForwarderError> {
+        let i = self.interface(port)?;
+        self.forwarding.add_address(i, u32::from(ip), len)?;
+        self.commit()?;
+        self.record(owner, Owned::Address(port.into(), ip, len));
+        Ok(())
+    }
+
+    /// Removes the address `ip/len` from `port`.
+    pub fn remove_address(
+        &mut self,
+        port: &str,
+        ip: Ipv4Addr,
+        len: u8,
+    ) -> Result<(), ForwarderError> {
+        let i = self.interface(port)?;
+        let has = self
+            .forwarding
+            .interfaces()
+            .any(|x| x.index == i && x.addresses.contains(&(u32::from(ip), len)));
+        if !has {
+            return Err(ForwarderError::NotFound(format!(
+                "no address {ip}/{len} on {port}"
+            )));
+        }
+        self.forwarding.remove_address(i, u32::from(ip), len)?;
+        self.commit()?;
+        self.forget(|o| *o != Owned::Address(port.into(), ip, len));
+        Ok(())
+    }
+
+    /// Everything `owner` made that still exists, in creation order.
+    pub fn owned_by(&self, owner: &str) -> Vec<Owned> {
+        self.owned
+            .iter()
+            .filter(|(o, _)| o == owner)
+            .map(|(_, x)| x.clone())
+            .collect()
+    }
+
+    /// Removes everything `owner` made, newest first (cross-connects and routes before the
+    /// ports they use); returns how many objects went. Owning nothing is not an error.
+    pub fn remove_owned(&mut self, owner: &str) -> Result<usize, ForwarderError> {
+        let objects = self.owned_by(owner);
+        let mut removed = 0;
+        for o in objects.iter().rev() {
+            let r = match o {
+                Owned::Port(p) => self.remove_port(p),
+                Owned::CrossConnect(a, _) | Owned::L3CrossConnect(a, _) => self.disconnect(a),
+                Owned::Route(p, l) => self.remove_route(*p, *l),
+                Owned::Neighbor(p, ip) => self.remove_neighbor(p, *ip),
+                Owned::Address(p, ip, l) => self.remove_address(p, *ip, *l),
+            };
+            match r {
+                Ok(()) => removed += 1,
+                // Gone already (with a port removed before it, say).
+                Err(ForwarderError::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.owned.retain(|(o, _)| o != owner);
+        Ok(removed)
+    }
+
+    fn open(&mut self, p: &PortSection) -> Result<Arc<dyn Port>, ForwarderError> {
+        let name = p.common().name;
+        if matches!(p, PortSection::Dpdk(_)) && self.dpdk.is_none() {
+            return Err(ForwarderError::Unavailable(format!(
+                "port {name}: DPDK ports can be added at run time only when some were configured at start (the EAL and the buffer layout are set up then)"
+            )));
+        }
+        open_port(p, self.workers, &mut self.memif, self.dpdk.as_ref()).map_err(|e| match e {
+            OpenError::Config(m) => ForwarderError::InvalidArgument(format!("port {name}: {m}")),
+            OpenError::Port(e) => port_error(name, e),
+            OpenError::Netns(e) if e.is_not_found() => {
+                ForwarderError::NotFound(format!("port {name}: {e}"))
+            }
+            OpenError::Netns(e) => ForwarderError::Unavailable(format!("port {name}: {e}")),
+        })
+    }
+
+    /// Closes a port no worker holds any more.
+    fn close(&mut self, section: &PortSection, port: Arc<dyn Port>) {
+        if let (PortSection::Memif(m), Some(control)) = (section, &self.memif) {
+            control.remove_port(&m.name);
+        }
+        drop(port);
+    }
+}
+
+/// The destination MAC of packets sent to the peer of an IP-mode memif port (never sent: the
+/// port strips the Ethernet header).
+const IP_MODE_PEER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+
+fn mask(len: u8) -> u32 {
+    if len == 0 {
+        0
+    } else {
+        u32::MAX << (32 - len.min(32))
+    }
+}
