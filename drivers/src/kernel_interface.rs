@@ -494,6 +494,12 @@ impl KernelInterface {
                 format!("/proc/sys/net/ipv6/conf/{host_name}/disable_ipv6"),
                 "1",
             );
+            // Nor IPv4 forwarding: frames sent to Quiver's MAC (an L3 cross-connect's) reach
+            // the kernel's stack too, which must not route them on as well.
+            let _ = std::fs::write(
+                format!("/proc/sys/net/ipv4/conf/{host_name}/forwarding"),
+                "0",
+            );
             let FoundLink { index, mac, .. } =
                 find_link(&mut inner, &config.name)?.ok_or_else(|| {
                     netlink(format!("find {} in {:?}", config.name, netns.path()))(Errno::ENODEV)
@@ -590,6 +596,53 @@ impl KernelInterface {
         &self.netns
     }
 
+    /// Adds (or replaces) permanent neighbours (IPv4 address, MAC) on the interface, inside
+    /// its namespace: for an L3 cross-connect, the addresses the namespace sends to through
+    /// the interface resolve to Quiver's end ([`KernelInterface::host_mac`]), as nothing
+    /// answers ARP for them. Stops at the first refusal.
+    pub fn add_neighbors(&self, neighbors: &[(Ipv4Addr, [u8; 6])]) -> Result<()> {
+        if neighbors.is_empty() {
+            return Ok(());
+        }
+        let mut rtnl = self.rtnl()?;
+        for &(ip, mac) in neighbors {
+            add_neighbor(&mut rtnl, self.index, ip, mac, &self.name)?;
+        }
+        Ok(())
+    }
+
+    /// Removes the neighbours `ips` from the interface, inside its namespace. One that is not
+    /// there (or an interface gone already) is fine.
+    pub fn remove_neighbors(&self, ips: &[Ipv4Addr]) -> Result<()> {
+        if ips.is_empty() {
+            return Ok(());
+        }
+        let mut rtnl = self.rtnl()?;
+        for &ip in ips {
+            let mut msg = NeighbourMessage::default();
+            msg.header.family = AddressFamily::Inet;
+            msg.header.ifindex = self.index;
+            msg.attributes
+                .push(NeighbourAttribute::Destination(NeighbourAddress::Inet(ip)));
+            match rtnl.request(RouteNetlinkMessage::DelNeighbour(msg), 0) {
+                Ok(()) | Err(Errno::ENOENT | Errno::ENODEV) => {}
+                Err(e) => {
+                    let op = format!("delete neighbour {ip} on {}", self.name);
+                    return Err(netlink(op)(e));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A route-netlink socket in the interface's namespace.
+    fn rtnl(&self) -> Result<Rtnl> {
+        Rtnl::open_in(&self.netns)?.map_err(netlink(format!(
+            "open a netlink socket in {:?}",
+            self.netns.path()
+        )))
+    }
+
     /// Deletes the pair (both ends). Already gone (the namespace died with its end) is fine.
     pub fn delete(self) -> Result<()> {
         delete_for_connection(&self.connection_id).map(|_| ())
@@ -649,22 +702,27 @@ fn apply_ip_context(rtnl: &mut Rtnl, index: u32, plan: &Plan, name: &str) -> Res
         .map_err(netlink(what))?;
     }
     for &(ip, mac) in &plan.neighbors {
-        let mut msg = NeighbourMessage::default();
-        msg.header.family = AddressFamily::Inet;
-        msg.header.ifindex = index;
-        msg.header.state = NeighbourState::Permanent;
-        msg.header.kind = RouteType::Unicast;
-        msg.attributes
-            .push(NeighbourAttribute::Destination(NeighbourAddress::Inet(ip)));
-        msg.attributes
-            .push(NeighbourAttribute::LinkLayerAddress(mac.to_vec()));
-        rtnl.request(
-            RouteNetlinkMessage::NewNeighbour(msg),
-            NLM_F_CREATE | NLM_F_REPLACE,
-        )
-        .map_err(netlink(format!("add neighbour {ip} on {name}")))?;
+        add_neighbor(rtnl, index, ip, mac, name)?;
     }
     Ok(())
+}
+
+/// Adds (or replaces) the permanent neighbour `ip` at `mac` on interface `index` (`name`).
+fn add_neighbor(rtnl: &mut Rtnl, index: u32, ip: Ipv4Addr, mac: [u8; 6], name: &str) -> Result<()> {
+    let mut msg = NeighbourMessage::default();
+    msg.header.family = AddressFamily::Inet;
+    msg.header.ifindex = index;
+    msg.header.state = NeighbourState::Permanent;
+    msg.header.kind = RouteType::Unicast;
+    msg.attributes
+        .push(NeighbourAttribute::Destination(NeighbourAddress::Inet(ip)));
+    msg.attributes
+        .push(NeighbourAttribute::LinkLayerAddress(mac.to_vec()));
+    rtnl.request(
+        RouteNetlinkMessage::NewNeighbour(msg),
+        NLM_F_CREATE | NLM_F_REPLACE,
+    )
+    .map_err(netlink(format!("add neighbour {ip} on {name}")))
 }
 
 /// `struct ethtool_value` (linux/ethtool.h).

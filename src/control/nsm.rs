@@ -8,7 +8,13 @@
 //!   endpoint's namespace, addressed there; both ends tagged `quiver:<id>/<side>`), and an
 //!   AF_PACKET port of the forwarder on Quiver's end.
 //! - cross-connects: the forwarder's, tagged; an L3 one toward a kernel interface also gets
-//!   the far end's MAC as the peer's neighbour, so no ARP is needed.
+//!   the far end's MAC as the peer's neighbour, so no ARP is needed. Inside the namespace
+//!   nothing answers ARP either (Quiver has no address there), so the L3 cross-connect adds
+//!   there permanent neighbours toward Quiver's end: the other side's address (the NSE's
+//!   `dst_ip_addrs` in the client's namespace, the NSC's `src_ip_addrs` in the endpoint's) and
+//!   the next hops of the interface's routes. They win over the IP context's own neighbours
+//!   while the cross-connect lasts (the veth's only station is Quiver); its disconnect removes
+//!   them and puts the context's back.
 //! - link changes: a watcher thread compares each owned port's link with what it saw last and
 //!   reports a port that went down after having been up (and its return).
 
@@ -40,8 +46,23 @@ struct OwnedPort {
     owner: String,
     /// The veth behind an AF_PACKET port.
     kernel: Option<KernelInterface>,
+    /// The neighbours inside the veth's namespace (unused for memif).
+    inside: InsideNeighbors,
     /// The link as last seen by the watcher: `Some(true)` once up.
     seen_up: Option<bool>,
+}
+
+/// What an L3 cross-connect needs of a veth's IP context, and what it added in the namespace.
+#[derive(Default)]
+struct InsideNeighbors {
+    /// The IPv4 next hops of the routes through the veth.
+    route_hops: Vec<Ipv4Addr>,
+    /// The neighbours the IP context asked for (put back when the cross-connect goes).
+    configured: Vec<(Ipv4Addr, [u8; 6])>,
+    /// The neighbours the L3 cross-connect added toward Quiver's end.
+    added: Vec<Ipv4Addr>,
+    /// The other port of the port's L3 cross-connect.
+    with: Option<String>,
 }
 
 /// `ctl_api::nsm::Dataplane` over a shared forwarder.
@@ -202,6 +223,7 @@ impl Dataplane for ForwarderDataplane {
             OwnedPort {
                 owner: owner.into(),
                 kernel: None,
+                inside: InsideNeighbors::default(),
                 seen_up: None,
             },
         );
@@ -242,6 +264,28 @@ impl Dataplane for ForwarderDataplane {
                 .collect(),
         };
         let veth = KernelInterface::create(&netns, &config).map_err(kernel_error)?;
+        let inside = InsideNeighbors {
+            route_hops: spec
+                .ip
+                .routes
+                .iter()
+                .filter_map(|r| match r.via {
+                    Some(IpAddr::V4(v)) => Some(v),
+                    _ => None,
+                })
+                .collect(),
+            configured: spec
+                .ip
+                .neighbors
+                .iter()
+                .filter_map(|n| match n.ip {
+                    IpAddr::V4(ip) => Some((ip, n.mac.0)),
+                    IpAddr::V6(_) => None,
+                })
+                .collect(),
+            added: Vec::new(),
+            with: None,
+        };
         let section = PortSection::AfPacket(AfPacketSection {
             name: spec.name.0.clone(),
             mac: None,
@@ -260,6 +304,7 @@ impl Dataplane for ForwarderDataplane {
             OwnedPort {
                 owner: owner.into(),
                 kernel: Some(veth),
+                inside,
                 seen_up: None,
             },
         );
@@ -309,24 +354,83 @@ impl Dataplane for ForwarderDataplane {
                 })
                 .collect()
         };
-        let mut fwd = lock(&self.forwarder);
-        for (port, ip, mac) in macs {
-            fwd.add_neighbor(&port, ip, mac, Some(owner))
-                .map_err(fwd_error)?;
+        {
+            let mut fwd = lock(&self.forwarder);
+            for (port, ip, mac) in macs {
+                fwd.add_neighbor(&port, ip, mac, Some(owner))
+                    .map_err(fwd_error)?;
+            }
+            let unspecified = Ipv4Addr::UNSPECIFIED;
+            fwd.l3_cross_connect(
+                &a.0,
+                &b.0,
+                pb.unwrap_or(unspecified),
+                pa.unwrap_or(unspecified),
+                Some(owner),
+            )
+            .map_err(fwd_error)?;
         }
-        let unspecified = Ipv4Addr::UNSPECIFIED;
-        fwd.l3_cross_connect(
-            &a.0,
-            &b.0,
-            pb.unwrap_or(unspecified),
-            pa.unwrap_or(unspecified),
-            Some(owner),
-        )
-        .map_err(fwd_error)
+        // Inside a veth's namespace: what it sends to resolves to Quiver's end.
+        for (port, other, toward) in [(a, b, pb), (b, a, pa)] {
+            let (veth, ips) = {
+                let mut ports = self.ports();
+                let Some(p) = ports.get_mut(&port.0) else {
+                    continue;
+                };
+                p.inside.with = Some(other.0.clone());
+                let Some(veth) = p.kernel.clone() else {
+                    continue;
+                };
+                let mut ips: Vec<Ipv4Addr> = toward.into_iter().collect();
+                ips.extend(&p.inside.route_hops);
+                ips.sort_unstable();
+                ips.dedup();
+                // Recorded first: whatever got added goes with the cross-connect.
+                for ip in &ips {
+                    if !p.inside.added.contains(ip) {
+                        p.inside.added.push(*ip);
+                    }
+                }
+                (veth, ips)
+            };
+            let entries: Vec<(Ipv4Addr, [u8; 6])> =
+                ips.iter().map(|&ip| (ip, veth.host_mac())).collect();
+            veth.add_neighbors(&entries).map_err(kernel_error)?;
+        }
+        Ok(())
     }
 
     fn disconnect(&self, _owner: &str, port: &PortName) -> Result<(), DataplaneError> {
-        lock(&self.forwarder).disconnect(&port.0).map_err(fwd_error)
+        let disconnected = lock(&self.forwarder).disconnect(&port.0).map_err(fwd_error);
+        // The neighbours an L3 cross-connect added inside the namespaces go with it, on both
+        // sides (the forwarder's disconnect took both directions at once).
+        let undo: Vec<_> = {
+            let mut ports = self.ports();
+            let other = ports.get(&port.0).and_then(|p| p.inside.with.clone());
+            [Some(port.0.clone()), other]
+                .into_iter()
+                .flatten()
+                .filter_map(|name| {
+                    let p = ports.get_mut(&name)?;
+                    p.inside.with = None;
+                    let veth = p.kernel.clone()?;
+                    let added = std::mem::take(&mut p.inside.added);
+                    let restore: Vec<(Ipv4Addr, [u8; 6])> = p
+                        .inside
+                        .configured
+                        .iter()
+                        .filter(|(ip, _)| added.contains(ip))
+                        .copied()
+                        .collect();
+                    Some((veth, added, restore))
+                })
+                .collect()
+        };
+        for (veth, added, restore) in undo {
+            veth.remove_neighbors(&added).map_err(kernel_error)?;
+            veth.add_neighbors(&restore).map_err(kernel_error)?;
+        }
+        disconnected
     }
 
     fn remove_owned(&self, owner: &str) -> Result<(), DataplaneError> {

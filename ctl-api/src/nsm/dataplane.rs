@@ -184,7 +184,9 @@ pub trait Dataplane: Send + Sync + 'static {
     ) -> Result<(), DataplaneError>;
     /// Cross-connects `a` and `b` at layer 3, both ways: every IP packet received on `a`
     /// leaves by `b` toward `peer_b`, every one received on `b` leaves by `a` toward `peer_a`
-    /// (`None`: the link is point to point, as a memif in IP mode).
+    /// (`None`: the link is point to point, as a memif in IP mode). Inside a kernel
+    /// interface's namespace, the other side's address and the interface's routes' next hops
+    /// then resolve to Quiver's end (nothing answers ARP for them there).
     fn l3_cross_connect(
         &self,
         owner: &str,

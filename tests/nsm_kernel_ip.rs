@@ -1,0 +1,355 @@
+//! NSM end to end with kernel interfaces and IP payload: an NSC network namespace and an NSE
+//! network namespace, Quiver's NSM server over the real forwarder, a test endpoint playing the
+//! NSE's gRPC side. After Request, `ping` goes NSC → veth → Quiver (L3 cross-connect, TTL
+//! decremented) → veth → NSE and back, with nothing answering ARP: inside each namespace the
+//! other side's address (and the client's route's next hop) resolves to Quiver's end. After
+//! Close no interface, veth, port or owned object remains, and once the forwarder stops every
+//! buffer is back in the pool.
+
+use std::collections::HashMap;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use ctl_api::nsm::path::timestamp;
+use ctl_api::nsm::testing::{BlockingClient, TestEndpoint};
+use ctl_api::nsm::{Dataplane, NsmConfig, NsmHandle, StaticEndpoint};
+use ctl_api::proto::connection::{Connection, Mechanism, Path, PathSegment, State};
+use ctl_api::proto::connectioncontext::{ConnectionContext, IpContext, Route};
+use ctl_api::proto::networkservice::NetworkServiceRequest;
+use dataplane::{BufferPool, BufferPoolConfig, HugepagePolicy, IdlePolicy, WorkerConfig};
+use quiver::control::nsm::ForwarderDataplane;
+use quiver::{Config, Forwarder};
+use testkit::{require, wait_for, Needs};
+
+const IP: &str = "/usr/sbin/ip";
+const PING: &str = "/usr/bin/ping";
+
+/// The client's address, the endpoint's two (the first is the L3 cross-connect's next hop),
+/// and the gateway of the client's route to the second: nobody has that one.
+const NSC_ADDR: &str = "10.74.0.1";
+const NSE_ADDR: &str = "10.74.0.2";
+const NSE_BEHIND: &str = "10.99.0.1";
+const GATEWAY: &str = "10.74.0.254";
+
+fn run(args: &[&str]) -> Output {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {args:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A named network namespace, deleted on drop.
+struct Netns(String);
+
+impl Netns {
+    fn new(tag: &str) -> Netns {
+        let ns = Netns(format!("quiver-nsmip-{tag}-{}", std::process::id()));
+        run(&[IP, "netns", "add", &ns.0]);
+        run(&[IP, "-n", &ns.0, "link", "set", "lo", "up"]);
+        ns
+    }
+    fn url(&self) -> String {
+        format!("file:///var/run/netns/{}", self.0)
+    }
+    fn has_link(&self, name: &str) -> bool {
+        Command::new(IP)
+            .args(["-n", &self.0, "link", "show", name])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }
+    /// The neighbour entry for `ip` on `dev`, as `ip neigh` shows it ("" when none).
+    fn neighbor(&self, dev: &str, ip: &str) -> String {
+        let out = run(&[IP, "-n", &self.0, "neigh", "show", ip, "dev", dev]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+    /// One echo to `to` with `ttl`: its reply line when it came back.
+    fn ping(&self, to: &str, ttl: u8) -> Option<String> {
+        let ttl = ttl.to_string();
+        let out = Command::new(IP)
+            .args([
+                "netns", "exec", &self.0, PING, "-n", "-c", "1", "-W", "1", "-t", &ttl, to,
+            ])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())?;
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find(|l| l.contains("bytes from"))
+            .map(str::to_string)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new(IP).args(["netns", "del", &self.0]).output();
+    }
+}
+
+/// A directory for the sockets, removed on drop.
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new() -> TempDir {
+        let p = std::env::temp_dir().join(format!("quiver-nsmip-e2e-{}", std::process::id()));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+    fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn mech(ty: &str, params: &[(&str, &str)]) -> Mechanism {
+    Mechanism {
+        cls: "LOCAL".into(),
+        r#type: ty.into(),
+        parameters: params
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<HashMap<_, _>>(),
+    }
+}
+
+fn mac_string(m: [u8; 6]) -> String {
+    format!(
+        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        m[0], m[1], m[2], m[3], m[4], m[5]
+    )
+}
+
+#[test]
+fn ip_payload_pings_through_quiver_between_kernel_interfaces_and_close_leaves_nothing() {
+    if !require(
+        "ip_payload_pings_through_quiver_between_kernel_interfaces",
+        &Needs {
+            root: true,
+            tools: &[IP, PING],
+            ..Needs::default()
+        },
+    ) {
+        return;
+    }
+    let nsc = Netns::new("nsc");
+    let nse = Netns::new("nse");
+    let dir = TempDir::new();
+
+    let cfg = Config::parse("[buffers]\nhugepages = \"never\"\n").unwrap();
+    let pool = BufferPool::new(&BufferPoolConfig {
+        buffers: 8192,
+        hugepages: HugepagePolicy::Never,
+        ..BufferPoolConfig::default()
+    })
+    .unwrap();
+    let start_free = pool.free_count();
+    let workers = WorkerConfig {
+        cores: vec![0],
+        idle: IdlePolicy::ADAPTIVE,
+    };
+    let fwd = Arc::new(Mutex::new(
+        Forwarder::start(&cfg, &workers, pool.clone()).unwrap(),
+    ));
+    let stop = Arc::new(AtomicBool::new(false));
+    let housekeeping = {
+        let (f, stop) = (fwd.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                f.lock().unwrap().housekeeping().unwrap();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+
+    let nse_sock = dir.path().join("nse.sock");
+    let endpoint = TestEndpoint::start(
+        &nse_sock,
+        "nse",
+        vec![mech(
+            "KERNEL",
+            &[("inodeURL", &nse.url()), ("name", "nse0")],
+        )],
+    )
+    .unwrap();
+    let listen = format!("unix://{}", dir.path().join("quiver.sock").display());
+    let dp = ForwarderDataplane::new(fwd.clone());
+    let server = NsmHandle::spawn(
+        NsmConfig {
+            name: "quiver".into(),
+            listen_on: listen.clone(),
+            // Other Quivers' tagged veths may share this host: leave them alone.
+            reconcile_at_start: false,
+            ..NsmConfig::default()
+        },
+        dp.clone(),
+        Arc::new(StaticEndpoint(format!("unix://{}", nse_sock.display()))),
+        1,
+    )
+    .unwrap();
+    let mut client = BlockingClient::connect(&listen).unwrap();
+
+    let id = format!("e2e-ip-{}", std::process::id());
+    let request = NetworkServiceRequest {
+        connection: Some(Connection {
+            id: id.clone(),
+            network_service: "ping".into(),
+            network_service_endpoint_name: "nse".into(),
+            payload: "IP".into(),
+            context: Some(ConnectionContext {
+                ip_context: Some(IpContext {
+                    // NSM's convention: the client's addresses are the source ones.
+                    src_ip_addrs: vec![format!("{NSC_ADDR}/24")],
+                    dst_ip_addrs: vec![format!("{NSE_ADDR}/24"), format!("{NSE_BEHIND}/32")],
+                    src_routes: vec![Route {
+                        prefix: "10.99.0.0/16".into(),
+                        next_hop: GATEWAY.into(),
+                    }],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            path: Some(Path {
+                index: 0,
+                path_segments: vec![PathSegment {
+                    name: "nsc".into(),
+                    id: id.clone(),
+                    expires: Some(timestamp(SystemTime::now() + Duration::from_secs(600))),
+                    ..Default::default()
+                }],
+            }),
+            ..Default::default()
+        }),
+        mechanism_preferences: vec![mech(
+            "KERNEL",
+            &[("inodeURL", &nsc.url()), ("name", "nsm0")],
+        )],
+    };
+    let answer = client.request(request.clone()).unwrap();
+    assert_eq!(answer.state, State::Up as i32);
+    assert_eq!(answer.id, id);
+    assert!(nsc.has_link("nsm0"), "the client's interface");
+    assert!(nse.has_link("nse0"), "the endpoint's interface");
+    let port_mac = |side: &str| {
+        let name = format!("nsm-{id}-{side}");
+        let f = fwd.lock().unwrap();
+        let p = f.port(&name).unwrap_or_else(|| panic!("port {name}"));
+        mac_string(p.port.mac())
+    };
+    let (client_mac, endpoint_mac) = (port_mac("client"), port_mac("endpoint"));
+    assert_ne!(client_mac, endpoint_mac);
+
+    // Nothing answers ARP: the next hops inside each namespace are Quiver's end, permanently.
+    for (ns, dev, ip, mac) in [
+        (&nsc, "nsm0", NSE_ADDR, &client_mac),
+        (&nsc, "nsm0", GATEWAY, &client_mac),
+        (&nse, "nse0", NSC_ADDR, &endpoint_mac),
+    ] {
+        let entry = ns.neighbor(dev, ip);
+        assert!(
+            entry.contains(mac.as_str()) && entry.contains("PERMANENT"),
+            "{ip} on {dev} in {}: {entry:?}, not Quiver's end {mac}",
+            ns.0
+        );
+    }
+
+    // Each way Quiver decrements the TTL: the NSE's reply (64) arrives with 63.
+    let mut reply = None;
+    wait_for("a ping from the NSC to the NSE through Quiver", 30, || {
+        reply = nsc.ping(NSE_ADDR, 64);
+        reply.is_some()
+    });
+    let reply = reply.expect("waited for");
+    assert!(reply.contains("ttl=63"), "one hop each way: {reply}");
+    // Through the client's route, whose gateway nobody has: Quiver's L3 cross-connect
+    // carries whatever the client sends toward the endpoint.
+    let behind = nsc.ping(NSE_BEHIND, 64).expect("a ping through the route");
+    assert!(behind.contains("ttl=63"), "one hop each way: {behind}");
+    // An echo with TTL 1 expires in Quiver instead of reaching the NSE.
+    assert_eq!(nsc.ping(NSE_ADDR, 1), None, "TTL 1 does not cross Quiver");
+    let forwarded: u64 = fwd.lock().unwrap().tx_packets();
+    assert!(
+        forwarded >= 4,
+        "Quiver carried the echoes and their replies: {forwarded}"
+    );
+
+    // A refresh that changes nothing keeps the path working.
+    let again = client.request(request.clone()).unwrap();
+    assert_eq!(again.state, State::Up as i32);
+    assert!(nsc.neighbor("nsm0", NSE_ADDR).contains(client_mac.as_str()));
+    assert!(nsc.ping(NSE_ADDR, 64).is_some(), "ping after the refresh");
+
+    // A refresh to ETHERNET payload keeps the veths and swaps the cross-connect: the
+    // neighbours toward Quiver's end go with the L3 one (else the NSC's frames would reach the
+    // NSE addressed to Quiver's MAC), ARP crosses Quiver, and the TTL is left alone.
+    let mut ethernet = request.clone();
+    ethernet.connection.as_mut().unwrap().payload = "ETHERNET".into();
+    let l2 = client.request(ethernet).unwrap();
+    assert_eq!(l2.state, State::Up as i32);
+    for (ns, dev, ip) in [
+        (&nsc, "nsm0", NSE_ADDR),
+        (&nsc, "nsm0", GATEWAY),
+        (&nse, "nse0", NSC_ADDR),
+    ] {
+        let entry = ns.neighbor(dev, ip);
+        assert!(!entry.contains("PERMANENT"), "{ip} on {dev}: {entry:?}");
+    }
+    let mut reply = None;
+    wait_for("a ping across the L2 cross-connect", 30, || {
+        reply = nsc.ping(NSE_ADDR, 64);
+        reply.is_some()
+    });
+    let reply = reply.expect("waited for");
+    assert!(reply.contains("ttl=64"), "no hop at layer 2: {reply}");
+
+    // And back to IP payload: the neighbours toward Quiver's end are back.
+    let again = client.request(request).unwrap();
+    assert_eq!(again.state, State::Up as i32);
+    assert!(nsc.neighbor("nsm0", NSE_ADDR).contains(client_mac.as_str()));
+    assert!(nse
+        .neighbor("nse0", NSC_ADDR)
+        .contains(endpoint_mac.as_str()));
+    let reply = nsc.ping(NSE_ADDR, 64).expect("ping after going back to IP");
+    assert!(reply.contains("ttl=63"), "one hop each way again: {reply}");
+
+    client.close(again).unwrap();
+    assert_eq!(endpoint.log().closes.len(), 1, "closed toward the endpoint");
+    assert!(!nsc.has_link("nsm0"), "the client's interface is gone");
+    assert!(!nse.has_link("nse0"), "the endpoint's interface is gone");
+    assert!(fwd.lock().unwrap().ports().is_empty(), "no port left");
+    assert!(
+        fwd.lock().unwrap().owned_by(&id).is_empty(),
+        "no object left"
+    );
+    assert!(!dp.owners().unwrap().contains(&id), "no tagged veth left");
+    assert_eq!(nsc.ping(NSE_ADDR, 64), None);
+
+    drop(client);
+    drop(server);
+    drop(dp);
+    stop.store(true, Ordering::Relaxed);
+    housekeeping.join().unwrap();
+    // The link watcher lets go of the forwarder at its next look.
+    wait_for("the forwarder to be no longer shared", 10, || {
+        Arc::strong_count(&fwd) == 1
+    });
+    let fwd = Arc::try_unwrap(fwd)
+        .ok()
+        .expect("the forwarder is no longer shared")
+        .into_inner()
+        .unwrap();
+    fwd.stop();
+    assert_eq!(pool.free_count(), start_free, "every buffer is back");
+}
