@@ -4,7 +4,8 @@
 
 mod scenarios;
 
-const SCENARIOS: &str = "dispatch, lpm, graph-ip4, graph-l2xc, vxlan, memif-rate, memif-xc";
+const SCENARIOS: &str =
+    "dispatch, lpm, graph-ip4, graph-l2xc, vxlan, memif-rate, memif-xc, dpdk, ctl-churn";
 
 use clap::Parser;
 
@@ -12,7 +13,8 @@ use clap::Parser;
 #[derive(Parser)]
 #[command(name = "bench-runner", about)]
 struct Args {
-    /// The scenario: dispatch, lpm, graph-ip4, graph-l2xc, vxlan, memif-rate, memif-xc.
+    /// The scenario: dispatch, lpm, graph-ip4, graph-l2xc, vxlan, memif-rate, memif-xc, dpdk,
+    /// ctl-churn.
     scenario: String,
     /// A short run (under a minute).
     #[arg(long)]
@@ -30,6 +32,7 @@ fn main() -> std::process::ExitCode {
         "memif-rate" => scenarios::memif_rate::run(args.quick),
         "memif-xc" => scenarios::memif_xc::run(args.quick),
         "dpdk" | "dpdk-ring" => scenarios::dpdk::run(args.quick),
+        "ctl-churn" => scenarios::ctl_churn::run(args.quick),
         other => Err(format!("unknown scenario `{other}` (known: {SCENARIOS})")),
     };
     match result {

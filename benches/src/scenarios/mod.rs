@@ -1,6 +1,7 @@
 //! One module per scenario.
 
 pub mod common;
+pub mod ctl_churn;
 pub mod dispatch;
 pub mod dpdk;
 pub mod graphs;
