@@ -123,6 +123,7 @@ fn nodes(c: &mut Criterion) {
         ("+ ip4-input", ip4.clone(), eth0, "ethernet-input", |b| {
             b.add(EthernetInput::new())
                 .add(Ip4Input::new())
+                .add(Stop("ip4-l3xc"))
                 .add(Stop("ip4-lookup"))
                 .add(Stop("arp-input"))
                 .add(Stop("l2-xconnect"));
@@ -130,6 +131,7 @@ fn nodes(c: &mut Criterion) {
         ("+ ip4-lookup", ip4.clone(), eth0, "ethernet-input", |b| {
             b.add(EthernetInput::new())
                 .add(Ip4Input::new())
+                .add(Stop("ip4-l3xc"))
                 .add(Ip4Lookup::new())
                 .add(Stop("ip4-rewrite"))
                 .add(Stop("ip4-local"))
@@ -140,6 +142,7 @@ fn nodes(c: &mut Criterion) {
         ("+ ip4-rewrite", ip4.clone(), eth0, "ethernet-input", |b| {
             b.add(EthernetInput::new())
                 .add(Ip4Input::new())
+                .add(Stop("ip4-l3xc"))
                 .add(Ip4Lookup::new())
                 .add(Ip4Rewrite::new())
                 .add(Stop("interface-output"))

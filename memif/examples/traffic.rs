@@ -49,6 +49,9 @@ const MAX_BURST: usize = 256;
 /// Loop passes between control-socket and stop checks.
 const CONTROL_EVERY: u32 = 1024;
 /// A sender that makes no progress for this long gives up.
+/// How long a sender that is done waits for the peer to take its last frames off the ring.
+const TX_LINGER: Duration = Duration::from_secs(1);
+
 const STALL: Duration = Duration::from_secs(10);
 
 /// Sends sequence-numbered frames over memif and checks what comes back.
@@ -716,7 +719,17 @@ impl SingleLoop<'_> {
                 r.step(&mut self.eps[u.ep], shared);
                 r.finished(shared, has_tx) || (!has_tx && shared.stop.load(Ordering::Relaxed))
             }
-            None => shared.tx_done.load(Ordering::Relaxed),
+            None => {
+                shared.tx_done.load(Ordering::Relaxed)
+                    && self.tx.as_ref().is_none_or(|(u, t)| {
+                        // A sender leaves once the peer took every frame off its ring (frames
+                        // still there when the link goes are lost), or after TX_LINGER.
+                        t.ended.is_some_and(|e| e.elapsed() >= TX_LINGER)
+                            || self.eps[u.ep]
+                                .interface(u.id)
+                                .is_none_or(|i| i.tx_unconsumed(0) == 0)
+                    })
+            }
         }
     }
 

@@ -484,6 +484,17 @@ impl Interface {
         queue::transmit(&c.shared, q, role, &mut self.counters, src)
     }
 
+    /// Slots of transmit queue `queue` the peer has not consumed yet: for a slave, frames on the
+    /// ring the master has not taken (they are lost if the link goes now); 0 for a master and
+    /// when the link is down. A sender that is done waits for this to reach 0 before leaving.
+    pub fn tx_unconsumed(&self, queue: usize) -> usize {
+        let Some(c) = self.conn.as_ref() else {
+            return 0;
+        };
+        c.tx.get(queue)
+            .map_or(0, |q| queue::unconsumed(&c.shared, q, self.role))
+    }
+
     /// Hand this connection's queues to other threads: every receive and transmit queue, by
     /// index, each usable from its own thread. Returns `None` when the link is down or the
     /// queues were already detached. Afterwards this interface's own burst calls do nothing for

@@ -337,6 +337,18 @@ fn check_desc(
 
 /// Send the frames of `src` on `q`, in order, until the ring is full. Returns how many frames
 /// were taken (sent, or dropped and counted in `tx_dropped`); the caller keeps the rest.
+/// Slots a slave put on its transmit ring that the master has not consumed yet (0 for a master,
+/// whose transmit ring holds buffers the slave posted, and without a ring).
+pub(crate) fn unconsumed(shared: &Shared, q: &Queue, role: Role) -> usize {
+    match (role, shared.ring(q)) {
+        (Role::Slave, Some(r)) => {
+            let in_flight = q.idx.wrapping_sub(r.tail().load(Ordering::Acquire));
+            usize::from(in_flight.min(r.size()))
+        }
+        _ => 0,
+    }
+}
+
 pub(crate) fn transmit(
     shared: &Shared,
     q: &mut Queue,
