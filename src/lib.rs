@@ -8,4 +8,4 @@ pub mod demo;
 pub mod forwarder;
 
 pub use config::Config;
-pub use forwarder::{Forwarder, ForwarderError, Owned, PortEntry};
+pub use forwarder::{Forwarder, ForwarderError, Housekeeping, Owned, PortEntry};

@@ -4,12 +4,11 @@
 //! and the replies come back with their TTL decremented once.
 
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dataplane::{BufferPool, BufferPoolConfig, HugepagePolicy, IdlePolicy, WorkerConfig};
-use quiver::{Config, Forwarder, ForwarderError, Owned};
+use quiver::{Config, Forwarder, ForwarderError, Housekeeping, Owned};
 use testkit::{require, wait_for, Needs};
 
 const IP: &str = "/usr/sbin/ip";
@@ -133,16 +132,8 @@ fn ping_crosses_an_l3_cross_connect_between_two_namespaces_with_the_ttl_decremen
     };
     let f = Forwarder::start(&cfg, &workers, pool.clone()).unwrap();
     let f = Arc::new(Mutex::new(f));
-    let stop = Arc::new(AtomicBool::new(false));
-    let housekeeping = {
-        let (f, stop) = (f.clone(), stop.clone());
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                f.lock().unwrap().housekeeping().unwrap();
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        })
-    };
+    // The control plane's housekeeping runs beside the API calls, as in the daemon.
+    let housekeeping = Housekeeping::spawn(f.clone(), Duration::from_millis(1));
 
     let owner = Some("nsm-connection-1");
     {
@@ -227,8 +218,7 @@ fn ping_crosses_an_l3_cross_connect_between_two_namespaces_with_the_ttl_decremen
     let (ok, _) = a.ping("192.168.71.1", 64);
     assert!(!ok, "nothing carries the ping any more");
 
-    stop.store(true, Ordering::Relaxed);
-    housekeeping.join().unwrap();
+    housekeeping.stop().unwrap();
     let f = Arc::try_unwrap(f).ok().unwrap().into_inner().unwrap();
     f.stop();
     assert_eq!(pool.free_count(), start_free);

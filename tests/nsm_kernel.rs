@@ -6,7 +6,6 @@
 
 use std::collections::HashMap;
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -18,7 +17,7 @@ use ctl_api::proto::connectioncontext::{ConnectionContext, IpContext};
 use ctl_api::proto::networkservice::NetworkServiceRequest;
 use dataplane::{BufferPool, BufferPoolConfig, HugepagePolicy, IdlePolicy, WorkerConfig};
 use quiver::control::nsm::ForwarderDataplane;
-use quiver::{Config, Forwarder};
+use quiver::{Config, Forwarder, Housekeeping};
 use testkit::{require, wait_for, Needs};
 
 const IP: &str = "/usr/sbin/ip";
@@ -135,16 +134,8 @@ fn ping_crosses_quiver_between_nsc_and_nse_kernel_interfaces_and_close_leaves_no
     let fwd = Arc::new(Mutex::new(
         Forwarder::start(&cfg, &workers, pool.clone()).unwrap(),
     ));
-    let stop = Arc::new(AtomicBool::new(false));
-    let housekeeping = {
-        let (f, stop) = (fwd.clone(), stop.clone());
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                f.lock().unwrap().housekeeping().unwrap();
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        })
-    };
+    // The control plane's housekeeping runs beside the API calls, as in the daemon.
+    let housekeeping = Housekeeping::spawn(fwd.clone(), Duration::from_millis(1));
 
     let nse_sock = dir.path().join("nse.sock");
     let endpoint = TestEndpoint::start(
@@ -236,8 +227,7 @@ fn ping_crosses_quiver_between_nsc_and_nse_kernel_interfaces_and_close_leaves_no
     drop(client);
     drop(server);
     drop(dp);
-    stop.store(true, Ordering::Relaxed);
-    housekeeping.join().unwrap();
+    housekeeping.stop().unwrap();
     // The link watcher lets go of the forwarder at its next look.
     wait_for("the forwarder to be no longer shared", 10, || {
         Arc::strong_count(&fwd) == 1

@@ -9,7 +9,6 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -21,7 +20,7 @@ use ctl_api::proto::networkservice::NetworkServiceRequest;
 use dataplane::{BufferPool, BufferPoolConfig, HugepagePolicy, IdlePolicy, WorkerConfig};
 use drivers::LinkStatus;
 use quiver::control::nsm::ForwarderDataplane;
-use quiver::{Config, Forwarder};
+use quiver::{Config, Forwarder, Housekeeping};
 use testkit::{require, wait_for, Needs};
 
 const IP: &str = "/usr/sbin/ip";
@@ -163,16 +162,8 @@ fn every_frame_crosses_quiver_between_nsc_and_nse_memif_cnfs_and_close_leaves_no
     let fwd = Arc::new(Mutex::new(
         Forwarder::start(&cfg, &workers, pool.clone()).unwrap(),
     ));
-    let stop = Arc::new(AtomicBool::new(false));
-    let housekeeping = {
-        let (f, stop) = (fwd.clone(), stop.clone());
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                f.lock().unwrap().housekeeping().unwrap();
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        })
-    };
+    // The control plane's housekeeping runs beside the API calls, as in the daemon.
+    let housekeeping = Housekeeping::spawn(fwd.clone(), Duration::from_millis(1));
 
     // The NSE's CNF: memif master on an abstract socket of its namespace, counting frames.
     let nse_socket = format!("@quiver-test-nse-{}", std::process::id());
@@ -309,8 +300,7 @@ fn every_frame_crosses_quiver_between_nsc_and_nse_memif_cnfs_and_close_leaves_no
     drop(client);
     drop(server);
     drop(dp);
-    stop.store(true, Ordering::Relaxed);
-    housekeeping.join().unwrap();
+    housekeeping.stop().unwrap();
     wait_for("the forwarder to be no longer shared", 10, || {
         Arc::strong_count(&fwd) == 1
     });

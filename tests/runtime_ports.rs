@@ -6,12 +6,13 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use dataplane::{BufferPool, BufferPoolConfig, HugepagePolicy, IdlePolicy, WorkerConfig};
 use drivers::LinkStatus;
 use memif::{InterfaceConfig, Mode, Slave, SocketAddress};
 use quiver::config::{MemifMode, PortSection};
-use quiver::{Config, Forwarder, ForwarderError, Owned};
+use quiver::{Config, Forwarder, ForwarderError, Housekeeping, Owned};
 use testkit::wait_for;
 
 const WORKERS: usize = 2;
@@ -152,16 +153,7 @@ fn a_cross_connect_added_and_removed_at_run_time_carries_frames_and_the_running_
     let start_free = pool.free_count();
     let f = Arc::new(Mutex::new(f));
     // The control plane's housekeeping runs beside the API calls, as in the daemon.
-    let stop = Arc::new(AtomicBool::new(false));
-    let housekeeping = {
-        let (f, stop) = (f.clone(), stop.clone());
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                f.lock().unwrap().housekeeping().unwrap();
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-        })
-    };
+    let housekeeping = Housekeeping::spawn(f.clone(), Duration::from_millis(1));
 
     let mut a = slave(&s0, 0);
     let mut b = slave(&s0, 1);
@@ -303,8 +295,7 @@ fn a_cross_connect_added_and_removed_at_run_time_carries_frames_and_the_running_
             (0, 0, 0, 0)
         );
     }
-    stop.store(true, Ordering::Relaxed);
-    housekeeping.join().unwrap();
+    housekeeping.stop().unwrap();
     wait_for("every buffer back in the pool", 10, || {
         pool.free_count() == start_free
     });

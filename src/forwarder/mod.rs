@@ -329,3 +329,58 @@ fn configure(cfg: &Config, ports: &[PortEntry], f: &mut Forwarding) -> Result<()
     }
     Ok(())
 }
+
+/// [`Forwarder::housekeeping`] every `period` on a thread of its own, for code that shares the
+/// forwarder with a control plane outside `quiver run`'s loop (tests, benches). Stopped and
+/// joined by [`Housekeeping::stop`] or on drop.
+pub struct Housekeeping {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Result<(), String>>>,
+}
+
+impl Housekeeping {
+    /// Starts the thread. The first error ends it; [`Housekeeping::stop`] returns it.
+    pub fn spawn(
+        forwarder: Arc<std::sync::Mutex<Forwarder>>,
+        period: std::time::Duration,
+    ) -> Housekeeping {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                forwarder
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .housekeeping()?;
+                std::thread::sleep(period);
+            }
+            Ok(())
+        });
+        Housekeeping {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops and joins the thread; the error that ended it early, if one did.
+    pub fn stop(mut self) -> Result<(), String> {
+        self.join()
+    }
+
+    fn join(&mut self) -> Result<(), String> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        match self.thread.take() {
+            Some(t) => t
+                .join()
+                .map_err(|_| "the housekeeping thread panicked".to_string())?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Housekeeping {
+    fn drop(&mut self) {
+        let _ = self.join();
+    }
+}

@@ -462,18 +462,7 @@ pub fn run(quick: bool) -> Result<String, String> {
             .map(|p| p.name.clone())
             .collect::<Vec<_>>()
     };
-    let housekeeping_stop = Arc::new(AtomicBool::new(false));
-    let housekeeping = {
-        let (f, stop) = (fwd.clone(), housekeeping_stop.clone());
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                if let Err(e) = f.lock().unwrap_or_else(|e| e.into_inner()).housekeeping() {
-                    eprintln!("ctl-churn: housekeeping: {e}");
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        })
-    };
+    let housekeeping = quiver::Housekeeping::spawn(fwd.clone(), Duration::from_millis(1));
 
     // The endpoints (NSEs) and the NSM server.
     let steady_memif = format!("@quiver-bench-steady-nse-{pid}");
@@ -722,10 +711,9 @@ pub fn run(quick: bool) -> Result<String, String> {
     drop(dp);
     drop(steady_nse);
     drop(churn_nse);
-    housekeeping_stop.store(true, Ordering::Relaxed);
     housekeeping
-        .join()
-        .map_err(|_| "housekeeping panicked".to_string())?;
+        .stop()
+        .map_err(|e| format!("housekeeping: {e}"))?;
     if !wait_until(10, || Arc::strong_count(&fwd) == 1) {
         return Err("the forwarder is still shared after the server stopped".into());
     }
