@@ -20,6 +20,13 @@ pub trait TxQueue: Send {
     /// Takes the first `n` of `packets` (returning `n`): it now owns them and frees them once
     /// sent. The caller keeps and frees the rest (a full ring).
     fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[u32]) -> usize;
+
+    /// Whether [`TxQueue::transmit`] copies external-payload buffers from their source itself
+    /// (see [`crate::buffer::ExternalSource`]); when false (the default) the caller
+    /// materialises them first ([`WorkerBuffers::materialise`]).
+    fn copies_external(&self) -> bool {
+        false
+    }
 }
 
 /// Polls one receive queue and sends what arrives to its next node (usually `ethernet-input`),
@@ -150,5 +157,9 @@ impl<Q: RxQueue + ?Sized> RxQueue for Box<Q> {
 impl<Q: TxQueue + ?Sized> TxQueue for Box<Q> {
     fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[u32]) -> usize {
         (**self).transmit(buffers, packets)
+    }
+
+    fn copies_external(&self) -> bool {
+        (**self).copies_external()
     }
 }

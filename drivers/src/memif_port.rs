@@ -6,17 +6,16 @@
 //! queue pair `w` to worker `w` through a [`QueueSlot`]; the worker picks it up on its next poll
 //! with one atomic load (a lock is taken only when the slot changed).
 //!
-//! Copies: a received frame is copied once, from the peer's buffer straight into a Quiver buffer
-//! (the peer's memory is never parsed in place: it can change under us); a transmitted one once,
-//! from a Quiver buffer straight into the peer's. So a frame crossing Quiver from one memif port
-//! to another is copied twice (peer A → Quiver → peer B), with no third, intermediate copy.
-//! Issue 4 asks for at most one copy memif → memif. That needs the payload left in peer A's
-//! memory while the graph works on a copy of the headers, and so needs the dataplane to tell
-//! the port wherever such a buffer is freed (a drop, another port's full ring: peer A's ring
-//! releases slots only in order) and to materialise the payload for any reader past the
-//! headers. Neither exists yet; without them a dropped frame would pin peer A's ring, or a
-//! frame read its memory after the link went down. For 64-byte frames it would save nothing:
-//! the headers are the whole frame.
+//! Copies: between two memif ports a frame is copied once, from one peer's buffer straight into
+//! the other's. In ETHERNET mode a one-descriptor frame that fits a Quiver buffer is received
+//! without a copy: the Quiver buffer is an external-payload buffer (see
+//! `dataplane::buffer::ExternalSource`) naming the frame in the queue's
+//! [`HeldFrames`](memif::queue::HeldFrames), and the frame's ring slot stays taken (slots go
+//! back to the peer in ring order) until the buffer is freed or copied in. The peer's memory is
+//! still never parsed in place: a node that reads or writes the bytes gets them copied into the
+//! Quiver buffer first. A memif transmit copies an external frame from the other peer's memory
+//! straight into its own peer's (`tx-peer-to-peer`); any other frame from the Quiver buffer.
+//! Chained frames and IP mode (which adds a header) copy on receive (`rx-copied`).
 //!
 //! In IP mode the peer sends bare IP packets: a receive adds an Ethernet header (to the port's
 //! MAC, ethertype from the IP version) so the graph sees what it always sees, and a transmit
@@ -29,7 +28,9 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use dataplane::buffer::ExternalSource;
 use dataplane::{RxQueue, TxQueue, WorkerBuffers};
+use memif::queue::{HeldFrames, Hold, HoldSink, Taken};
 use memif::{
     Interface, InterfaceConfig, Master, MasterConfig, Mode, PeerFrame, Role, Slave, SocketAddress,
     TxSource,
@@ -126,6 +127,14 @@ struct QueueCounters {
     rx_packets: AtomicU64,
     rx_bytes: AtomicU64,
     rx_no_buffer: AtomicU64,
+    /// Frames received without a copy (left in the peer's memory).
+    rx_zero_copy: AtomicU64,
+    /// Frames copied into Quiver buffers on receive.
+    rx_copied: AtomicU64,
+    /// Frames received without a copy and not released yet, as of the queue's last poll.
+    rx_held: AtomicU64,
+    /// Frames copied straight from another memif peer's memory into this one's.
+    tx_peer_to_peer: AtomicU64,
     tx_packets: AtomicU64,
     tx_bytes: AtomicU64,
     tx_link_down: AtomicU64,
@@ -219,6 +228,8 @@ impl Port for MemifPort {
                 queue: None,
                 ip_header: ip.then(|| ip_mode_header(self.config.mac)),
                 allocated: [0; 256],
+                source: None,
+                retiring: Vec::new(),
             }),
             tx: Box::new(MemifTx {
                 slots: slots.clone(),
@@ -233,8 +244,13 @@ impl Port for MemifPort {
         let mut s = PortStats::default();
         let mut no_buffer = 0;
         let (mut link_down, mut too_short) = (0, 0);
+        let (mut zero_copy, mut copied, mut held, mut p2p) = (0, 0, 0, 0);
         for w in &self.workers {
             let c = &w.counters;
+            zero_copy += c.rx_zero_copy.load(Ordering::Relaxed);
+            copied += c.rx_copied.load(Ordering::Relaxed);
+            held += c.rx_held.load(Ordering::Relaxed);
+            p2p += c.tx_peer_to_peer.load(Ordering::Relaxed);
             s.rx_packets += c.rx_packets.load(Ordering::Relaxed);
             s.rx_bytes += c.rx_bytes.load(Ordering::Relaxed);
             no_buffer += c.rx_no_buffer.load(Ordering::Relaxed);
@@ -253,6 +269,10 @@ impl Port for MemifPort {
         s.tx_dropped = m.tx_dropped + link_down + too_short;
         s.detail = vec![
             ("rx-no-buffer".into(), no_buffer),
+            ("rx-zero-copy".into(), zero_copy),
+            ("rx-copied".into(), copied),
+            ("rx-held".into(), held),
+            ("tx-peer-to-peer".into(), p2p),
             ("tx-link-down".into(), link_down),
             ("tx-too-short".into(), too_short),
             ("memif-tx-dropped".into(), m.tx_dropped),
@@ -285,18 +305,74 @@ struct MemifRx {
     queue: Option<memif::RxQueue>,
     ip_header: Option<[u8; ETH_HEADER]>,
     allocated: [u32; 256],
+    /// The current connection's held frames and their source id in the worker's buffers
+    /// (ETHERNET mode: IP mode adds a header, so it copies).
+    source: Option<(u32, Arc<HeldFrames>)>,
+    /// Held frames of earlier connections still in flight: forgotten by the worker's buffers
+    /// once all are released.
+    retiring: Vec<Arc<HeldFrames>>,
+}
+
+/// A memif queue's held frames as the source of Quiver's external-payload buffers.
+struct HeldSource(Arc<HeldFrames>);
+
+impl ExternalSource for HeldSource {
+    fn copy_out(&self, token: u32, dst: &mut [u8]) -> bool {
+        self.0.copy_out(token, 0, dst)
+    }
+
+    fn release(&self, token: u32) {
+        self.0.release(token);
+    }
+
+    fn is_retired(&self) -> bool {
+        self.0.is_retired()
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+impl MemifRx {
+    /// Takes a new queue (or none) from the control thread: the old connection's held frames
+    /// retire, the new queue holds frames when the port is in ETHERNET mode.
+    fn switch(&mut self, buffers: &mut WorkerBuffers, q: Option<memif::RxQueue>) {
+        self.queue = q;
+        if let Some((_, old)) = self.source.take() {
+            self.retiring.push(old);
+        }
+        if let (Some(q), None) = (self.queue.as_mut(), self.ip_header) {
+            let held = q.enable_holding();
+            let id = buffers.register_external(Arc::new(HeldSource(held.clone())));
+            self.source = Some((id, held));
+        }
+    }
 }
 
 impl RxQueue for MemifRx {
     fn receive(&mut self, buffers: &mut WorkerBuffers, out: &mut [u32]) -> usize {
         if let Some(q) = self.slots.rx.take_if_changed(&mut self.seen) {
-            self.queue = q;
+            self.switch(buffers, q);
+        }
+        if !self.retiring.is_empty() {
+            let before = self.retiring.len();
+            self.retiring.retain(|h| !h.is_retired());
+            if self.retiring.len() < before {
+                buffers.prune_external();
+            }
         }
         let Some(q) = self.queue.as_mut() else {
             return 0;
         };
+        let c = &self.slots.counters;
         let want = q.ready().min(out.len()).min(self.allocated.len());
         if want == 0 {
+            // Slots of frames released since the last burst go back to the peer.
+            q.give_back();
+            if let Some((_, h)) = &self.source {
+                c.rx_held.store(h.in_flight(), Ordering::Relaxed);
+            }
             return 0;
         }
         let got = buffers.alloc_up_to(&mut self.allocated[..want]);
@@ -304,17 +380,23 @@ impl RxQueue for MemifRx {
             buffers,
             bufs: &self.allocated[..got],
             filled: 0,
+            held: 0,
             bytes: 0,
             header: self.ip_header,
+            source: self.source.as_ref().map(|(id, _)| *id),
             no_buffer: false,
         };
-        let n = q.receive(got, &mut sink);
-        let (bytes, no_buffer) = (sink.bytes, sink.no_buffer);
+        let n = q.receive_holding(got, &mut sink);
+        let (bytes, held, no_buffer) = (sink.bytes, sink.held, sink.no_buffer);
         out[..n].copy_from_slice(&self.allocated[..n]);
         buffers.free(&self.allocated[n..got]);
-        let c = &self.slots.counters;
         bump(&c.rx_packets, n as u64);
         bump(&c.rx_bytes, bytes);
+        bump(&c.rx_zero_copy, held);
+        bump(&c.rx_copied, n as u64 - held);
+        if let Some((_, h)) = &self.source {
+            c.rx_held.store(h.in_flight(), Ordering::Relaxed);
+        }
         if no_buffer || (got < want && n == got) {
             bump(&c.rx_no_buffer, 1);
         }
@@ -322,22 +404,49 @@ impl RxQueue for MemifRx {
     }
 }
 
-/// Copies received frames into freshly allocated Quiver buffers.
+/// Puts received frames into freshly allocated Quiver buffers: a one-descriptor frame that
+/// fits one buffer stays in the peer's memory (an external-payload buffer, copied only when
+/// something reads it, or straight into another memif peer's memory on transmit); others
+/// are copied.
 struct IntoBuffers<'a> {
     buffers: &'a mut WorkerBuffers,
     bufs: &'a [u32],
     filled: usize,
+    held: u64,
     bytes: u64,
     header: Option<[u8; ETH_HEADER]>,
+    /// The held frames' source id in `buffers`, when this queue holds frames.
+    source: Option<u32>,
     no_buffer: bool,
 }
 
-impl memif::RxSink for IntoBuffers<'_> {
+impl HoldSink for IntoBuffers<'_> {
     #[inline]
-    fn deliver(&mut self, frame: &PeerFrame<'_>) -> bool {
+    fn take(&mut self, frame: &PeerFrame<'_>, hold: Option<Hold>) -> Taken {
         let Some(&bi) = self.bufs.get(self.filled) else {
-            return false;
+            return Taken::NoRoom;
         };
+        if let (Some(h), Some(source), None) = (hold, self.source, self.header) {
+            let fits = u16::try_from(frame.len()).ok();
+            if fits.is_some_and(|len| self.buffers.attach_external(bi, source, h.token(), len)) {
+                self.filled += 1;
+                self.held += 1;
+                self.bytes += frame.len() as u64;
+                return Taken::Held;
+            }
+        }
+        if self.copy(bi, frame) {
+            Taken::Copied
+        } else {
+            Taken::NoRoom
+        }
+    }
+}
+
+impl IntoBuffers<'_> {
+    /// Copies `frame` into `bi` (and a chain when it is longer than one buffer).
+    #[inline]
+    fn copy(&mut self, bi: u32, frame: &PeerFrame<'_>) -> bool {
         let prefix = if self.header.is_some() { ETH_HEADER } else { 0 };
         let total = frame.len() + prefix;
         let seg_size = usize::from(self.buffers.data_size());
@@ -401,20 +510,27 @@ impl TxQueue for MemifTx {
             skip: self.skip,
         };
         let n = q.transmit(&src);
-        let (mut bytes, mut short) = (0u64, 0u64);
+        let (mut bytes, mut short, mut p2p) = (0u64, 0u64, 0u64);
         for &bi in &packets[..n] {
             let len = buffers.meta(bi).total_length() as usize;
             if len <= self.skip {
                 short += 1;
             } else {
                 bytes += (len - self.skip) as u64;
+                // Still external after the transmit: copied from the other peer directly.
+                p2p += u64::from(buffers.external(bi).is_some());
             }
         }
         bump(&c.tx_packets, n as u64 - short);
         bump(&c.tx_bytes, bytes);
         bump(&c.tx_too_short, short);
+        bump(&c.tx_peer_to_peer, p2p);
         buffers.free(&packets[..n]);
         n
+    }
+
+    fn copies_external(&self) -> bool {
+        true
     }
 }
 
@@ -436,6 +552,27 @@ impl TxSource for FromBuffers<'_> {
         // A frame no longer than the header left out is sent as nothing: memif drops and counts
         // empty frames.
         len.saturating_sub(self.skip)
+    }
+
+    /// A frame received on a memif port of this worker and not copied yet is copied from
+    /// that peer's memory straight into this one's.
+    #[inline]
+    fn held(&self, i: usize) -> Option<(&HeldFrames, u32, usize)> {
+        let bi = self.packets[i];
+        let (source, token) = self.buffers.external(bi)?;
+        let held = &source.as_any().downcast_ref::<HeldSource>()?.0;
+        let meta = self.buffers.meta(bi);
+        if meta.next().is_some() {
+            return None;
+        }
+        // The window may have moved (metadata only) inside the frame.
+        let start =
+            usize::from(meta.data_offset()).checked_sub(usize::from(self.buffers.headroom()))?;
+        let end = start + usize::from(meta.length());
+        if end > held.len(token) {
+            return None;
+        }
+        Some((held, token, start + self.skip))
     }
 
     #[inline]

@@ -6,10 +6,15 @@
 //! copied exactly once, from the peer's buffer straight into wherever the application wants it
 //! (a packet buffer of a forwarder, say). Transmitted frames come from any [`TxSource`] and are
 //! copied once, into the peer's buffer.
+//!
+//! A detached [`RxQueue`] can also receive without copying ([`RxQueue::receive_holding`]): a
+//! one-descriptor frame stays in the peer's memory, named by a token of the queue's
+//! [`HeldFrames`], its slot kept from the peer until released. A frame held from one peer can be
+//! transmitted to another ([`TxSource::held`]): one copy, region to region.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 
@@ -172,6 +177,261 @@ pub trait TxSource {
     /// The contiguous bytes of frame `i` starting at `offset` (non-empty while
     /// `offset < frame_len(i)`).
     fn bytes_at(&self, i: usize, offset: usize) -> &[u8];
+    /// When frame `i` is a frame held in another peer's memory (see [`HeldFrames`]): where,
+    /// as (frames, token, offset of frame `i`'s first byte in the held frame). It is then
+    /// copied from that memory straight into this peer's, and [`TxSource::bytes_at`] is not
+    /// asked for it. `None` (the default): read it with `bytes_at`.
+    fn held(&self, i: usize) -> Option<(&HeldFrames, u32, usize)> {
+        let _ = i;
+        None
+    }
+}
+
+/// What a [`HoldSink`] did with a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Taken {
+    /// Copied out: the frame's slot can go back to the peer.
+    Copied,
+    /// Kept in the peer's memory under the [`Hold`] it was offered: the slot stays taken until
+    /// [`HeldFrames::release`] is called with its token.
+    Held,
+    /// No room: the frame stays in the ring for the next burst and the burst ends.
+    NoRoom,
+}
+
+/// The right to keep a received frame in the peer's memory, offered for one-descriptor frames
+/// by [`RxQueue::receive_holding`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hold {
+    token: u32,
+}
+
+impl Hold {
+    /// The token naming the frame in its [`HeldFrames`].
+    pub fn token(&self) -> u32 {
+        self.token
+    }
+}
+
+/// Where a receive burst that may hold frames puts them.
+pub trait HoldSink {
+    /// Copies `frame` out, or (when offered a `hold`) keeps it where it is, or has no room.
+    fn take(&mut self, frame: &PeerFrame<'_>, hold: Option<Hold>) -> Taken;
+}
+
+/// One held slot: a private, validated copy of its descriptor, and whether it is held.
+#[derive(Debug, Default)]
+struct HeldSlot {
+    offset: AtomicU64,
+    /// Region index (high 32 bits) and length (low 32 bits).
+    region_len: AtomicU64,
+    held: AtomicBool,
+}
+
+/// Frames a detached [`RxQueue`] received without copying, still in the peer's memory and
+/// named by token (their ring slot). Shared by the queue and whoever holds the frames: it keeps
+/// the connection's memory mapped while the queue lives or any frame is held, so a held frame
+/// stays readable after the peer left (its bytes then are whatever the peer last wrote), and
+/// lets go of it with the last release after the queue is dropped.
+///
+/// The frame's bytes are only ever copied out (the peer may change them at any time); each
+/// token is released exactly once, by the holder, on the holder's thread; the queue gives the
+/// slots back to the peer in ring order, so one frame held long holds back the slots after it.
+#[derive(Debug)]
+pub struct HeldFrames {
+    /// The connection's regions, read only for a held frame: valid while `keep` holds the
+    /// connection's memory, which it does until the queue is gone and no frame is held.
+    regions: *const [Region],
+    /// The connection's memory, let go of (unmapped, its fds closed, unless the queue or the
+    /// interface still has it) as soon as nothing can read it through `regions` any more.
+    keep: Mutex<Option<Arc<Shared>>>,
+    slots: Box<[HeldSlot]>,
+    /// Frames held so far (written by the receiving queue only).
+    taken: AtomicU64,
+    /// Frames released so far (written by the holder only).
+    returned: AtomicU64,
+    /// Releases of a token that was not held (a holder's bug, ignored).
+    bad_releases: AtomicU64,
+    /// Set when the queue is dropped: no frame will be held any more.
+    queue_gone: AtomicBool,
+}
+
+#[inline]
+fn bump_single(c: &AtomicU64) {
+    // Single writer: a plain load and store, no locked instruction.
+    c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+}
+
+// SAFETY: `regions` points into the `Shared` that `keep` owns and is dereferenced only while a
+// frame is held, when `keep` still owns it (see `retire_if_done`); `Region` is `Sync`, and
+// everything else is atomics and a mutex.
+unsafe impl Send for HeldFrames {}
+// SAFETY: as above.
+unsafe impl Sync for HeldFrames {}
+
+impl HeldFrames {
+    fn new(shared: Arc<Shared>, slots: u16) -> HeldFrames {
+        HeldFrames {
+            regions: shared.regions.as_slice() as *const [Region],
+            keep: Mutex::new(Some(shared)),
+            slots: (0..slots).map(|_| HeldSlot::default()).collect(),
+            taken: AtomicU64::new(0),
+            returned: AtomicU64::new(0),
+            bad_releases: AtomicU64::new(0),
+            queue_gone: AtomicBool::new(false),
+        }
+    }
+
+    fn hold(&self, token: u32, seg: Segment) {
+        let Some(s) = self.slots.get(token as usize) else {
+            return;
+        };
+        s.offset.store(seg.offset, Ordering::Relaxed);
+        s.region_len.store(
+            (u64::from(seg.region) << 32) | u64::from(seg.len),
+            Ordering::Relaxed,
+        );
+        s.held.store(true, Ordering::Release);
+        bump_single(&self.taken);
+    }
+
+    /// The held frame `token`: (region, offset, length), or `None` if it is not held.
+    #[inline]
+    fn frame(&self, token: u32) -> Option<(&Region, u64, usize)> {
+        let s = self.slots.get(token as usize)?;
+        if !s.held.load(Ordering::Acquire) {
+            return None;
+        }
+        let rl = s.region_len.load(Ordering::Relaxed);
+        // SAFETY: a frame is held, so the queue is alive or the last release has not happened:
+        // `keep` still owns the `Shared` the pointer points into (its `regions` never change).
+        let regions = unsafe { &*self.regions };
+        let region = regions.get((rl >> 32) as usize)?;
+        Some((
+            region,
+            s.offset.load(Ordering::Relaxed),
+            (rl & 0xffff_ffff) as usize,
+        ))
+    }
+
+    /// Length of the held frame `token` (0 if it is not held).
+    pub fn len(&self, token: u32) -> usize {
+        self.frame(token).map_or(0, |(_, _, len)| len)
+    }
+
+    /// Copies bytes `[offset, offset + dst.len())` of the held frame `token` into `dst`;
+    /// false, copying nothing, when the frame is not held or the range is not inside it.
+    pub fn copy_out(&self, token: u32, offset: usize, dst: &mut [u8]) -> bool {
+        match self.frame(token) {
+            Some((region, at, len)) if offset.checked_add(dst.len()).is_some_and(|e| e <= len) => {
+                region.copy_out(at + offset as u64, dst)
+            }
+            _ => false,
+        }
+    }
+
+    /// Copies `len` bytes from `offset` of the held frame `token` into `dst` at `dst_offset`
+    /// (another peer's region); false, copying nothing, when a range is out of bounds.
+    fn copy_into(
+        &self,
+        token: u32,
+        offset: usize,
+        dst: &Region,
+        dst_offset: u64,
+        len: usize,
+    ) -> bool {
+        match self.frame(token) {
+            Some((region, at, flen)) if offset.checked_add(len).is_some_and(|e| e <= flen) => {
+                region.copy_to(at + offset as u64, dst, dst_offset, len)
+            }
+            _ => false,
+        }
+    }
+
+    /// Gives the frame `token` back: its slot returns to the peer with the queue's next burst
+    /// (once every slot before it is back too). A token not held is counted and ignored.
+    pub fn release(&self, token: u32) {
+        match self.slots.get(token as usize) {
+            Some(s) if s.held.load(Ordering::Relaxed) => {
+                s.held.store(false, Ordering::Release);
+                bump_single(&self.returned);
+                if self.queue_gone.load(Ordering::Acquire) {
+                    self.retire_if_done();
+                }
+            }
+            _ => bump_single(&self.bad_releases),
+        }
+    }
+
+    /// Frames held and not released yet.
+    pub fn in_flight(&self) -> u64 {
+        self.taken
+            .load(Ordering::Acquire)
+            .wrapping_sub(self.returned.load(Ordering::Acquire))
+    }
+
+    /// Releases of tokens that were not held.
+    pub fn bad_releases(&self) -> u64 {
+        self.bad_releases.load(Ordering::Relaxed)
+    }
+
+    /// Whether the queue is gone and no frame is held: nothing will use this any more.
+    pub fn is_retired(&self) -> bool {
+        self.queue_gone.load(Ordering::Acquire) && self.in_flight() == 0
+    }
+
+    /// Whether this still keeps the connection's memory mapped (until it retires).
+    pub fn keeps_memory(&self) -> bool {
+        self.keep
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
+    /// Once retired, lets go of the connection's memory: no frame is held and none will be, so
+    /// `regions` is never read again.
+    #[cold]
+    fn retire_if_done(&self) {
+        if self.is_retired() {
+            let gone = self.keep.lock().unwrap_or_else(|e| e.into_inner()).take();
+            drop(gone);
+        }
+    }
+
+    fn is_held(&self, slot: usize) -> bool {
+        self.slots
+            .get(slot)
+            .is_some_and(|s| s.held.load(Ordering::Acquire))
+    }
+}
+
+/// A detached receive queue's holding state.
+#[derive(Debug)]
+struct HoldState {
+    frames: Arc<HeldFrames>,
+    /// The slots before this index are back with the peer (master: the tail written; slave:
+    /// the buffers posted again); from here to the queue's `idx` they are received, some held.
+    released: u16,
+}
+
+/// Gives back to the peer the slots from `h.released` up to the first still held.
+fn reclaim(shared: &Shared, q: &mut Queue, role: Role, h: &mut HoldState) {
+    let Some(r) = shared.ring(q) else {
+        return;
+    };
+    let mask = usize::from(r.size() - 1);
+    let mut b = h.released;
+    while b != q.idx && !h.frames.is_held(usize::from(b) & mask) {
+        b = b.wrapping_add(1);
+    }
+    if b == h.released {
+        return;
+    }
+    h.released = b;
+    match role {
+        Role::Master => r.tail().store(b, Ordering::Release),
+        Role::Slave => refill_upto(r, q, shared.buffer_size, b),
+    }
 }
 
 impl TxSource for [&[u8]] {
@@ -225,13 +485,57 @@ pub(crate) fn receive(
     max: usize,
     sink: &mut impl RxSink,
 ) -> usize {
+    receive_holding(
+        shared,
+        q,
+        role,
+        scratch,
+        counters,
+        max,
+        &mut CopyingSink(sink),
+        None,
+    )
+}
+
+/// An [`RxSink`] as a [`HoldSink`] that never holds.
+struct CopyingSink<'s, S: ?Sized>(&'s mut S);
+
+impl<S: RxSink + ?Sized> HoldSink for CopyingSink<'_, S> {
+    #[inline]
+    fn take(&mut self, frame: &PeerFrame<'_>, _hold: Option<Hold>) -> Taken {
+        if self.0.deliver(frame) {
+            Taken::Copied
+        } else {
+            Taken::NoRoom
+        }
+    }
+}
+
+/// [`receive`], where `hold` (a detached queue's [`HeldFrames`]) lets the sink keep frames in
+/// the peer's memory: their slots are given back to the peer only once released, in ring order.
+#[allow(clippy::too_many_arguments)]
+fn receive_holding(
+    shared: &Shared,
+    q: &mut Queue,
+    role: Role,
+    scratch: &mut RxScratch,
+    counters: &mut Counters,
+    max: usize,
+    sink: &mut impl HoldSink,
+    mut hold: Option<&mut HoldState>,
+) -> usize {
     let Some(r) = shared.ring(q) else {
         return 0;
     };
     let n = r.size();
+    // Slots received but still held: the peer cannot have refilled them yet.
+    let unreleased = hold.as_ref().map_or(0, |h| q.idx.wrapping_sub(h.released));
     // The producer's index: head on S2M (master rx), tail on M2S (slave rx).
     let (produced, limit) = match role {
-        Role::Master => (r.head().load(Ordering::Acquire), n),
+        Role::Master => (
+            r.head().load(Ordering::Acquire),
+            n.saturating_sub(unreleased),
+        ),
         Role::Slave => (
             r.tail().load(Ordering::Acquire),
             q.posted.wrapping_sub(q.idx).min(n),
@@ -289,15 +593,35 @@ pub(crate) fn receive(
                     segments,
                     len: total,
                 };
-                if !sink.deliver(&frame) {
-                    cur = chain_start;
-                    break;
+                // Only a one-descriptor frame can be held: its slot is its whole buffer.
+                let offer = match (&hold, segments.len()) {
+                    (Some(_), 1) => Some(Hold {
+                        token: u32::from(chain_start & (n - 1)),
+                    }),
+                    _ => None,
+                };
+                match sink.take(&frame, offer) {
+                    Taken::NoRoom => {
+                        cur = chain_start;
+                        break;
+                    }
+                    Taken::Copied => {}
+                    Taken::Held => {
+                        if let (Some(h), Some(o)) = (hold.as_deref_mut(), offer) {
+                            h.frames.hold(o.token, segments[0]);
+                        }
+                    }
                 }
                 counters.rx_packets += 1;
                 counters.rx_bytes += total as u64;
                 delivered += 1;
             }
         }
+    }
+    if let Some(h) = hold {
+        q.idx = cur;
+        reclaim(shared, q, role, h);
+        return delivered;
     }
     if cur != start {
         q.idx = cur;
@@ -486,6 +810,9 @@ fn copy_piece(
     from: usize,
     take: usize,
 ) -> bool {
+    if let Some((held, token, start)) = src.held(i) {
+        return held.copy_into(token, start + from, region, at, take);
+    }
     let mut copied = 0;
     while copied < take {
         let bytes = src.bytes_at(i, from + copied);
@@ -500,8 +827,14 @@ fn copy_piece(
 
 /// Slave receive ring: post every free buffer (slot s always uses buffer s) and publish head.
 pub(crate) fn refill(r: RingRef<'_>, q: &mut Queue, buffer_size: u32) {
+    let consumed = q.idx;
+    refill_upto(r, q, buffer_size, consumed);
+}
+
+/// [`refill`] where the slots from `consumed` on are not free yet (held frames).
+fn refill_upto(r: RingRef<'_>, q: &mut Queue, buffer_size: u32, consumed: u16) {
     let n = r.size();
-    let outstanding = q.posted.wrapping_sub(q.idx);
+    let outstanding = q.posted.wrapping_sub(consumed);
     if outstanding >= n {
         return;
     }
@@ -563,6 +896,16 @@ pub struct RxQueue {
     role: Role,
     scratch: RxScratch,
     counters: Arc<SharedCounters>,
+    hold: Option<HoldState>,
+}
+
+impl Drop for RxQueue {
+    fn drop(&mut self) {
+        if let Some(h) = &self.hold {
+            h.frames.queue_gone.store(true, Ordering::Release);
+            h.frames.retire_if_done();
+        }
+    }
 }
 
 /// A transmit queue detached from its [`Interface`](crate::Interface); see [`RxQueue`].
@@ -587,7 +930,56 @@ impl RxQueue {
             role,
             scratch: RxScratch::new(),
             counters,
+            hold: None,
         }
+    }
+
+    /// Lets [`RxQueue::receive_holding`] keep frames in the peer's memory; returns the
+    /// [`HeldFrames`] that names them (the same one on every call).
+    pub fn enable_holding(&mut self) -> Arc<HeldFrames> {
+        if let Some(h) = &self.hold {
+            return h.frames.clone();
+        }
+        let size = self.shared.ring(&self.q).map_or(0, |r| r.size());
+        let frames = Arc::new(HeldFrames::new(self.shared.clone(), size));
+        self.hold = Some(HoldState {
+            frames: frames.clone(),
+            released: self.q.idx,
+        });
+        frames
+    }
+
+    /// Gives back to the peer the slots of held frames released since the last burst (the
+    /// bursts do it too).
+    pub fn give_back(&mut self) {
+        if let Some(h) = self.hold.as_mut() {
+            if self.shared.is_live() {
+                reclaim(&self.shared, &mut self.q, self.role, h);
+            }
+        }
+    }
+
+    /// Like [`RxQueue::receive`], but `sink` may keep one-descriptor frames in the peer's
+    /// memory (after [`RxQueue::enable_holding`]; before, every frame is offered without a
+    /// hold). Also gives back to the peer the slots of frames released since the last call,
+    /// so call it regularly even when [`RxQueue::ready`] says 0.
+    pub fn receive_holding(&mut self, max: usize, sink: &mut impl HoldSink) -> usize {
+        if !self.shared.is_live() {
+            return 0;
+        }
+        let mut delta = Counters::default();
+        let n = receive_holding(
+            &self.shared,
+            &mut self.q,
+            self.role,
+            &mut self.scratch,
+            &mut delta,
+            max,
+            sink,
+            self.hold.as_mut(),
+        );
+        self.counters.add(&delta);
+        n
     }
 
     /// Whether the connection this queue belongs to is still up.
@@ -607,21 +999,7 @@ impl RxQueue {
     /// Receives up to `max` frames into `sink`; returns how many it took. Bad descriptors are
     /// dropped and counted on the interface.
     pub fn receive(&mut self, max: usize, sink: &mut impl RxSink) -> usize {
-        if !self.shared.is_live() {
-            return 0;
-        }
-        let mut delta = Counters::default();
-        let n = receive(
-            &self.shared,
-            &mut self.q,
-            self.role,
-            &mut self.scratch,
-            &mut delta,
-            max,
-            sink,
-        );
-        self.counters.add(&delta);
-        n
+        self.receive_holding(max, &mut CopyingSink(sink))
     }
 }
 

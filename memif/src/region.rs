@@ -160,6 +160,26 @@ impl Region {
         true
     }
 
+    /// Copy `len` bytes from this region at `offset` into `dst` (another region) at
+    /// `dst_offset`: one copy from one peer's memory into another's, with no reference into
+    /// either. Returns false (copying nothing) if either range is not inside its region.
+    pub fn copy_to(&self, offset: u64, dst: &Region, dst_offset: u64, len: usize) -> bool {
+        if !self.contains(offset, len as u64) || !dst.contains(dst_offset, len as u64) {
+            return false;
+        }
+        // SAFETY: both ranges were just checked to lie inside live mappings (the destination
+        // writable). They are raw bytes with no type invariants; `copy` (memmove) stays correct
+        // even if both regions are the same one, or map the same file.
+        unsafe {
+            std::ptr::copy(
+                self.base.as_ptr().add(offset as usize),
+                dst.base.as_ptr().add(dst_offset as usize),
+                len,
+            );
+        }
+        true
+    }
+
     /// Volatile read of `N` bytes at `offset` into a private copy.
     pub fn read_bytes<const N: usize>(&self, offset: u64) -> Option<[u8; N]> {
         if !self.contains(offset, N as u64) {
@@ -229,6 +249,20 @@ mod tests {
         assert!(r.atomic_u16(4094).is_some());
         // Sealed against shrinking.
         assert!(nix::unistd::ftruncate(r.fd(), 100).is_err());
+    }
+
+    #[test]
+    fn region_to_region_copies_are_bounds_checked() {
+        let a = Region::create("a", 4096).unwrap();
+        let b = Region::create("b", 4096).unwrap();
+        assert!(a.copy_in(100, b"frame"));
+        assert!(a.copy_to(100, &b, 4091, 5));
+        let mut out = [0u8; 5];
+        assert!(b.copy_out(4091, &mut out));
+        assert_eq!(&out, b"frame");
+        assert!(!a.copy_to(100, &b, 4092, 5), "past the destination's end");
+        assert!(!a.copy_to(4092, &b, 0, 5), "past the source's end");
+        assert!(!a.copy_to(u64::MAX - 1, &b, 0, 5));
     }
 
     #[test]

@@ -83,6 +83,7 @@ pub struct BufferPool {
     free: Mutex<Vec<u32>>,
     caches: Mutex<Vec<Arc<AtomicUsize>>>,
     double_frees: AtomicU64,
+    materialised: AtomicU64,
 }
 
 // SAFETY: the raw base pointer in `layout` points into `region`, which the pool owns; access to a
@@ -154,6 +155,7 @@ impl BufferPool {
             free: Mutex::new((0..config.buffers).rev().collect()),
             caches: Mutex::new(Vec::new()),
             double_frees: AtomicU64::new(0),
+            materialised: AtomicU64::new(0),
         }))
     }
 
@@ -189,6 +191,13 @@ impl BufferPool {
     /// Frees of a buffer that was already free (a bug somewhere, caught and ignored).
     pub fn double_free_count(&self) -> u64 {
         self.double_frees.load(Ordering::Relaxed)
+    }
+
+    /// External-payload buffers (see [`super::ExternalSource`]) whose bytes were copied into
+    /// the buffer because something read or wrote them: each is one copy more than a driver
+    /// that received without copying saved.
+    pub fn materialised_count(&self) -> u64 {
+        self.materialised.load(Ordering::Relaxed)
     }
 
     /// Whether the buffers live in hugepages.
@@ -277,6 +286,10 @@ impl BufferPool {
 
     pub(crate) fn layout(&self) -> Layout {
         self.layout
+    }
+
+    pub(crate) fn note_materialised(&self) {
+        self.materialised.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn note_double_free(&self) {

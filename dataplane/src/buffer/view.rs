@@ -4,8 +4,9 @@ use std::marker::PhantomData;
 
 use crate::memory::prefetch;
 
+use super::external::{self, ExternalState};
 use super::meta::BufferMeta;
-use super::pool::Layout;
+use super::pool::{BufferPool, Layout};
 #[cfg(doc)]
 use super::worker::WorkerBuffers;
 
@@ -25,19 +26,23 @@ pub struct BufferView<'a> {
     /// Headroom plus data size: the bytes after the metadata.
     area: u16,
     headroom: u16,
+    /// The worker's external buffers, when it has any as the view is made (none become
+    /// external while it lives: only the handle it borrows attaches them).
+    external: Option<(&'a ExternalState, &'a BufferPool)>,
     _buffers: PhantomData<&'a mut super::worker::WorkerBuffers>,
 }
 
-impl BufferView<'_> {
+impl<'a> BufferView<'a> {
     /// A view made from `layout`, for as long as the `WorkerBuffers` it came from is borrowed.
     #[inline(always)]
-    pub(super) fn new(layout: &Layout) -> Self {
+    pub(super) fn new(layout: &Layout, external: &'a ExternalState, pool: &'a BufferPool) -> Self {
         BufferView {
             meta_base: layout.base.wrapping_add(layout.meta_offset),
             stride: layout.stride,
             count: layout.count,
             area: layout.area,
             headroom: layout.headroom,
+            external: external.any().then_some((external, pool)),
             _buffers: PhantomData,
         }
     }
@@ -97,10 +102,35 @@ impl BufferView<'_> {
         unsafe { &mut *self.meta_ptr(bi) }
     }
 
+    /// Copies an external buffer's bytes into it before they are handed out (see the
+    /// [`external`](super::external) module).
+    #[inline(always)]
+    fn materialise_if_external(&self, meta: *mut BufferMeta, bi: u32) {
+        if let Some((ext, pool)) = self.external {
+            if ext.any() && ext.is_marked(bi) {
+                // SAFETY: `bi` is in bounds (its metadata pointer was checked) and marked, so
+                // its area (after the 64-byte metadata) holds its ref and nothing references
+                // the area; the attached length fits after the headroom.
+                unsafe { external::materialise(ext, bi, meta.cast::<u8>().add(64), self.headroom) };
+                pool.note_materialised();
+            }
+        }
+    }
+
+    /// Bytes of packet data in this buffer (the window's length, as
+    /// [`BufferView::meta_and_data_mut`] would give them), without touching the bytes: an
+    /// external buffer stays external.
+    #[inline(always)]
+    pub fn data_len(&self, bi: u32) -> usize {
+        // SAFETY: in bounds and aligned (`meta_ptr`); only read, and `&self` borrows the view.
+        self.window(unsafe { &*self.meta_ptr(bi) }).1
+    }
+
     /// Metadata and packet bytes together (see [`WorkerBuffers::meta_and_data_mut`]).
     #[inline(always)]
     pub fn meta_and_data_mut(&mut self, bi: u32) -> (&mut BufferMeta, &mut [u8]) {
         let meta = self.meta_ptr(bi);
+        self.materialise_if_external(meta, bi);
         // SAFETY: as in `meta_mut`.
         let (off, len) = self.window(unsafe { &*meta });
         // SAFETY: the metadata and the area after it are disjoint parts of the buffer; the
@@ -120,6 +150,7 @@ impl BufferView<'_> {
         bi: u32,
     ) -> (&mut BufferMeta, &mut [u8], &mut [u8]) {
         let meta = self.meta_ptr(bi);
+        self.materialise_if_external(meta, bi);
         // SAFETY: as in `meta_mut`.
         let (off, len) = self.window(unsafe { &*meta });
         // SAFETY: `[0, off + len)` lies inside the area (the window does), disjoint from the

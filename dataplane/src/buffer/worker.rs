@@ -4,6 +4,7 @@ use crate::memory::prefetch;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use super::external::{self, ExternalSource, ExternalState};
 use super::meta::{flags, BufferMeta, INVALID_INDEX};
 use super::pool::{BufferPool, Layout, PoolExhausted};
 use super::view::BufferView;
@@ -24,6 +25,7 @@ pub struct WorkerBuffers {
     cache: Vec<u32>,
     gauge: Arc<AtomicUsize>,
     pool: Arc<BufferPool>,
+    external: ExternalState,
 }
 
 // SAFETY: the raw pointer in `layout` points into the pool's region, which `pool` keeps alive;
@@ -37,6 +39,7 @@ impl WorkerBuffers {
             cache: Vec::with_capacity(SPILL_ABOVE + REFILL + crate::FRAME_SIZE),
             gauge,
             pool,
+            external: ExternalState::default(),
         }
     }
 
@@ -107,6 +110,9 @@ impl WorkerBuffers {
     /// A buffer that is already free is counted as a double free and skipped, so a bug elsewhere
     /// cannot give one buffer two owners.
     pub fn free(&mut self, packets: &[u32]) {
+        if self.external.any() {
+            self.release_external(packets);
+        }
         let mut rest = packets;
         while !rest.is_empty() {
             let done = self.free_single_buffers(rest);
@@ -226,6 +232,7 @@ impl WorkerBuffers {
     /// The packet bytes in this buffer (not its chain).
     #[inline(always)]
     pub fn data(&self, bi: u32) -> &[u8] {
+        self.materialise_if_external(bi);
         let (off, len) = self.window(self.meta(bi));
         // SAFETY: `window` keeps `off + len` within the area, which lies inside the region; the
         // buffer is owned by this worker, so nothing writes it while the slice lives.
@@ -235,6 +242,7 @@ impl WorkerBuffers {
     /// The packet bytes in this buffer, for writing.
     #[inline(always)]
     pub fn data_mut(&mut self, bi: u32) -> &mut [u8] {
+        self.materialise_if_external(bi);
         let (off, len) = self.window(self.meta(bi));
         // SAFETY: as in `data`; `&mut self` makes this the only live reference into the buffer.
         unsafe { std::slice::from_raw_parts_mut(self.area_ptr(bi).add(off), len) }
@@ -243,6 +251,7 @@ impl WorkerBuffers {
     /// Metadata and packet bytes together, for nodes that need both at once.
     #[inline(always)]
     pub fn meta_and_data_mut(&mut self, bi: u32) -> (&mut BufferMeta, &mut [u8]) {
+        self.materialise_if_external(bi);
         let (off, len) = self.window(self.meta(bi));
         let meta = self.meta_ptr(bi);
         // SAFETY: the metadata and the area are disjoint parts of the buffer; both in bounds as in
@@ -257,6 +266,7 @@ impl WorkerBuffers {
     /// `None`, changing nothing, when the headroom is too small.
     #[inline]
     pub fn prepend(&mut self, bi: u32, n: u16) -> Option<&mut [u8]> {
+        self.materialise_if_external(bi);
         let meta_ptr = self.meta_ptr(bi);
         // SAFETY: in bounds and owned by this worker (see `meta_mut`); the reference ends before
         // the data slice below is made.
@@ -370,7 +380,106 @@ impl WorkerBuffers {
     /// loop over a frame.
     #[inline(always)]
     pub fn view(&mut self) -> BufferView<'_> {
-        BufferView::new(&self.layout)
+        BufferView::new(&self.layout, &self.external, &self.pool)
+    }
+
+    /// Registers a source of external-payload buffers (a driver's receive memory, per
+    /// connection) and returns its id for [`WorkerBuffers::attach_external`]. Allocates; call
+    /// it when a connection comes up, not per packet. Retired sources are forgotten first.
+    pub fn register_external(&mut self, source: Arc<dyn ExternalSource>) -> u32 {
+        self.external.register(source, self.layout.count)
+    }
+
+    /// Forgets the sources that retired (see [`ExternalSource::is_retired`]); returns how many
+    /// registered sources are left.
+    pub fn prune_external(&mut self) -> usize {
+        self.external.prune()
+    }
+
+    /// Makes `bi` (a buffer just allocated) an external-payload buffer: its packet is the `len`
+    /// bytes of frame `token` of source `source`, not copied (see [`ExternalSource`]). The window is set as for a received packet. False,
+    /// changing nothing, when `len` does not fit in one buffer or `source` is not registered:
+    /// copy the frame instead.
+    pub fn attach_external(&mut self, bi: u32, source: u32, token: u32, len: u16) -> bool {
+        if len > self.data_size() || self.external.source(source).is_none() {
+            return false;
+        }
+        let area = self.area_ptr(bi);
+        if !self.external.mark(bi) {
+            return false;
+        }
+        // SAFETY: `area` is this owned buffer's area (MIN_HEADROOM > REF_BYTES long); nothing
+        // references it (no accessor hands out an external buffer's bytes).
+        unsafe { external::write_ref(area, source, token, u32::from(len)) };
+        let headroom = self.layout.headroom;
+        let meta = self.meta_mut(bi);
+        meta.data_offset = headroom;
+        meta.length = len;
+        true
+    }
+
+    /// When `bi` is an external-payload buffer: its source and frame token, for a driver that
+    /// copies from the source itself. The packet's bytes are the frame's bytes from offset
+    /// `data_offset - headroom` on (the window moved by metadata-only changes).
+    #[inline]
+    pub fn external(&self, bi: u32) -> Option<(&Arc<dyn ExternalSource>, u32)> {
+        if !self.external.any() || !self.external.is_marked(bi) {
+            return None;
+        }
+        // SAFETY: a marked buffer's area starts with its ref (written by `attach_external`).
+        let (source, token, _) = unsafe { external::read_ref(self.area_ptr(bi)) };
+        self.external.source(source).map(|s| (s, token))
+    }
+
+    /// How many of this worker's buffers are external-payload buffers.
+    pub fn external_count(&self) -> u32 {
+        self.external.live()
+    }
+
+    /// Copies the packets' bytes into their own buffers where they are external (for a driver
+    /// that hands buffers to a device, which reads memory directly). Cheap when none is.
+    #[inline]
+    pub fn materialise(&mut self, packets: &[u32]) {
+        if self.external.any() {
+            for &bi in packets {
+                self.materialise_if_external(bi);
+            }
+        }
+    }
+
+    /// Materialises `bi` if it is external. Takes `&self`: only the buffer's own area (which
+    /// nothing references while it is external) and the worker's `Cell` bitmap change.
+    #[inline(always)]
+    fn materialise_if_external(&self, bi: u32) {
+        if self.external.any() && self.external.is_marked(bi) {
+            // SAFETY: `bi` is marked, so its area holds its ref and no reference into the area
+            // was ever handed out; the attached length fits after the headroom.
+            unsafe {
+                external::materialise(&self.external, bi, self.area_ptr(bi), self.layout.headroom)
+            };
+            self.pool.note_materialised();
+        }
+    }
+
+    /// Releases the external buffers among `packets` and their chains (they are being freed).
+    #[inline(never)]
+    fn release_external(&mut self, packets: &[u32]) {
+        for &head in packets {
+            let mut bi = head;
+            loop {
+                if bi >= self.layout.count {
+                    break;
+                }
+                if self.external.is_marked(bi) {
+                    // SAFETY: marked, so the area starts with the buffer's ref.
+                    unsafe { external::release(&self.external, bi, self.area_ptr(bi)) };
+                }
+                match self.meta(bi).next() {
+                    Some(n) if self.meta(bi).flags & flags::FREE == 0 => bi = n,
+                    _ => break,
+                }
+            }
+        }
     }
 
     /// Hints the CPU to fetch a buffer's metadata.

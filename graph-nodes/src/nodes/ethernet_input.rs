@@ -174,15 +174,19 @@ impl Node<ForwardingState> for EthernetInput {
             if let Some(&ahead) = bis.get(i + PREFETCH_AHEAD) {
                 buffers.prefetch(ahead);
             }
-            let (meta, d) = buffers.meta_and_data_mut(bi);
-            cache.update(state, meta.rx_interface);
-            if cache.l2 && d.len() >= wire::ETHERNET_HEADER {
-                // The frame goes to the cross-connect untouched.
+            let rx = buffers.meta_mut(bi).rx_interface;
+            cache.update(state, rx);
+            if cache.l2 && buffers.data_len(bi) >= wire::ETHERNET_HEADER {
+                // The frame goes to the cross-connect untouched: its bytes are not read, so a
+                // frame still in a memif peer's memory stays there (see
+                // `dataplane::buffer::ExternalSource`).
+                let meta = buffers.meta_mut(bi);
                 meta.l2_offset = meta.data_offset();
                 meta.flags |= flags::L2_VALID;
                 arcs.set(i, XCONNECT);
                 continue;
             }
+            let (meta, d) = buffers.meta_and_data_mut(bi);
             if plain_ip4(&cache, d) {
                 meta.l2_offset = meta.data_offset();
                 // The window holds the 14 bytes just checked.

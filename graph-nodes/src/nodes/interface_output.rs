@@ -138,6 +138,11 @@ impl InterfaceOutput {
             TO_DROP => cx.enqueue_slice(Next::DROP, run),
             p => match self.queues.get_mut(p as usize).and_then(Option::as_mut) {
                 Some(q) => {
+                    if !q.copies_external() {
+                        // Bytes still in a memif peer's memory, copied in for a queue that
+                        // reads buffers itself (a no-op when none is external).
+                        cx.buffers.materialise(run);
+                    }
                     let sent = q.transmit(cx.buffers, run).min(run.len());
                     let refused = &run[sent..];
                     for &bi in refused {

@@ -1,0 +1,352 @@
+//! External-payload buffers: a buffer whose packet bytes are still in someone else's memory
+//! (a memif peer's ring buffer), so that a driver can receive without copying and another
+//! driver can copy the bytes straight from there to where they leave.
+//!
+//! The rule that keeps this invisible to nodes: an external buffer's data area holds no packet
+//! bytes, and no accessor ever hands out its bytes as they are. Every accessor that gives out
+//! packet bytes or headroom ([`WorkerBuffers::data`], `data_mut`, `meta_and_data_mut`,
+//! `prepend`, and the same in [`BufferView`]) first *materialises* the buffer: copies the
+//! payload into the buffer's own area at the offset where a received packet starts, releases
+//! the source's frame, and forgets that the buffer was external. Metadata-only accessors
+//! (`meta`, `meta_mut`, `BufferMeta::advance` …) leave it external, which is what lets a frame
+//! cross Ethernet input, an L2 cross-connect and interface output untouched. Freeing an
+//! external buffer releases the source's frame. A transmit queue that can copy from the
+//! source itself asks [`WorkerBuffers::external`]; any other is handed materialised buffers
+//! (see [`WorkerBuffers::materialise`]).
+//!
+//! Which buffers are external is recorded in a per-worker bitmap, not in the metadata (nodes
+//! rewrite `flags`), and the source and token in the first bytes of the buffer's headroom.
+//! External buffers never leave the worker that received them (Quiver hands no buffer between
+//! workers).
+//!
+//! [`BufferView`]: super::BufferView
+//! [`WorkerBuffers::data`]: super::WorkerBuffers::data
+//! [`WorkerBuffers::external`]: super::WorkerBuffers::external
+//! [`WorkerBuffers::materialise`]: super::WorkerBuffers::materialise
+
+use std::any::Any;
+use std::cell::Cell;
+use std::sync::Arc;
+
+/// Where external buffers' bytes are: implemented by a driver for the memory it receives into.
+///
+/// An external-payload buffer ([`super::WorkerBuffers::attach_external`]) carries a packet's
+/// metadata while its bytes are still in the source's memory. No accessor hands those bytes out
+/// as they are: every one that gives out packet bytes or headroom first copies the frame into
+/// the buffer (*materialises* it) and releases it; freeing the buffer releases it; metadata-only
+/// accessors leave it external. A transmit queue that copies from the source itself says so
+/// with `TxQueue::copies_external` and finds the frame with
+/// [`super::WorkerBuffers::external`].
+///
+/// Called only on the worker that attached the buffers, from the packet path, so every method
+/// must be cheap and must not lock or allocate.
+pub trait ExternalSource: Send + Sync {
+    /// Copies the whole frame `token` (exactly `dst.len()` bytes) into `dst`; false when it
+    /// cannot (`dst` is then zero-filled by the caller).
+    fn copy_out(&self, token: u32, dst: &mut [u8]) -> bool;
+    /// The holder is done with frame `token`: called exactly once per attached buffer, when it
+    /// is materialised or freed.
+    fn release(&self, token: u32);
+    /// Whether no buffer will be attached any more and none is attached: the worker may forget
+    /// the source (see [`super::WorkerBuffers::prune_external`]).
+    fn is_retired(&self) -> bool;
+    /// The source as `Any`, for a driver that recognises its own kind of source.
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// Bytes at the start of an external buffer's headroom naming its frame: source id, token,
+/// length (three native-endian `u32`s).
+pub(crate) const REF_BYTES: usize = 12;
+const _: () = assert!(REF_BYTES <= super::MIN_HEADROOM as usize);
+
+/// One worker's external buffers.
+#[derive(Default)]
+pub(crate) struct ExternalState {
+    /// Registered sources by id.
+    sources: Vec<Option<Arc<dyn ExternalSource>>>,
+    /// One bit per buffer of the pool: external. Empty until the first source registers.
+    marks: Box<[Cell<u64>]>,
+    /// How many bits are set.
+    live: Cell<u32>,
+}
+
+impl ExternalState {
+    /// Whether any buffer of this worker is external (the one check on the common path).
+    #[inline(always)]
+    pub(crate) fn any(&self) -> bool {
+        self.live.get() != 0
+    }
+
+    /// Whether buffer `bi` is external.
+    #[inline]
+    pub(crate) fn is_marked(&self, bi: u32) -> bool {
+        self.marks
+            .get(bi as usize / 64)
+            .is_some_and(|w| w.get() & (1 << (bi % 64)) != 0)
+    }
+
+    /// Records `bi` as external; false if the source table is not set up.
+    pub(crate) fn mark(&self, bi: u32) -> bool {
+        let Some(w) = self.marks.get(bi as usize / 64) else {
+            return false;
+        };
+        let bit = 1 << (bi % 64);
+        if w.get() & bit == 0 {
+            w.set(w.get() | bit);
+            self.live.set(self.live.get() + 1);
+        }
+        true
+    }
+
+    /// Forgets that `bi` is external (it must be).
+    #[inline]
+    pub(crate) fn unmark(&self, bi: u32) {
+        if let Some(w) = self.marks.get(bi as usize / 64) {
+            w.set(w.get() & !(1 << (bi % 64)));
+            self.live.set(self.live.get() - 1);
+        }
+    }
+
+    /// How many buffers are external.
+    pub(crate) fn live(&self) -> u32 {
+        self.live.get()
+    }
+
+    /// The registered source `id`.
+    #[inline]
+    pub(crate) fn source(&self, id: u32) -> Option<&Arc<dyn ExternalSource>> {
+        self.sources.get(id as usize).and_then(Option::as_ref)
+    }
+
+    /// Registers `source` for a pool of `buffers` buffers; returns its id. Sources that
+    /// retired are forgotten first, and their ids reused.
+    pub(crate) fn register(&mut self, source: Arc<dyn ExternalSource>, buffers: u32) -> u32 {
+        if self.marks.is_empty() {
+            self.marks = (0..(buffers as usize).div_ceil(64))
+                .map(|_| Cell::new(0))
+                .collect();
+        }
+        self.prune();
+        match self.sources.iter().position(Option::is_none) {
+            Some(k) => {
+                self.sources[k] = Some(source);
+                k as u32
+            }
+            None => {
+                self.sources.push(Some(source));
+                (self.sources.len() - 1) as u32
+            }
+        }
+    }
+
+    /// Forgets retired sources; returns how many registered sources are not retired.
+    pub(crate) fn prune(&mut self) -> usize {
+        let mut left = 0;
+        for s in &mut self.sources {
+            if s.as_ref().is_some_and(|x| x.is_retired()) {
+                *s = None;
+            } else if s.is_some() {
+                left += 1;
+            }
+        }
+        left
+    }
+}
+
+/// Reads the (source, token, length) an external buffer's headroom starts with.
+///
+/// # Safety
+/// `area` must point at a buffer's area (headroom then data), at least [`REF_BYTES`] long.
+#[inline]
+pub(crate) unsafe fn read_ref(area: *const u8) -> (u32, u32, u32) {
+    // SAFETY: the caller guarantees REF_BYTES readable bytes; unaligned reads.
+    unsafe {
+        (
+            area.cast::<u32>().read_unaligned(),
+            area.add(4).cast::<u32>().read_unaligned(),
+            area.add(8).cast::<u32>().read_unaligned(),
+        )
+    }
+}
+
+/// Writes the (source, token, length) at the start of a buffer's headroom.
+///
+/// # Safety
+/// `area` must point at a buffer's area, at least [`REF_BYTES`] long, that nothing else
+/// references.
+#[inline]
+pub(crate) unsafe fn write_ref(area: *mut u8, source: u32, token: u32, len: u32) {
+    // SAFETY: as the caller guarantees; unaligned writes.
+    unsafe {
+        area.cast::<u32>().write_unaligned(source);
+        area.add(4).cast::<u32>().write_unaligned(token);
+        area.add(8).cast::<u32>().write_unaligned(len);
+    }
+}
+
+/// Materialises external buffer `bi` whose area starts at `area`: copies its frame to
+/// `area + headroom`, releases it and unmarks the buffer. Returns whether the copy worked
+/// (if not, the bytes are zeroes: the frame's source is gone or refused).
+///
+/// # Safety
+/// `bi` must be marked in `ext`; `area` must point at its area, `headroom + data size` long,
+/// with no live reference into it; the attached length fits after the headroom (checked when
+/// attached).
+#[cold]
+#[inline(never)]
+pub(crate) unsafe fn materialise(
+    ext: &ExternalState,
+    bi: u32,
+    area: *mut u8,
+    headroom: u16,
+) -> bool {
+    // SAFETY: the caller's contract (an area has at least MIN_HEADROOM > REF_BYTES bytes).
+    let (source, token, len) = unsafe { read_ref(area) };
+    // SAFETY: `headroom + len` is within the area (checked by `attach_external`), and nothing
+    // references the area (the caller's contract); the ref bytes lie before `headroom`.
+    let dst = unsafe { std::slice::from_raw_parts_mut(area.add(headroom as usize), len as usize) };
+    ext.unmark(bi);
+    let ok = match ext.source(source) {
+        Some(s) => {
+            let ok = s.copy_out(token, dst);
+            s.release(token);
+            ok
+        }
+        None => false,
+    };
+    if !ok {
+        dst.fill(0);
+    }
+    ok
+}
+
+/// Releases external buffer `bi` without copying (it is being freed) and unmarks it.
+///
+/// # Safety
+/// As for [`materialise`] (only the ref bytes are read).
+#[inline]
+pub(crate) unsafe fn release(ext: &ExternalState, bi: u32, area: *const u8) {
+    // SAFETY: the caller's contract.
+    let (source, token, _) = unsafe { read_ref(area) };
+    ext.unmark(bi);
+    if let Some(s) = ext.source(source) {
+        s.release(token);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Mutex;
+
+    use super::super::{BufferPool, BufferPoolConfig};
+    use super::*;
+    use crate::memory::HugepagePolicy;
+
+    /// Frames in "someone else's memory", recording what was released.
+    #[derive(Default)]
+    struct Fake {
+        frames: Vec<Vec<u8>>,
+        released: Mutex<Vec<u32>>,
+        gone: AtomicBool,
+    }
+
+    impl ExternalSource for Fake {
+        fn copy_out(&self, token: u32, dst: &mut [u8]) -> bool {
+            match self.frames.get(token as usize) {
+                Some(f) if f.len() == dst.len() => {
+                    dst.copy_from_slice(f);
+                    true
+                }
+                _ => false,
+            }
+        }
+        fn release(&self, token: u32) {
+            self.released.lock().unwrap().push(token);
+        }
+        fn is_retired(&self) -> bool {
+            self.gone.load(Ordering::Relaxed) && self.released.lock().unwrap().len() >= 5
+        }
+        fn as_any(&self) -> &dyn Any {
+            self
+        }
+    }
+
+    #[test]
+    fn external_buffers_are_copied_in_only_when_their_bytes_are_touched_and_released_once() {
+        let pool = BufferPool::new(&BufferPoolConfig {
+            buffers: 64,
+            hugepages: HugepagePolicy::Never,
+            ..Default::default()
+        })
+        .unwrap();
+        let mut w = pool.worker_buffers();
+        let fake = Arc::new(Fake {
+            frames: (0..5u8).map(|k| vec![k; 10 + k as usize]).collect(),
+            ..Default::default()
+        });
+        let src = w.register_external(fake.clone());
+        let mut bufs = [0u32; 6];
+        w.alloc(&mut bufs).unwrap();
+        let released = || fake.released.lock().unwrap().clone();
+
+        // Not registered, or too long for one buffer: refused, the caller copies.
+        assert!(!w.attach_external(bufs[5], src + 1, 0, 10));
+        assert!(!w.attach_external(bufs[5], src, 0, w.data_size() + 1));
+        assert_eq!(w.external_count(), 0);
+
+        for (k, &bi) in bufs[..5].iter().enumerate() {
+            assert!(w.attach_external(bi, src, k as u32, 10 + k as u16));
+        }
+        assert_eq!(w.external_count(), 5);
+        // Metadata-only work leaves buffer 0 external.
+        w.meta_mut(bufs[0]).rx_interface = 3;
+        assert!(w.advance(bufs[0], 2));
+        assert_eq!(w.meta(bufs[0]).length(), 8);
+        assert_eq!(w.external(bufs[0]).map(|(_, t)| t), Some(0));
+        assert_eq!(pool.materialised_count(), 0);
+        // Reading it copies it in (the window as moved), releases the frame, once.
+        assert_eq!(w.data(bufs[0]), &[0u8; 8][..]);
+        assert_eq!(w.data(bufs[0]), &[0u8; 8][..]);
+        assert!(w.external(bufs[0]).is_none());
+        assert_eq!((pool.materialised_count(), released()), (1, vec![0]));
+        // Freeing one releases it without a copy.
+        w.free_one(bufs[1]);
+        assert_eq!((pool.materialised_count(), released()), (1, vec![0, 1]));
+        // A node's view copies it in before handing out bytes.
+        {
+            let mut v = w.view();
+            assert_eq!(v.data_len(bufs[2]), 12, "the length, without a copy");
+            let (_, d) = v.meta_and_data_mut(bufs[2]);
+            assert_eq!(d, &[2u8; 12][..]);
+            d[0] = 0xee;
+        }
+        assert_eq!(w.data(bufs[2])[..2], [0xee, 2]);
+        // Prepending a header (a write) copies it in first.
+        w.prepend(bufs[3], 2).unwrap().copy_from_slice(b"hd");
+        assert_eq!(w.data(bufs[3])[..3], [b'h', b'd', 3]);
+        assert_eq!(w.data(bufs[3]).len(), 15);
+        // A device driver's queue asks for all of a burst.
+        w.materialise(&bufs[4..5]);
+        assert_eq!(w.data(bufs[4]), &[4u8; 14][..]);
+        assert_eq!(pool.materialised_count(), 4);
+        assert_eq!(released(), vec![0, 1, 2, 3, 4]);
+        assert_eq!(w.external_count(), 0);
+
+        // A frame the source cannot give is zeroes, and still released.
+        assert!(w.attach_external(bufs[5], src, 9, 4));
+        assert_eq!(w.data(bufs[5]), &[0u8; 4][..]);
+        assert_eq!(released().last(), Some(&9));
+        w.free(&[bufs[0], bufs[2], bufs[3], bufs[4], bufs[5]]);
+        assert_eq!(pool.double_free_count(), 0);
+
+        // A retired source is forgotten, and its id reused.
+        assert_eq!(w.prune_external(), 1);
+        fake.gone.store(true, Ordering::Relaxed);
+        assert_eq!(w.prune_external(), 0);
+        assert_eq!(Arc::strong_count(&fake), 1, "the worker let go of it");
+        assert_eq!(w.register_external(Arc::new(Fake::default())), src);
+        drop(w);
+        assert_eq!(pool.free_count(), 64);
+    }
+}
