@@ -29,8 +29,8 @@ enum Command {
     Run(RunArgs),
     /// Talk to a running `quiver run` over its admin socket: show interfaces, runtime,
     /// errors, fib, neighbours, cross-connects, memif, connections, trace; add and delete
-    /// routes, neighbours, cross-connects, memif and AF_PACKET interfaces; trace; clear
-    /// counters. Tables by default, `--json` for scripts.
+    /// routes, neighbours, cross-connects, memif and AF_PACKET interfaces; trace; capture
+    /// packets to pcap files; clear counters. Tables by default, `--json` for scripts.
     Ctl(ctl::CtlArgs),
 }
 
@@ -58,6 +58,10 @@ struct RunArgs {
     /// `NSM_*` environment as cmd-forwarder-vpp is.
     #[arg(long)]
     nsm: bool,
+    /// Serve Prometheus metrics (`GET /metrics`) on this `IP:PORT`, e.g. 127.0.0.1:9464
+    /// (overrides `metrics.listen`; default: no metrics). Not served by the built-in demo.
+    #[arg(long, value_name = "IP:PORT")]
+    metrics_listen: Option<String>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -110,6 +114,13 @@ fn run(args: RunArgs) -> Result<(), String> {
     if let Some(s) = args.stats_interval {
         cfg.stats.interval_secs = s;
     }
+    if let Some(m) = args.metrics_listen {
+        cfg.metrics.listen = m;
+    }
+    // Bound now: a bad address stops quiver before anything starts.
+    let metrics = (!cfg.metrics.listen.trim().is_empty())
+        .then(|| quiver::metrics::bind(&cfg.metrics.listen))
+        .transpose()?;
     let cores = match cfg.dataplane.cores.clone() {
         Some(c) => c,
         None => default_cores()?,
@@ -145,6 +156,9 @@ fn run(args: RunArgs) -> Result<(), String> {
         .transpose()
         .map_err(|e| e.to_string())?;
     if cfg.port.is_empty() && nsm.is_none() {
+        if metrics.is_some() {
+            tracing::warn!("the built-in demo serves no metrics");
+        }
         run_demo(&cfg, &workers, pool, clock)
     } else {
         run_ports(
@@ -154,6 +168,7 @@ fn run(args: RunArgs) -> Result<(), String> {
             clock,
             args.admin_socket.as_deref().map(Path::new),
             nsm,
+            metrics,
         )
     }
 }
@@ -210,6 +225,7 @@ fn run_ports(
     clock: Clock,
     admin_socket: Option<&Path>,
     nsm: Option<ctl_api::nsm::NsmConfig>,
+    metrics: Option<std::net::TcpListener>,
 ) -> Result<(), String> {
     let fwd = Arc::new(Mutex::new(Forwarder::start(cfg, workers, pool.clone())?));
     let connections = quiver::control::admin::ConnectionSlot::default();
@@ -220,6 +236,9 @@ fn run_ports(
     if let Some(nsm) = &nsm {
         connections.set(quiver::control::admin::nsm_connections(nsm));
     }
+    let metrics = metrics
+        .map(|l| quiver::metrics::start(&fwd, l, nsm.as_ref().map(|_| connections.clone())))
+        .transpose()?;
     tracing::info!(
         ports = quiver::control::admin::lock(&fwd).ports().len(),
         workers = workers.cores.len(),
@@ -239,6 +258,7 @@ fn run_ports(
         Ok(())
     })?;
     drop(nsm);
+    drop(metrics);
     let fwd = quiver::control::admin::stop(admin, fwd)?;
     let elapsed = clock.started.elapsed();
     let interfaces = fwd.format_interfaces();

@@ -29,6 +29,7 @@ fn the_configuration_reference_parses_and_covers_every_section() {
         "[stats]",
         "[demo]",
         "[dpdk]",
+        "[metrics]",
         "[[port]]",
         "[[xconnect]]",
         "[[address]]",

@@ -8,6 +8,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod buffer;
+pub mod capture;
 pub mod counters;
 pub mod cycles;
 pub mod frame;

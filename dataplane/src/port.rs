@@ -81,6 +81,7 @@ pub struct PortsInput {
     name: String,
     next: String,
     queues: Vec<(u32, Box<dyn RxQueue>)>,
+    capture: crate::capture::CaptureTap,
 }
 
 impl PortsInput {
@@ -93,7 +94,13 @@ impl PortsInput {
             name: name.into(),
             next: next.into(),
             queues: Vec::with_capacity(Self::RESERVED),
+            capture: crate::capture::CaptureTap::new(0),
         }
+    }
+
+    /// The packet captures of received packets this node serves (see [`crate::capture`]).
+    pub fn capture_mut(&mut self) -> &mut crate::capture::CaptureTap {
+        &mut self.capture
     }
 
     /// Starts polling `queue` for interface `interface`; returns `false` (and drops `queue`)
@@ -121,7 +128,10 @@ impl PortsInput {
 
 impl<S> Node<S> for PortsInput {
     fn spec(&self) -> NodeSpec {
-        NodeSpec::input(&self.name).nexts(&[&self.next])
+        NodeSpec::input(&self.name).nexts(&[&self.next]).errors(&[(
+            "capture-dropped",
+            "received packets a capture missed (its writer fell behind)",
+        )])
     }
 
     fn process(&mut self, cx: &mut Context<'_, S>, frame: &mut Frame) -> usize {
@@ -134,6 +144,12 @@ impl<S> Node<S> for PortsInput {
             frame.set_len(n);
             for &bi in frame.as_slice() {
                 cx.buffers.meta_mut(bi).rx_interface = *interface;
+            }
+            if !self.capture.is_empty() {
+                let missed = self.capture.rx(*interface, cx.buffers, frame.as_slice());
+                if missed > 0 {
+                    cx.count_error(0, missed);
+                }
             }
             cx.trace_input(frame.as_slice());
             // Leaves `frame` empty: swapped for a spare one, or copied and cleared.

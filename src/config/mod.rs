@@ -36,6 +36,17 @@ pub struct Config {
     pub neighbor: Vec<NeighborSection>,
     /// DPDK's EAL, when there are `type = "dpdk"` ports.
     pub dpdk: DpdkEalSection,
+    /// Prometheus metrics.
+    pub metrics: MetricsSection,
+}
+
+/// `[metrics]`: the Prometheus endpoint.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsSection {
+    /// `IP:PORT` to serve `GET /metrics` on (`127.0.0.1:9464`). Empty (the default): no
+    /// metrics.
+    pub listen: String,
 }
 
 /// `[dpdk]`: how DPDK's EAL starts (only when a `type = "dpdk"` port exists).

@@ -576,6 +576,29 @@ impl AdminBackend for ForwarderAdmin {
         }
         Ok(())
     }
+
+    fn capture_start(&self, spec: &ctl_api::admin::CaptureSpec) -> AdminResult<pb::Capture> {
+        self.lock()
+            .capture_start(spec.into())
+            .map(|c| c.to_proto())
+            .map_err(admin_error)
+    }
+
+    fn capture_stop(&self, interface: &str) -> AdminResult<pb::Capture> {
+        self.lock()
+            .capture_stop(interface)
+            .map(|c| c.to_proto())
+            .map_err(admin_error)
+    }
+
+    fn captures(&self) -> AdminResult<Vec<pb::Capture>> {
+        Ok(self
+            .lock()
+            .captures()
+            .iter()
+            .map(|c| c.to_proto())
+            .collect())
+    }
 }
 
 #[cfg(test)]

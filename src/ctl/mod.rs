@@ -1,6 +1,8 @@
 //! `quiver ctl`: the admin API's command-line client.
 
+mod capture;
 mod render;
+mod watch;
 
 use std::path::PathBuf;
 
@@ -47,6 +49,13 @@ enum CtlCommand {
     /// Add (memif, af-packet) or delete interfaces.
     #[command(subcommand)]
     Interface(Interface),
+    /// Capture a port's packets into a pcap file: `capture start IFACE --file F`, `capture
+    /// stop IFACE`, `show captures`.
+    #[command(subcommand)]
+    Capture(capture::CaptureCmd),
+    /// A live view, like `top`: rates per interface (pps, Mbit/s, drops/s), per node
+    /// (packets/s, clocks/packet) and drops by reason, redrawn every `--interval` seconds.
+    Watch(watch::WatchArgs),
     /// Exit 0 when Quiver answers: the admin API, or with `--nsm-socket` the NSM services'
     /// gRPC health (both SERVING) — for container health checks and Kubernetes probes.
     Health {
@@ -90,6 +99,8 @@ enum Show {
     Connections,
     /// Packets traced so far.
     Trace,
+    /// Packet captures: state, packets written, file.
+    Captures,
 }
 
 #[derive(Subcommand)]
@@ -284,7 +295,25 @@ pub fn run(args: CtlArgs) -> Result<(), String> {
                 render::trace,
                 render::trace_json
             ),
+            Show::Captures => show!(
+                s.show_captures(pb::Empty {}),
+                capture::table,
+                capture::table_json
+            ),
         },
+        CtlCommand::Capture(c) => {
+            let reply = match c.request()? {
+                capture::Request::Start(r) => client.block_on(s.capture_start(r)),
+                capture::Request::Stop(r) => client.block_on(s.capture_stop(r)),
+            }
+            .map_err(status)?
+            .into_inner();
+            if json {
+                print_json(&capture::json(&reply));
+            } else {
+                print!("{}", capture::line(&reply));
+            }
+        }
         CtlCommand::Trace(Trace::Add { node, count }) => {
             change!(s.trace_add(pb::TraceAddRequest { node, count }))
         }
@@ -375,6 +404,7 @@ pub fn run(args: CtlArgs) -> Result<(), String> {
         CtlCommand::Interface(Interface::Del { name }) => {
             change!(s.delete_interface(pb::DeleteInterfaceRequest { name }))
         }
+        CtlCommand::Watch(w) => watch::run(&client, &w, json, &args.socket)?,
         // With --nsm-socket it was answered above; here: the admin API answers a call.
         CtlCommand::Health { .. } => {
             client

@@ -13,6 +13,7 @@
 //! the control plane makes; `open`: opening a port of any type; `error`: [`ForwarderError`] and
 //! [`Owned`]; `dpdk_ports`: the EAL and DPDK ports (feature `dpdk`).
 
+mod capture;
 mod dpdk_ports;
 mod error;
 mod open;
@@ -74,6 +75,8 @@ pub struct Forwarder {
     memif: Option<MemifControl>,
     /// The EAL and the mempool, when DPDK ports were configured at start.
     dpdk: Option<dpdk_ports::Dpdk>,
+    /// Packet captures (`quiver ctl capture`), their files closed when the forwarder stops.
+    captures: capture::Captures,
 }
 
 /// The buffer pool layout `cfg` needs: with DPDK ports, room in front of every buffer for the
@@ -160,6 +163,7 @@ impl Forwarder {
             workers: nworkers,
             memif,
             dpdk,
+            captures: capture::Captures::default(),
         })
     }
 

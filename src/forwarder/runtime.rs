@@ -41,6 +41,9 @@ fn detach_command(interface: IfIndex) -> WorkerCommand<ForwardingState> {
             .node_mut::<InterfaceOutput>(names::INTERFACE_OUTPUT)
             .and_then(|n| n.detach(interface));
         drop(tx);
+        // A memif connection's memory, once its queues are gone and no buffer holds a frame
+        // of it, is let go now rather than at the next connection on this worker.
+        w.buffers.prune_external();
         Ok(())
     })
 }
@@ -133,6 +136,8 @@ impl Forwarder {
             .position(|e| e.name == name)
             .ok_or_else(|| ForwarderError::NotFound(format!("no port named `{name}`")))?;
         let interface = self.ports[k].interface;
+        // Its capture ends (file closed) before its index can be reused.
+        let _ = self.capture_stop(name);
         // First nothing is sent to it or accepted from it any more, then the workers let go.
         if let Some((b, _)) = self.forwarding.l3_cross_connect_of(interface) {
             self.forget_p2p_peers(&[interface, b]);

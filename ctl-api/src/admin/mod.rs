@@ -13,6 +13,7 @@
 //!   0660) and the service on a tokio runtime of its own thread;
 //! - [`client`]: a blocking client for the CLI.
 
+mod capture;
 pub mod client;
 pub mod server;
 
@@ -98,6 +99,25 @@ pub struct AfPacketSpec {
     pub mtu: u16,
 }
 
+/// A packet capture to start, as checked by the server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CaptureSpec {
+    /// The port.
+    pub interface: String,
+    /// The pcap file (an absolute path).
+    pub file: std::path::PathBuf,
+    /// Received packets.
+    pub rx: bool,
+    /// Sent packets.
+    pub tx: bool,
+    /// Stop after this many packets (0: no limit).
+    pub max_packets: u64,
+    /// Keep the file at most this many bytes (0: no limit).
+    pub max_bytes: u64,
+    /// Bytes kept of each packet.
+    pub snaplen: u32,
+}
+
 /// An L3 cross-connect's next hops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct L3Peers {
@@ -154,6 +174,21 @@ pub trait AdminBackend: Send + Sync + 'static {
     fn delete_interface(&self, name: &str) -> AdminResult<()>;
     /// Zeroes the runtime and error counters.
     fn clear_counters(&self) -> AdminResult<()>;
+    /// Starts a packet capture.
+    fn capture_start(&self, spec: &CaptureSpec) -> AdminResult<pb::Capture> {
+        let _ = spec;
+        Err(AdminError::Unavailable(
+            "this quiver does not capture".into(),
+        ))
+    }
+    /// Stops the capture of `interface`.
+    fn capture_stop(&self, interface: &str) -> AdminResult<pb::Capture> {
+        Err(AdminError::NotFound(format!("no capture of `{interface}`")))
+    }
+    /// Every capture.
+    fn captures(&self) -> AdminResult<Vec<pb::Capture>> {
+        Ok(Vec::new())
+    }
 }
 
 /// Parses `a.b.c.d`.

@@ -488,6 +488,35 @@ impl Admin for Service {
         self.call(|b| b.clear_counters().map(|()| pb::Empty {}))
             .await
     }
+
+    async fn capture_start(
+        &self,
+        r: Request<pb::CaptureStartRequest>,
+    ) -> Result<Response<pb::Capture>, Status> {
+        let r = r.into_inner();
+        self.call(move |b| b.capture_start(&super::capture::spec(&r)?))
+            .await
+    }
+
+    async fn capture_stop(
+        &self,
+        r: Request<pb::CaptureStopRequest>,
+    ) -> Result<Response<pb::Capture>, Status> {
+        let r = r.into_inner();
+        self.call(move |b| b.capture_stop(&name("interface", &r.interface)?))
+            .await
+    }
+
+    async fn show_captures(
+        &self,
+        _: Request<pb::Empty>,
+    ) -> Result<Response<pb::ShowCapturesReply>, Status> {
+        self.call(|b| {
+            b.captures()
+                .map(|captures| pb::ShowCapturesReply { captures })
+        })
+        .await
+    }
 }
 
 #[cfg(test)]

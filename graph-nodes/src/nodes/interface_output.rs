@@ -4,6 +4,7 @@
 //! worker commands ([`InterfaceOutput::attach`], [`InterfaceOutput::detach`]); packets for an
 //! interface with no queue on this worker are dropped as `no-queue`.
 
+use dataplane::capture::CaptureTap;
 use dataplane::{Context, Frame, Next, Node, NodeSpec, TxQueue, FRAME_SIZE};
 
 use super::names;
@@ -14,6 +15,7 @@ const ENCAP: Next = Next::declared(0);
 const UNKNOWN_INTERFACE: u16 = 0;
 const NO_QUEUE: u16 = 1;
 const TX_FULL: u16 = 2;
+const CAPTURE_DROPPED: u16 = 3;
 
 const TO_ENCAP: u32 = u32::MAX - 1;
 const TO_DROP: u32 = u32::MAX;
@@ -22,6 +24,7 @@ const TO_DROP: u32 = u32::MAX;
 pub struct InterfaceOutput {
     queues: Vec<Option<Box<dyn TxQueue>>>,
     port_of: [u32; FRAME_SIZE],
+    capture: CaptureTap,
 }
 
 impl InterfaceOutput {
@@ -30,6 +33,7 @@ impl InterfaceOutput {
         let mut node = InterfaceOutput {
             queues: Vec::with_capacity(Self::RESERVED),
             port_of: [0; FRAME_SIZE],
+            capture: CaptureTap::new(0),
         };
         for (i, q) in queues {
             node.attach(i, q);
@@ -55,6 +59,11 @@ impl InterfaceOutput {
         self.queues.get_mut(i as usize)?.take()
     }
 
+    /// The packet captures of sent packets this node serves (see [`dataplane::capture`]).
+    pub fn capture_mut(&mut self) -> &mut CaptureTap {
+        &mut self.capture
+    }
+
     /// Whether interface `i` has a transmit queue here.
     pub fn has_queue(&self, i: IfIndex) -> bool {
         self.queues.get(i as usize).is_some_and(Option::is_some)
@@ -75,6 +84,10 @@ impl Node<ForwardingState> for InterfaceOutput {
                     "the interface has no transmit queue on this worker (never attached, or detached)",
                 ),
                 ("tx-full", "the transmit ring was full"),
+                (
+                    "capture-dropped",
+                    "sent packets a capture missed (its writer fell behind)",
+                ),
             ])
     }
 
@@ -142,6 +155,12 @@ impl InterfaceOutput {
                         // Bytes still in a memif peer's memory, copied in for a queue that
                         // reads buffers itself (a no-op when none is external).
                         cx.buffers.materialise(run);
+                    }
+                    if !self.capture.is_empty() {
+                        let missed = self.capture.tx(p, cx.buffers, run);
+                        if missed > 0 {
+                            cx.count_error(CAPTURE_DROPPED, missed);
+                        }
                     }
                     let sent = q.transmit(cx.buffers, run).min(run.len());
                     let refused = &run[sent..];

@@ -1,0 +1,165 @@
+//! The metrics endpoint: HTTP/1 (hyper) on a TCP address, on a tokio runtime of its own
+//! control-side thread. `GET /metrics` renders a scrape; any other path is 404.
+
+use std::convert::Infallible;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+
+/// Produces the page (blocking: it locks the forwarder), or why it cannot.
+pub type Render = Arc<dyn Fn() -> Result<String, String> + Send + Sync>;
+
+/// Parses `listen` (`IP:PORT`) and binds it, so that a bad address stops `quiver run` before
+/// anything starts.
+pub fn bind(listen: &str) -> Result<TcpListener, String> {
+    let addr: SocketAddr = listen.trim().parse().map_err(|_| {
+        format!("metrics listen address `{listen}` is not IP:PORT (for example 127.0.0.1:9464)")
+    })?;
+    let listener =
+        TcpListener::bind(addr).map_err(|e| format!("metrics: cannot listen on {addr}: {e}"))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| format!("metrics: cannot configure {addr}: {e}"))?;
+    Ok(listener)
+}
+
+/// The running endpoint; dropping it stops it and waits for scrapes in progress.
+pub struct MetricsServer {
+    addr: SocketAddr,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl MetricsServer {
+    /// Serves `render` on `listener` (from [`bind`]) from a new thread (`quiver-metrics`).
+    pub fn start(listener: TcpListener, render: Render) -> Result<MetricsServer, String> {
+        let addr = listener.local_addr().map_err(|e| format!("metrics: {e}"))?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("metrics: cannot start a tokio runtime: {e}"))?;
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("quiver-metrics".into())
+            .spawn(move || {
+                runtime.block_on(serve(listener, render, rx));
+                // Dropping the runtime ends connections and waits for scrapes still running,
+                // so nothing holds the forwarder once the thread is joined.
+                drop(runtime);
+            })
+            .map_err(|e| format!("metrics: cannot start its thread: {e}"))?;
+        tracing::info!(%addr, "metrics listening (GET /metrics)");
+        Ok(MetricsServer {
+            addr,
+            shutdown: Some(tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+async fn serve(
+    listener: TcpListener,
+    render: Render,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
+) {
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!("metrics: {e}");
+            return;
+        }
+    };
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            accepted = listener.accept() => {
+                let stream = match accepted {
+                    Ok((s, _)) => s,
+                    Err(e) => {
+                        // Out of descriptors, say: do not spin.
+                        tracing::warn!("metrics: accept: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let render = render.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req| respond(req, render.clone()));
+                    if let Err(e) = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await
+                    {
+                        tracing::debug!("metrics: connection: {e}");
+                    }
+                });
+            }
+        }
+    }
+}
+
+fn reply(status: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    if let Ok(v) = hyper::header::HeaderValue::from_str(content_type) {
+        r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+    }
+    r
+}
+
+async fn respond(
+    req: Request<Incoming>,
+    render: Render,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    const TEXT: &str = "text/plain; charset=utf-8";
+    if req.uri().path() != "/metrics" {
+        return Ok(reply(
+            StatusCode::NOT_FOUND,
+            TEXT,
+            "not found: metrics are at /metrics\n".into(),
+        ));
+    }
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        let mut r = reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            TEXT,
+            "only GET /metrics\n".into(),
+        );
+        r.headers_mut().insert(
+            hyper::header::ALLOW,
+            hyper::header::HeaderValue::from_static("GET, HEAD"),
+        );
+        return Ok(r);
+    }
+    let page = tokio::task::spawn_blocking(move || render()).await;
+    Ok(match page {
+        Ok(Ok(text)) => reply(StatusCode::OK, super::render::CONTENT_TYPE, text),
+        Ok(Err(e)) => reply(StatusCode::INTERNAL_SERVER_ERROR, TEXT, format!("{e}\n")),
+        Err(e) => reply(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            TEXT,
+            format!("the scrape failed: {e}\n"),
+        ),
+    })
+}

@@ -1,0 +1,66 @@
+//! Prometheus metrics: `quiver run --metrics-listen 127.0.0.1:9464` (or `[metrics] listen`)
+//! serves `GET /metrics` in the text exposition format. Off by default.
+//!
+//! A scrape reads the counters exactly as the admin API's `show` commands do, through the same
+//! [`ForwarderAdmin`] backend (interfaces, runtime per worker, errors, memif, NSM connections)
+//! plus the buffer pool's usage, on the control side: the HTTP server runs on a tokio runtime
+//! of its own thread and never touches a worker.
+//!
+//! - [`render`]: the text format;
+//! - [`http`]: the endpoint.
+
+pub mod http;
+pub mod render;
+
+use std::sync::{Arc, Mutex};
+
+use ctl_api::admin::AdminBackend;
+
+use crate::control::admin::{ConnectionSlot, ForwarderAdmin};
+use crate::forwarder::Forwarder;
+
+pub use http::{bind, MetricsServer};
+pub use render::{render, PoolUsage, Scrape};
+
+/// Reads everything a scrape shows. `nsm`: the NSM service's connections, when it runs.
+pub fn scrape(
+    admin: &ForwarderAdmin,
+    pool: &dataplane::BufferPool,
+    nsm: Option<&ConnectionSlot>,
+) -> Result<Scrape, String> {
+    let e = |e: ctl_api::admin::AdminError| e.to_string();
+    // Free before capacity - free: a buffer freed in between is not counted twice.
+    let free = pool.free_count() as u64;
+    Ok(Scrape {
+        interfaces: admin.interfaces().map_err(e)?,
+        runtime: admin.runtime(true).map_err(e)?,
+        errors: admin.errors().map_err(e)?,
+        memifs: admin.memifs().map_err(e)?,
+        connections: nsm.map(|c| c.list()),
+        pool: PoolUsage {
+            capacity: u64::from(pool.capacity()),
+            free,
+            in_use: u64::from(pool.capacity()).saturating_sub(free),
+        },
+    })
+}
+
+/// Serves metrics for `forwarder` on `listener` (from [`bind`]) until the returned server is
+/// dropped. Drop it before taking the forwarder back: it holds a reference.
+pub fn start(
+    forwarder: &Arc<Mutex<Forwarder>>,
+    listener: std::net::TcpListener,
+    nsm: Option<ConnectionSlot>,
+) -> Result<MetricsServer, String> {
+    let pool = crate::control::admin::lock(forwarder)
+        .dataplane()
+        .pool()
+        .clone();
+    // Its own backend: `clear counters` through the admin API does not rewind the interface
+    // counters Prometheus sees (node and error counters are the data plane's and do rewind,
+    // which Prometheus treats as a counter reset).
+    let admin = ForwarderAdmin::new(forwarder.clone(), nsm.clone().unwrap_or_default());
+    let page: http::Render =
+        Arc::new(move || scrape(&admin, &pool, nsm.as_ref()).map(|s| render(&s)));
+    MetricsServer::start(listener, page)
+}

@@ -1,0 +1,378 @@
+//! What the observability tests (`metrics.rs`, `capture.rs`) share: a scratch directory, the
+//! real `quiver run` as a child process with its log collected, `quiver ctl` against it, and a
+//! memif CNF on our memif crate as a traffic peer (no root needed).
+
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+
+use memif::{InterfaceConfig, Slave, SocketAddress};
+use serde_json::Value;
+use testkit::wait_for;
+
+/// A directory of one test's sockets and files, removed on drop.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    /// A fresh directory for test `name`.
+    pub fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("quiver-obs-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    /// A path inside it.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Two memif masters on `memif_socket` (ids 0 and 1), routed: 10.9.0.0/16 via CNF b
+/// (10.0.1.2, a static neighbour) on memif1. `more` is appended.
+pub fn routed_config(memif_socket: &Path, more: &str) -> String {
+    format!(
+        r#"
+[dataplane]
+cores = [1]
+idle = "adaptive"
+[buffers]
+count = 4096
+hugepages = "never"
+[[port]]
+name = "memif0"
+type = "memif"
+role = "master"
+socket = "{s}"
+id = 0
+[[port]]
+name = "memif1"
+type = "memif"
+role = "master"
+socket = "{s}"
+id = 1
+[[address]]
+port = "memif0"
+ip = "10.0.0.1/24"
+[[address]]
+port = "memif1"
+ip = "10.0.1.1/24"
+[[neighbor]]
+port = "memif1"
+ip = "10.0.1.2"
+mac = "02:00:00:00:01:02"
+[[route]]
+prefix = "10.9.0.0/16"
+via = ["10.0.1.2@memif1"]
+{more}
+"#,
+        s = memif_socket.display()
+    )
+}
+
+/// The quiver daemon with its stderr collected; killed on drop.
+pub struct Quiver {
+    pub child: Child,
+    pub stderr: Arc<Mutex<String>>,
+    pub socket: PathBuf,
+}
+
+fn collect(mut pipe: impl Read + Send + 'static) -> Arc<Mutex<String>> {
+    let text = Arc::new(Mutex::new(String::new()));
+    let t = text.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = pipe.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            t.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    text
+}
+
+impl Quiver {
+    /// Starts `quiver run --config <config> --admin-socket <dir>/admin.sock args…`; does not
+    /// wait.
+    pub fn spawn(dir: &Scratch, config: &str, args: &[&str]) -> Quiver {
+        Quiver::spawn_env(dir, config, args, &[])
+    }
+
+    /// [`Quiver::spawn`] with environment variables `env` set.
+    pub fn spawn_env(dir: &Scratch, config: &str, args: &[&str], env: &[(&str, &str)]) -> Quiver {
+        Quiver::spawn_in(
+            Command::new(env!("CARGO_BIN_EXE_quiver")),
+            dir,
+            config,
+            args,
+            env,
+        )
+    }
+
+    /// [`Quiver::spawn_env`] in a network namespace of its own, with only `lo` (up): what it
+    /// does to the host's interfaces (NSM's startup clean-up) stays there. Needs root.
+    pub fn spawn_in_new_netns(
+        dir: &Scratch,
+        config: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Quiver {
+        let mut cmd = Command::new("/usr/bin/unshare");
+        cmd.args([
+            "--net",
+            "--",
+            "/bin/sh",
+            "-c",
+            "/usr/bin/ip link set lo up && exec \"$0\" \"$@\"",
+            env!("CARGO_BIN_EXE_quiver"),
+        ]);
+        Quiver::spawn_in(cmd, dir, config, args, env)
+    }
+
+    fn spawn_in(
+        mut cmd: Command,
+        dir: &Scratch,
+        config: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Quiver {
+        let path = dir.path("quiver.toml");
+        std::fs::write(&path, config).unwrap();
+        let socket = dir.path("admin.sock");
+        let mut child = cmd
+            .args(["run", "--config"])
+            .arg(&path)
+            .arg("--admin-socket")
+            .arg(&socket)
+            .args(args)
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start quiver");
+        let stderr = collect(child.stderr.take().unwrap());
+        Quiver {
+            child,
+            stderr,
+            socket,
+        }
+    }
+
+    /// [`Quiver::spawn`], then waits until its admin API listens.
+    pub fn start(dir: &Scratch, config: &str, args: &[&str]) -> Quiver {
+        let mut q = Quiver::spawn(dir, config, args);
+        q.wait_log("admin API listening");
+        q
+    }
+
+    /// Waits until quiver has logged `text`.
+    pub fn wait_log(&mut self, text: &str) {
+        wait_for(text, 30, || {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                panic!("quiver exited ({st}):\n{}", self.stderr.lock().unwrap());
+            }
+            self.stderr.lock().unwrap().contains(text)
+        });
+    }
+
+    /// The log so far.
+    pub fn log(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Waits for quiver to exit on its own; returns its status and log.
+    pub fn wait_exit(mut self) -> (std::process::ExitStatus, String) {
+        let mut status = None;
+        wait_for("quiver to exit", 30, || {
+            status = self.child.try_wait().unwrap();
+            status.is_some()
+        });
+        // The log's pipe closes with the process: its reader thread ends, dropping its
+        // reference to the text.
+        wait_for("quiver's log to be read", 10, || {
+            Arc::strong_count(&self.stderr) == 1
+        });
+        (status.unwrap(), self.log())
+    }
+
+    /// Runs `quiver ctl --socket <ours> args…`.
+    pub fn ctl(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_quiver"))
+            .arg("ctl")
+            .arg("--socket")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("run quiver ctl")
+    }
+
+    /// Runs `quiver ctl args… --json`, which must succeed, and parses what it printed.
+    pub fn json(&self, args: &[&str]) -> Value {
+        let mut v = args.to_vec();
+        v.push("--json");
+        let out = self.ctl(&v);
+        assert!(
+            out.status.success(),
+            "quiver ctl {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "quiver ctl {args:?} printed no JSON ({e}): {}",
+                String::from_utf8_lossy(&out.stdout)
+            )
+        })
+    }
+
+    /// Runs a `quiver ctl` command that must fail; returns its message.
+    pub fn refused(&self, args: &[&str]) -> String {
+        let out = self.ctl(args);
+        assert!(
+            !out.status.success(),
+            "quiver ctl {args:?} succeeded: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+}
+
+impl Drop for Quiver {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A memif CNF: the slave end of one of Quiver's memif ports.
+pub struct Cnf(pub Slave);
+
+impl Cnf {
+    /// Connects to interface `id` on `socket`.
+    pub fn connect(socket: &Path, id: u32) -> Cnf {
+        Cnf(Slave::new(
+            SocketAddress::Path(socket.to_path_buf()),
+            InterfaceConfig::new(id),
+        )
+        .unwrap())
+    }
+
+    /// Connects to interface `id` on `socket` in IP mode (bare IP packets, no Ethernet).
+    pub fn connect_ip(socket: &Path, id: u32) -> Cnf {
+        Cnf(Slave::new(
+            SocketAddress::Path(socket.to_path_buf()),
+            InterfaceConfig {
+                mode: memif::Mode::Ip,
+                ..InterfaceConfig::new(id)
+            },
+        )
+        .unwrap())
+    }
+
+    /// Runs the control protocol.
+    pub fn poll(&mut self) {
+        self.0.poll().unwrap();
+    }
+
+    /// Whether the link is up.
+    pub fn is_up(&mut self) -> bool {
+        self.poll();
+        self.0.interface().is_up()
+    }
+
+    /// Sends every frame (retrying while the ring is full).
+    pub fn send(&mut self, frames: &[Vec<u8>]) {
+        let mut sent = 0;
+        wait_for("frames to be sent", 30, || {
+            self.poll();
+            let refs: Vec<&[u8]> = frames[sent..].iter().map(|f| &f[..]).collect();
+            sent += self.0.interface_mut().tx_burst(0, &refs);
+            sent == frames.len()
+        });
+    }
+
+    /// Every frame received now.
+    pub fn receive(&mut self, into: &mut Vec<Vec<u8>>) {
+        self.poll();
+        self.0
+            .interface_mut()
+            .rx_burst(0, 256, &mut |f: &[u8]| into.push(f.to_vec()));
+    }
+}
+
+/// The entry of a JSON array whose `key` is `value` (exactly one).
+pub fn one<'a>(v: &'a Value, key: &str, value: &str) -> &'a Value {
+    let found: Vec<&Value> = v
+        .as_array()
+        .expect("a JSON array")
+        .iter()
+        .filter(|e| e[key] == value)
+        .collect();
+    assert_eq!(found.len(), 1, "one entry with {key} = {value} in {v:#}");
+    found[0]
+}
+
+/// Parses `aa:bb:cc:dd:ee:ff`.
+pub fn mac_bytes(s: &str) -> [u8; 6] {
+    let v: Vec<u8> = s
+        .split(':')
+        .map(|x| u8::from_str_radix(x, 16).unwrap())
+        .collect();
+    v.try_into().unwrap()
+}
+
+/// An Ethernet/IPv4/UDP frame of `size` bytes from 10.0.0.2 to `dst`, for MAC `to`.
+pub fn udp(to: [u8; 6], dst: [u8; 4], size: usize, seq: u16) -> Vec<u8> {
+    let mut f = quiver::demo::udp_frame(size, u32::from_be_bytes(dst), 64, seq);
+    f[0..6].copy_from_slice(&to);
+    f
+}
+
+/// The MAC of quiver's interface `name`.
+pub fn interface_mac(q: &Quiver, name: &str) -> [u8; 6] {
+    let ifs = q.json(&["show", "interfaces"]);
+    mac_bytes(one(&ifs, "name", name)["mac"].as_str().unwrap())
+}
+
+/// CNF a on memif0 and CNF b on memif1, both up (in quiver's log too).
+pub fn cnfs(q: &mut Quiver, memif_socket: &Path) -> (Cnf, Cnf) {
+    let mut a = Cnf::connect(memif_socket, 0);
+    let mut b = Cnf::connect(memif_socket, 1);
+    wait_for("both CNFs' links", 30, || a.is_up() & b.is_up());
+    q.wait_log("memif link up port=memif0");
+    q.wait_log("memif link up port=memif1");
+    (a, b)
+}
+
+/// Sends `frames` from a and waits until b has received `expect` frames; returns them.
+pub fn route(a: &mut Cnf, b: &mut Cnf, frames: &[Vec<u8>], expect: usize) -> Vec<Vec<u8>> {
+    a.send(frames);
+    let mut got = Vec::new();
+    wait_for("the routed frames at CNF b", 30, || {
+        a.poll();
+        b.receive(&mut got);
+        got.len() >= expect
+    });
+    got
+}
+
+/// Formats a MAC as `aa:bb:cc:dd:ee:ff`.
+pub fn format_mac(m: [u8; 6]) -> String {
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
