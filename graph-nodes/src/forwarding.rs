@@ -467,6 +467,25 @@ impl Forwarding {
         Ok(())
     }
 
+    /// The interfaces load-balance object `lb` (a route's, see [`Forwarding::routes`]) sends
+    /// through, in path order.
+    pub fn load_balance_interfaces(&self, lb: u32) -> Vec<IfIndex> {
+        let Some(Some(adjs)) = self.load_balances.keys.get(lb as usize) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for &a in adjs.iter() {
+            if let Some(AdjKey::Neighbor(x, _)) | Some(AdjKey::Glean(x)) =
+                self.adjacencies.keys.get(a as usize).cloned().flatten()
+            {
+                if !out.contains(&x) {
+                    out.push(x);
+                }
+            }
+        }
+        out
+    }
+
     fn lb_uses_interface(&self, lb: u32, i: IfIndex) -> bool {
         self.load_balances.keys[lb as usize]
             .as_ref()

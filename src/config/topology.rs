@@ -102,6 +102,10 @@ pub struct AfPacketSection {
     /// Receive frames for any MAC (default true: needed for cross-connects).
     #[serde(default = "yes")]
     pub promiscuous: bool,
+    /// The network namespace the interface is in (`/var/run/netns/x`, `/proc/<pid>/ns/net`);
+    /// default: Quiver's own.
+    #[serde(default)]
+    pub netns: Option<std::path::PathBuf>,
 }
 
 /// `type = "tap"`.

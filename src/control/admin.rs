@@ -558,6 +558,7 @@ impl AdminBackend for ForwarderAdmin {
             mtu: spec.mtu,
             interface: spec.host_interface.clone(),
             promiscuous: spec.promiscuous,
+            netns: None,
         });
         self.lock().add_port(&section, None).map_err(admin_error)
     }

@@ -74,13 +74,17 @@ pub enum Owned {
     Neighbor(String, Ipv4Addr),
     /// An address of ours: port, address, prefix length.
     Address(String, Ipv4Addr, u8),
+    /// A VXLAN tunnel, by name.
+    Tunnel(String),
 }
 
 impl Owned {
     /// Whether this object involves port `name`.
     pub(super) fn uses_port(&self, name: &str) -> bool {
         match self {
-            Owned::Port(p) | Owned::Neighbor(p, _) | Owned::Address(p, _, _) => p == name,
+            Owned::Port(p) | Owned::Tunnel(p) | Owned::Neighbor(p, _) | Owned::Address(p, _, _) => {
+                p == name
+            }
             Owned::CrossConnect(a, b) | Owned::L3CrossConnect(a, b) => a == name || b == name,
             Owned::Route(..) => false,
         }

@@ -18,6 +18,7 @@ mod dpdk_ports;
 mod error;
 mod open;
 mod runtime;
+mod vxlan;
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;
@@ -44,6 +45,7 @@ use crate::config::{Config, MemifMode, MemifRole, MemifSection, PortSection};
 use error::port_error;
 pub use error::{ForwarderError, Owned};
 use open::{open_port, OpenError};
+pub use vxlan::TunnelEntry;
 
 /// One port and the interface it is in the forwarding state.
 pub struct PortEntry {
@@ -66,6 +68,8 @@ pub struct Forwarder {
     sections: Vec<PortSection>,
     /// What each owner made, in creation order.
     owned: Vec<(String, Owned)>,
+    /// VXLAN tunnels (interfaces without a port).
+    tunnels: Vec<TunnelEntry>,
     /// Neighbours made for L3 cross-connects out of IP-mode memif ports (point to point: no
     /// ARP, any destination MAC), by interface, removed with the cross-connect.
     p2p_peers: Vec<(IfIndex, u32)>,
@@ -159,6 +163,7 @@ impl Forwarder {
             ports,
             sections: cfg.port.clone(),
             owned: Vec::new(),
+            tunnels: Vec::new(),
             p2p_peers: Vec::new(),
             workers: nworkers,
             memif,
@@ -196,7 +201,20 @@ impl Forwarder {
     fn interface(&self, name: &str) -> Result<IfIndex, ForwarderError> {
         self.port(name)
             .map(|e| e.interface)
+            .or_else(|| {
+                let t = self.tunnels.iter().find(|t| t.name == name)?;
+                Some(t.interface)
+            })
             .ok_or_else(|| ForwarderError::NotFound(format!("no port named `{name}`")))
+    }
+
+    /// The name of the port or tunnel that is interface `i`.
+    fn interface_name(&self, i: IfIndex) -> Option<&str> {
+        let port = self.ports.iter().find(|e| e.interface == i);
+        port.map(|e| e.name.as_str()).or_else(|| {
+            let t = self.tunnels.iter().find(|t| t.interface == i)?;
+            Some(t.name.as_str())
+        })
     }
 
     fn commit(&mut self) -> Result<(), ForwarderError> {

@@ -65,7 +65,11 @@ pub(super) fn open_port(
             }
             let mut c = AfPacketConfig::new(&a.interface, workers);
             c.promiscuous = a.promiscuous;
-            Arc::new(AfPacketPort::open(&c)?)
+            let netns = match &a.netns {
+                Some(path) => Some(Arc::new(NetNs::open_path(path).map_err(OpenError::Netns)?)),
+                None => None,
+            };
+            Arc::new(AfPacketPort::open_in(&c, netns)?)
         }
         PortSection::Dpdk(d) => {
             if mac.is_some() {

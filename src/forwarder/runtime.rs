@@ -267,12 +267,7 @@ impl Forwarder {
             }
         };
         self.commit()?;
-        let b = self
-            .ports
-            .iter()
-            .find(|e| e.interface == peer)
-            .map(|e| e.name.clone())
-            .unwrap_or_default();
+        let b = self.interface_name(peer).unwrap_or_default().to_string();
         self.forget(|o| match o {
             Owned::CrossConnect(x, y) | Owned::L3CrossConnect(x, y) => {
                 !((x == a && *y == b) || (x == &b && y == a))
@@ -439,6 +434,7 @@ impl Forwarder {
         for o in objects.iter().rev() {
             let r = match o {
                 Owned::Port(p) => self.remove_port(p),
+                Owned::Tunnel(t) => self.remove_vxlan_tunnel(t),
                 Owned::CrossConnect(a, _) | Owned::L3CrossConnect(a, _) => self.disconnect(a),
                 Owned::Route(p, l) => self.remove_route(*p, *l),
                 Owned::Neighbor(p, ip) => self.remove_neighbor(p, *ip),

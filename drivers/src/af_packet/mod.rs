@@ -30,6 +30,7 @@ pub(crate) use counters::{port_stats, Counter, QueueCounters};
 
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
+use crate::netns::NetNs;
 use crate::port::{LinkStatus, Port, PortError, PortStats, QueuePair};
 use netdev::NetDevice;
 use queue::{max_frame_len, AfPacketRx, AfPacketTx};
@@ -137,6 +138,8 @@ struct QueueSlot {
 /// A kernel interface as a Quiver port, through AF_PACKET rings (see the module docs).
 pub struct AfPacketPort {
     device: NetDevice,
+    /// The namespace the interface lives in, when not Quiver's own.
+    netns: Option<Arc<NetNs>>,
     ifindex: i32,
     mac: [u8; 6],
     mtu: u32,
@@ -148,16 +151,27 @@ impl AfPacketPort {
     /// Opens `config.interface`, which must exist and be Ethernet. Queues (and their sockets)
     /// are made by [`Port::queue_pair`].
     pub fn open(config: &AfPacketConfig) -> Result<AfPacketPort, PortError> {
+        AfPacketPort::open_in(config, None)
+    }
+
+    /// Opens the port on `config.interface` of network namespace `netns` (`None`: Quiver's
+    /// own): the interface's control socket and every queue's packet socket are made inside
+    /// it, so they stay bound there whichever thread uses them.
+    pub fn open_in(
+        config: &AfPacketConfig,
+        netns: Option<Arc<NetNs>>,
+    ) -> Result<AfPacketPort, PortError> {
         if config.queues == 0 {
             return Err(PortError::Config("a port needs at least one queue".into()));
         }
-        let device = NetDevice::open(&config.interface)?;
+        let device = in_netns(netns.as_deref(), || NetDevice::open(&config.interface))?;
         let ifindex = device.index()?;
         let mac = device.mac()?;
         let mtu = device.mtu()?;
         let (rx, tx) = layouts(config, mtu)?;
         Ok(AfPacketPort {
             device,
+            netns,
             ifindex,
             mac,
             mtu,
@@ -192,6 +206,19 @@ impl AfPacketPort {
 
     fn slots(&self) -> MutexGuard<'_, Vec<QueueSlot>> {
         self.queues.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Runs `f` inside `netns` (on a short-lived thread there), or here when `None`.
+fn in_netns<T: Send>(
+    netns: Option<&NetNs>,
+    f: impl FnOnce() -> Result<T, PortError> + Send,
+) -> Result<T, PortError> {
+    match netns {
+        None => f(),
+        Some(ns) => ns
+            .run(f)
+            .map_err(|e| PortError::Device(format!("network namespace: {e}")))?,
     }
 }
 
@@ -232,7 +259,9 @@ impl Port for AfPacketPort {
         let fanout = member
             .as_ref()
             .map_or(Fanout::New, |m| Fanout::Join(m.fanout_id()));
-        let socket = Arc::new(PacketSocket::open(&self.sockets, fanout, counters)?);
+        let socket = Arc::new(in_netns(self.netns.as_deref(), || {
+            PacketSocket::open(&self.sockets, fanout, counters)
+        })?);
         drop(member);
         slots[worker].socket = Arc::downgrade(&socket);
         tracing::debug!(
