@@ -4,15 +4,13 @@
 //! and back; after Close no interface, veth, port or cross-connect remains, and once the
 //! forwarder stops every buffer is back in the pool.
 
-use std::collections::HashMap;
-use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use ctl_api::nsm::path::timestamp;
 use ctl_api::nsm::testing::{BlockingClient, TestEndpoint};
 use ctl_api::nsm::{Dataplane, NsmConfig, NsmHandle, StaticEndpoint};
-use ctl_api::proto::connection::{Connection, Mechanism, Path, PathSegment, State};
+use ctl_api::proto::connection::{Connection, Path, PathSegment, State};
 use ctl_api::proto::connectioncontext::{ConnectionContext, IpContext};
 use ctl_api::proto::networkservice::NetworkServiceRequest;
 use dataplane::{BufferPool, BufferPoolConfig, HugepagePolicy, IdlePolicy, WorkerConfig};
@@ -20,88 +18,9 @@ use quiver::control::nsm::ForwarderDataplane;
 use quiver::{Config, Forwarder, Housekeeping};
 use testkit::{require, wait_for, Needs};
 
-const IP: &str = "/usr/sbin/ip";
-const PING: &str = "/usr/bin/ping";
+mod nsm_support;
 
-fn run(args: &[&str]) -> Output {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {args:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{args:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// A named network namespace, deleted on drop.
-struct Netns(String);
-
-impl Netns {
-    fn new(tag: &str) -> Netns {
-        let ns = Netns(format!("quiver-nsm-{tag}-{}", std::process::id()));
-        run(&[IP, "netns", "add", &ns.0]);
-        run(&[IP, "-n", &ns.0, "link", "set", "lo", "up"]);
-        ns
-    }
-    fn url(&self) -> String {
-        format!("file:///var/run/netns/{}", self.0)
-    }
-    fn has_link(&self, name: &str) -> bool {
-        Command::new(IP)
-            .args(["-n", &self.0, "link", "show", name])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    }
-    fn ping(&self, to: &str) -> bool {
-        Command::new(IP)
-            .args([
-                "netns", "exec", &self.0, PING, "-n", "-c", "1", "-W", "1", to,
-            ])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new(IP).args(["netns", "del", &self.0]).output();
-    }
-}
-
-/// A directory for the sockets, removed on drop.
-struct TempDir(std::path::PathBuf);
-
-impl TempDir {
-    fn new() -> TempDir {
-        let p = std::env::temp_dir().join(format!("quiver-nsm-e2e-{}", std::process::id()));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-    fn path(&self) -> &std::path::Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn mech(ty: &str, params: &[(&str, &str)]) -> Mechanism {
-    Mechanism {
-        cls: "LOCAL".into(),
-        r#type: ty.into(),
-        parameters: params
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect::<HashMap<_, _>>(),
-    }
-}
+use nsm_support::{mech, Netns, TempDir, IP, PING};
 
 #[test]
 fn ping_crosses_quiver_between_nsc_and_nse_kernel_interfaces_and_close_leaves_nothing() {
@@ -117,7 +36,7 @@ fn ping_crosses_quiver_between_nsc_and_nse_kernel_interfaces_and_close_leaves_no
     }
     let nsc = Netns::new("nsc");
     let nse = Netns::new("nse");
-    let dir = TempDir::new();
+    let dir = TempDir::new("nsm-e2e");
 
     let cfg = Config::parse("[buffers]\nhugepages = \"never\"\n").unwrap();
     let pool = BufferPool::new(&BufferPoolConfig {

@@ -6,24 +6,19 @@
 //! Close no interface, veth, port or owned object remains, and once the forwarder stops every
 //! buffer is back in the pool.
 
-use std::collections::HashMap;
-use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use ctl_api::nsm::path::timestamp;
 use ctl_api::nsm::testing::{BlockingClient, TestEndpoint};
 use ctl_api::nsm::{Dataplane, NsmConfig, NsmHandle, StaticEndpoint};
-use ctl_api::proto::connection::{Connection, Mechanism, Path, PathSegment, State};
+use ctl_api::proto::connection::{Connection, Path, PathSegment, State};
 use ctl_api::proto::connectioncontext::{ConnectionContext, IpContext, Route};
 use ctl_api::proto::networkservice::NetworkServiceRequest;
 use dataplane::{BufferPool, BufferPoolConfig, HugepagePolicy, IdlePolicy, WorkerConfig};
 use quiver::control::nsm::ForwarderDataplane;
 use quiver::{Config, Forwarder, Housekeeping};
 use testkit::{require, wait_for, Needs};
-
-const IP: &str = "/usr/sbin/ip";
-const PING: &str = "/usr/bin/ping";
 
 /// The client's address, the endpoint's two (the first is the L3 cross-connect's next hop),
 /// and the gateway of the client's route to the second: nobody has that one.
@@ -32,97 +27,9 @@ const NSE_ADDR: &str = "10.74.0.2";
 const NSE_BEHIND: &str = "10.99.0.1";
 const GATEWAY: &str = "10.74.0.254";
 
-fn run(args: &[&str]) -> Output {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {args:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{args:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
+mod nsm_support;
 
-/// A named network namespace, deleted on drop.
-struct Netns(String);
-
-impl Netns {
-    fn new(tag: &str) -> Netns {
-        let ns = Netns(format!("quiver-nsmip-{tag}-{}", std::process::id()));
-        run(&[IP, "netns", "add", &ns.0]);
-        run(&[IP, "-n", &ns.0, "link", "set", "lo", "up"]);
-        ns
-    }
-    fn url(&self) -> String {
-        format!("file:///var/run/netns/{}", self.0)
-    }
-    fn has_link(&self, name: &str) -> bool {
-        Command::new(IP)
-            .args(["-n", &self.0, "link", "show", name])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    }
-    /// The neighbour entry for `ip` on `dev`, as `ip neigh` shows it ("" when none).
-    fn neighbor(&self, dev: &str, ip: &str) -> String {
-        let out = run(&[IP, "-n", &self.0, "neigh", "show", ip, "dev", dev]);
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    }
-    /// One echo to `to` with `ttl`: its reply line when it came back.
-    fn ping(&self, to: &str, ttl: u8) -> Option<String> {
-        let ttl = ttl.to_string();
-        let out = Command::new(IP)
-            .args([
-                "netns", "exec", &self.0, PING, "-n", "-c", "1", "-W", "1", "-t", &ttl, to,
-            ])
-            .output()
-            .ok()
-            .filter(|o| o.status.success())?;
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .find(|l| l.contains("bytes from"))
-            .map(str::to_string)
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new(IP).args(["netns", "del", &self.0]).output();
-    }
-}
-
-/// A directory for the sockets, removed on drop.
-struct TempDir(std::path::PathBuf);
-
-impl TempDir {
-    fn new() -> TempDir {
-        let p = std::env::temp_dir().join(format!("quiver-nsmip-e2e-{}", std::process::id()));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-    fn path(&self) -> &std::path::Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn mech(ty: &str, params: &[(&str, &str)]) -> Mechanism {
-    Mechanism {
-        cls: "LOCAL".into(),
-        r#type: ty.into(),
-        parameters: params
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect::<HashMap<_, _>>(),
-    }
-}
+use nsm_support::{mech, Netns, TempDir, IP, PING};
 
 fn mac_string(m: [u8; 6]) -> String {
     format!(
@@ -145,7 +52,7 @@ fn ip_payload_pings_through_quiver_between_kernel_interfaces_and_close_leaves_no
     }
     let nsc = Netns::new("nsc");
     let nse = Netns::new("nse");
-    let dir = TempDir::new();
+    let dir = TempDir::new("nsmip-e2e");
 
     let cfg = Config::parse("[buffers]\nhugepages = \"never\"\n").unwrap();
     let pool = BufferPool::new(&BufferPoolConfig {
@@ -259,17 +166,23 @@ fn ip_payload_pings_through_quiver_between_kernel_interfaces_and_close_leaves_no
     // Each way Quiver decrements the TTL: the NSE's reply (64) arrives with 63.
     let mut reply = None;
     wait_for("a ping from the NSC to the NSE through Quiver", 30, || {
-        reply = nsc.ping(NSE_ADDR, 64);
+        reply = nsc.ping_reply(NSE_ADDR, 64);
         reply.is_some()
     });
     let reply = reply.expect("waited for");
     assert!(reply.contains("ttl=63"), "one hop each way: {reply}");
     // Through the client's route, whose gateway nobody has: Quiver's L3 cross-connect
     // carries whatever the client sends toward the endpoint.
-    let behind = nsc.ping(NSE_BEHIND, 64).expect("a ping through the route");
+    let behind = nsc
+        .ping_reply(NSE_BEHIND, 64)
+        .expect("a ping through the route");
     assert!(behind.contains("ttl=63"), "one hop each way: {behind}");
     // An echo with TTL 1 expires in Quiver instead of reaching the NSE.
-    assert_eq!(nsc.ping(NSE_ADDR, 1), None, "TTL 1 does not cross Quiver");
+    assert_eq!(
+        nsc.ping_reply(NSE_ADDR, 1),
+        None,
+        "TTL 1 does not cross Quiver"
+    );
     let forwarded: u64 = fwd.lock().unwrap().tx_packets();
     assert!(
         forwarded >= 4,
@@ -280,7 +193,10 @@ fn ip_payload_pings_through_quiver_between_kernel_interfaces_and_close_leaves_no
     let again = client.request(request.clone()).unwrap();
     assert_eq!(again.state, State::Up as i32);
     assert!(nsc.neighbor("nsm0", NSE_ADDR).contains(client_mac.as_str()));
-    assert!(nsc.ping(NSE_ADDR, 64).is_some(), "ping after the refresh");
+    assert!(
+        nsc.ping_reply(NSE_ADDR, 64).is_some(),
+        "ping after the refresh"
+    );
 
     // A refresh to ETHERNET payload keeps the veths and swaps the cross-connect: the
     // neighbours toward Quiver's end go with the L3 one (else the NSC's frames would reach the
@@ -299,7 +215,7 @@ fn ip_payload_pings_through_quiver_between_kernel_interfaces_and_close_leaves_no
     }
     let mut reply = None;
     wait_for("a ping across the L2 cross-connect", 30, || {
-        reply = nsc.ping(NSE_ADDR, 64);
+        reply = nsc.ping_reply(NSE_ADDR, 64);
         reply.is_some()
     });
     let reply = reply.expect("waited for");
@@ -312,7 +228,9 @@ fn ip_payload_pings_through_quiver_between_kernel_interfaces_and_close_leaves_no
     assert!(nse
         .neighbor("nse0", NSC_ADDR)
         .contains(endpoint_mac.as_str()));
-    let reply = nsc.ping(NSE_ADDR, 64).expect("ping after going back to IP");
+    let reply = nsc
+        .ping_reply(NSE_ADDR, 64)
+        .expect("ping after going back to IP");
     assert!(reply.contains("ttl=63"), "one hop each way again: {reply}");
 
     client.close(again).unwrap();
@@ -325,7 +243,7 @@ fn ip_payload_pings_through_quiver_between_kernel_interfaces_and_close_leaves_no
         "no object left"
     );
     assert!(!dp.owners().unwrap().contains(&id), "no tagged veth left");
-    assert_eq!(nsc.ping(NSE_ADDR, 64), None);
+    assert_eq!(nsc.ping_reply(NSE_ADDR, 64), None);
 
     drop(client);
     drop(server);

@@ -6,128 +6,25 @@
 //! intact. After Close no port, socket or cross-connect remains, and once the forwarder stops
 //! every buffer is back in the pool.
 
-use std::collections::HashMap;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use ctl_api::nsm::path::timestamp;
 use ctl_api::nsm::testing::{BlockingClient, TestEndpoint};
 use ctl_api::nsm::{NsmConfig, NsmHandle, StaticEndpoint};
-use ctl_api::proto::connection::{Connection, Mechanism, Path, PathSegment, State};
+use ctl_api::proto::connection::{Connection, Path, PathSegment, State};
 use ctl_api::proto::networkservice::NetworkServiceRequest;
 use dataplane::{BufferPool, BufferPoolConfig, HugepagePolicy, IdlePolicy, WorkerConfig};
-use drivers::LinkStatus;
 use quiver::control::nsm::ForwarderDataplane;
 use quiver::{Config, Forwarder, Housekeeping};
 use testkit::{require, wait_for, Needs};
 
-const IP: &str = "/usr/sbin/ip";
+mod nsm_support;
+
+use nsm_support::{link_up, mech, traffic_example, traffic_report, Killed, Netns, IP};
+
 /// Frames the NSC sends.
 const FRAMES: u64 = 20_000;
-
-/// A named network namespace, deleted on drop.
-struct Netns(String);
-
-impl Netns {
-    fn new(tag: &str) -> Netns {
-        let ns = Netns(format!("quiver-nsm-{tag}-{}", std::process::id()));
-        let out = Command::new(IP)
-            .args(["netns", "add", &ns.0])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "ip netns add: {out:?}");
-        ns
-    }
-    fn url(&self) -> String {
-        format!("file:///var/run/netns/{}", self.0)
-    }
-    /// Starts `exe args…` inside the namespace.
-    fn spawn(&self, exe: &std::path::Path, args: &[&str]) -> Child {
-        Command::new(IP)
-            .args(["netns", "exec", &self.0])
-            .arg(exe)
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new(IP).args(["netns", "del", &self.0]).output();
-    }
-}
-
-/// Kills a child left running when the test fails.
-struct Killed(Option<Child>);
-
-impl Killed {
-    fn wait(mut self) -> std::process::Output {
-        self.0.take().unwrap().wait_with_output().unwrap()
-    }
-}
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        if let Some(c) = self.0.as_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// Builds the memif examples (same profile as this test) and returns `traffic`'s path.
-fn traffic_example() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.args([
-        "build",
-        "-p",
-        "memif",
-        "--example",
-        "traffic",
-        "--message-format=json-render-diagnostics",
-    ])
-    .current_dir(env!("CARGO_MANIFEST_DIR"))
-    .stderr(Stdio::inherit());
-    if !cfg!(debug_assertions) {
-        cmd.arg("--release");
-    }
-    let out = cmd.output().expect("run cargo build --example traffic");
-    assert!(out.status.success(), "cargo build --example traffic failed");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find_map(|v| {
-            (v["reason"] == "compiler-artifact" && v["target"]["name"] == "traffic")
-                .then(|| v["executable"].as_str().map(PathBuf::from))
-                .flatten()
-        })
-        .expect("cargo said where traffic is")
-}
-
-fn mech(ty: &str, params: &[(&str, &str)]) -> Mechanism {
-    Mechanism {
-        cls: "LOCAL".into(),
-        r#type: ty.into(),
-        parameters: params
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect::<HashMap<_, _>>(),
-    }
-}
-
-fn link_up(fwd: &Mutex<Forwarder>, port: &str) -> bool {
-    fwd.lock()
-        .unwrap()
-        .ports()
-        .iter()
-        .any(|e| e.name == port && e.port.link() == LinkStatus::Up)
-}
 
 #[test]
 fn every_frame_crosses_quiver_between_nsc_and_nse_memif_cnfs_and_close_leaves_nothing() {
@@ -262,13 +159,7 @@ fn every_frame_crosses_quiver_between_nsc_and_nse_memif_cnfs_and_close_leaves_no
     let sent = source.wait();
     assert!(sent.status.success(), "the NSC's traffic failed: {sent:?}");
     let received = sink.wait();
-    let report = |o: &std::process::Output| -> serde_json::Value {
-        String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .find_map(|l| serde_json::from_str(l).ok())
-            .unwrap_or_else(|| panic!("no JSON report: {o:?}"))
-    };
-    let (tx, rx) = (report(&sent), report(&received));
+    let (tx, rx) = (traffic_report(&sent), traffic_report(&received));
     let stats = |port: &str| {
         let f = fwd.lock().unwrap();
         let e = f.ports().iter().find(|e| e.name == port).unwrap();

@@ -2,9 +2,9 @@
 //! thread Quiver already runs.
 //!
 //! A namespace is held by an open file descriptor (so it lives as long as the [`NetNs`] does,
-//! even if its pod goes). [`NetNs::run`] runs a closure on a short-lived thread that has
-//! `setns`'d into the namespace; the calling thread (a tokio worker, the memif control thread, a
-//! data-plane worker) never changes namespace.
+//! even if its pod goes). [`NetNs::run`] runs a closure on a helper thread that has `setns`'d
+//! into the namespace (threads kept for that, see [`runner`]); the calling thread (a tokio
+//! worker, the memif control thread, a data-plane worker) never changes namespace.
 //!
 //! What makes this enough: a socket belongs to the namespace it was *created* in, for life,
 //! whichever thread uses it later. So a socket created by [`NetNs::run`] keeps working in that
@@ -31,6 +31,8 @@ use nix::errno::Errno;
 use nix::fcntl::{open, OFlag};
 use nix::sched::CloneFlags;
 use nix::sys::stat::{fstat, Mode};
+
+pub mod runner;
 
 /// Errors of namespace handling.
 #[derive(Debug, thiserror::Error)]
@@ -268,39 +270,34 @@ impl NetNs {
         self.id
     }
 
-    /// Runs `f` on a new thread inside this namespace and returns its result; the calling
-    /// thread stays where it is. What `f` creates (sockets above all) stays in this namespace
-    /// after the thread ends. A panic in `f` is resumed on the calling thread.
+    /// Runs `f` on a thread inside this namespace and returns its result; the calling thread
+    /// stays where it is. What `f` creates (sockets above all) stays in this namespace after
+    /// the call. A panic in `f` is resumed on the calling thread.
     ///
-    /// Costs a thread spawn (tens of microseconds): fine for control work, not for packets.
+    /// The thread is one of a few kept for this ([`runner`]): it enters the namespace
+    /// (`setns`) for this call only, and an idle one ends after [`runner::IDLE`]. Calls made at
+    /// the same time (or from inside `f`) get threads of their own; a new thread is spawned
+    /// only when none is idle. Fine for control work, not for packets.
     pub fn run<T, F>(&self, f: F) -> Result<T, NetNsError>
     where
         F: FnOnce() -> T + Send,
         T: Send,
     {
-        std::thread::scope(|scope| {
-            let handle = std::thread::Builder::new()
-                .name("quiver-netns".into())
-                .spawn_scoped(scope, || {
-                    nix::sched::setns(self.fd.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|e| {
-                        NetNsError::Sys {
-                            what: format!("setns into {:?}", self.path),
-                            source: e,
-                        }
-                    })?;
-                    Ok(f())
-                })
-                .map_err(|e| NetNsError::Sys {
-                    what: format!("spawning a thread for {:?}: {e}", self.path),
-                    source: e
-                        .raw_os_error()
-                        .map_or(Errno::UnknownErrno, Errno::from_raw),
-                })?;
-            match handle.join() {
-                Ok(r) => r,
-                Err(panic) => std::panic::resume_unwind(panic),
-            }
-        })
+        let entered = || {
+            nix::sched::setns(self.fd.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|e| {
+                NetNsError::Sys {
+                    what: format!("setns into {:?}", self.path),
+                    source: e,
+                }
+            })?;
+            Ok(f())
+        };
+        runner::run(entered).map_err(|e| NetNsError::Sys {
+            what: format!("spawning a thread for {:?}: {e}", self.path),
+            source: e
+                .raw_os_error()
+                .map_or(Errno::UnknownErrno, Errno::from_raw),
+        })?
     }
 
     /// Binds and listens on the memif control socket `addr` inside this namespace (a stale

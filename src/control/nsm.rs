@@ -23,10 +23,9 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use ctl_api::nsm::dataplane::{FrameMode, KernelSpec, MemifRole as NsmRole, MemifSpec};
+use ctl_api::nsm::dataplane::{FrameMode, KernelSpec, MemifRole as NsmRole, MemifSpec, VxlanSpec};
 use ctl_api::nsm::{
     Dataplane, DataplaneError, LinkEvent, LinkEvents, NsmConfig, NsmHandle, PortName,
-    RegistryDiscovery,
 };
 use drivers::kernel_interface::{
     self, KernelInterface, KernelInterfaceConfig, KernelInterfaceError, NeighborConfig, RouteConfig,
@@ -292,6 +291,7 @@ impl Dataplane for ForwarderDataplane {
             mtu: mtu16(spec.mtu)?,
             interface: veth.host_name().to_string(),
             promiscuous: true,
+            netns: None,
         });
         if let Err(e) = self.add(owner, &section) {
             if let Err(d) = veth.delete() {
@@ -311,10 +311,30 @@ impl Dataplane for ForwarderDataplane {
         Ok(())
     }
 
+    fn create_vxlan(&self, owner: &str, spec: &VxlanSpec) -> Result<(), DataplaneError> {
+        lock(&self.forwarder)
+            .add_vxlan_tunnel(
+                &spec.name.0,
+                spec.local,
+                spec.remote,
+                spec.vni,
+                spec.dst_port,
+                Some(owner),
+            )
+            .map(drop)
+            .map_err(fwd_error)
+    }
+
     fn remove_port(&self, _owner: &str, port: &PortName) -> Result<(), DataplaneError> {
-        let removed = lock(&self.forwarder)
-            .remove_port(&port.0)
-            .map_err(fwd_error);
+        let removed = {
+            let mut f = lock(&self.forwarder);
+            if f.tunnels().iter().any(|t| t.name == port.0) {
+                f.remove_vxlan_tunnel(&port.0)
+            } else {
+                f.remove_port(&port.0)
+            }
+        }
+        .map_err(fwd_error);
         if let Some(p) = self.ports().remove(&port.0) {
             if let Some(veth) = p.kernel {
                 veth.delete().map_err(kernel_error)?;
@@ -481,15 +501,31 @@ impl Dataplane for ForwarderDataplane {
     }
 }
 
-/// Starts the NSM services for `forwarder` (endpoints found through the registry at
-/// `NSM_CONNECT_TO`); they run until the handle is dropped.
-pub fn start(forwarder: &Arc<Mutex<Forwarder>>, cfg: NsmConfig) -> Result<NsmHandle, String> {
-    let discovery = Arc::new(RegistryDiscovery {
-        registry: cfg.connect_to.clone(),
-        timeout: cfg.dial_timeout,
-    });
+/// Starts the NSM services for `forwarder` (the SPIFFE identity from
+/// `SPIFFE_ENDPOINT_SOCKET`, endpoints found through the registry at `NSM_CONNECT_TO`); they
+/// run until the handle is dropped.
+pub fn start(forwarder: &Arc<Mutex<Forwarder>>, mut cfg: NsmConfig) -> Result<NsmHandle, String> {
+    {
+        let mut f = lock(forwarder);
+        f.set_vxlan_port(cfg.vxlan_port)
+            .map_err(|e| format!("NSM_VXLAN_PORT: {e}"))?;
+        if cfg.tunnel_ip.is_none() {
+            cfg.tunnel_ip = f.default_route_address().map(IpAddr::V4);
+        }
+    }
+    match cfg.tunnel_ip {
+        Some(IpAddr::V4(ip)) if !lock(forwarder).is_own_address(ip) => tracing::warn!(
+            %ip,
+            "NSM_TUNNEL_IP is not an address of Quiver's: VXLAN to other nodes will fail until \
+             an uplink port has it ([[address]] in quiver.toml)"
+        ),
+        Some(ip) => tracing::info!(%ip, port = cfg.vxlan_port, "VXLAN tunnels to other nodes from"),
+        None => tracing::info!(
+            "no NSM_TUNNEL_IP and no default route with an address: no VXLAN to other nodes"
+        ),
+    }
     let dp = ForwarderDataplane::new(forwarder.clone());
-    NsmHandle::spawn(cfg, dp, discovery, 2).map_err(|e| format!("NSM: {e}"))
+    NsmHandle::spawn_with_registry(cfg, dp, 2).map_err(|e| format!("NSM: {e}"))
 }
 
 #[cfg(test)]

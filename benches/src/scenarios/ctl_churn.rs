@@ -79,7 +79,8 @@ struct Timed {
     inner: Arc<ForwarderDataplane>,
     times: Mutex<HashMap<&'static str, Vec<Duration>>>,
     /// When the last client-side memif was made: from then to the endpoint-side memif is
-    /// the endpoint's round trip (find, dial, Request) plus the server's task hand-offs.
+    /// the endpoint's round trip (find, Request on the cached channel) plus the server's task
+    /// hand-offs.
     client_side_done: Mutex<Option<Instant>>,
 }
 

@@ -1,9 +1,11 @@
 //! The NSM forwarder's settings, from the environment as cmd-forwarder-vpp reads them
-//! (`NSM_NAME`, `NSM_CONNECT_TO`, `NSM_LISTEN_ON`, …).
+//! (`NSM_NAME`, `NSM_CONNECT_TO`, `NSM_LISTEN_ON`, …), and `SPIFFE_ENDPOINT_SOCKET`.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::Duration;
+
+use crate::spiffe::{Identity, ENDPOINT_ENV};
 
 /// Where Quiver listens when `NSM_LISTEN_ON` is not set.
 pub const DEFAULT_LISTEN_ON: &str = "unix:///listen.on.socket";
@@ -27,7 +29,8 @@ pub struct ConfigError {
 pub struct NsmConfig {
     /// `NSM_NAME`: Quiver's name in paths and in the registry (default `forwarder`).
     pub name: String,
-    /// `NSM_LABELS`: `key=value,…` labels for registration.
+    /// `NSM_LABELS`: `key=value,…` (or `key:value,…`) labels for registration; empty means
+    /// cmd-forwarder-vpp's default, `p2p:true`.
     pub labels: HashMap<String, String>,
     /// `NSM_CONNECT_TO`: nsmgr's URL (the registry).
     pub connect_to: String,
@@ -49,6 +52,13 @@ pub struct NsmConfig {
     /// Register with nsmgr at `connect_to` and keep the registration fresh (on when
     /// `NSM_CONNECT_TO` is set in the environment).
     pub register: bool,
+    /// `SPIFFE_ENDPOINT_SOCKET`: the Workload API to fetch [`NsmConfig::identity`] from when
+    /// the server starts (`None`: plaintext on unix sockets only).
+    pub spiffe_endpoint: Option<String>,
+    /// Quiver's SPIFFE identity: with one, every hop is mTLS and path tokens are minted and
+    /// checked; without, plaintext on unix sockets and tokens are passed on unchecked. Set by
+    /// the caller, or fetched from [`NsmConfig::spiffe_endpoint`] at start.
+    pub identity: Option<Identity>,
 }
 
 impl Default for NsmConfig {
@@ -65,6 +75,8 @@ impl Default for NsmConfig {
             log_level: "INFO".into(),
             reconcile_at_start: true,
             register: false,
+            spiffe_endpoint: None,
+            identity: None,
         }
     }
 }
@@ -113,6 +125,7 @@ impl NsmConfig {
             }
         }
         c.register = var("NSM_CONNECT_TO").is_some();
+        c.spiffe_endpoint = var(ENDPOINT_ENV);
         if let Some(v) = var("NSM_TUNNEL_IP") {
             c.tunnel_ip = Some(
                 v.parse()
@@ -144,6 +157,26 @@ impl NsmConfig {
             c.log_level = up;
         }
         Ok(c)
+    }
+
+    /// Fetches [`NsmConfig::identity`] from the Workload API at
+    /// [`NsmConfig::spiffe_endpoint`] unless it is set already (waits for the first SVID; logs
+    /// that the service runs in plaintext when there is no endpoint). Call on the runtime the
+    /// service runs on: the identity follows rotations in a task of it.
+    pub async fn resolve_identity(&mut self) -> Result<(), crate::spiffe::SpiffeError> {
+        if self.identity.is_none() {
+            self.identity = Identity::from_endpoint(self.spiffe_endpoint.as_deref()).await?;
+        }
+        Ok(())
+    }
+
+    /// The labels Quiver registers with: `NSM_LABELS`, or `p2p: true` when it is empty.
+    pub fn registration_labels(&self) -> HashMap<String, String> {
+        if self.labels.is_empty() {
+            HashMap::from([("p2p".to_string(), "true".to_string())])
+        } else {
+            self.labels.clone()
+        }
     }
 
     /// `NSM_LOG_LEVEL` as a `tracing` filter directive.
@@ -241,6 +274,15 @@ mod tests {
         assert_eq!(c.tracing_level(), "debug");
         assert!(c.register);
         assert!(!from(&[]).unwrap().register);
+        assert_eq!(c.registration_labels()["a"], "b");
+        assert!(!c.registration_labels().contains_key("p2p"));
+        assert_eq!(from(&[]).unwrap().registration_labels()["p2p"], "true");
+        let s = from(&[("SPIFFE_ENDPOINT_SOCKET", "unix:///run/spire/agent.sock")]).unwrap();
+        assert_eq!(
+            s.spiffe_endpoint.as_deref(),
+            Some("unix:///run/spire/agent.sock")
+        );
+        assert_eq!(from(&[]).unwrap().spiffe_endpoint, None);
     }
 
     #[test]

@@ -15,17 +15,19 @@ use std::time::{Duration, SystemTime};
 
 use tonic::Status;
 
+use super::channels::{self, Channels};
 use super::config::NsmConfig;
 use super::dataplane::{
     Dataplane, DataplaneError, FrameMode, KernelSpec, LinkEvent, MemifRole, MemifSpec, PortName,
-    PortSpec,
+    PortSpec, VxlanSpec,
 };
-use super::endpoint::{dial, EndpointDiscovery};
+use super::endpoint::EndpointDiscovery;
 use super::mechanism::{self, ClientMechanism, EndpointMechanism};
 use super::monitor::Monitor;
 use super::path::{self, Position};
 use super::table::Table;
 use super::validate::{self, Payload, SidesIp};
+use super::vni::VniTable;
 use crate::proto::connection::{Connection, Mechanism, State};
 use crate::proto::networkservice::network_service_client::NetworkServiceClient;
 use crate::proto::networkservice::NetworkServiceRequest;
@@ -85,11 +87,7 @@ pub struct ConnectionSummary {
 }
 
 fn mechanism_and_port(spec: &PortSpec) -> (String, String) {
-    let kind = match spec {
-        PortSpec::Memif(_) => "MEMIF",
-        PortSpec::Kernel(_) => "KERNEL",
-    };
-    (kind.to_string(), spec.name().0.clone())
+    (spec.mechanism_type().to_string(), spec.name().0.clone())
 }
 
 /// The NSM forwarder's state: settings, the data path, the way to endpoints, the connections
@@ -103,6 +101,10 @@ pub struct Core {
     /// The published connections and the MonitorConnections subscribers.
     pub monitor: Monitor,
     generation: AtomicU64,
+    /// The VNIs of the VXLAN tunnels Quiver answers for.
+    vnis: VniTable,
+    /// One gRPC channel per endpoint URL, for the Requests and Closes sent there.
+    channels: Channels,
 }
 
 fn dp_status(e: DataplaneError) -> Status {
@@ -167,7 +169,26 @@ impl Core {
             table: Table::default(),
             monitor: Monitor::default(),
             generation: AtomicU64::new(0),
+            vnis: VniTable::default(),
+            channels: Channels::default(),
         }
+    }
+
+    /// Quiver's end of VXLAN tunnels, when it has a tunnel address (IPv4).
+    fn tunnel_end(&self) -> Option<mechanism::TunnelEnd> {
+        match self.cfg.tunnel_ip {
+            Some(std::net::IpAddr::V4(ip)) => Some(mechanism::TunnelEnd {
+                ip,
+                port: self.cfg.vxlan_port,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Whether Quiver holds connection `id` (waits for a Request, Close or expiry of it in
+    /// progress to finish).
+    pub async fn holds(&self, id: &str) -> bool {
+        self.table.lock(id).await.is_some()
     }
 
     /// How many connections Quiver holds.
@@ -245,8 +266,11 @@ impl Core {
             self.cfg.max_token_lifetime,
             SystemTime::now(),
         )?;
-        let (mechanism, client) =
-            mechanism::select(conn.mechanism.as_ref(), &req.mechanism_preferences)?;
+        let (mechanism, client) = mechanism::select(
+            conn.mechanism.as_ref(),
+            &req.mechanism_preferences,
+            self.tunnel_end().is_some() && payload == Payload::Ethernet,
+        )?;
         Ok(Checked {
             conn,
             payload,
@@ -303,6 +327,7 @@ impl Core {
                 if let Err(err) = self.dp(move |d| d.remove_owned(&o)).await {
                     tracing::error!(id, error = %err, "cannot remove what the connection owned");
                 }
+                self.vnis.release(&id);
                 if let Some((url, conn)) = endpoint {
                     self.close_endpoint(&url, conn).await;
                 }
@@ -349,6 +374,23 @@ impl Core {
         }
         let caller_ip = validate::context(conn.context.as_ref()).unwrap_or_default();
         let own_short = short(&position.own_id);
+        let tunnel = self.tunnel_end().filter(|_| payload == Payload::Ethernet);
+        // As the answering end of a VXLAN tunnel, Quiver chooses the VNI (kept on refresh).
+        let client_vni = match &client {
+            ClientMechanism::Vxlan { remote, vni, .. } => {
+                let kept = old.as_ref().and_then(|o| match &o.client {
+                    PortSpec::Vxlan(v) if v.remote == *remote => Some(v.vni),
+                    _ => None,
+                });
+                tryb!(self
+                    .vnis
+                    .claim(*remote, owner, vni.or(kept))
+                    .ok_or_else(|| Status::resource_exhausted(format!(
+                        "every VNI toward {remote} is in use"
+                    ))))
+            }
+            _ => 0,
+        };
         let client_spec = |ip: &SidesIp| -> PortSpec {
             match &client {
                 ClientMechanism::Memif { netns, mtu } => PortSpec::Memif(MemifSpec {
@@ -366,12 +408,25 @@ impl Core {
                     mtu: *mtu,
                     ip: ip.client.clone(),
                 }),
+                ClientMechanism::Vxlan {
+                    remote,
+                    remote_port,
+                    ..
+                } => PortSpec::Vxlan(VxlanSpec {
+                    name: client_port(owner),
+                    local: tunnel.map_or(std::net::Ipv4Addr::UNSPECIFIED, |t| t.ip),
+                    remote: *remote,
+                    vni: client_vni,
+                    dst_port: *remote_port,
+                }),
             }
         };
 
         // 1. The client side.
         let mut want_client = client_spec(&caller_ip);
         let mut rebuilt = false;
+        // The endpoint-side port to make, when it is new (with the cross-connect, step 5).
+        let mut create_endpoint: Option<PortSpec> = None;
         if old.as_ref().map(|o| &o.client) != Some(&want_client) {
             if let Some(o) = &old {
                 if !std::mem::replace(&mut disconnected, true) {
@@ -404,7 +459,12 @@ impl Core {
         };
         let request = NetworkServiceRequest {
             connection: Some(outgoing),
-            mechanism_preferences: mechanism::offers(&client_mech.r#type, &suggested),
+            mechanism_preferences: mechanism::offers(
+                &client_mech.r#type,
+                &suggested,
+                tunnel,
+                url.starts_with("tcp://"),
+            ),
         };
         let answer = tryb!(self.request_endpoint(&url, request).await);
         endpoint_hold = Some((url.clone(), answer.clone()));
@@ -416,7 +476,8 @@ impl Core {
         }));
         let ep = tryb!(mechanism::endpoint_side(
             answer.mechanism.as_ref(),
-            &suggested
+            &suggested,
+            tunnel.is_some()
         ));
 
         // 3. The client side again, if the endpoint's context changed its addresses.
@@ -449,6 +510,18 @@ impl Core {
                 mtu,
                 ip: ip.endpoint.clone(),
             }),
+            EndpointMechanism::Vxlan {
+                remote,
+                remote_port,
+                vni,
+            } => PortSpec::Vxlan(VxlanSpec {
+                name: endpoint_port(owner),
+                // Offered only with a tunnel end.
+                local: tunnel.map_or(std::net::Ipv4Addr::UNSPECIFIED, |t| t.ip),
+                remote,
+                vni,
+                dst_port: remote_port,
+            }),
         };
         if old.as_ref().map(|o| &o.endpoint) != Some(&want_endpoint) {
             if let Some(o) = &old {
@@ -457,7 +530,8 @@ impl Core {
                 }
                 tryb!(self.remove_port(owner, o.endpoint.name().clone()).await);
             }
-            tryb!(self.create(owner, want_endpoint.clone()).await);
+            // Made with the cross-connect below, in one data-path call.
+            create_endpoint = Some(want_endpoint.clone());
             rebuilt = true;
         }
 
@@ -469,7 +543,8 @@ impl Core {
                 to_client: ip.client_hop(),
             },
         };
-        if rebuilt || old.as_ref().map(|o| &o.cross_connect) != Some(&xc) {
+        let connect = rebuilt || old.as_ref().map(|o| &o.cross_connect) != Some(&xc);
+        if connect {
             if let Some(o) = old.as_ref().filter(|_| !disconnected) {
                 tryb!(self.disconnect(owner, o).await);
             }
@@ -479,13 +554,19 @@ impl Core {
                 want_endpoint.name().clone(),
                 xc.clone(),
             );
+            // The endpoint-side port (when it is new) and the cross-connect: one hand-off.
             tryb!(
-                self.dp(move |d| match x {
-                    CrossConnect::L2 => d.l2_cross_connect(&o, &a, &b),
-                    CrossConnect::L3 {
-                        to_endpoint,
-                        to_client,
-                    } => d.l3_cross_connect(&o, &a, &b, to_endpoint, to_client),
+                self.dp(move |d| {
+                    if let Some(spec) = &create_endpoint {
+                        create_port(d, &o, spec)?;
+                    }
+                    match x {
+                        CrossConnect::L2 => d.l2_cross_connect(&o, &a, &b),
+                        CrossConnect::L3 {
+                            to_endpoint,
+                            to_client,
+                        } => d.l3_cross_connect(&o, &a, &b, to_endpoint, to_client),
+                    }
                 })
                 .await
             );
@@ -493,10 +574,23 @@ impl Core {
 
         // 6. The answer, and the expiry timer.
         let mut client_answer = client_mech;
-        if let PortSpec::Memif(m) = &want_client {
-            client_answer
-                .parameters
-                .insert(mechanism::SOCKETFILE.into(), m.socket.clone());
+        match &want_client {
+            PortSpec::Memif(m) => {
+                client_answer
+                    .parameters
+                    .insert(mechanism::SOCKETFILE.into(), m.socket.clone());
+            }
+            PortSpec::Vxlan(v) => {
+                let port = tunnel.map_or(mechanism::VXLAN_DEFAULT_PORT, |t| t.port);
+                for (k, val) in [
+                    (mechanism::DST_IP, v.local.to_string()),
+                    (mechanism::DST_PORT, port.to_string()),
+                    (mechanism::VNI, v.vni.to_string()),
+                ] {
+                    client_answer.parameters.insert(k.into(), val);
+                }
+            }
+            PortSpec::Kernel(_) => {}
         }
         let mut published = answer.clone();
         published.id = position.own_id.clone();
@@ -526,11 +620,7 @@ impl Core {
 
     async fn create(&self, owner: &str, spec: PortSpec) -> Result<(), Status> {
         let o = owner.to_string();
-        self.dp(move |d| match &spec {
-            PortSpec::Memif(m) => d.create_memif(&o, m),
-            PortSpec::Kernel(k) => d.create_kernel(&o, k),
-        })
-        .await
+        self.dp(move |d| create_port(d, &o, &spec)).await
     }
 
     /// Removes the cross-connects of both ports of `entry`.
@@ -552,26 +642,59 @@ impl Core {
         url: &str,
         request: NetworkServiceRequest,
     ) -> Result<Connection, Status> {
-        let channel = dial(url, self.cfg.dial_timeout).await?;
-        let mut client = NetworkServiceClient::new(channel);
-        let mut r = tonic::Request::new(request);
-        r.set_timeout(ENDPOINT_TIMEOUT);
-        client
-            .request(r)
-            .await
-            .map(|a| a.into_inner())
-            .map_err(|s| Status::new(s.code(), format!("endpoint {url}: {}", s.message())))
+        self.call_endpoint(url, request, |channel, r| async move {
+            NetworkServiceClient::new(channel).request(r).await
+        })
+        .await
+        .map_err(|s| Status::new(s.code(), format!("endpoint {url}: {}", s.message())))
+    }
+
+    /// Makes one call to the endpoint at `url` on the cached channel there (see `channels`):
+    /// with mTLS and Quiver's path token when it has a SPIFFE identity (see `secure`). A
+    /// transport failure drops the channel; on a channel that had served calls before (the
+    /// endpoint may have closed it meanwhile) the call is made once more on a new one: Request
+    /// and Close are idempotent.
+    async fn call_endpoint<T, R, F, Fut>(&self, url: &str, msg: T, call: F) -> Result<R, Status>
+    where
+        T: super::secure::CarriesConnection + Clone,
+        F: Fn(tonic::transport::Channel, tonic::Request<T>) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<R>, Status>>,
+    {
+        let identity = self.cfg.identity.as_ref();
+        let mut retried = false;
+        loop {
+            let lease = self
+                .channels
+                .get(url, self.cfg.dial_timeout, identity)
+                .await?;
+            let mut r = super::secure::sign(
+                identity,
+                lease.channel.peer().as_ref(),
+                self.cfg.max_token_lifetime,
+                msg.clone(),
+            )?;
+            r.set_timeout(ENDPOINT_TIMEOUT);
+            match call(lease.channel.channel(), r).await {
+                Ok(answer) => return Ok(answer.into_inner()),
+                Err(s) if channels::transport_failure(&s) => {
+                    self.channels.forget(url, &lease);
+                    if !lease.reused || retried {
+                        return Err(s);
+                    }
+                    retried = true;
+                    tracing::debug!(url, error = %s, "endpoint channel failed: dialing again");
+                }
+                Err(s) => return Err(s),
+            }
+        }
     }
 
     /// Closes `conn` toward the endpoint at `url`; failures are logged (the endpoint's own
     /// expiry cleans up after an endpoint that cannot be reached).
     async fn close_endpoint(&self, url: &str, conn: Connection) {
-        let close = async {
-            let channel = dial(url, self.cfg.dial_timeout).await?;
-            let mut r = tonic::Request::new(conn);
-            r.set_timeout(ENDPOINT_TIMEOUT);
+        let close = self.call_endpoint(url, conn, |channel, r| async move {
             NetworkServiceClient::new(channel).close(r).await
-        };
+        });
         if let Err(e) = close.await {
             tracing::warn!(url, error = %e, "Close toward the endpoint failed");
         }
@@ -582,10 +705,14 @@ impl Core {
         if abort_expiry {
             entry.expiry.abort();
         }
-        self.close_endpoint(&entry.endpoint_url, entry.endpoint_conn.clone())
-            .await;
+        // The endpoint's side and Quiver's are independent: both at once, both done before
+        // the connection's lock is released.
         let o = owner.to_string();
-        let removed = self.dp(move |d| d.remove_owned(&o)).await;
+        let ((), removed) = tokio::join!(
+            self.close_endpoint(&entry.endpoint_url, entry.endpoint_conn.clone()),
+            self.dp(move |d| d.remove_owned(&o)),
+        );
+        self.vnis.release(owner);
         self.monitor.delete(&entry.published);
         removed
     }
@@ -680,6 +807,15 @@ impl Entry {
             p.index = self.caller.1;
         }
         a
+    }
+}
+
+/// Creates the port `spec` for `owner`.
+fn create_port(d: &dyn Dataplane, owner: &str, spec: &PortSpec) -> Result<(), DataplaneError> {
+    match spec {
+        PortSpec::Memif(m) => d.create_memif(owner, m),
+        PortSpec::Kernel(k) => d.create_kernel(owner, k),
+        PortSpec::Vxlan(v) => d.create_vxlan(owner, v),
     }
 }
 

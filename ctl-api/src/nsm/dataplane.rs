@@ -5,7 +5,7 @@
 //! id — so that `remove_owned` can remove all of it at Close, expiry or after a failed
 //! Request, and `owners` lets a restarted Quiver remove what no connection owns.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 
 use super::validate::{IpPrefix, MacAddr};
@@ -100,6 +100,22 @@ pub struct KernelSpec {
     pub ip: IpConfig,
 }
 
+/// A VXLAN tunnel to create toward a forwarder on another node (NSM's VXLAN mechanism):
+/// frames cross-connected to it leave from `local` to `remote` inside VXLAN with `vni`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VxlanSpec {
+    /// Quiver's name for the tunnel.
+    pub name: PortName,
+    /// Quiver's tunnel address (`NSM_TUNNEL_IP`).
+    pub local: Ipv4Addr,
+    /// The other forwarder's tunnel address.
+    pub remote: Ipv4Addr,
+    /// The VXLAN network identifier (24 bits).
+    pub vni: u32,
+    /// The UDP port the other forwarder receives VXLAN on.
+    pub dst_port: u16,
+}
+
 /// One side of a connection as built in the data path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PortSpec {
@@ -107,6 +123,8 @@ pub enum PortSpec {
     Memif(MemifSpec),
     /// A kernel (veth) interface.
     Kernel(KernelSpec),
+    /// A VXLAN tunnel to another node.
+    Vxlan(VxlanSpec),
 }
 
 impl PortSpec {
@@ -115,6 +133,16 @@ impl PortSpec {
         match self {
             PortSpec::Memif(m) => &m.name,
             PortSpec::Kernel(k) => &k.name,
+            PortSpec::Vxlan(v) => &v.name,
+        }
+    }
+
+    /// The NSM mechanism type this side is (`MEMIF`, `KERNEL`, `VXLAN`).
+    pub fn mechanism_type(&self) -> &'static str {
+        match self {
+            PortSpec::Memif(_) => super::mechanism::MEMIF,
+            PortSpec::Kernel(_) => super::mechanism::KERNEL,
+            PortSpec::Vxlan(_) => super::mechanism::VXLAN,
         }
     }
 }
@@ -173,7 +201,15 @@ pub trait Dataplane: Send + Sync + 'static {
     fn create_memif(&self, owner: &str, spec: &MemifSpec) -> Result<(), DataplaneError>;
     /// Creates a kernel interface (veth into a namespace) and Quiver's port on it for `owner`.
     fn create_kernel(&self, owner: &str, spec: &KernelSpec) -> Result<(), DataplaneError>;
-    /// Removes one port of `owner` (and any cross-connect from it).
+    /// Creates a VXLAN tunnel for `owner`. A data path without tunnels refuses.
+    fn create_vxlan(&self, owner: &str, spec: &VxlanSpec) -> Result<(), DataplaneError> {
+        let _ = owner;
+        Err(DataplaneError::InvalidArgument(format!(
+            "{}: this data path has no VXLAN tunnels",
+            spec.name
+        )))
+    }
+    /// Removes one port or tunnel of `owner` (and any cross-connect from it).
     fn remove_port(&self, owner: &str, port: &PortName) -> Result<(), DataplaneError>;
     /// Cross-connects `a` and `b` at layer 2, both ways.
     fn l2_cross_connect(

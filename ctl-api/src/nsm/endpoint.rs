@@ -6,12 +6,13 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use tokio_stream::StreamExt;
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::Channel;
 use tonic::Status;
 
 use crate::proto::connection::Connection;
 use crate::proto::registry::network_service_endpoint_registry_client::NetworkServiceEndpointRegistryClient;
 use crate::proto::registry::{NetworkServiceEndpoint, NetworkServiceEndpointQuery};
+use crate::spiffe::{Identity, PeerChannel};
 
 /// A boxed, sendable future (what [`EndpointDiscovery`] returns).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -41,6 +42,19 @@ pub struct RegistryDiscovery {
     pub registry: String,
     /// How long dialing and the lookup may take.
     pub timeout: Duration,
+    /// Quiver's identity: the registry is dialed with mTLS when there is one.
+    pub identity: Option<Identity>,
+}
+
+impl RegistryDiscovery {
+    /// Finds endpoints through `cfg`'s registry (`NSM_CONNECT_TO`), with `cfg`'s identity.
+    pub fn new(cfg: &super::NsmConfig) -> RegistryDiscovery {
+        RegistryDiscovery {
+            registry: cfg.connect_to.clone(),
+            timeout: cfg.dial_timeout,
+            identity: cfg.identity.clone(),
+        }
+    }
 }
 
 impl EndpointDiscovery for RegistryDiscovery {
@@ -53,7 +67,8 @@ impl EndpointDiscovery for RegistryDiscovery {
                 ));
             }
             let lookup = async {
-                let channel = dial(&self.registry, self.timeout).await?;
+                let channel =
+                    dial_with(&self.registry, self.timeout, self.identity.as_ref()).await?;
                 let mut client = NetworkServiceEndpointRegistryClient::new(channel);
                 let query = NetworkServiceEndpointQuery {
                     network_service_endpoint: Some(NetworkServiceEndpoint {
@@ -91,40 +106,53 @@ impl EndpointDiscovery for RegistryDiscovery {
     }
 }
 
-/// Dials `url` (`unix:///path` or `tcp://host:port`) within `timeout`; failure is
-/// `Unavailable`.
+/// Dials `url` (`unix:///path`) within `timeout`, in plaintext: [`dial_with`] without an
+/// identity.
 pub async fn dial(url: &str, timeout: Duration) -> Result<Channel, Status> {
+    dial_with(url, timeout, None).await
+}
+
+/// Dials `url` within `timeout`: with SPIFFE mTLS when there is an `identity` (`unix:///path`
+/// or `tcp://host:port`; the server must present an SVID of a trusted trust domain), in
+/// plaintext on `unix:///path` only when there is none. Failing to connect is `Unavailable`.
+pub async fn dial_with(
+    url: &str,
+    timeout: Duration,
+    identity: Option<&Identity>,
+) -> Result<Channel, Status> {
+    dial_peer(url, timeout, identity).await.map(|c| c.channel())
+}
+
+/// [`dial_with`], keeping who answered: [`PeerChannel::peer`] is the server's identity as the
+/// last TLS handshake verified it (`None` in plaintext), the audience of the path tokens Quiver
+/// mints for calls on the channel.
+pub async fn dial_peer(
+    url: &str,
+    timeout: Duration,
+    identity: Option<&Identity>,
+) -> Result<PeerChannel, Status> {
+    let is_unix = url
+        .strip_prefix("unix://")
+        .is_some_and(|p| p.starts_with('/'));
+    let is_tcp = url.strip_prefix("tcp://").is_some_and(|a| !a.is_empty());
+    if !is_unix && !is_tcp {
+        return Err(Status::invalid_argument(format!(
+            "URL {url:?} is neither unix:///path nor tcp://host:port"
+        )));
+    }
+    if is_tcp && identity.is_none() {
+        return Err(Status::failed_precondition(format!(
+            "cannot dial {url} in plaintext: without a SPIFFE identity ({}) Quiver only dials \
+             unix sockets",
+            crate::spiffe::ENDPOINT_ENV
+        )));
+    }
     let unavailable =
         |e: &dyn std::fmt::Display| Status::unavailable(format!("cannot reach {url}: {e}"));
-    let connect = async {
-        if let Some(path) = url.strip_prefix("unix://") {
-            let path = path.to_string();
-            // The URI is a placeholder: the connector ignores it and dials the socket.
-            Endpoint::from_static("http://[::]:0")
-                .connect_with_connector(tower::service_fn(move |_: Uri| {
-                    let path = path.clone();
-                    async move {
-                        let s = tokio::net::UnixStream::connect(path).await?;
-                        Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(s))
-                    }
-                }))
-                .await
-                .map_err(|e| unavailable(&error_chain(&e)))
-        } else if let Some(addr) = url.strip_prefix("tcp://") {
-            Endpoint::from_shared(format!("http://{addr}"))
-                .map_err(|e| Status::invalid_argument(format!("bad URL {url}: {e}")))?
-                .connect()
-                .await
-                .map_err(|e| unavailable(&error_chain(&e)))
-        } else {
-            Err(Status::invalid_argument(format!(
-                "URL {url:?} is neither unix:///path nor tcp://host:port"
-            )))
-        }
-    };
-    tokio::time::timeout(timeout, connect)
+    tokio::time::timeout(timeout, crate::spiffe::connect(url, identity))
         .await
         .map_err(|_| unavailable(&format!("no connection within {timeout:?}")))?
+        .map_err(|e| unavailable(&error_chain(&e)))
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {

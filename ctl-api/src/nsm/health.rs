@@ -7,7 +7,8 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
-use super::endpoint::dial;
+use super::endpoint::dial_with;
+use crate::spiffe::{Identity, ENDPOINT_ENV};
 
 /// The services a healthy forwarder serves.
 pub const SERVICES: [&str; 2] = [
@@ -16,9 +17,32 @@ pub const SERVICES: [&str; 2] = [
 ];
 
 /// Asks the server at `url` (`unix:///path`) for the status of each of [`SERVICES`]; `Ok` with
-/// their names when every one is SERVING, otherwise why not.
+/// their names when every one is SERVING, otherwise why not. With `SPIFFE_ENDPOINT_SOCKET` set
+/// (as in the forwarder's container, whose environment an exec probe shares), it dials with
+/// mTLS under the SVID from there, as the server requires then.
 pub async fn check(url: &str, timeout: Duration) -> Result<Vec<&'static str>, String> {
-    let channel = dial(url, timeout)
+    let identity = match std::env::var(ENDPOINT_ENV)
+        .ok()
+        .filter(|e| !e.trim().is_empty())
+    {
+        None => None,
+        Some(endpoint) => Some(
+            tokio::time::timeout(timeout, Identity::connect(&endpoint))
+                .await
+                .map_err(|_| format!("no SVID from {endpoint} within {timeout:?}"))?
+                .map_err(|e| format!("SPIFFE identity from {endpoint}: {e}"))?,
+        ),
+    };
+    check_with(url, timeout, identity.as_ref()).await
+}
+
+/// [`check`] with a given identity (mTLS) or none (plaintext).
+pub async fn check_with(
+    url: &str,
+    timeout: Duration,
+    identity: Option<&Identity>,
+) -> Result<Vec<&'static str>, String> {
+    let channel = dial_with(url, timeout, identity)
         .await
         .map_err(|s| s.message().to_string())?;
     let mut client = HealthClient::new(channel);

@@ -3,6 +3,7 @@
 //! answer.
 
 use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 
 use tonic::Status;
@@ -31,6 +32,16 @@ pub const NAME: &str = "name";
 pub const MTU: &str = "MTU";
 /// Parameter: the VXLAN network identifier.
 pub const VNI: &str = "vni";
+/// Parameter: the requesting forwarder's tunnel address (VXLAN).
+pub const SRC_IP: &str = "src_ip";
+/// Parameter: the answering forwarder's tunnel address (VXLAN).
+pub const DST_IP: &str = "dst_ip";
+/// Parameter: the UDP port the requesting forwarder receives VXLAN on.
+pub const SRC_PORT: &str = "src_port";
+/// Parameter: the UDP port the answering forwarder receives VXLAN on.
+pub const DST_PORT: &str = "dst_port";
+/// VXLAN's UDP port when a mechanism names none.
+pub const VXLAN_DEFAULT_PORT: u16 = 4789;
 
 /// Every mechanism type NSM defines; a type outside this list is a bad request, a type in it
 /// that Quiver does not support is just skipped.
@@ -45,8 +56,18 @@ pub const KNOWN_TYPES: &[&str] = &[
     "SRV6",
 ];
 
-/// The types Quiver serves on the client side, in no particular order.
-pub const SUPPORTED: &[&str] = &[MEMIF, KERNEL];
+/// The types Quiver serves on the client side, in no particular order (VXLAN only with a
+/// tunnel address and ETHERNET payload).
+pub const SUPPORTED: &[&str] = &[MEMIF, KERNEL, VXLAN];
+
+/// Quiver's end of VXLAN tunnels: its tunnel address and the UDP port it receives on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TunnelEnd {
+    /// `NSM_TUNNEL_IP` (or the address of the default route's interface).
+    pub ip: Ipv4Addr,
+    /// `NSM_VXLAN_PORT`.
+    pub port: u16,
+}
 
 /// The client-side mechanism, checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,6 +87,15 @@ pub enum ClientMechanism {
         ifname: Option<String>,
         /// `MTU`, if given.
         mtu: Option<u32>,
+    },
+    /// Quiver is the answering end of a VXLAN tunnel from another node's forwarder.
+    Vxlan {
+        /// The requesting forwarder's tunnel address (`src_ip`).
+        remote: Ipv4Addr,
+        /// The UDP port it receives on (`src_port`).
+        remote_port: u16,
+        /// The VNI Quiver chose before (on a refresh), to keep.
+        vni: Option<u32>,
     },
 }
 
@@ -89,6 +119,15 @@ pub enum EndpointMechanism {
         ifname: String,
         /// `MTU`, if given.
         mtu: Option<u32>,
+    },
+    /// Quiver is the requesting end of a VXLAN tunnel to another node's forwarder.
+    Vxlan {
+        /// The answering forwarder's tunnel address (`dst_ip`).
+        remote: Ipv4Addr,
+        /// The UDP port it receives on (`dst_port`).
+        remote_port: u16,
+        /// The VNI it chose.
+        vni: u32,
     },
 }
 
@@ -145,16 +184,23 @@ pub fn check_syntax(what: &str, m: &Mechanism) -> Result<(), Status> {
     Ok(())
 }
 
-fn supported(m: &Mechanism) -> bool {
-    SUPPORTED.contains(&m.r#type.as_str()) && (m.cls.is_empty() || m.cls == LOCAL)
+/// Whether Quiver serves `m`: LOCAL MEMIF or KERNEL, or REMOTE VXLAN when `vxlan`.
+fn supported(m: &Mechanism, vxlan: bool) -> bool {
+    match m.r#type.as_str() {
+        MEMIF | KERNEL => m.cls.is_empty() || m.cls == LOCAL,
+        VXLAN => vxlan && (m.cls.is_empty() || m.cls == REMOTE),
+        _ => false,
+    }
 }
 
 /// Chooses the client-side mechanism: the connection's current one on a refresh (when Quiver
-/// supports it), else the first of the client's preferences Quiver supports. Checks every
+/// supports it), else the first of the client's preferences Quiver supports (REMOTE VXLAN
+/// only when `vxlan`: Quiver has a tunnel address and the payload is ETHERNET). Checks every
 /// mechanism's syntax first, then resolves the chosen one's namespace.
 pub fn select(
     current: Option<&Mechanism>,
     preferences: &[Mechanism],
+    vxlan: bool,
 ) -> Result<(Mechanism, ClientMechanism), Status> {
     if let Some(c) = current {
         check_syntax("connection.mechanism", c)?;
@@ -163,8 +209,8 @@ pub fn select(
         check_syntax(&format!("mechanism_preferences[{i}]"), p)?;
     }
     let chosen = current
-        .filter(|c| supported(c))
-        .or_else(|| preferences.iter().find(|p| supported(p)))
+        .filter(|c| supported(c, vxlan))
+        .or_else(|| preferences.iter().find(|p| supported(p, vxlan)))
         .ok_or_else(|| {
             let offered: Vec<String> = current
                 .into_iter()
@@ -172,17 +218,53 @@ pub fn select(
                 .map(describe)
                 .collect();
             Status::invalid_argument(format!(
-                "no acceptable mechanism: offered [{}], Quiver serves LOCAL/MEMIF and LOCAL/KERNEL",
-                offered.join(", ")
+                "no acceptable mechanism: offered [{}], Quiver serves LOCAL/MEMIF, LOCAL/KERNEL{}",
+                offered.join(", "),
+                if vxlan {
+                    " and REMOTE/VXLAN"
+                } else {
+                    " (and REMOTE/VXLAN with a tunnel IP and ETHERNET payload)"
+                }
             ))
         })?;
     let parsed = client_side(chosen)?;
     Ok((chosen.clone(), parsed))
 }
 
+/// A VXLAN mechanism's address parameter `key`, which must be IPv4.
+fn vxlan_ip(what: &str, m: &Mechanism, key: &str) -> Result<Ipv4Addr, Status> {
+    match m.parameters.get(key).filter(|v| !v.is_empty()) {
+        None => Err(Status::invalid_argument(format!(
+            "{what}: {key} is missing"
+        ))),
+        Some(v) => match v.parse::<IpAddr>() {
+            Ok(IpAddr::V4(ip)) if !ip.is_unspecified() && !ip.is_multicast() => Ok(ip),
+            _ => Err(Status::invalid_argument(format!(
+                "{what}: {key} {v:?} is not a unicast IPv4 address"
+            ))),
+        },
+    }
+}
+
+/// A VXLAN mechanism's port parameter `key` (default 4789); syntax was checked.
+fn vxlan_port(m: &Mechanism, key: &str) -> u16 {
+    m.parameters
+        .get(key)
+        .and_then(|v| v.parse::<u16>().ok())
+        .filter(|&p| p != 0)
+        .unwrap_or(VXLAN_DEFAULT_PORT)
+}
+
 fn client_side(m: &Mechanism) -> Result<ClientMechanism, Status> {
     let p = &m.parameters;
     let what = format!("client mechanism {}", describe(m));
+    if m.r#type == VXLAN {
+        return Ok(ClientMechanism::Vxlan {
+            remote: vxlan_ip(&what, m, SRC_IP)?,
+            remote_port: vxlan_port(m, SRC_PORT),
+            vni: p.get(VNI).and_then(|v| v.parse().ok()),
+        });
+    }
     let netns = validate::netns_url(&what, p.get(INODE_URL).map_or("", |s| s))?;
     let mtu = validate::mtu(&what, p.get(MTU))?;
     Ok(match m.r#type.as_str() {
@@ -196,8 +278,33 @@ fn client_side(m: &Mechanism) -> Result<ClientMechanism, Status> {
 }
 
 /// What Quiver offers the endpoint, the client's type first: LOCAL MEMIF and LOCAL KERNEL
-/// (with `ifname` as the suggested interface name).
-pub fn offers(client_type: &str, ifname: &str) -> Vec<Mechanism> {
+/// (with `ifname` as the suggested interface name), then REMOTE VXLAN from `tunnel` when there
+/// is one (nsmgr keeps the LOCAL ones for an endpoint on this node, the REMOTE one for an
+/// endpoint behind another nsmgr). With `remote_only` (the endpoint's URL is another node's),
+/// only VXLAN.
+pub fn offers(
+    client_type: &str,
+    ifname: &str,
+    tunnel: Option<TunnelEnd>,
+    remote_only: bool,
+) -> Vec<Mechanism> {
+    let vxlan = tunnel.map(|t| Mechanism {
+        cls: REMOTE.into(),
+        r#type: VXLAN.into(),
+        parameters: HashMap::from([
+            (SRC_IP.to_string(), t.ip.to_string()),
+            (SRC_PORT.to_string(), t.port.to_string()),
+        ]),
+    });
+    if remote_only {
+        return vxlan.into_iter().collect();
+    }
+    let mut local = local_offers(client_type, ifname);
+    local.extend(vxlan);
+    local
+}
+
+fn local_offers(client_type: &str, ifname: &str) -> Vec<Mechanism> {
     let memif = Mechanism {
         cls: LOCAL.into(),
         r#type: MEMIF.into(),
@@ -221,17 +328,35 @@ pub fn offers(client_type: &str, ifname: &str) -> Vec<Mechanism> {
 pub fn endpoint_side(
     m: Option<&Mechanism>,
     suggested_ifname: &str,
+    vxlan_offered: bool,
 ) -> Result<EndpointMechanism, Status> {
     let m =
         m.ok_or_else(|| Status::failed_precondition("the endpoint answered without a mechanism"))?;
     let what = format!("endpoint mechanism {}", describe(m));
     check_syntax(&what, m).map_err(|s| Status::failed_precondition(s.message().to_string()))?;
-    if !supported(m) {
+    if !supported(m, vxlan_offered) {
         return Err(Status::failed_precondition(format!(
-            "{what}: Quiver offered LOCAL/MEMIF and LOCAL/KERNEL only"
+            "{what}: Quiver offered LOCAL/MEMIF and LOCAL/KERNEL{}",
+            if vxlan_offered {
+                " and REMOTE/VXLAN"
+            } else {
+                " only"
+            }
         )));
     }
     let p = &m.parameters;
+    if m.r#type == VXLAN {
+        let precondition = |s: Status| Status::failed_precondition(s.message().to_string());
+        let vni = p
+            .get(VNI)
+            .and_then(|v| v.parse::<u32>().ok())
+            .ok_or_else(|| Status::failed_precondition(format!("{what}: vni is missing")))?;
+        return Ok(EndpointMechanism::Vxlan {
+            remote: vxlan_ip(&what, m, DST_IP).map_err(precondition)?,
+            remote_port: vxlan_port(m, DST_PORT),
+            vni,
+        });
+    }
     let mtu = validate::mtu(&what, p.get(MTU))?;
     let netns = |required: bool| -> Result<Option<PathBuf>, Status> {
         match p.get(INODE_URL).filter(|u| !u.is_empty()) {
@@ -293,7 +418,7 @@ mod tests {
             mech(LOCAL, KERNEL, &[NS, (NAME, "nsc0")]),
             mech(LOCAL, MEMIF, &[NS]),
         ];
-        let (m, c) = select(None, &prefs).unwrap();
+        let (m, c) = select(None, &prefs, false).unwrap();
         assert_eq!(m.r#type, KERNEL);
         assert_eq!(
             c,
@@ -309,7 +434,7 @@ mod tests {
     fn current_mechanism_is_kept_on_refresh() {
         let current = mech(LOCAL, MEMIF, &[NS, (SOCKETFILE, "@x")]);
         let prefs = [mech(LOCAL, KERNEL, &[NS])];
-        let (m, c) = select(Some(&current), &prefs).unwrap();
+        let (m, c) = select(Some(&current), &prefs, false).unwrap();
         assert_eq!(m, current);
         assert!(matches!(c, ClientMechanism::Memif { .. }));
     }
@@ -317,7 +442,7 @@ mod tests {
     #[test]
     fn refusals() {
         let code = |cur: Option<Mechanism>, prefs: Vec<Mechanism>| {
-            select(cur.as_ref(), &prefs).unwrap_err().code()
+            select(cur.as_ref(), &prefs, false).unwrap_err().code()
         };
         // Unknown type, even after a good one.
         assert_eq!(
@@ -364,17 +489,106 @@ mod tests {
 
     #[test]
     fn offers_put_the_clients_type_first() {
-        let o = offers(KERNEL, "nse0");
+        let o = offers(KERNEL, "nse0", None, false);
         assert_eq!(o[0].r#type, KERNEL);
         assert_eq!(o[0].parameters[NAME], "nse0");
-        assert_eq!(offers(MEMIF, "nse0")[0].r#type, MEMIF);
+        assert_eq!(offers(MEMIF, "nse0", None, false)[0].r#type, MEMIF);
+    }
+
+    #[test]
+    fn vxlan_is_served_only_with_a_tunnel_end() {
+        let offer = mech(
+            REMOTE,
+            VXLAN,
+            &[(SRC_IP, "192.168.7.1"), (SRC_PORT, "4790")],
+        );
+        let (_, c) = select(None, std::slice::from_ref(&offer), true).unwrap();
+        assert_eq!(
+            c,
+            ClientMechanism::Vxlan {
+                remote: Ipv4Addr::new(192, 168, 7, 1),
+                remote_port: 4790,
+                vni: None
+            }
+        );
+        // Without a tunnel address (or with IP payload) it is not acceptable.
+        assert_eq!(
+            select(None, std::slice::from_ref(&offer), false)
+                .unwrap_err()
+                .code(),
+            Code::InvalidArgument
+        );
+        // A refresh keeps the VNI chosen before; the port defaults to 4789.
+        let current = mech(REMOTE, VXLAN, &[(SRC_IP, "192.168.7.1"), (VNI, "77")]);
+        let (_, c) = select(Some(&current), &[], true).unwrap();
+        assert!(matches!(
+            c,
+            ClientMechanism::Vxlan {
+                vni: Some(77),
+                remote_port: 4789,
+                ..
+            }
+        ));
+        // src_ip is required and must be unicast IPv4.
+        for bad in [
+            mech(REMOTE, VXLAN, &[]),
+            mech(REMOTE, VXLAN, &[(SRC_IP, "224.0.0.1")]),
+            mech(REMOTE, VXLAN, &[(SRC_IP, "fe80::1")]),
+        ] {
+            assert_eq!(
+                select(None, &[bad], true).unwrap_err().code(),
+                Code::InvalidArgument
+            );
+        }
+    }
+
+    #[test]
+    fn offers_add_vxlan_last_or_alone() {
+        let end = TunnelEnd {
+            ip: Ipv4Addr::new(10, 9, 0, 1),
+            port: 4789,
+        };
+        let o = offers(MEMIF, "nse0", Some(end), false);
+        let types: Vec<_> = o.iter().map(|m| m.r#type.as_str()).collect();
+        assert_eq!(types, [MEMIF, KERNEL, VXLAN]);
+        assert_eq!(o[2].cls, REMOTE);
+        assert_eq!(o[2].parameters[SRC_IP], "10.9.0.1");
+        let remote = offers(MEMIF, "nse0", Some(end), true);
+        assert_eq!(remote.len(), 1);
+        assert_eq!(remote[0].r#type, VXLAN);
+        assert!(offers(MEMIF, "nse0", None, true).is_empty());
+    }
+
+    #[test]
+    fn vxlan_answers() {
+        let m = mech(REMOTE, VXLAN, &[(DST_IP, "10.9.0.2"), (VNI, "5")]);
+        assert_eq!(
+            endpoint_side(Some(&m), "x", true).unwrap(),
+            EndpointMechanism::Vxlan {
+                remote: Ipv4Addr::new(10, 9, 0, 2),
+                remote_port: 4789,
+                vni: 5
+            }
+        );
+        // Not offered, no VNI, no dst_ip: the endpoint's fault.
+        for (bad, offered) in [
+            (m.clone(), false),
+            (mech(REMOTE, VXLAN, &[(DST_IP, "10.9.0.2")]), true),
+            (mech(REMOTE, VXLAN, &[(VNI, "5")]), true),
+        ] {
+            assert_eq!(
+                endpoint_side(Some(&bad), "x", offered).unwrap_err().code(),
+                Code::FailedPrecondition,
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]
     fn endpoint_answers() {
         let m = mech(LOCAL, MEMIF, &[NS, (SOCKETFILE, "@nse/sock")]);
         assert_eq!(
-            endpoint_side(Some(&m), "x").unwrap(),
+            endpoint_side(Some(&m), "x", false).unwrap(),
             EndpointMechanism::Memif {
                 netns: Some("/proc/self/ns/net".into()),
                 socket: "@nse/sock".into(),
@@ -383,7 +597,7 @@ mod tests {
         );
         let k = mech(LOCAL, KERNEL, &[NS]);
         assert!(matches!(
-            endpoint_side(Some(&k), "sugg").unwrap(),
+            endpoint_side(Some(&k), "sugg", false).unwrap(),
             EndpointMechanism::Kernel { ifname, .. } if ifname == "sugg"
         ));
         for bad in [
@@ -393,11 +607,11 @@ mod tests {
             mech(LOCAL, KERNEL, &[]),
         ] {
             assert_eq!(
-                endpoint_side(Some(&bad), "x").unwrap_err().code(),
+                endpoint_side(Some(&bad), "x", false).unwrap_err().code(),
                 Code::FailedPrecondition,
                 "{bad:?}"
             );
         }
-        assert!(endpoint_side(None, "x").is_err());
+        assert!(endpoint_side(None, "x", false).is_err());
     }
 }

@@ -7,26 +7,32 @@
 //! - [`dataplane`]: the [`Dataplane`] trait the forwarder implements (ports, cross-connects,
 //!   everything tagged with the owning connection id).
 //! - [`endpoint`]: finding the endpoint (registry `Find`, or a given URL) and dialing it;
-//!   [`registration`]: registering Quiver with nsmgr.
+//!   [`registration`]: registering Quiver with nsmgr; [`secure`]: path tokens on the calls
+//!   Quiver receives and makes (mTLS itself is [`crate::spiffe`]'s).
 //! - [`table`], [`monitor`], [`connect`]: the connections (one lock per id), their events,
 //!   and the Request/Close/expiry state machine.
+//! - [`fds`]: `inode://` URLs resolved to the fds clients pass on the socket (grpcfd).
 //! - [`server`]: the gRPC services; [`config`]: the `NSM_*` environment; [`health`]: the
 //!   probe's check of a running server.
 //! - [`testing`]: a test endpoint (NSE) and a blocking client, for tests and benchmarks.
 
+pub mod channels;
 pub mod config;
 pub mod connect;
 pub mod dataplane;
 pub mod endpoint;
+pub mod fds;
 pub mod health;
 pub mod mechanism;
 pub mod monitor;
 pub mod path;
 pub mod registration;
+pub mod secure;
 pub mod server;
 pub mod table;
 pub mod testing;
 pub mod validate;
+pub mod vni;
 
 pub use config::NsmConfig;
 pub use connect::{ConnectionSummary, Core};

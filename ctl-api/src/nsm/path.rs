@@ -54,7 +54,12 @@ pub fn check(conn: &Connection) -> Result<&Path, Status> {
 /// Moves the path to Quiver's segment (index + 1): reuses the segment named `name` that
 /// follows the caller's (a refresh; later segments stay, the endpoint reuses its own), or
 /// `known_id` (Quiver already has this connection), or a new id; replaces whatever followed
-/// otherwise. Quiver's segment carries the caller's token and expires `lifetime` from `now`.
+/// otherwise. Quiver's segment expires `lifetime` from `now` and, until the call toward the
+/// endpoint is signed, holds the caller's token: with a SPIFFE identity
+/// [`super::secure::sign`] replaces both with the token Quiver mints for the endpoint (the
+/// caller's own token having been checked and stamped into the caller's segment by
+/// [`super::secure::accept`]); in plaintext, where nothing can be minted, the caller's token
+/// is what Quiver passes on.
 pub fn advance(
     conn: &Connection,
     name: &str,
@@ -81,7 +86,7 @@ pub fn advance(
     let own = &mut segments[index + 1];
     own.name = name.to_string();
     own.id = own_id.clone();
-    own.token = prev.token.clone();
+    own.token.clone_from(&prev.token);
     own.expires = Some(timestamp(now + lifetime));
     let expires = prev
         .expires

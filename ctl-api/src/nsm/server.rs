@@ -1,18 +1,20 @@
 //! The gRPC side: `networkservice.NetworkService`, `connection.MonitorConnection` and
-//! `grpc.health.v1.Health` on a unix socket.
+//! `grpc.health.v1.Health` on a unix socket: with SPIFFE mTLS when the configuration has an
+//! identity (each Request/Close's path token checked against the TLS peer first, see
+//! [`super::secure`]), in plaintext otherwise.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tokio::net::UnixListener;
-use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Request, Response, Status};
 
 use super::config::NsmConfig;
 use super::connect::Core;
 use super::dataplane::{Dataplane, LinkEvents};
-use super::endpoint::EndpointDiscovery;
+use super::endpoint::{EndpointDiscovery, RegistryDiscovery};
+use super::fds::HeldFds;
 use super::monitor::EventStream;
 use crate::proto::connection::monitor_connection_server::{
     MonitorConnection, MonitorConnectionServer,
@@ -20,6 +22,7 @@ use crate::proto::connection::monitor_connection_server::{
 use crate::proto::connection::{Connection, MonitorScopeSelector};
 use crate::proto::networkservice::network_service_server::{NetworkService, NetworkServiceServer};
 use crate::proto::networkservice::NetworkServiceRequest;
+use crate::spiffe::SpiffeError;
 
 /// Why the server could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +30,16 @@ pub enum ServeError {
     /// `NSM_LISTEN_ON` is not a `unix://` URL.
     #[error("cannot listen on {0:?}: only unix:///path is supported")]
     BadListenUrl(String),
+    /// `NSM_LISTEN_ON` is a TCP address and there is no SPIFFE identity: Quiver does not serve
+    /// plaintext off the host.
+    #[error(
+        "refusing to listen on {0:?} without TLS: plaintext is served on unix sockets only \
+         (set SPIFFE_ENDPOINT_SOCKET for mTLS; TCP listening is not supported yet either way)"
+    )]
+    PlaintextTcp(String),
+    /// The SPIFFE identity could not be had, or TLS could not be set up with it.
+    #[error("SPIFFE: {0}")]
+    Spiffe(#[from] SpiffeError),
     /// The socket could not be bound.
     #[error("cannot listen on {path}: {source}")]
     Bind {
@@ -47,6 +60,8 @@ pub enum ServeError {
 #[derive(Clone)]
 pub struct NsmService {
     core: Arc<Core>,
+    /// The fds clients passed that connections use (grpcfd).
+    fds: HeldFds,
 }
 
 impl NsmService {
@@ -67,7 +82,14 @@ impl NsmService {
                 core.link_changed(ev).await;
             }
         });
-        NsmService { core }
+        let fds = HeldFds::default();
+        fds.watch(Arc::downgrade(&core));
+        NsmService { core, fds }
+    }
+
+    /// The passed fds connections hold (grpcfd; for tests).
+    pub fn held_fds(&self) -> &HeldFds {
+        &self.fds
     }
 
     /// The state behind the services (for tests and the admin API).
@@ -83,11 +105,15 @@ impl NsmService {
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), ServeError> {
         if self.core.cfg.register {
-            let registration =
-                tokio::spawn(super::registration::keep_registered(self.core.cfg.clone()));
-            // Stops with the server.
-            let _stop = AbortOnDrop(registration.abort_handle());
-            return self.serve_inner(listener, shutdown).await;
+            let cfg = self.core.cfg.clone();
+            let registration = tokio::spawn(super::registration::keep_registered(cfg.clone()));
+            // Stops with the server, even when this future is dropped.
+            let stop = AbortOnDrop(registration.abort_handle());
+            let served = self.serve_inner(listener, shutdown).await;
+            drop(stop);
+            // Nothing should be sent here any more: leave the registry.
+            super::registration::unregister(&cfg).await;
+            return served;
         }
         self.serve_inner(listener, shutdown).await
     }
@@ -113,19 +139,30 @@ impl NsmService {
         health
             .set_serving::<MonitorConnectionServer<NsmService>>()
             .await;
-        tonic::transport::Server::builder()
+        let identity = self.core.cfg.identity.clone();
+        match &identity {
+            Some(identity) => tracing::info!(
+                spiffe_id = %identity.spiffe_id(),
+                "NSM services use SPIFFE mTLS: clients must present an SVID, path tokens are \
+                 checked and minted"
+            ),
+            None => tracing::warn!(
+                "NSM services run in PLAINTEXT (no SPIFFE identity, SPIFFE_ENDPOINT_SOCKET not \
+                 set): unix sockets only, path tokens passed on unchecked"
+            ),
+        }
+        let router = tonic::transport::Server::builder()
             .add_service(health_service)
             .add_service(NetworkServiceServer::new(self.clone()))
-            .add_service(MonitorConnectionServer::new(self))
-            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
-            .await?;
+            .add_service(MonitorConnectionServer::new(self));
+        crate::spiffe::serve(router, listener, identity.as_ref(), shutdown).await?;
         Ok(())
     }
 
     /// Binds `NSM_LISTEN_ON` (replacing a stale socket file) and serves until `shutdown`.
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), ServeError> {
         let url = self.core.cfg.listen_on.clone();
-        let listener = bind(&url)?;
+        let listener = bind_for(&self.core.cfg)?;
         tracing::info!(
             url,
             name = self.core.cfg.name,
@@ -144,12 +181,37 @@ pub struct NsmHandle {
 }
 
 impl NsmHandle {
-    /// Starts a runtime with `threads` workers on a new thread, binds `NSM_LISTEN_ON`, and
-    /// serves there; returns once the socket is bound (or binding failed).
+    /// Starts a runtime with `threads` workers on a new thread, fetches the SPIFFE identity
+    /// (when `cfg.spiffe_endpoint` is set and `cfg.identity` is not), binds `NSM_LISTEN_ON`,
+    /// and serves there; returns once the socket is bound (or that failed).
     pub fn spawn(
         cfg: NsmConfig,
         dp: Arc<dyn Dataplane>,
         discovery: Arc<dyn EndpointDiscovery>,
+        threads: usize,
+    ) -> Result<NsmHandle, ServeError> {
+        Self::spawn_with(cfg, dp, move |_| discovery, threads)
+    }
+
+    /// [`NsmHandle::spawn`] as NSM deploys a forwarder: endpoints are found through the
+    /// registry at `NSM_CONNECT_TO`, dialed with the same identity.
+    pub fn spawn_with_registry(
+        cfg: NsmConfig,
+        dp: Arc<dyn Dataplane>,
+        threads: usize,
+    ) -> Result<NsmHandle, ServeError> {
+        Self::spawn_with(
+            cfg,
+            dp,
+            |cfg| Arc::new(RegistryDiscovery::new(cfg)),
+            threads,
+        )
+    }
+
+    fn spawn_with(
+        mut cfg: NsmConfig,
+        dp: Arc<dyn Dataplane>,
+        discovery: impl FnOnce(&NsmConfig) -> Arc<dyn EndpointDiscovery>,
         threads: usize,
     ) -> Result<NsmHandle, ServeError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -163,7 +225,9 @@ impl NsmHandle {
             })?;
         let url = cfg.listen_on.clone();
         let (service, listener) = runtime.block_on(async {
-            let listener = bind(&url)?;
+            cfg.resolve_identity().await?;
+            let listener = bind_for(&cfg)?;
+            let discovery = discovery(&cfg);
             Ok::<_, ServeError>((NsmService::new(cfg, dp, discovery), listener))
         })?;
         let core = service.core.clone();
@@ -215,6 +279,16 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// Binds `cfg.listen_on`: a `unix:///path` URL (see [`bind`]); a `tcp://` one is refused,
+/// with a plain reason when there is no identity to serve TLS with.
+pub fn bind_for(cfg: &NsmConfig) -> Result<UnixListener, ServeError> {
+    let url = &cfg.listen_on;
+    if url.starts_with("tcp://") && cfg.identity.is_none() {
+        return Err(ServeError::PlaintextTcp(url.clone()));
+    }
+    bind(url)
+}
+
 /// Binds a `unix:///path` URL: creates the directory, removes a stale socket first.
 pub fn bind(url: &str) -> Result<UnixListener, ServeError> {
     let path = url
@@ -243,22 +317,46 @@ impl NetworkService for NsmService {
         &self,
         request: Request<NetworkServiceRequest>,
     ) -> Result<Response<Connection>, Status> {
+        let received = crate::grpcfd::ConnectionInfo::from_request(&request).map(|c| c.fds.clone());
+        // The path token first: a refused call changes nothing.
+        let mut req = super::secure::accept(self.core.cfg.identity.as_ref(), request)?;
+        // inode:// URLs name fds passed on this connection (grpcfd).
+        let resolved = self.fds.resolve(received.as_ref(), &mut req)?;
+        let id = req
+            .connection
+            .as_ref()
+            .map(|c| c.id.clone())
+            .unwrap_or_default();
         // On its own task: a caller that goes away must not cancel a Request half-way.
-        let core = self.core.clone();
-        let req = request.into_inner();
-        tokio::spawn(async move { core.request(req).await })
-            .await
-            .map_err(|e| Status::internal(format!("Request task failed: {e}")))?
-            .map(Response::new)
+        let (core, fds) = (self.core.clone(), self.fds.clone());
+        tokio::spawn(async move {
+            let answer = core.request(req).await;
+            match &answer {
+                Ok(_) => fds.keep_only(&id, &resolved),
+                Err(_) => fds.release_if_gone(&core, &id).await,
+            }
+            answer.map(|mut a| {
+                resolved.restore(&mut a);
+                Response::new(a)
+            })
+        })
+        .await
+        .map_err(|e| Status::internal(format!("Request task failed: {e}")))?
     }
 
     async fn close(&self, request: Request<Connection>) -> Result<Response<()>, Status> {
-        let core = self.core.clone();
-        let conn = request.into_inner();
-        tokio::spawn(async move { core.close(conn).await })
-            .await
-            .map_err(|e| Status::internal(format!("Close task failed: {e}")))?
-            .map(Response::new)
+        let conn = super::secure::accept(self.core.cfg.identity.as_ref(), request)?;
+        let (core, fds) = (self.core.clone(), self.fds.clone());
+        tokio::spawn(async move {
+            let id = conn.id.clone();
+            let closed = core.close(conn).await;
+            // The fds the connection used close with it.
+            fds.release_if_gone(&core, &id).await;
+            closed
+        })
+        .await
+        .map_err(|e| Status::internal(format!("Close task failed: {e}")))?
+        .map(Response::new)
     }
 }
 

@@ -1,6 +1,6 @@
 //! Helpers for tests and benchmarks that have no tokio runtime of their own: an endpoint (NSE)
-//! that answers Requests with the mechanisms it is given, and a blocking client of the
-//! forwarder. Each runs its own runtime on its own thread.
+//! that answers Requests with the mechanisms it is given, the nsmgrs between two nodes' forwarders
+//! (a relay), and a blocking client of the forwarder. Each runs its own runtime on its own thread.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -82,33 +82,24 @@ impl NetworkService for Nse {
     }
 }
 
-/// An endpoint (NSE) on a unix socket: appends its segment named `name`, answers with the
-/// first of `answers` whose type Quiver offered, records every call. Stops when dropped.
-pub struct TestEndpoint {
-    log: Arc<Mutex<EndpointLog>>,
+/// A NetworkService served on a unix socket by a thread of its own, until dropped.
+struct Served {
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-impl TestEndpoint {
-    /// Listens on `socket` (a path) and serves.
-    pub fn start(socket: &Path, name: &str, answers: Vec<Mechanism>) -> std::io::Result<Self> {
+impl Served {
+    fn start<S: NetworkService>(socket: &Path, service: S) -> std::io::Result<Served> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
         let _ = std::fs::remove_file(socket);
         let listener = runtime.block_on(async { tokio::net::UnixListener::bind(socket) })?;
-        let log = Arc::new(Mutex::new(EndpointLog::default()));
-        let nse = Nse {
-            name: name.into(),
-            answers,
-            log: log.clone(),
-        };
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {
             let served = runtime.block_on(
                 tonic::transport::Server::builder()
-                    .add_service(NetworkServiceServer::new(nse))
+                    .add_service(NetworkServiceServer::new(service))
                     .serve_with_incoming_shutdown(
                         tokio_stream::wrappers::UnixListenerStream::new(listener),
                         async {
@@ -117,13 +108,46 @@ impl TestEndpoint {
                     ),
             );
             if let Err(e) = served {
-                tracing::error!(error = %e, "test endpoint stopped");
+                tracing::error!(error = %e, "test service stopped");
             }
         });
-        Ok(TestEndpoint {
-            log,
+        Ok(Served {
             shutdown: Some(tx),
             thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// An endpoint (NSE) on a unix socket: appends its segment named `name`, answers with the
+/// first of `answers` whose type Quiver offered, records every call. Stops when dropped.
+pub struct TestEndpoint {
+    log: Arc<Mutex<EndpointLog>>,
+    _served: Served,
+}
+
+impl TestEndpoint {
+    /// Listens on `socket` (a path) and serves.
+    pub fn start(socket: &Path, name: &str, answers: Vec<Mechanism>) -> std::io::Result<Self> {
+        let log = Arc::new(Mutex::new(EndpointLog::default()));
+        let nse = Nse {
+            name: name.into(),
+            answers,
+            log: log.clone(),
+        };
+        Ok(TestEndpoint {
+            log,
+            _served: Served::start(socket, nse)?,
         })
     }
 
@@ -133,14 +157,75 @@ impl TestEndpoint {
     }
 }
 
-impl Drop for TestEndpoint {
-    fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+#[derive(Clone)]
+struct Relay {
+    next: String,
+    log: Arc<Mutex<EndpointLog>>,
+}
+
+impl Relay {
+    async fn client(&self) -> Result<NetworkServiceClient<tonic::transport::Channel>, Status> {
+        Ok(NetworkServiceClient::new(
+            dial(&self.next, Duration::from_secs(5)).await?,
+        ))
+    }
+}
+
+#[tonic::async_trait]
+impl NetworkService for Relay {
+    async fn request(
+        &self,
+        request: Request<NetworkServiceRequest>,
+    ) -> Result<Response<Connection>, Status> {
+        let mut req = request.into_inner();
+        // The endpoint is behind another nsmgr: only mechanisms between nodes go on.
+        req.mechanism_preferences
+            .retain(|m| m.cls == super::mechanism::REMOTE);
+        self.log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .requests
+            .push(req.clone());
+        self.client().await?.request(req).await
+    }
+
+    async fn close(&self, request: Request<Connection>) -> Result<Response<()>, Status> {
+        let conn = request.into_inner();
+        self.log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .closes
+            .push(conn.clone());
+        self.client().await?.close(conn).await
+    }
+}
+
+/// The nsmgrs between two forwarders on different nodes, for tests: relays Request and Close
+/// to `next` (the other node's forwarder), keeping only the REMOTE mechanism preferences, as
+/// nsmgr does for an endpoint registered behind another nsmgr. Records what it relayed.
+/// Stops when dropped.
+pub struct TestNsmgr {
+    log: Arc<Mutex<EndpointLog>>,
+    _served: Served,
+}
+
+impl TestNsmgr {
+    /// Listens on `socket` (a path) and relays to `next` (`unix:///path`).
+    pub fn start(socket: &Path, next: &str) -> std::io::Result<Self> {
+        let log = Arc::new(Mutex::new(EndpointLog::default()));
+        let relay = Relay {
+            next: next.into(),
+            log: log.clone(),
+        };
+        Ok(TestNsmgr {
+            log,
+            _served: Served::start(socket, relay)?,
+        })
+    }
+
+    /// What it relayed so far.
+    pub fn log(&self) -> EndpointLog {
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
 

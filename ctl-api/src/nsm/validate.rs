@@ -114,8 +114,8 @@ pub fn netns_url(what: &str, url: &str) -> Result<PathBuf, Status> {
     }
     if url.starts_with("inode://") {
         return Err(Status::invalid_argument(format!(
-            "{what}: inodeURL {url:?}: inode:// URLs need the fd passing of NSM's grpcfd, not \
-             supported yet; give a file:// path"
+            "{what}: inodeURL {url:?}: no file descriptor was passed for it (inode:// URLs \
+             name fds passed beside the call on the NSM socket, grpcfd)"
         )));
     }
     let path = url.strip_prefix("file://").ok_or_else(|| {

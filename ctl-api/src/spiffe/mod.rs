@@ -26,6 +26,7 @@ pub use peer::PeerIdentity;
 pub use svid::{TrustBundle, X509Identity};
 pub use tls::{
     client_config, server_config, SpiffeClientCertVerifier, SpiffeServerCertVerifier, SvidResolver,
+    SvidVerifier,
 };
 pub use transport::{
     connect, connect_tls, connect_tls_with_config, serve, serve_tls, tls_incoming, PeerChannel,

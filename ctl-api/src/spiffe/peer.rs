@@ -39,7 +39,9 @@ impl PeerIdentity {
 
     /// The peer of the connection a request came on, when it came over [`super::serve_tls`].
     pub fn from_request<T>(request: &tonic::Request<T>) -> Option<&PeerIdentity> {
-        request.extensions().get::<PeerIdentity>()
+        request.extensions().get::<PeerIdentity>().or_else(|| {
+            crate::grpcfd::ConnectionInfo::from_request(request).and_then(|c| c.peer.as_ref())
+        })
     }
 
     /// The peer's SPIFFE ID (the URI SAN of its leaf certificate).

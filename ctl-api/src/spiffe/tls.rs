@@ -38,10 +38,7 @@ pub fn server_config(identity: &Identity) -> Result<Arc<ServerConfig>, SpiffeErr
     let algorithms = provider.signature_verification_algorithms;
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(VERSIONS)?
-        .with_client_cert_verifier(Arc::new(SpiffeClientCertVerifier::new(
-            identity.clone(),
-            algorithms,
-        )))
+        .with_client_cert_verifier(Arc::new(SvidVerifier::new(identity.clone(), algorithms)))
         .with_cert_resolver(Arc::new(SvidResolver::new(identity.clone())));
     config.alpn_protocols = vec![b"h2".to_vec()];
     config.session_storage = Arc::new(NoServerSessionStorage {});
@@ -57,10 +54,7 @@ pub fn client_config(identity: &Identity) -> Result<Arc<ClientConfig>, SpiffeErr
     let mut config = ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(VERSIONS)?
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(SpiffeServerCertVerifier::new(
-            identity.clone(),
-            algorithms,
-        )))
+        .with_custom_certificate_verifier(Arc::new(SvidVerifier::new(identity.clone(), algorithms)))
         .with_client_cert_resolver(Arc::new(SvidResolver::new(identity.clone())));
     config.alpn_protocols = vec![b"h2".to_vec()];
     config.resumption = rustls::client::Resumption::disabled();
@@ -102,14 +96,22 @@ impl ResolvesClientCert for SvidResolver {
     }
 }
 
-/// Verifies a client's certificate as an X509-SVID (server side).
+/// Verifies the peer's certificate as an X509-SVID of a trusted trust domain, on either side:
+/// as a [`ClientCertVerifier`] (server side, for client authentication) and as a
+/// [`ServerCertVerifier`] (client side, for server authentication, ignoring the server name).
+/// The bundles are read from the identity at every handshake.
 #[derive(Debug)]
-pub struct SpiffeClientCertVerifier {
+pub struct SvidVerifier {
     identity: Identity,
     algorithms: WebPkiSupportedAlgorithms,
 }
 
-impl SpiffeClientCertVerifier {
+/// The server side's verifier of client certificates.
+pub type SpiffeClientCertVerifier = SvidVerifier;
+/// The client side's verifier of server certificates.
+pub type SpiffeServerCertVerifier = SvidVerifier;
+
+impl SvidVerifier {
     /// A verifier trusting the bundles of `identity` (read at every handshake).
     pub fn new(identity: Identity, algorithms: WebPkiSupportedAlgorithms) -> Self {
         Self {
@@ -117,9 +119,44 @@ impl SpiffeClientCertVerifier {
             algorithms,
         }
     }
+
+    fn verify(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+        usage: webpki::KeyUsage,
+    ) -> Result<(), rustls::Error> {
+        verify_svid(
+            &self.identity,
+            &self.algorithms,
+            end_entity,
+            intermediates,
+            now,
+            usage,
+        )
+    }
+
+    fn tls12(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn tls13(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
 }
 
-impl ClientCertVerifier for SpiffeClientCertVerifier {
+impl ClientCertVerifier for SvidVerifier {
     fn root_hint_subjects(&self) -> &[DistinguishedName] {
         &[]
     }
@@ -134,9 +171,7 @@ impl ClientCertVerifier for SpiffeClientCertVerifier {
         intermediates: &[CertificateDer<'_>],
         now: UnixTime,
     ) -> Result<ClientCertVerified, rustls::Error> {
-        verify_svid(
-            &self.identity,
-            &self.algorithms,
+        self.verify(
             end_entity,
             intermediates,
             now,
@@ -151,7 +186,7 @@ impl ClientCertVerifier for SpiffeClientCertVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+        self.tls12(message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -160,7 +195,7 @@ impl ClientCertVerifier for SpiffeClientCertVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+        self.tls13(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
@@ -168,24 +203,7 @@ impl ClientCertVerifier for SpiffeClientCertVerifier {
     }
 }
 
-/// Verifies a server's certificate as an X509-SVID (client side), ignoring the server name.
-#[derive(Debug)]
-pub struct SpiffeServerCertVerifier {
-    identity: Identity,
-    algorithms: WebPkiSupportedAlgorithms,
-}
-
-impl SpiffeServerCertVerifier {
-    /// A verifier trusting the bundles of `identity` (read at every handshake).
-    pub fn new(identity: Identity, algorithms: WebPkiSupportedAlgorithms) -> Self {
-        Self {
-            identity,
-            algorithms,
-        }
-    }
-}
-
-impl ServerCertVerifier for SpiffeServerCertVerifier {
+impl ServerCertVerifier for SvidVerifier {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -194,9 +212,7 @@ impl ServerCertVerifier for SpiffeServerCertVerifier {
         _ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        verify_svid(
-            &self.identity,
-            &self.algorithms,
+        self.verify(
             end_entity,
             intermediates,
             now,
@@ -211,7 +227,7 @@ impl ServerCertVerifier for SpiffeServerCertVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+        self.tls12(message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -220,7 +236,7 @@ impl ServerCertVerifier for SpiffeServerCertVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+        self.tls13(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {

@@ -24,8 +24,9 @@ use tonic::transport::server::{Connected, Router};
 use tonic::transport::{Channel, Endpoint, Uri};
 use tower::{Layer, Service};
 
-use super::workload::{unix_channel, unix_socket_path};
+use super::workload::unix_socket_path;
 use super::{client_config, server_config, Identity, PeerIdentity, SpiffeError};
+use crate::grpcfd::{ConnectionInfo, FdSender, FdStream};
 
 /// How long a TLS handshake may take before the connection is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -33,9 +34,10 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const INCOMING_BACKLOG: usize = 64;
 
 /// A TLS connection accepted by [`tls_incoming`]: tonic reads and writes through it, and puts
-/// its [`PeerIdentity`] in every request's extensions.
+/// its [`ConnectionInfo`] (the [`PeerIdentity`], and the fds the client passed under the TLS,
+/// see [`crate::grpcfd`]) in every request's extensions.
 pub struct SpiffeTlsStream {
-    inner: tokio_rustls::server::TlsStream<UnixStream>,
+    inner: tokio_rustls::server::TlsStream<FdStream>,
     peer: PeerIdentity,
 }
 
@@ -47,10 +49,13 @@ impl SpiffeTlsStream {
 }
 
 impl Connected for SpiffeTlsStream {
-    type ConnectInfo = PeerIdentity;
+    type ConnectInfo = ConnectionInfo;
 
-    fn connect_info(&self) -> PeerIdentity {
-        self.peer.clone()
+    fn connect_info(&self) -> ConnectionInfo {
+        ConnectionInfo {
+            fds: self.inner.get_ref().0.received().clone(),
+            peer: Some(self.peer.clone()),
+        }
     }
 }
 
@@ -136,7 +141,7 @@ pub fn tls_incoming(
 }
 
 async fn handshake(acceptor: &TlsAcceptor, stream: UnixStream) -> io::Result<SpiffeTlsStream> {
-    let inner = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream))
+    let inner = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(FdStream::new(stream)))
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))??;
     let certificates = inner
@@ -173,7 +178,8 @@ where
 
 /// Serves `router` on `listener` until `signal` completes: with SPIFFE mTLS when there is an
 /// identity, in plaintext when there is none (unix sockets only; see
-/// [`Identity::from_env`]).
+/// [`Identity::from_env`]). Either way the fds clients pass on the socket reach handlers in
+/// the [`ConnectionInfo`] of request extensions (see [`crate::grpcfd`]).
 pub async fn serve<L, ResBody, F>(
     router: Router<L>,
     listener: UnixListener,
@@ -197,8 +203,10 @@ where
                 .await?
         }
         None => {
+            use tokio_stream::StreamExt;
+            let incoming = UnixListenerStream::new(listener).map(|s| s.map(FdStream::new));
             router
-                .serve_with_incoming_shutdown(UnixListenerStream::new(listener), signal)
+                .serve_with_incoming_shutdown(incoming, signal)
                 .await?
         }
     }
@@ -211,6 +219,7 @@ where
 pub struct PeerChannel {
     channel: Channel,
     peer: Arc<Mutex<Option<PeerIdentity>>>,
+    fds: FdSender,
 }
 
 impl PeerChannel {
@@ -222,6 +231,12 @@ impl PeerChannel {
     /// The server's identity; `None` on a plaintext channel.
     pub fn peer(&self) -> Option<PeerIdentity> {
         self.peer.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The fds to pass to the server (on a unix socket): each goes with the next bytes the
+    /// channel writes (see [`crate::grpcfd`]). Queue them before the call that names them.
+    pub fn fds(&self) -> &FdSender {
+        &self.fds
     }
 }
 
@@ -241,9 +256,22 @@ pub async fn connect(uri: &str, identity: Option<&Identity>) -> Result<PeerChann
                     "{uri:?}: without a SPIFFE identity only unix:///path is dialed (plaintext)"
                 ))
             })?;
+            let fds = FdSender::default();
+            let sender = fds.clone();
+            // The URI only fills `:authority`; the connector ignores it.
+            let channel = Endpoint::from_static("http://localhost")
+                .connect_with_connector(tower::service_fn(move |_: Uri| {
+                    let (path, sender) = (path.clone(), sender.clone());
+                    async move {
+                        let stream = UnixStream::connect(path).await?;
+                        Ok::<_, io::Error>(TokioIo::new(FdStream::with_sender(stream, sender)))
+                    }
+                }))
+                .await?;
             Ok(PeerChannel {
-                channel: unix_channel(path).await?,
+                channel,
                 peer: Arc::default(),
+                fds,
             })
         }
     }
@@ -259,11 +287,14 @@ pub async fn connect_tls_with_config(
     let connector = TlsConnector::from(config);
     let peer: Arc<Mutex<Option<PeerIdentity>>> = Arc::default();
     let seen = peer.clone();
+    let fds = FdSender::default();
+    let sender = fds.clone();
     let channel = Endpoint::from_static("http://localhost")
         .connect_with_connector(tower::service_fn(move |_: Uri| {
             let (target, connector, seen) = (target.clone(), connector.clone(), seen.clone());
+            let sender = sender.clone();
             async move {
-                let stream = target.dial().await?;
+                let stream = target.dial(sender).await?;
                 // No name is checked (SPIFFE IDs are) and no SNI is sent: any name will do.
                 let name = ServerName::try_from("localhost").map_err(io::Error::other)?;
                 let tls = connector.connect(name, stream).await?;
@@ -282,7 +313,7 @@ pub async fn connect_tls_with_config(
             }
         }))
         .await?;
-    Ok(PeerChannel { channel, peer })
+    Ok(PeerChannel { channel, peer, fds })
 }
 
 /// Where a client dials.
@@ -304,9 +335,13 @@ impl Target {
         }
     }
 
-    async fn dial(&self) -> io::Result<Dialed> {
+    /// Dials; a unix connection passes the fds queued in `fds` with its writes.
+    async fn dial(&self, fds: FdSender) -> io::Result<Dialed> {
         match self {
-            Self::Unix(path) => UnixStream::connect(path).await.map(Dialed::Unix),
+            Self::Unix(path) => {
+                let stream = UnixStream::connect(path).await?;
+                Ok(Dialed::Unix(FdStream::with_sender(stream, fds)))
+            }
             Self::Tcp(addr) => {
                 let stream = TcpStream::connect(addr.as_str()).await?;
                 stream.set_nodelay(true)?;
@@ -318,7 +353,7 @@ impl Target {
 
 /// A dialed connection, under the client's TLS.
 enum Dialed {
-    Unix(UnixStream),
+    Unix(FdStream),
     Tcp(TcpStream),
 }
 

@@ -151,6 +151,15 @@ impl Identity {
     }
 }
 
+/// Two handles are equal when they follow the same identity source.
+impl PartialEq for Identity {
+    fn eq(&self, other: &Self) -> bool {
+        self.current.same_channel(&other.current)
+    }
+}
+
+impl Eq for Identity {}
+
 impl fmt::Debug for Identity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("Identity")

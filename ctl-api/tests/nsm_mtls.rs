@@ -1,0 +1,898 @@
+//! The NSM forwarder service with SPIFFE identities: every hop mTLS with SVIDs from test
+//! Workload APIs (the real `SpiffeWorkloadAPI` protocol, certificates from an rcgen CA), path
+//! tokens checked on the way in and minted on the way out, certificate rotation without a
+//! restart, and registration with a registry that expires entries, restarts, and sees Quiver
+//! leave.
+
+mod spiffe_support;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::path::Path as FsPath;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use ctl_api::nsm::dataplane::{KernelSpec, MemifSpec};
+use ctl_api::nsm::endpoint::dial_with;
+use ctl_api::nsm::path::timestamp;
+use ctl_api::nsm::server::{bind, bind_for};
+use ctl_api::nsm::{
+    Dataplane, DataplaneError, LinkEvents, NsmConfig, NsmService, PortName, ServeError,
+    StaticEndpoint,
+};
+use ctl_api::proto::connection::{Connection, Mechanism, Path, PathSegment, State};
+use ctl_api::proto::networkservice::network_service_client::NetworkServiceClient;
+use ctl_api::proto::networkservice::network_service_server::{
+    NetworkService, NetworkServiceServer,
+};
+use ctl_api::proto::networkservice::NetworkServiceRequest;
+use ctl_api::proto::registry::network_service_endpoint_registry_server::{
+    NetworkServiceEndpointRegistry, NetworkServiceEndpointRegistryServer,
+};
+use ctl_api::proto::registry::{
+    NetworkServiceEndpoint, NetworkServiceEndpointQuery, NetworkServiceEndpointResponse,
+};
+use ctl_api::spiffe::{self, connect_tls, Identity, PeerChannel, PeerIdentity, X509Identity};
+use ctl_api::tokens::{self, PathToken, TokenClaims};
+use spiffe_support::{in_a_year, FakeWorkloadApi, TestCa, TestSvid};
+use tokio::net::UnixListener;
+use tonic::transport::Server;
+use tonic::{Code, Request, Response, Status};
+
+const TD: &str = "example.org";
+const QUIVER_PATH: &str = "/ns/nsm-system/sa/quiver";
+const NSC_PATH: &str = "/ns/default/sa/nsc";
+const NSE_PATH: &str = "/ns/default/sa/nse";
+const REGISTRY_PATH: &str = "/ns/nsm-system/sa/nsmgr";
+const NS: &str = "file:///proc/self/ns/net";
+
+// ---------------------------------------------------------------------------------------------
+// A data path that only records ports per owner.
+
+#[derive(Default)]
+struct RecordingDp {
+    ports: Mutex<BTreeMap<String, String>>,
+}
+
+impl RecordingDp {
+    fn is_empty(&self) -> bool {
+        self.ports.lock().unwrap().is_empty()
+    }
+    fn add(&self, owner: &str, name: &PortName) -> Result<(), DataplaneError> {
+        let mut ports = self.ports.lock().unwrap();
+        if ports.contains_key(&name.0) {
+            return Err(DataplaneError::AlreadyExists(name.0.clone()));
+        }
+        ports.insert(name.0.clone(), owner.to_string());
+        Ok(())
+    }
+}
+
+impl Dataplane for RecordingDp {
+    fn create_memif(&self, owner: &str, spec: &MemifSpec) -> Result<(), DataplaneError> {
+        self.add(owner, &spec.name)
+    }
+    fn create_kernel(&self, owner: &str, spec: &KernelSpec) -> Result<(), DataplaneError> {
+        self.add(owner, &spec.name)
+    }
+    fn remove_port(&self, _owner: &str, port: &PortName) -> Result<(), DataplaneError> {
+        self.ports
+            .lock()
+            .unwrap()
+            .remove(&port.0)
+            .map(|_| ())
+            .ok_or_else(|| DataplaneError::NotFound(port.0.clone()))
+    }
+    fn l2_cross_connect(&self, _: &str, _: &PortName, _: &PortName) -> Result<(), DataplaneError> {
+        Ok(())
+    }
+    fn l3_cross_connect(
+        &self,
+        _: &str,
+        _: &PortName,
+        _: &PortName,
+        _: Option<IpAddr>,
+        _: Option<IpAddr>,
+    ) -> Result<(), DataplaneError> {
+        Ok(())
+    }
+    fn disconnect(&self, _: &str, _: &PortName) -> Result<(), DataplaneError> {
+        Ok(())
+    }
+    fn remove_owned(&self, owner: &str) -> Result<(), DataplaneError> {
+        self.ports.lock().unwrap().retain(|_, o| o != owner);
+        Ok(())
+    }
+    fn owners(&self) -> Result<Vec<String>, DataplaneError> {
+        let mut o: Vec<String> = self.ports.lock().unwrap().values().cloned().collect();
+        o.dedup();
+        Ok(o)
+    }
+    fn watch_links(&self, _: LinkEvents) {}
+}
+
+// ---------------------------------------------------------------------------------------------
+// The endpoint (NSE), behind mTLS: checks Quiver's path token as nsmgr would.
+
+#[derive(Default)]
+struct NseLog {
+    /// Each Request: Quiver's identity as the handshake showed it, the token's verdict, and
+    /// the request.
+    requests: Vec<(
+        PeerIdentity,
+        Result<PathToken, Status>,
+        NetworkServiceRequest,
+    )>,
+    /// Each Close's token verdict.
+    closes: Vec<Result<PathToken, Status>>,
+}
+
+#[derive(Clone, Default)]
+struct Nse {
+    log: Arc<Mutex<NseLog>>,
+}
+
+#[tonic::async_trait]
+impl NetworkService for Nse {
+    async fn request(
+        &self,
+        request: Request<NetworkServiceRequest>,
+    ) -> Result<Response<Connection>, Status> {
+        let peer = PeerIdentity::from_request(&request)
+            .cloned()
+            .ok_or_else(|| Status::unauthenticated("no TLS peer"))?;
+        let verdict = tokens::verify_request(&request);
+        let req = request.into_inner();
+        self.log
+            .lock()
+            .unwrap()
+            .requests
+            .push((peer, verdict.clone(), req.clone()));
+        let token = verdict?;
+        let mut conn = req.connection.unwrap();
+        let path = conn.path.as_mut().unwrap();
+        let index = path.index as usize;
+        token.apply_to_segment(&mut path.path_segments[index]);
+        path.path_segments.truncate(index + 1);
+        path.path_segments.push(PathSegment {
+            name: "nse".into(),
+            id: format!("nse-{}", conn.id),
+            ..Default::default()
+        });
+        conn.mechanism = Some(Mechanism {
+            cls: "LOCAL".into(),
+            r#type: "MEMIF".into(),
+            parameters: HashMap::from([
+                ("inodeURL".to_string(), NS.to_string()),
+                ("socketfile".to_string(), format!("@nse/{}", conn.id)),
+            ]),
+        });
+        Ok(Response::new(conn))
+    }
+
+    async fn close(&self, request: Request<Connection>) -> Result<Response<()>, Status> {
+        let verdict = tokens::verify_request(&request);
+        self.log.lock().unwrap().closes.push(verdict.clone());
+        verdict.map(|_| Response::new(()))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The harness: a CA, a Workload API per workload, Quiver, the NSE, an NSC's channel.
+
+/// A workload: its own Workload API serving `svid`, and the identity fetched from it.
+async fn workload(
+    dir: &FsPath,
+    name: &str,
+    ca: &TestCa,
+    svid: &TestSvid,
+) -> (FakeWorkloadApi, Identity) {
+    let api = FakeWorkloadApi::start(dir, name, ca.response(svid));
+    let identity = Identity::connect(api.endpoint()).await.unwrap();
+    (api, identity)
+}
+
+fn x509(ca: &TestCa, svid: &TestSvid) -> X509Identity {
+    X509Identity::from_der(
+        &svid.spiffe_id,
+        &svid.chain_der,
+        &svid.key_der,
+        &ca.bundle_der(),
+        &Default::default(),
+    )
+    .unwrap()
+}
+
+fn peer_of(svid: &TestSvid) -> PeerIdentity {
+    PeerIdentity::from_certificates(vec![svid.chain_der.clone().into()]).unwrap()
+}
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    ca: TestCa,
+    quiver_api: FakeWorkloadApi,
+    quiver_identity: Identity,
+    nsc_svid: TestSvid,
+    nsc_identity: Identity,
+    _nsc_api: FakeWorkloadApi,
+    nse_svid: TestSvid,
+    _nse_api: FakeWorkloadApi,
+    nse: Nse,
+    dp: Arc<RecordingDp>,
+    service: NsmService,
+    listen_on: String,
+    _stop: Vec<tokio::sync::oneshot::Sender<()>>,
+}
+
+async fn harness() -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(TD);
+    let quiver_svid = ca.issue(QUIVER_PATH, 1, in_a_year());
+    let quiver_api = FakeWorkloadApi::start(dir.path(), "quiver-agent", ca.response(&quiver_svid));
+    let nsc_svid = ca.issue(NSC_PATH, 2, in_a_year());
+    let (nsc_api, nsc_identity) = workload(dir.path(), "nsc-agent", &ca, &nsc_svid).await;
+    let nse_svid = ca.issue(NSE_PATH, 3, in_a_year());
+    let (nse_api, nse_identity) = workload(dir.path(), "nse-agent", &ca, &nse_svid).await;
+    let mut stop = Vec::new();
+
+    // The endpoint, behind mTLS.
+    let nse_sock = dir.path().join("nse.sock");
+    let nse = Nse::default();
+    let listener = UnixListener::bind(&nse_sock).unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    stop.push(tx);
+    let router = Server::builder().add_service(NetworkServiceServer::new(nse.clone()));
+    tokio::spawn(async move {
+        spiffe::serve(router, listener, Some(&nse_identity), async {
+            let _ = rx.await;
+        })
+        .await
+        .unwrap()
+    });
+
+    // Quiver, its identity from its Workload API as SPIFFE_ENDPOINT_SOCKET would give it.
+    let listen_on = format!("unix://{}", dir.path().join("quiver.sock").display());
+    let mut cfg = NsmConfig {
+        name: "quiver".into(),
+        listen_on: listen_on.clone(),
+        spiffe_endpoint: Some(quiver_api.endpoint().to_string()),
+        ..NsmConfig::default()
+    };
+    cfg.resolve_identity().await.unwrap();
+    let quiver_identity = cfg
+        .identity
+        .clone()
+        .expect("an identity from the Workload API");
+    let dp = Arc::new(RecordingDp::default());
+    let nse_url = format!("unix://{}", nse_sock.display());
+    let service = NsmService::new(cfg.clone(), dp.clone(), Arc::new(StaticEndpoint(nse_url)));
+    let listener = bind_for(&cfg).unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    stop.push(tx);
+    tokio::spawn(service.clone().serve_on(listener, async {
+        let _ = rx.await;
+    }));
+    Harness {
+        _dir: dir,
+        ca,
+        quiver_api,
+        quiver_identity,
+        nsc_svid,
+        nsc_identity,
+        _nsc_api: nsc_api,
+        nse_svid,
+        _nse_api: nse_api,
+        nse,
+        dp,
+        service,
+        listen_on,
+        _stop: stop,
+    }
+}
+
+impl Harness {
+    /// The NSC's channel to Quiver, with the NSC's SVID.
+    async fn nsc_channel(&self) -> PeerChannel {
+        connect_tls(&self.listen_on, &self.nsc_identity)
+            .await
+            .unwrap()
+    }
+
+    /// Nothing is left: no port, no connection, nothing published, nothing sent on.
+    fn assert_no_state(&self, what: &str) {
+        assert!(self.dp.is_empty(), "{what}: ports left");
+        assert_eq!(
+            self.service.core().connection_count(),
+            0,
+            "{what}: connections left"
+        );
+        assert!(
+            self.service.core().monitor.is_empty(),
+            "{what}: connections published"
+        );
+        assert!(
+            self.nse.log.lock().unwrap().requests.is_empty(),
+            "{what}: the endpoint was asked"
+        );
+    }
+}
+
+fn memif_request(id: &str) -> NetworkServiceRequest {
+    NetworkServiceRequest {
+        connection: Some(Connection {
+            id: id.into(),
+            network_service: "icmp-responder".into(),
+            network_service_endpoint_name: "nse-1".into(),
+            payload: "ETHERNET".into(),
+            path: Some(Path {
+                index: 0,
+                path_segments: vec![PathSegment {
+                    name: "nsc".into(),
+                    id: id.into(),
+                    ..Default::default()
+                }],
+            }),
+            ..Default::default()
+        }),
+        mechanism_preferences: vec![Mechanism {
+            cls: "LOCAL".into(),
+            r#type: "MEMIF".into(),
+            parameters: HashMap::from([("inodeURL".to_string(), NS.to_string())]),
+        }],
+    }
+}
+
+/// A Request carrying `token` as the NSC's (in the metadata and its segment).
+fn with_token(mut req: NetworkServiceRequest, token: &PathToken) -> Request<NetworkServiceRequest> {
+    let conn = req.connection.as_mut().unwrap();
+    token.apply_to_segment(&mut conn.path.as_mut().unwrap().path_segments[0]);
+    let mut request = Request::new(req);
+    token.insert_into(request.metadata_mut()).unwrap();
+    request
+}
+
+/// The NSC's token for Quiver, minted as NSM's client does.
+fn nsc_token(h: &Harness, quiver: &PeerChannel) -> PathToken {
+    tokens::mint(
+        &h.nsc_identity.current(),
+        &quiver.peer().unwrap(),
+        Duration::from_secs(600),
+    )
+    .unwrap()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Requests over mTLS.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_over_mtls_returns_a_path_whose_tokens_verify() {
+    let h = harness().await;
+    let channel = h.nsc_channel().await;
+    let quiver = channel.peer().expect("Quiver presented an SVID");
+    assert_eq!(quiver.spiffe_id(), &h.quiver_identity.spiffe_id());
+    let token = nsc_token(&h, &channel);
+    let mut client = NetworkServiceClient::new(channel.channel());
+    let answer = client
+        .request(with_token(memif_request("c1"), &token))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.state, State::Up as i32);
+    let segments = &answer.path.as_ref().unwrap().path_segments;
+    let names: Vec<&str> = segments.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["nsc", "quiver", "nse"]);
+
+    // The NSC's segment: its token as Quiver checked it, signed by the NSC's key.
+    assert_eq!(segments[0].token, token.token);
+    let claims = tokens::verify(&segments[0].token, &peer_of(&h.nsc_svid)).unwrap();
+    assert_eq!(claims.sub, h.nsc_svid.spiffe_id);
+    assert_eq!(claims.aud, [quiver.spiffe_id().to_string()]);
+
+    // Quiver's segment: its own token, signed with its SVID's key, for the endpoint.
+    let own = &segments[1];
+    assert_ne!(own.token, token.token, "Quiver minted its own token");
+    let claims = tokens::verify(&own.token, &quiver).unwrap();
+    assert_eq!(claims.sub, quiver.spiffe_id().as_str());
+    assert_eq!(claims.aud, [h.nse_svid.spiffe_id.as_str()]);
+    let expires = ctl_api::nsm::path::system_time(own.expires.as_ref().unwrap()).unwrap();
+    assert_eq!(
+        expires.duration_since(UNIX_EPOCH).unwrap().as_secs() as i64,
+        claims.exp,
+        "the segment's expiry is the token's"
+    );
+    {
+        // The endpoint got it in the metadata too, from Quiver's TLS identity.
+        let log = h.nse.log.lock().unwrap();
+        let (peer, verdict, _) = &log.requests[0];
+        assert_eq!(peer.spiffe_id(), quiver.spiffe_id());
+        assert_eq!(verdict.as_ref().unwrap().token, own.token);
+    }
+
+    // Close goes through with tokens both ways too.
+    let mut close = Request::new(answer.clone());
+    nsc_token(&h, &channel)
+        .insert_into(close.metadata_mut())
+        .unwrap();
+    client.close(close).await.unwrap();
+    let log = h.nse.log.lock().unwrap();
+    assert_eq!(log.closes.len(), 1);
+    assert!(log.closes[0].is_ok(), "{:?}", log.closes[0]);
+    drop(log);
+    assert!(h.dp.is_empty());
+}
+
+/// grpcfd under TLS: the NSC passes its namespace's fd on the socket beneath the TLS and names
+/// it `inode://dev/ino`; Quiver resolves it (an unknown one is refused before anything is
+/// built), answers with the client's URL, holds the fd while the connection lives and closes
+/// it at Close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_fd_passed_under_mtls_resolves_inode_urls_until_close() {
+    let h = harness().await;
+    let channel = h.nsc_channel().await;
+    let mut client = NetworkServiceClient::new(channel.channel());
+    let with_url = |url: &str| {
+        let mut req = memif_request("fd1");
+        req.mechanism_preferences[0]
+            .parameters
+            .insert("inodeURL".into(), url.into());
+        with_token(req, &nsc_token(&h, &channel))
+    };
+    let key = channel
+        .fds()
+        .send_file(FsPath::new("/proc/self/ns/net"))
+        .unwrap();
+    let unknown = ctl_api::grpcfd::InodeKey {
+        dev: key.dev,
+        ino: key.ino ^ 0x5a5a,
+    };
+    let err = client
+        .request(with_url(&unknown.to_string()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(
+        err.message()
+            .contains(&format!("no file descriptor was passed for {unknown}")),
+        "{err:?}"
+    );
+    h.assert_no_state("an unknown inode:// URL");
+    // The fd went with that call's bytes, under the TLS: the next call may name it.
+    let answer = client
+        .request(with_url(&key.to_string()))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.state, State::Up as i32);
+    assert_eq!(
+        answer.mechanism.as_ref().unwrap().parameters["inodeURL"],
+        key.to_string()
+    );
+    assert_eq!(h.service.held_fds().len(), 1, "held by the connection");
+    let mut close = Request::new(answer);
+    nsc_token(&h, &channel)
+        .insert_into(close.metadata_mut())
+        .unwrap();
+    client.close(close).await.unwrap();
+    assert!(
+        h.service.held_fds().is_empty(),
+        "closed with the connection"
+    );
+    assert!(h.dp.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_without_a_valid_svid_is_refused_at_the_handshake() {
+    let h = harness().await;
+    // An SVID from a CA of the same trust domain name that Quiver does not trust; the client
+    // itself trusts Quiver's CA, so the refusal is Quiver's.
+    let rogue_ca = TestCa::new(TD);
+    let rogue_svid = rogue_ca.issue(NSC_PATH, 9, in_a_year());
+    let rogue = Identity::fixed(
+        X509Identity::from_der(
+            &rogue_svid.spiffe_id,
+            &rogue_svid.chain_der,
+            &rogue_svid.key_der,
+            &h.ca.bundle_der(),
+            &Default::default(),
+        )
+        .unwrap(),
+    );
+    let refused = async {
+        let channel = connect_tls(&h.listen_on, &rogue).await?;
+        // TLS 1.3: the server's verdict on the client certificate may come after the client
+        // finished; the first call then fails.
+        NetworkServiceClient::new(channel.channel())
+            .request(memif_request("r1"))
+            .await
+            .map_err(spiffe::SpiffeError::from)?;
+        Ok::<_, spiffe::SpiffeError>(())
+    };
+    assert!(refused.await.is_err(), "a foreign SVID got through");
+    // Without any certificate (plaintext over the same socket).
+    let plain = dial_with(&h.listen_on, Duration::from_secs(10), None).await;
+    let got_through = match plain {
+        Ok(channel) => NetworkServiceClient::new(channel)
+            .request(memif_request("p1"))
+            .await
+            .is_ok(),
+        Err(_) => false,
+    };
+    assert!(!got_through, "a plaintext client got through");
+    h.assert_no_state("refused clients");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_forged_or_missing_path_tokens_are_permission_denied_and_change_nothing() {
+    let h = harness().await;
+    let channel = h.nsc_channel().await;
+    let quiver = channel.peer().unwrap();
+    let mut client = NetworkServiceClient::new(channel.channel());
+    let nsc = h.nsc_identity.current();
+
+    // Expired: signed by the NSC, but its exp has passed.
+    let past = SystemTime::now() - Duration::from_secs(120);
+    let expired = PathToken {
+        token: tokens::sign(
+            &nsc,
+            &TokenClaims {
+                sub: nsc.spiffe_id().to_string(),
+                aud: vec![quiver.spiffe_id().to_string()],
+                exp: past.duration_since(UNIX_EPOCH).unwrap().as_secs() as i64,
+            },
+        )
+        .unwrap(),
+        expires: past,
+    };
+    // Forged: well-formed, for Quiver, but signed by another workload's key.
+    let other = x509(&h.ca, &h.ca.issue("/ns/default/sa/other", 7, in_a_year()));
+    let forged = tokens::mint(&other, &quiver, Duration::from_secs(600)).unwrap();
+    let forged_as_nsc = PathToken {
+        token: tokens::sign(
+            &other,
+            &TokenClaims {
+                sub: nsc.spiffe_id().to_string(),
+                aud: vec![quiver.spiffe_id().to_string()],
+                exp: forged.expires.duration_since(UNIX_EPOCH).unwrap().as_secs() as i64,
+            },
+        )
+        .unwrap(),
+        expires: forged.expires,
+    };
+    for (what, token) in [
+        ("expired", Some(&expired)),
+        ("signed by another key", Some(&forged)),
+        ("another key, the NSC's sub", Some(&forged_as_nsc)),
+        ("missing", None),
+    ] {
+        let request = match token {
+            Some(t) => with_token(memif_request("c1"), t),
+            None => Request::new(memif_request("c1")),
+        };
+        let status = client.request(request).await.unwrap_err();
+        assert_eq!(status.code(), Code::PermissionDenied, "{what}: {status:?}");
+        h.assert_no_state(what);
+    }
+    // A bad token on Close is refused too (nothing to close, nothing sent on).
+    let mut close = Request::new(memif_request("c1").connection.unwrap());
+    expired.insert_into(close.metadata_mut()).unwrap();
+    assert_eq!(
+        client.close(close).await.unwrap_err().code(),
+        Code::PermissionDenied
+    );
+    assert!(h.nse.log.lock().unwrap().closes.is_empty());
+    // The same channel still works with a good token: the refusals were the tokens'.
+    client
+        .request(with_token(memif_request("c1"), &nsc_token(&h, &channel)))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_svid_is_presented_at_the_next_handshake_without_a_restart() {
+    let h = harness().await;
+    let before = h.nsc_channel().await;
+    assert_eq!(before.peer().unwrap().serial(), [1]);
+
+    let mut watch = h.quiver_identity.clone();
+    h.quiver_api
+        .push(h.ca.response(&h.ca.issue(QUIVER_PATH, 0x77, in_a_year())));
+    assert_eq!(watch.changed().await.unwrap().serial(), [0x77]);
+
+    let after = h.nsc_channel().await;
+    let quiver = after.peer().unwrap();
+    assert_eq!(quiver.serial(), [0x77], "the new SVID is served");
+    assert_eq!(quiver.spiffe_id(), &h.quiver_identity.spiffe_id());
+    // And Quiver signs with the new key: its token verifies against the new certificate.
+    let answer = NetworkServiceClient::new(after.channel())
+        .request(with_token(memif_request("c2"), &nsc_token(&h, &after)))
+        .await
+        .unwrap()
+        .into_inner();
+    let own = &answer.path.as_ref().unwrap().path_segments[1];
+    tokens::verify(&own.token, &quiver).unwrap();
+    assert!(tokens::verify(&own.token, &before.peer().unwrap()).is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_health_probe_needs_an_svid_too() {
+    let h = harness().await;
+    let t = Duration::from_secs(10);
+    let serving = ctl_api::nsm::health::check_with(&h.listen_on, t, Some(&h.nsc_identity)).await;
+    assert_eq!(serving.unwrap().len(), 2);
+    assert!(ctl_api::nsm::health::check_with(&h.listen_on, t, None)
+        .await
+        .is_err());
+}
+
+#[test]
+fn plaintext_is_for_unix_sockets_only() {
+    let cfg = NsmConfig {
+        listen_on: "tcp://127.0.0.1:5001".into(),
+        ..NsmConfig::default()
+    };
+    let err = bind_for(&cfg).unwrap_err();
+    assert!(matches!(err, ServeError::PlaintextTcp(_)), "{err}");
+    assert!(err.to_string().contains("without TLS"), "{err}");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let dialed = runtime.block_on(dial_with(
+        "tcp://127.0.0.1:5001",
+        Duration::from_secs(1),
+        None,
+    ));
+    assert_eq!(dialed.unwrap_err().code(), Code::FailedPrecondition);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Registration.
+
+/// What the registry saw.
+#[derive(Default)]
+struct RegistryLog {
+    registrations: Vec<NetworkServiceEndpoint>,
+    /// Registrations that came after the previous one had expired.
+    lapsed: usize,
+    /// When the current registration expires.
+    expires: Option<Instant>,
+    unregistered: Vec<String>,
+    /// The SPIFFE ID of each caller.
+    callers: Vec<String>,
+    /// The fds callers had passed on their connection (grpcfd), by file.
+    passed: Vec<ctl_api::grpcfd::InodeKey>,
+}
+
+/// nsmgr's registry: grants `expiry`, notes a registration that comes after its predecessor
+/// expired, keeps `Find` watches open until it goes down (then they fail, as a restarting
+/// nsmgr's connections do).
+#[derive(Clone)]
+struct Registry {
+    expiry: Arc<Mutex<Duration>>,
+    log: Arc<Mutex<RegistryLog>>,
+    down: Arc<tokio::sync::watch::Sender<bool>>,
+}
+
+impl Registry {
+    fn new(expiry: Duration) -> Registry {
+        Registry {
+            expiry: Arc::new(Mutex::new(expiry)),
+            log: Arc::default(),
+            down: Arc::new(tokio::sync::watch::channel(false).0),
+        }
+    }
+
+    /// Going down: watches fail, calls are refused.
+    fn go_down(&self) {
+        self.down.send_replace(true);
+    }
+
+    fn caller<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        if *self.down.borrow() {
+            return Err(Status::unavailable("nsmgr is going down"));
+        }
+        let peer = PeerIdentity::from_request(request)
+            .ok_or_else(|| Status::unauthenticated("no TLS peer"))?;
+        let mut log = self.log.lock().unwrap();
+        log.callers.push(peer.spiffe_id().to_string());
+        if let Some(info) = ctl_api::grpcfd::ConnectionInfo::from_request(request) {
+            log.passed.extend(info.fds.keys());
+        }
+        Ok(())
+    }
+}
+
+#[tonic::async_trait]
+impl NetworkServiceEndpointRegistry for Registry {
+    async fn register(
+        &self,
+        request: Request<NetworkServiceEndpoint>,
+    ) -> Result<Response<NetworkServiceEndpoint>, Status> {
+        self.caller(&request)?;
+        let mut nse = request.into_inner();
+        let mut log = self.log.lock().unwrap();
+        let now = Instant::now();
+        if log.expires.is_some_and(|e| e <= now) {
+            log.lapsed += 1;
+        }
+        let expiry = *self.expiry.lock().unwrap();
+        log.expires = Some(now + expiry);
+        log.registrations.push(nse.clone());
+        nse.expiration_time = Some(timestamp(SystemTime::now() + expiry));
+        Ok(Response::new(nse))
+    }
+
+    type FindStream =
+        tokio_stream::wrappers::ReceiverStream<Result<NetworkServiceEndpointResponse, Status>>;
+
+    /// Only watches: open until the registry goes down, then failing.
+    async fn find(
+        &self,
+        request: Request<NetworkServiceEndpointQuery>,
+    ) -> Result<Response<Self::FindStream>, Status> {
+        self.caller(&request)?;
+        if !request.get_ref().watch {
+            return Err(Status::unimplemented("this registry only watches"));
+        }
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        let mut down = self.down.subscribe();
+        tokio::spawn(async move {
+            let _ = down.wait_for(|d| *d).await;
+            let _ = tx
+                .send(Err(Status::unavailable("nsmgr is going down")))
+                .await;
+        });
+        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(
+            rx,
+        )))
+    }
+
+    async fn unregister(
+        &self,
+        request: Request<NetworkServiceEndpoint>,
+    ) -> Result<Response<()>, Status> {
+        self.caller(&request)?;
+        let name = request.into_inner().name;
+        self.log.lock().unwrap().unregistered.push(name);
+        Ok(Response::new(()))
+    }
+}
+
+/// A registry serving on `socket` with mTLS until the sender is used or dropped.
+fn start_registry(
+    socket: &FsPath,
+    identity: &Identity,
+    registry: Registry,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+) {
+    let _ = std::fs::remove_file(socket);
+    let listener = UnixListener::bind(socket).unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let router = Server::builder().add_service(NetworkServiceEndpointRegistryServer::new(registry));
+    let identity = identity.clone();
+    let task = tokio::spawn(async move {
+        spiffe::serve(router, listener, Some(&identity), async {
+            let _ = rx.await;
+        })
+        .await
+        .unwrap()
+    });
+    (tx, task)
+}
+
+/// Polls `cond` until it holds; fails the test after `within`.
+async fn wait_for(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !cond() {
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registration_is_refreshed_before_expiry_renewed_after_a_registry_restart_and_removed_on_shutdown(
+) {
+    const EXPIRY: Duration = Duration::from_secs(6);
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(TD);
+    let (_quiver_api, quiver) = workload(
+        dir.path(),
+        "quiver-agent",
+        &ca,
+        &ca.issue(QUIVER_PATH, 1, in_a_year()),
+    )
+    .await;
+    let (_registry_api, registry_identity) = workload(
+        dir.path(),
+        "nsmgr-agent",
+        &ca,
+        &ca.issue(REGISTRY_PATH, 2, in_a_year()),
+    )
+    .await;
+    let socket = dir.path().join("nsm.io.sock");
+    let first = Registry::new(EXPIRY);
+    let (stop_first, first_task) = start_registry(&socket, &registry_identity, first.clone());
+
+    let listen_on = format!("unix://{}", dir.path().join("quiver.sock").display());
+    let cfg = NsmConfig {
+        name: "quiver-node-1".into(),
+        listen_on: listen_on.clone(),
+        connect_to: format!("unix://{}", socket.display()),
+        register: true,
+        identity: Some(quiver.clone()),
+        ..NsmConfig::default()
+    };
+    let service = NsmService::new(
+        cfg.clone(),
+        Arc::new(RecordingDp::default()),
+        Arc::new(StaticEndpoint("unix:///nowhere".into())),
+    );
+    let listener = bind(&listen_on).unwrap();
+    let (stop_quiver, stopped) = tokio::sync::oneshot::channel::<()>();
+    let quiver_task = tokio::spawn(service.serve_on(listener, async {
+        let _ = stopped.await;
+    }));
+
+    // Registered, then refreshed before the first registration expired.
+    let count = |r: &Registry| r.log.lock().unwrap().registrations.len();
+    wait_for("a refresh", EXPIRY * 4, || count(&first) >= 2).await;
+    {
+        let log = first.log.lock().unwrap();
+        assert_eq!(log.lapsed, 0, "a registration expired before its refresh");
+        let nse = &log.registrations[0];
+        assert_eq!(nse.name, "quiver-node-1");
+        assert_eq!(nse.network_service_names, ["forwarder"]);
+        assert_eq!(
+            nse.network_service_labels["forwarder"].labels["p2p"],
+            "true"
+        );
+        // Its socket, passed by fd (grpcfd) and named by inode.
+        let socket = std::fs::metadata(listen_on.strip_prefix("unix://").unwrap()).unwrap();
+        let key = ctl_api::grpcfd::InodeKey {
+            dev: std::os::unix::fs::MetadataExt::dev(&socket),
+            ino: std::os::unix::fs::MetadataExt::ino(&socket),
+        };
+        assert_eq!(nse.url, key.to_string());
+        assert!(
+            log.passed.contains(&key),
+            "the socket's fd came with the call"
+        );
+        assert!(log
+            .callers
+            .iter()
+            .all(|c| *c == quiver.spiffe_id().as_str()));
+    }
+
+    // From now on registrations last long: the next refresh is far beyond this test's
+    // deadlines, and only noticing the restart can explain a registration with the next nsmgr.
+    *first.expiry.lock().unwrap() = Duration::from_secs(3600);
+    let seen = count(&first);
+    wait_for("a long registration", EXPIRY * 4, || count(&first) > seen).await;
+
+    // nsmgr restarts on the same socket, knowing nothing: Quiver registers there again.
+    first.go_down();
+    stop_first.send(()).unwrap();
+    first_task.await.unwrap();
+    let second = Registry::new(Duration::from_secs(3600));
+    let (_stop_second, _second_task) = start_registry(&socket, &registry_identity, second.clone());
+    wait_for(
+        "a registration after the restart",
+        Duration::from_secs(60),
+        || count(&second) >= 1,
+    )
+    .await;
+    assert_eq!(
+        second.log.lock().unwrap().registrations[0].name,
+        "quiver-node-1"
+    );
+
+    // Shutdown: Quiver leaves the registry.
+    stop_quiver.send(()).unwrap();
+    quiver_task.await.unwrap().unwrap();
+    assert_eq!(
+        second.log.lock().unwrap().unregistered,
+        ["quiver-node-1".to_string()]
+    );
+}

@@ -1,0 +1,216 @@
+//! What the NSM end-to-end tests share: network namespaces, child processes killed when a test
+//! fails, the memif example CNF `traffic` and its JSON report, mechanisms, a scratch
+//! directory.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Mutex;
+
+use ctl_api::proto::connection::Mechanism;
+use drivers::LinkStatus;
+use quiver::Forwarder;
+
+/// `ip` (iproute2).
+pub const IP: &str = "/usr/sbin/ip";
+/// `ping` (iputils).
+pub const PING: &str = "/usr/bin/ping";
+
+/// Runs `args` and insists that it succeeds.
+pub fn run(args: &[&str]) -> Output {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {args:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A named network namespace (with `lo` up), deleted on drop.
+pub struct Netns(pub String);
+
+impl Netns {
+    /// `quiver-nsm-<tag>-<pid>`.
+    pub fn new(tag: &str) -> Netns {
+        let ns = Netns(format!("quiver-nsm-{tag}-{}", std::process::id()));
+        run(&[IP, "netns", "add", &ns.0]);
+        run(&[IP, "-n", &ns.0, "link", "set", "lo", "up"]);
+        ns
+    }
+
+    /// Its path under /var/run/netns.
+    pub fn path(&self) -> String {
+        format!("/var/run/netns/{}", self.0)
+    }
+
+    /// NSM's `file://` URL of it.
+    pub fn url(&self) -> String {
+        format!("file://{}", self.path())
+    }
+
+    /// Whether it has a link called `name`.
+    pub fn has_link(&self, name: &str) -> bool {
+        Command::new(IP)
+            .args(["-n", &self.0, "link", "show", name])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }
+
+    /// The neighbour entry for `ip` on `dev`, as `ip neigh` shows it ("" when none).
+    pub fn neighbor(&self, dev: &str, ip: &str) -> String {
+        let out = run(&[IP, "-n", &self.0, "neigh", "show", ip, "dev", dev]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// One echo to `to` with `ttl`: its reply line when it came back.
+    pub fn ping_reply(&self, to: &str, ttl: u8) -> Option<String> {
+        let ttl = ttl.to_string();
+        let out = Command::new(IP)
+            .args([
+                "netns", "exec", &self.0, PING, "-n", "-c", "1", "-W", "1", "-t", &ttl, to,
+            ])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())?;
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find(|l| l.contains("bytes from"))
+            .map(str::to_string)
+    }
+
+    /// Whether one echo to `to` comes back.
+    pub fn ping(&self, to: &str) -> bool {
+        self.ping_reply(to, 64).is_some()
+    }
+
+    /// Starts `exe args…` inside the namespace, stdout and stderr collected.
+    pub fn spawn(&self, exe: &Path, args: &[&str]) -> Child {
+        Command::new(IP)
+            .args(["netns", "exec", &self.0])
+            .arg(exe)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new(IP).args(["netns", "del", &self.0]).output();
+    }
+}
+
+/// A scratch directory for sockets, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    /// `<tmp>/quiver-<tag>-<pid>`.
+    pub fn new(tag: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!("quiver-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// A path inside it.
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A child process, killed if the test fails before waiting for it.
+pub struct Killed(pub Option<Child>);
+
+impl Killed {
+    /// Waits for it to end and collects its output.
+    pub fn wait(mut self) -> Output {
+        self.0.take().unwrap().wait_with_output().unwrap()
+    }
+}
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Builds the memif examples (same profile as this test) and returns `traffic`'s path.
+pub fn traffic_example() -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.args([
+        "build",
+        "-p",
+        "memif",
+        "--example",
+        "traffic",
+        "--message-format=json-render-diagnostics",
+    ])
+    .current_dir(env!("CARGO_MANIFEST_DIR"))
+    .stderr(Stdio::inherit());
+    if !cfg!(debug_assertions) {
+        cmd.arg("--release");
+    }
+    let out = cmd.output().expect("run cargo build --example traffic");
+    assert!(out.status.success(), "cargo build --example traffic failed");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find_map(|v| {
+            (v["reason"] == "compiler-artifact" && v["target"]["name"] == "traffic")
+                .then(|| v["executable"].as_str().map(PathBuf::from))
+                .flatten()
+        })
+        .expect("cargo said where traffic is")
+}
+
+/// The JSON report `traffic --json` printed.
+pub fn traffic_report(o: &Output) -> serde_json::Value {
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no JSON report: {o:?}"))
+}
+
+/// A LOCAL mechanism of type `ty`.
+pub fn mech(ty: &str, params: &[(&str, &str)]) -> Mechanism {
+    Mechanism {
+        cls: "LOCAL".into(),
+        r#type: ty.into(),
+        parameters: params
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<HashMap<_, _>>(),
+    }
+}
+
+/// Whether port `port` of `fwd` has its link up.
+pub fn link_up(fwd: &Mutex<Forwarder>, port: &str) -> bool {
+    fwd.lock()
+        .unwrap()
+        .ports()
+        .iter()
+        .any(|e| e.name == port && e.port.link() == LinkStatus::Up)
+}

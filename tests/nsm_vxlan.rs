@@ -1,0 +1,435 @@
+//! NSM across two nodes: two Quiver forwarders, each with its uplink (AF_PACKET) on one end of a
+//! veth "underlay" that joins two network namespaces (the nodes), the NSC's memif CNF on
+//! forwarder A, the NSE's on forwarder B. The test plays the nsmgrs (a relay that keeps only
+//! the REMOTE mechanisms, as nsmgr does for an endpoint behind another nsmgr) and the NSE's
+//! gRPC side. After Request, A offered VXLAN from its tunnel address, B chose the VNI and
+//! answered with its own address, both built tunnels, and every frame the NSC sends crosses
+//! NSC → A → VXLAN → B → NSE, counted at each step. A refresh keeps the VNI and rebuilds
+//! nothing; Close through A removes everything on both forwarders.
+
+use std::net::Ipv4Addr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use ctl_api::nsm::path::timestamp;
+use ctl_api::nsm::testing::{BlockingClient, TestEndpoint, TestNsmgr};
+use ctl_api::nsm::{NsmConfig, NsmHandle, StaticEndpoint};
+use ctl_api::proto::connection::{Connection, Path, PathSegment, State};
+use ctl_api::proto::networkservice::NetworkServiceRequest;
+use dataplane::{BufferPool, BufferPoolConfig, HugepagePolicy, IdlePolicy, WorkerConfig};
+use quiver::control::nsm::ForwarderDataplane;
+use quiver::{Config, Forwarder, Housekeeping};
+use testkit::{require, wait_for, Needs};
+
+mod nsm_support;
+
+use nsm_support::{
+    link_up, mech, run, traffic_example, traffic_report, Killed, Netns, TempDir, IP,
+};
+
+/// Frames the NSC sends.
+const FRAMES: u64 = 10_000;
+const A_IP: Ipv4Addr = Ipv4Addr::new(192, 168, 77, 1);
+const B_IP: Ipv4Addr = Ipv4Addr::new(192, 168, 77, 2);
+const A_MAC: &str = "02:77:00:00:00:01";
+const B_MAC: &str = "02:77:00:00:00:02";
+
+/// One node: a forwarder whose uplink is `uplink` inside namespace `node`, its housekeeping
+/// and its NSM server.
+struct Node {
+    fwd: Arc<Mutex<Forwarder>>,
+    pool: Arc<BufferPool>,
+    start_free: usize,
+    housekeeping: Housekeeping,
+}
+
+impl Node {
+    fn start(node: &Netns, uplink: &str, ip: Ipv4Addr, peer: Ipv4Addr, peer_mac: &str) -> Node {
+        // The peer's MAC is static: no frame waits for ARP on the underlay.
+        let cfg = Config::parse(&format!(
+            r#"
+[buffers]
+hugepages = "never"
+[[port]]
+name = "uplink"
+type = "af_packet"
+interface = "{uplink}"
+netns = "{ns}"
+[[address]]
+port = "uplink"
+ip = "{ip}/24"
+[[neighbor]]
+port = "uplink"
+ip = "{peer}"
+mac = "{peer_mac}"
+"#,
+            ns = node.path()
+        ))
+        .unwrap();
+        let pool = BufferPool::new(&BufferPoolConfig {
+            buffers: 16384,
+            hugepages: HugepagePolicy::Never,
+            ..BufferPoolConfig::default()
+        })
+        .unwrap();
+        let start_free = pool.free_count();
+        let workers = WorkerConfig {
+            cores: vec![0],
+            idle: IdlePolicy::ADAPTIVE,
+        };
+        let fwd = Arc::new(Mutex::new(
+            Forwarder::start(&cfg, &workers, pool.clone()).unwrap(),
+        ));
+        let housekeeping = Housekeeping::spawn(fwd.clone(), Duration::from_millis(1));
+        Node {
+            fwd,
+            pool,
+            start_free,
+            housekeeping,
+        }
+    }
+
+    fn serve(&self, name: &str, listen: &str, ip: Ipv4Addr, next: String) -> NsmHandle {
+        NsmHandle::spawn(
+            NsmConfig {
+                name: name.into(),
+                listen_on: listen.into(),
+                tunnel_ip: Some(ip.into()),
+                reconcile_at_start: false,
+                ..NsmConfig::default()
+            },
+            ForwarderDataplane::new(self.fwd.clone()),
+            Arc::new(StaticEndpoint(next)),
+            1,
+        )
+        .unwrap()
+    }
+
+    fn tunnels(&self) -> Vec<quiver::TunnelEntry> {
+        self.fwd.lock().unwrap().tunnels().to_vec()
+    }
+
+    fn port_names(&self) -> Vec<String> {
+        let f = self.fwd.lock().unwrap();
+        f.ports().iter().map(|e| e.name.clone()).collect()
+    }
+
+    fn stats(&self, port: &str) -> drivers::PortStats {
+        let f = self.fwd.lock().unwrap();
+        f.ports()
+            .iter()
+            .find(|e| e.name == port)
+            .unwrap_or_else(|| panic!("no port {port}"))
+            .port
+            .stats()
+    }
+
+    fn table(&self) -> String {
+        self.fwd.lock().unwrap().format_interfaces()
+    }
+
+    /// Stops the forwarder once nothing else holds it; every buffer must be back.
+    fn stop(self) {
+        self.housekeeping.stop().unwrap();
+        wait_for("the forwarder to be no longer shared", 10, || {
+            Arc::strong_count(&self.fwd) == 1
+        });
+        let fwd = Arc::try_unwrap(self.fwd)
+            .ok()
+            .expect("the forwarder is no longer shared")
+            .into_inner()
+            .unwrap();
+        fwd.stop();
+        assert_eq!(
+            self.pool.free_count(),
+            self.start_free,
+            "every buffer is back"
+        );
+    }
+}
+
+fn request(id: &str, nsc: &Netns, refresh: Option<&Connection>) -> NetworkServiceRequest {
+    let connection = refresh.cloned().unwrap_or_else(|| Connection {
+        id: id.into(),
+        network_service: "traffic".into(),
+        network_service_endpoint_name: "nse".into(),
+        payload: "ETHERNET".into(),
+        path: Some(Path {
+            index: 0,
+            path_segments: vec![PathSegment {
+                name: "nsc".into(),
+                id: id.into(),
+                expires: Some(timestamp(SystemTime::now() + Duration::from_secs(600))),
+                ..Default::default()
+            }],
+        }),
+        ..Default::default()
+    });
+    NetworkServiceRequest {
+        connection: Some(connection),
+        mechanism_preferences: vec![mech("MEMIF", &[("inodeURL", &nsc.url())])],
+    }
+}
+
+#[test]
+fn frames_cross_two_forwarders_over_vxlan_and_close_cleans_both() {
+    if !require(
+        "frames_cross_two_forwarders_over_vxlan",
+        &Needs {
+            root: true,
+            tools: &[IP],
+            ..Needs::default()
+        },
+    ) {
+        return;
+    }
+    let traffic = traffic_example();
+    let (nsc, nse) = (Netns::new("vnsc"), Netns::new("vnse"));
+    let (node_a, node_b) = (Netns::new("vnodea"), Netns::new("vnodeb"));
+    let dir = TempDir::new("nsm-vxlan");
+
+    // The underlay: a veth pair, one end in each node.
+    let pid = std::process::id() % 100_000;
+    let (ua, ub) = (format!("qvx{pid}a"), format!("qvx{pid}b"));
+    run(&[
+        IP, "link", "add", &ua, "address", A_MAC, "type", "veth", "peer", "name", &ub, "address",
+        B_MAC,
+    ]);
+    run(&[IP, "link", "set", &ua, "netns", &node_a.0]);
+    run(&[IP, "link", "set", &ub, "netns", &node_b.0]);
+    for (ns, dev) in [(&node_a, &ua), (&node_b, &ub)] {
+        run(&[IP, "-n", &ns.0, "link", "set", dev, "up"]);
+    }
+
+    let a = Node::start(&node_a, &ua, A_IP, B_IP, B_MAC);
+    let b = Node::start(&node_b, &ub, B_IP, A_IP, A_MAC);
+
+    // The NSE's CNF: memif master on an abstract socket of its namespace, counting frames.
+    let nse_socket = format!("@quiver-test-vxlan-nse-{}", std::process::id());
+    let count = FRAMES.to_string();
+    let sink = Killed(Some(nse.spawn(
+        &traffic,
+        &[
+            "--rx",
+            &nse_socket,
+            "--rx-role",
+            "master",
+            "--count",
+            &count,
+            "--duration",
+            "30s",
+            "--connect-timeout",
+            "60s",
+            "--json",
+        ],
+    )));
+    let nse_sock = dir.join("nse.sock");
+    let endpoint = TestEndpoint::start(
+        &nse_sock,
+        "nse",
+        vec![mech(
+            "MEMIF",
+            &[("inodeURL", &nse.url()), ("socketfile", &nse_socket)],
+        )],
+    )
+    .unwrap();
+
+    // Node B's forwarder serves the NSE; the nsmgrs relay A's Requests to it; A serves the NSC.
+    let b_listen = format!("unix://{}", dir.join("b.sock").display());
+    let server_b = b.serve(
+        "forwarder-b",
+        &b_listen,
+        B_IP,
+        format!("unix://{}", nse_sock.display()),
+    );
+    let nsmgr_sock = dir.join("nsmgr.sock");
+    let nsmgr = TestNsmgr::start(&nsmgr_sock, &b_listen).unwrap();
+    let a_listen = format!("unix://{}", dir.join("a.sock").display());
+    let server_a = a.serve(
+        "forwarder-a",
+        &a_listen,
+        A_IP,
+        format!("unix://{}", nsmgr_sock.display()),
+    );
+    let mut client = BlockingClient::connect(&a_listen).unwrap();
+
+    let id = format!("vxlan-{}", std::process::id());
+    let answer = client.request(request(&id, &nsc, None)).unwrap();
+    assert_eq!(answer.state, State::Up as i32);
+
+    // A offered VXLAN from its tunnel address (the only REMOTE mechanism it has).
+    let relayed = nsmgr.log().requests;
+    assert_eq!(relayed.len(), 1);
+    let offer = &relayed[0].mechanism_preferences;
+    assert_eq!(offer.len(), 1, "{offer:?}");
+    assert_eq!(
+        (offer[0].r#type.as_str(), offer[0].cls.as_str()),
+        ("VXLAN", "REMOTE")
+    );
+    assert_eq!(offer[0].parameters["src_ip"], A_IP.to_string());
+    assert_eq!(offer[0].parameters["src_port"], "4789");
+    // Each built one tunnel toward the other, with the VNI B chose.
+    let (ta, tb) = (a.tunnels(), b.tunnels());
+    assert_eq!((ta.len(), tb.len()), (1, 1), "{ta:?} {tb:?}");
+    assert_eq!((ta[0].local, ta[0].remote), (A_IP, B_IP));
+    assert_eq!((tb[0].local, tb[0].remote), (B_IP, A_IP));
+    assert_eq!(ta[0].vni, tb[0].vni);
+    assert!((1..1 << 24).contains(&ta[0].vni));
+
+    let endpoint_port = b
+        .port_names()
+        .into_iter()
+        .find(|p| p.ends_with("-endpoint"))
+        .expect("B's memif toward the NSE");
+    wait_for("B's memif to the NSE to come up", 60, || {
+        link_up(&b.fwd, &endpoint_port)
+    });
+
+    // A refresh keeps the VNI and rebuilds nothing.
+    let again = client.request(request(&id, &nsc, Some(&answer))).unwrap();
+    assert_eq!(again.state, State::Up as i32);
+    assert_eq!((a.tunnels(), b.tunnels()), (ta.clone(), tb.clone()));
+
+    // The NSC's CNF: slave on the socket A answered with, inside its own namespace.
+    let socket = answer.mechanism.as_ref().unwrap().parameters["socketfile"].clone();
+    let source = Killed(Some(nsc.spawn(
+        &traffic,
+        &[
+            "--tx",
+            &socket,
+            "--tx-role",
+            "slave",
+            "--count",
+            &count,
+            // Slow enough that no ring on the way fills (a full ring drops, by design).
+            "--rate",
+            "20k",
+            "--connect-timeout",
+            "60s",
+            "--json",
+        ],
+    )));
+    let sent = source.wait();
+    assert!(sent.status.success(), "the NSC's traffic failed: {sent:?}");
+    let received = sink.wait();
+    let (tx, rx) = (traffic_report(&sent), traffic_report(&received));
+    let client_port = format!("nsm-{id}-client");
+    let (a_client, a_up) = (a.stats(&client_port), a.stats("uplink"));
+    let (b_up, b_endpoint) = (b.stats("uplink"), b.stats(&endpoint_port));
+    let why = format!("NSC: {tx}\nNSE: {rx}\nA:\n{}\nB:\n{}", a.table(), b.table());
+    // Every frame is counted at each step: the NSC sent them all, A received them all and
+    // sent each one, encapsulated, on its uplink; B received them on its uplink and put on
+    // the NSE's ring what reached the NSE, once, in order and intact.
+    assert_eq!(tx["sent"], FRAMES, "{why}");
+    assert_eq!(a_client.rx_packets, FRAMES, "{why}");
+    assert!(a_up.tx_packets >= FRAMES, "{why}");
+    assert!(b_up.rx_packets >= b_endpoint.tx_packets, "{why}");
+    assert_eq!(rx["unique"], b_endpoint.tx_packets, "{why}");
+    assert_eq!(rx["received"], rx["unique"], "{why}");
+    for k in ["duplicated", "reordered", "corrupted", "foreign"] {
+        assert_eq!(rx[k], 0, "{k}: {why}");
+    }
+    assert!(b_endpoint.tx_packets > FRAMES / 2, "{why}");
+
+    // Close through A: A closes toward the nsmgrs, B toward the NSE; nothing is left on
+    // either forwarder but its uplink.
+    client.close(again).unwrap();
+    assert_eq!(nsmgr.log().closes.len(), 1, "A closed toward the nsmgrs");
+    assert_eq!(endpoint.log().closes.len(), 1, "B closed toward the NSE");
+    for (n, node) in [("A", &a), ("B", &b)] {
+        assert!(node.tunnels().is_empty(), "{n}: no tunnel left");
+        assert_eq!(node.port_names(), vec!["uplink".to_string()], "{n}");
+    }
+    assert!(a.fwd.lock().unwrap().owned_by(&id).is_empty());
+
+    drop(client);
+    drop(server_a);
+    drop(server_b);
+    a.stop();
+    b.stop();
+}
+
+/// The forwarder's tunnel API on its own (no root needed): every refusal is clear and leaves
+/// nothing; an owner's tunnel and its cross-connect go with the owner.
+#[test]
+fn tunnel_refusals_change_nothing_and_owners_remove_their_tunnels() {
+    let dir = TempDir::new("vxlan-api");
+    let cfg = Config::parse(&format!(
+        r#"
+[buffers]
+hugepages = "never"
+[[port]]
+name = "m0"
+type = "memif"
+role = "master"
+socket = "{}"
+[[address]]
+port = "m0"
+ip = "10.9.0.1/24"
+"#,
+        dir.join("m0.sock").display()
+    ))
+    .unwrap();
+    let pool = BufferPool::new(&BufferPoolConfig {
+        buffers: 4096,
+        hugepages: HugepagePolicy::Never,
+        ..BufferPoolConfig::default()
+    })
+    .unwrap();
+    let workers = WorkerConfig {
+        cores: vec![0],
+        idle: IdlePolicy::ADAPTIVE,
+    };
+    let mut f = Forwarder::start(&cfg, &workers, pool).unwrap();
+    let (local, remote) = (Ipv4Addr::new(10, 9, 0, 1), Ipv4Addr::new(10, 9, 0, 2));
+    use quiver::ForwarderError as E;
+    let refusals = [
+        (
+            f.add_vxlan_tunnel("t0", Ipv4Addr::new(10, 9, 0, 7), remote, 5, 4789, None),
+            "not an address of Quiver's",
+        ),
+        (
+            f.add_vxlan_tunnel("t0", local, remote, 1 << 24, 4789, None),
+            "VNI",
+        ),
+        (
+            f.add_vxlan_tunnel("t0", local, Ipv4Addr::new(239, 0, 0, 1), 5, 4789, None),
+            "remote VTEP",
+        ),
+        (
+            f.add_vxlan_tunnel("t0", local, remote, 5, 0, None),
+            "port 0",
+        ),
+        (f.add_vxlan_tunnel("", local, remote, 5, 4789, None), "name"),
+    ];
+    for (r, says) in refusals {
+        match r {
+            Err(E::InvalidArgument(m)) => assert!(m.contains(says), "{m}"),
+            other => panic!("expected InvalidArgument ({says}), got {other:?}"),
+        }
+    }
+    assert!(matches!(
+        f.add_vxlan_tunnel("m0", local, remote, 5, 4789, None),
+        Err(E::AlreadyExists(_))
+    ));
+    assert!(f.tunnels().is_empty(), "no refusal left a tunnel");
+
+    f.add_vxlan_tunnel("t0", local, remote, 5, 4789, Some("c1"))
+        .unwrap();
+    assert!(matches!(
+        f.add_vxlan_tunnel("t1", local, remote, 5, 4789, None),
+        Err(E::AlreadyExists(_))
+    ));
+    f.cross_connect("m0", "t0", Some("c1")).unwrap();
+    assert_eq!(f.owned_by("c1").len(), 2);
+    assert_eq!(f.remove_owned("c1").unwrap(), 2);
+    assert!(f.tunnels().is_empty());
+    // m0 is free again: the cross-connect went with the tunnel.
+    f.add_vxlan_tunnel("t2", local, remote, 6, 4789, None)
+        .unwrap();
+    f.cross_connect("t2", "m0", None).unwrap();
+    assert!(matches!(f.remove_vxlan_tunnel("nope"), Err(E::NotFound(_))));
+    f.remove_vxlan_tunnel("t2").unwrap();
+    assert!(f.tunnels().is_empty());
+    f.stop();
+}
