@@ -5,24 +5,17 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path as FsPath;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
 
 use ctl_api::grpcfd::InodeKey;
-use ctl_api::nsm::path::timestamp;
 use ctl_api::nsm::testing::TestEndpoint;
-use ctl_api::nsm::{NsmConfig, NsmHandle, StaticEndpoint};
-use ctl_api::proto::connection::{Connection, Path, PathSegment, State};
+use ctl_api::proto::connection::State;
 use ctl_api::proto::networkservice::network_service_client::NetworkServiceClient;
 use ctl_api::proto::networkservice::NetworkServiceRequest;
-use dataplane::{BufferPool, BufferPoolConfig, HugepagePolicy, IdlePolicy, WorkerConfig};
-use quiver::control::nsm::ForwarderDataplane;
-use quiver::{Config, Forwarder, Housekeeping};
 use testkit::{require, wait_for, Needs};
 
 mod nsm_support;
 
-use nsm_support::{mech, Netns, TempDir, IP};
+use nsm_support::{mech, nsc_connection, Netns, TempDir, TestForwarder, IP};
 
 /// How many of this process's fds (the NSM server's included: it runs here) refer to `key`.
 fn open_fds_of(key: InodeKey) -> usize {
@@ -35,22 +28,7 @@ fn open_fds_of(key: InodeKey) -> usize {
 
 fn kernel_request(id: &str, inode_url: &str) -> NetworkServiceRequest {
     NetworkServiceRequest {
-        connection: Some(Connection {
-            id: id.into(),
-            network_service: "fd".into(),
-            network_service_endpoint_name: "nse".into(),
-            payload: "ETHERNET".into(),
-            path: Some(Path {
-                index: 0,
-                path_segments: vec![PathSegment {
-                    name: "nsc".into(),
-                    id: id.into(),
-                    expires: Some(timestamp(SystemTime::now() + Duration::from_secs(600))),
-                    ..Default::default()
-                }],
-            }),
-            ..Default::default()
-        }),
+        connection: Some(nsc_connection(id, "fd")),
         mechanism_preferences: vec![mech("KERNEL", &[("inodeURL", inode_url), ("name", "nsm0")])],
     }
 }
@@ -78,21 +56,8 @@ fn a_namespace_passed_by_fd_gets_the_kernel_interface_and_its_fd_is_closed_after
         }
     };
 
-    let cfg = Config::parse("[buffers]\nhugepages = \"never\"\n").unwrap();
-    let pool = BufferPool::new(&BufferPoolConfig {
-        buffers: 4096,
-        hugepages: HugepagePolicy::Never,
-        ..BufferPoolConfig::default()
-    })
-    .unwrap();
-    let workers = WorkerConfig {
-        cores: vec![0],
-        idle: IdlePolicy::ADAPTIVE,
-    };
-    let fwd = Arc::new(Mutex::new(
-        Forwarder::start(&cfg, &workers, pool.clone()).unwrap(),
-    ));
-    let housekeeping = Housekeeping::spawn(fwd.clone(), Duration::from_millis(1));
+    let quiver = TestForwarder::start("");
+    let fwd = quiver.fwd.clone();
 
     let nse_sock = dir.path().join("nse.sock");
     let endpoint = TestEndpoint::start(
@@ -105,19 +70,14 @@ fn a_namespace_passed_by_fd_gets_the_kernel_interface_and_its_fd_is_closed_after
     )
     .unwrap();
     let listen = format!("unix://{}", dir.path().join("quiver.sock").display());
-    let dp = ForwarderDataplane::new(fwd.clone());
-    let server = NsmHandle::spawn(
-        NsmConfig {
-            name: "quiver".into(),
-            listen_on: listen.clone(),
-            reconcile_at_start: false,
-            ..NsmConfig::default()
-        },
+    let dp = quiver.dataplane();
+    let server = quiver.serve(
         dp.clone(),
-        Arc::new(StaticEndpoint(format!("unix://{}", nse_sock.display()))),
-        1,
-    )
-    .unwrap();
+        "quiver",
+        &listen,
+        None,
+        format!("unix://{}", nse_sock.display()),
+    );
 
     // The NSC: a plaintext channel on the unix socket that passes fds.
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -206,14 +166,6 @@ fn a_namespace_passed_by_fd_gets_the_kernel_interface_and_its_fd_is_closed_after
     drop(server);
     drop(endpoint);
     drop(dp);
-    housekeeping.stop().unwrap();
-    wait_for("the forwarder to be no longer shared", 10, || {
-        Arc::strong_count(&fwd) == 1
-    });
-    let fwd = Arc::try_unwrap(fwd)
-        .ok()
-        .expect("the forwarder is no longer shared")
-        .into_inner()
-        .unwrap();
-    fwd.stop();
+    drop(fwd);
+    quiver.stop();
 }

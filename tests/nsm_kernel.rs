@@ -4,23 +4,16 @@
 //! and back; after Close no interface, veth, port or cross-connect remains, and once the
 //! forwarder stops every buffer is back in the pool.
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
-
-use ctl_api::nsm::path::timestamp;
 use ctl_api::nsm::testing::{BlockingClient, TestEndpoint};
-use ctl_api::nsm::{Dataplane, NsmConfig, NsmHandle, StaticEndpoint};
-use ctl_api::proto::connection::{Connection, Path, PathSegment, State};
+use ctl_api::nsm::Dataplane;
+use ctl_api::proto::connection::{Connection, State};
 use ctl_api::proto::connectioncontext::{ConnectionContext, IpContext};
 use ctl_api::proto::networkservice::NetworkServiceRequest;
-use dataplane::{BufferPool, BufferPoolConfig, HugepagePolicy, IdlePolicy, WorkerConfig};
-use quiver::control::nsm::ForwarderDataplane;
-use quiver::{Config, Forwarder, Housekeeping};
 use testkit::{require, wait_for, Needs};
 
 mod nsm_support;
 
-use nsm_support::{mech, Netns, TempDir, IP, PING};
+use nsm_support::{mech, nsc_connection, Netns, TempDir, TestForwarder, IP, PING};
 
 #[test]
 fn ping_crosses_quiver_between_nsc_and_nse_kernel_interfaces_and_close_leaves_nothing() {
@@ -38,23 +31,8 @@ fn ping_crosses_quiver_between_nsc_and_nse_kernel_interfaces_and_close_leaves_no
     let nse = Netns::new("nse");
     let dir = TempDir::new("nsm-e2e");
 
-    let cfg = Config::parse("[buffers]\nhugepages = \"never\"\n").unwrap();
-    let pool = BufferPool::new(&BufferPoolConfig {
-        buffers: 8192,
-        hugepages: HugepagePolicy::Never,
-        ..BufferPoolConfig::default()
-    })
-    .unwrap();
-    let start_free = pool.free_count();
-    let workers = WorkerConfig {
-        cores: vec![0],
-        idle: IdlePolicy::ADAPTIVE,
-    };
-    let fwd = Arc::new(Mutex::new(
-        Forwarder::start(&cfg, &workers, pool.clone()).unwrap(),
-    ));
-    // The control plane's housekeeping runs beside the API calls, as in the daemon.
-    let housekeeping = Housekeeping::spawn(fwd.clone(), Duration::from_millis(1));
+    let quiver = TestForwarder::start("");
+    let fwd = quiver.fwd.clone();
 
     let nse_sock = dir.path().join("nse.sock");
     let endpoint = TestEndpoint::start(
@@ -67,29 +45,19 @@ fn ping_crosses_quiver_between_nsc_and_nse_kernel_interfaces_and_close_leaves_no
     )
     .unwrap();
     let listen = format!("unix://{}", dir.path().join("quiver.sock").display());
-    let dp = ForwarderDataplane::new(fwd.clone());
-    let server = NsmHandle::spawn(
-        NsmConfig {
-            name: "quiver".into(),
-            listen_on: listen.clone(),
-            // Other Quivers' tagged veths may share this host: leave them alone.
-            reconcile_at_start: false,
-            ..NsmConfig::default()
-        },
+    let dp = quiver.dataplane();
+    let server = quiver.serve(
         dp.clone(),
-        Arc::new(StaticEndpoint(format!("unix://{}", nse_sock.display()))),
-        1,
-    )
-    .unwrap();
+        "quiver",
+        &listen,
+        None,
+        format!("unix://{}", nse_sock.display()),
+    );
     let mut client = BlockingClient::connect(&listen).unwrap();
 
     let id = format!("e2e-{}", std::process::id());
     let request = NetworkServiceRequest {
         connection: Some(Connection {
-            id: id.clone(),
-            network_service: "ping".into(),
-            network_service_endpoint_name: "nse".into(),
-            payload: "ETHERNET".into(),
             context: Some(ConnectionContext {
                 ip_context: Some(IpContext {
                     src_ip_addrs: vec!["10.72.0.1/24".into()],
@@ -98,16 +66,7 @@ fn ping_crosses_quiver_between_nsc_and_nse_kernel_interfaces_and_close_leaves_no
                 }),
                 ..Default::default()
             }),
-            path: Some(Path {
-                index: 0,
-                path_segments: vec![PathSegment {
-                    name: "nsc".into(),
-                    id: id.clone(),
-                    expires: Some(timestamp(SystemTime::now() + Duration::from_secs(600))),
-                    ..Default::default()
-                }],
-            }),
-            ..Default::default()
+            ..nsc_connection(&id, "ping")
         }),
         mechanism_preferences: vec![mech(
             "KERNEL",
@@ -146,16 +105,6 @@ fn ping_crosses_quiver_between_nsc_and_nse_kernel_interfaces_and_close_leaves_no
     drop(client);
     drop(server);
     drop(dp);
-    housekeeping.stop().unwrap();
-    // The link watcher lets go of the forwarder at its next look.
-    wait_for("the forwarder to be no longer shared", 10, || {
-        Arc::strong_count(&fwd) == 1
-    });
-    let fwd = Arc::try_unwrap(fwd)
-        .ok()
-        .expect("the forwarder is no longer shared")
-        .into_inner()
-        .unwrap();
-    fwd.stop();
-    assert_eq!(pool.free_count(), start_free, "every buffer is back");
+    drop(fwd);
+    quiver.stop();
 }

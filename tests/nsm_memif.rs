@@ -6,22 +6,17 @@
 //! intact. After Close no port, socket or cross-connect remains, and once the forwarder stops
 //! every buffer is back in the pool.
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
-
-use ctl_api::nsm::path::timestamp;
 use ctl_api::nsm::testing::{BlockingClient, TestEndpoint};
-use ctl_api::nsm::{NsmConfig, NsmHandle, StaticEndpoint};
-use ctl_api::proto::connection::{Connection, Path, PathSegment, State};
+use ctl_api::proto::connection::State;
 use ctl_api::proto::networkservice::NetworkServiceRequest;
-use dataplane::{BufferPool, BufferPoolConfig, HugepagePolicy, IdlePolicy, WorkerConfig};
-use quiver::control::nsm::ForwarderDataplane;
-use quiver::{Config, Forwarder, Housekeeping};
 use testkit::{require, wait_for, Needs};
 
 mod nsm_support;
 
-use nsm_support::{link_up, mech, traffic_example, traffic_report, Killed, Netns, IP};
+use nsm_support::{
+    link_up, mech, nsc_connection, traffic_example, traffic_report, Killed, Netns, TestForwarder,
+    IP,
+};
 
 /// Frames the NSC sends.
 const FRAMES: u64 = 20_000;
@@ -44,23 +39,8 @@ fn every_frame_crosses_quiver_between_nsc_and_nse_memif_cnfs_and_close_leaves_no
     let dir = std::env::temp_dir().join(format!("quiver-nsm-memif-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
 
-    let cfg = Config::parse("[buffers]\nhugepages = \"never\"\n").unwrap();
-    let pool = BufferPool::new(&BufferPoolConfig {
-        buffers: 16384,
-        hugepages: HugepagePolicy::Never,
-        ..BufferPoolConfig::default()
-    })
-    .unwrap();
-    let start_free = pool.free_count();
-    let workers = WorkerConfig {
-        cores: vec![0],
-        idle: IdlePolicy::ADAPTIVE,
-    };
-    let fwd = Arc::new(Mutex::new(
-        Forwarder::start(&cfg, &workers, pool.clone()).unwrap(),
-    ));
-    // The control plane's housekeeping runs beside the API calls, as in the daemon.
-    let housekeeping = Housekeeping::spawn(fwd.clone(), Duration::from_millis(1));
+    let quiver = TestForwarder::start("");
+    let fwd = quiver.fwd.clone();
 
     // The NSE's CNF: memif master on an abstract socket of its namespace, counting frames.
     let nse_socket = format!("@quiver-test-nse-{}", std::process::id());
@@ -94,39 +74,18 @@ fn every_frame_crosses_quiver_between_nsc_and_nse_memif_cnfs_and_close_leaves_no
     )
     .unwrap();
     let listen = format!("unix://{}", dir.join("quiver.sock").display());
-    let dp = ForwarderDataplane::new(fwd.clone());
-    let server = NsmHandle::spawn(
-        NsmConfig {
-            name: "quiver".into(),
-            listen_on: listen.clone(),
-            reconcile_at_start: false,
-            ..NsmConfig::default()
-        },
-        dp.clone(),
-        Arc::new(StaticEndpoint(format!("unix://{}", nse_sock.display()))),
-        1,
-    )
-    .unwrap();
+    let server = quiver.serve(
+        quiver.dataplane(),
+        "quiver",
+        &listen,
+        None,
+        format!("unix://{}", nse_sock.display()),
+    );
     let mut client = BlockingClient::connect(&listen).unwrap();
 
     let id = format!("memif-{}", std::process::id());
     let request = NetworkServiceRequest {
-        connection: Some(Connection {
-            id: id.clone(),
-            network_service: "traffic".into(),
-            network_service_endpoint_name: "nse".into(),
-            payload: "ETHERNET".into(),
-            path: Some(Path {
-                index: 0,
-                path_segments: vec![PathSegment {
-                    name: "nsc".into(),
-                    id: id.clone(),
-                    expires: Some(timestamp(SystemTime::now() + Duration::from_secs(600))),
-                    ..Default::default()
-                }],
-            }),
-            ..Default::default()
-        }),
+        connection: Some(nsc_connection(&id, "traffic")),
         mechanism_preferences: vec![mech("MEMIF", &[("inodeURL", &nsc.url())])],
     };
     let answer = client.request(request).unwrap();
@@ -190,17 +149,7 @@ fn every_frame_crosses_quiver_between_nsc_and_nse_memif_cnfs_and_close_leaves_no
 
     drop(client);
     drop(server);
-    drop(dp);
-    housekeeping.stop().unwrap();
-    wait_for("the forwarder to be no longer shared", 10, || {
-        Arc::strong_count(&fwd) == 1
-    });
-    let fwd = Arc::try_unwrap(fwd)
-        .ok()
-        .expect("the forwarder is no longer shared")
-        .into_inner()
-        .unwrap();
-    fwd.stop();
-    assert_eq!(pool.free_count(), start_free, "every buffer is back");
+    drop(fwd);
+    quiver.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -8,23 +8,20 @@
 //! nothing; Close through A removes everything on both forwarders.
 
 use std::net::Ipv4Addr;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
 
-use ctl_api::nsm::path::timestamp;
 use ctl_api::nsm::testing::{BlockingClient, TestEndpoint, TestNsmgr};
-use ctl_api::nsm::{NsmConfig, NsmHandle, StaticEndpoint};
-use ctl_api::proto::connection::{Connection, Path, PathSegment, State};
+use ctl_api::nsm::NsmHandle;
+use ctl_api::proto::connection::{Connection, State};
 use ctl_api::proto::networkservice::NetworkServiceRequest;
 use dataplane::{BufferPool, BufferPoolConfig, HugepagePolicy, IdlePolicy, WorkerConfig};
-use quiver::control::nsm::ForwarderDataplane;
-use quiver::{Config, Forwarder, Housekeeping};
+use quiver::{Config, Forwarder};
 use testkit::{require, wait_for, Needs};
 
 mod nsm_support;
 
 use nsm_support::{
-    link_up, mech, run, traffic_example, traffic_report, Killed, Netns, TempDir, IP,
+    link_up, mech, nsc_connection, run, traffic_example, traffic_report, Killed, Netns, TempDir,
+    TestForwarder, IP,
 };
 
 /// Frames the NSC sends.
@@ -34,22 +31,14 @@ const B_IP: Ipv4Addr = Ipv4Addr::new(192, 168, 77, 2);
 const A_MAC: &str = "02:77:00:00:00:01";
 const B_MAC: &str = "02:77:00:00:00:02";
 
-/// One node: a forwarder whose uplink is `uplink` inside namespace `node`, its housekeeping
-/// and its NSM server.
-struct Node {
-    fwd: Arc<Mutex<Forwarder>>,
-    pool: Arc<BufferPool>,
-    start_free: usize,
-    housekeeping: Housekeeping,
-}
+/// One node: a forwarder whose uplink is `uplink` inside namespace `node`.
+struct Node(TestForwarder);
 
 impl Node {
     fn start(node: &Netns, uplink: &str, ip: Ipv4Addr, peer: Ipv4Addr, peer_mac: &str) -> Node {
         // The peer's MAC is static: no frame waits for ARP on the underlay.
-        let cfg = Config::parse(&format!(
+        Node(TestForwarder::start(&format!(
             r#"
-[buffers]
-hugepages = "never"
 [[port]]
 name = "uplink"
 type = "af_packet"
@@ -64,58 +53,28 @@ ip = "{peer}"
 mac = "{peer_mac}"
 "#,
             ns = node.path()
-        ))
-        .unwrap();
-        let pool = BufferPool::new(&BufferPoolConfig {
-            buffers: 16384,
-            hugepages: HugepagePolicy::Never,
-            ..BufferPoolConfig::default()
-        })
-        .unwrap();
-        let start_free = pool.free_count();
-        let workers = WorkerConfig {
-            cores: vec![0],
-            idle: IdlePolicy::ADAPTIVE,
-        };
-        let fwd = Arc::new(Mutex::new(
-            Forwarder::start(&cfg, &workers, pool.clone()).unwrap(),
-        ));
-        let housekeeping = Housekeeping::spawn(fwd.clone(), Duration::from_millis(1));
-        Node {
-            fwd,
-            pool,
-            start_free,
-            housekeeping,
-        }
+        )))
     }
 
     fn serve(&self, name: &str, listen: &str, ip: Ipv4Addr, next: String) -> NsmHandle {
-        NsmHandle::spawn(
-            NsmConfig {
-                name: name.into(),
-                listen_on: listen.into(),
-                tunnel_ip: Some(ip.into()),
-                reconcile_at_start: false,
-                ..NsmConfig::default()
-            },
-            ForwarderDataplane::new(self.fwd.clone()),
-            Arc::new(StaticEndpoint(next)),
-            1,
-        )
-        .unwrap()
+        let f = &self.0;
+        f.serve(f.dataplane(), name, listen, Some(ip.into()), next)
+    }
+
+    fn fwd(&self) -> std::sync::MutexGuard<'_, Forwarder> {
+        self.0.fwd.lock().unwrap()
     }
 
     fn tunnels(&self) -> Vec<quiver::TunnelEntry> {
-        self.fwd.lock().unwrap().tunnels().to_vec()
+        self.fwd().tunnels().to_vec()
     }
 
     fn port_names(&self) -> Vec<String> {
-        let f = self.fwd.lock().unwrap();
-        f.ports().iter().map(|e| e.name.clone()).collect()
+        self.fwd().ports().iter().map(|e| e.name.clone()).collect()
     }
 
     fn stats(&self, port: &str) -> drivers::PortStats {
-        let f = self.fwd.lock().unwrap();
+        let f = self.fwd();
         f.ports()
             .iter()
             .find(|e| e.name == port)
@@ -125,48 +84,17 @@ mac = "{peer_mac}"
     }
 
     fn table(&self) -> String {
-        self.fwd.lock().unwrap().format_interfaces()
-    }
-
-    /// Stops the forwarder once nothing else holds it; every buffer must be back.
-    fn stop(self) {
-        self.housekeeping.stop().unwrap();
-        wait_for("the forwarder to be no longer shared", 10, || {
-            Arc::strong_count(&self.fwd) == 1
-        });
-        let fwd = Arc::try_unwrap(self.fwd)
-            .ok()
-            .expect("the forwarder is no longer shared")
-            .into_inner()
-            .unwrap();
-        fwd.stop();
-        assert_eq!(
-            self.pool.free_count(),
-            self.start_free,
-            "every buffer is back"
-        );
+        self.fwd().format_interfaces()
     }
 }
 
 fn request(id: &str, nsc: &Netns, refresh: Option<&Connection>) -> NetworkServiceRequest {
-    let connection = refresh.cloned().unwrap_or_else(|| Connection {
-        id: id.into(),
-        network_service: "traffic".into(),
-        network_service_endpoint_name: "nse".into(),
-        payload: "ETHERNET".into(),
-        path: Some(Path {
-            index: 0,
-            path_segments: vec![PathSegment {
-                name: "nsc".into(),
-                id: id.into(),
-                expires: Some(timestamp(SystemTime::now() + Duration::from_secs(600))),
-                ..Default::default()
-            }],
-        }),
-        ..Default::default()
-    });
     NetworkServiceRequest {
-        connection: Some(connection),
+        connection: Some(
+            refresh
+                .cloned()
+                .unwrap_or_else(|| nsc_connection(id, "traffic")),
+        ),
         mechanism_preferences: vec![mech("MEMIF", &[("inodeURL", &nsc.url())])],
     }
 }
@@ -282,7 +210,7 @@ fn frames_cross_two_forwarders_over_vxlan_and_close_cleans_both() {
         .find(|p| p.ends_with("-endpoint"))
         .expect("B's memif toward the NSE");
     wait_for("B's memif to the NSE to come up", 60, || {
-        link_up(&b.fwd, &endpoint_port)
+        link_up(&b.0.fwd, &endpoint_port)
     });
 
     // A refresh keeps the VNI and rebuilds nothing.
@@ -340,13 +268,13 @@ fn frames_cross_two_forwarders_over_vxlan_and_close_cleans_both() {
         assert!(node.tunnels().is_empty(), "{n}: no tunnel left");
         assert_eq!(node.port_names(), vec!["uplink".to_string()], "{n}");
     }
-    assert!(a.fwd.lock().unwrap().owned_by(&id).is_empty());
+    assert!(a.fwd().owned_by(&id).is_empty());
 
     drop(client);
     drop(server_a);
     drop(server_b);
-    a.stop();
-    b.stop();
+    a.0.stop();
+    b.0.stop();
 }
 
 /// The forwarder's tunnel API on its own (no root needed): every refusal is clear and leaves

@@ -5,13 +5,20 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
-use ctl_api::proto::connection::Mechanism;
+use ctl_api::nsm::path::timestamp;
+use ctl_api::nsm::{NsmConfig, NsmHandle, StaticEndpoint};
+use ctl_api::proto::connection::{self, Connection, Mechanism, PathSegment};
+use dataplane::{BufferPool, BufferPoolConfig, HugepagePolicy, IdlePolicy, WorkerConfig};
 use drivers::LinkStatus;
-use quiver::Forwarder;
+use quiver::control::nsm::ForwarderDataplane;
+use quiver::{Config, Forwarder, Housekeeping};
+use testkit::wait_for;
 
 /// `ip` (iproute2).
 pub const IP: &str = "/usr/sbin/ip";
@@ -213,4 +220,115 @@ pub fn link_up(fwd: &Mutex<Forwarder>, port: &str) -> bool {
         .ports()
         .iter()
         .any(|e| e.name == port && e.port.link() == LinkStatus::Up)
+}
+
+/// A connection as an NSC first Requests it: id `id`, network service `service`, endpoint
+/// `nse`, ETHERNET payload, a path of the NSC's one segment valid for 10 minutes.
+pub fn nsc_connection(id: &str, service: &str) -> Connection {
+    Connection {
+        id: id.into(),
+        network_service: service.into(),
+        network_service_endpoint_name: "nse".into(),
+        payload: "ETHERNET".into(),
+        path: Some(connection::Path {
+            index: 0,
+            path_segments: vec![PathSegment {
+                name: "nsc".into(),
+                id: id.into(),
+                expires: Some(timestamp(SystemTime::now() + Duration::from_secs(600))),
+                ..Default::default()
+            }],
+        }),
+        ..Default::default()
+    }
+}
+
+/// The real forwarder as the NSM tests run it: `quiver.toml` with buffers in ordinary pages
+/// plus `extra`, one worker on core 0, housekeeping every millisecond as in the daemon.
+pub struct TestForwarder {
+    /// The forwarder, shared as `quiver run` shares it with its control plane.
+    pub fwd: Arc<Mutex<Forwarder>>,
+    pool: Arc<BufferPool>,
+    start_free: usize,
+    housekeeping: Housekeeping,
+}
+
+impl TestForwarder {
+    /// Starts it with `extra` appended to its `quiver.toml`.
+    pub fn start(extra: &str) -> TestForwarder {
+        let cfg = Config::parse(&format!("[buffers]\nhugepages = \"never\"\n{extra}")).unwrap();
+        let pool = BufferPool::new(&BufferPoolConfig {
+            buffers: 16384,
+            hugepages: HugepagePolicy::Never,
+            ..BufferPoolConfig::default()
+        })
+        .unwrap();
+        let start_free = pool.free_count();
+        let workers = WorkerConfig {
+            cores: vec![0],
+            idle: IdlePolicy::ADAPTIVE,
+        };
+        let fwd = Arc::new(Mutex::new(
+            Forwarder::start(&cfg, &workers, pool.clone()).unwrap(),
+        ));
+        let housekeeping = Housekeeping::spawn(fwd.clone(), Duration::from_millis(1));
+        TestForwarder {
+            fwd,
+            pool,
+            start_free,
+            housekeeping,
+        }
+    }
+
+    /// The NSM data path over it.
+    pub fn dataplane(&self) -> Arc<ForwarderDataplane> {
+        ForwarderDataplane::new(self.fwd.clone())
+    }
+
+    /// Serves NSM as `name` on `listen` over `dp`, sending every Request on to `next` (the
+    /// endpoint's or the nsmgrs' URL), with `tunnel_ip` for VXLAN. Other Quivers' tagged veths
+    /// may share this host: nothing is reconciled at start.
+    pub fn serve(
+        &self,
+        dp: Arc<ForwarderDataplane>,
+        name: &str,
+        listen: &str,
+        tunnel_ip: Option<IpAddr>,
+        next: String,
+    ) -> NsmHandle {
+        NsmHandle::spawn(
+            NsmConfig {
+                name: name.into(),
+                listen_on: listen.into(),
+                tunnel_ip,
+                reconcile_at_start: false,
+                ..NsmConfig::default()
+            },
+            dp,
+            Arc::new(StaticEndpoint(next)),
+            1,
+        )
+        .unwrap()
+    }
+
+    /// Stops the forwarder once nothing else holds it (drop the servers and data paths
+    /// first); every buffer must be back in the pool.
+    pub fn stop(self) {
+        self.housekeeping.stop().unwrap();
+        // The link watcher lets go of the forwarder at its next look.
+        wait_for("the forwarder to be no longer shared", 10, || {
+            Arc::strong_count(&self.fwd) == 1
+        });
+        let fwd = Arc::try_unwrap(self.fwd)
+            .ok()
+            .expect("the forwarder is no longer shared")
+            .into_inner()
+            .unwrap();
+        fwd.stop();
+        assert_eq!(
+            self.pool.free_count(),
+            self.start_free,
+            "every buffer is back"
+        );
+    }
 }
