@@ -29,6 +29,6 @@ pub use node::{ErrorSpec, Next, Node, NodeKind, NodeSpec};
 pub use port::{PortInput, PortsInput, RxQueue, TxQueue, PORT_INPUT};
 pub use snapshot::{Epochs, Published, Reader};
 pub use worker::{
-    CommandError, Dataplane, IdlePolicy, StartError, WorkerCommand, WorkerConfig, WorkerControl,
-    WorkerInit, COMMAND_TIMEOUT,
+    keep_off_worker_cores, CommandError, Dataplane, IdlePolicy, StartError, WorkerCommand,
+    WorkerConfig, WorkerControl, WorkerInit, COMMAND_TIMEOUT,
 };

@@ -421,6 +421,28 @@ impl<S: Send + Sync + 'static> Drop for Dataplane<S> {
     }
 }
 
+/// Keeps the calling thread, and every thread it spawns from now on (they inherit its
+/// affinity), off the workers' `cores`: the control plane then never waits for a time slice
+/// on a core a worker polls, and never takes one from it. Returns the CPUs the thread may now
+/// use, or `None` (affinity unchanged) when the workers take every CPU this thread may use.
+pub fn keep_off_worker_cores(cores: &[usize]) -> nix::Result<Option<Vec<usize>>> {
+    let me = nix::unistd::Pid::from_raw(0);
+    let allowed = nix::sched::sched_getaffinity(me)?;
+    let mut control = nix::sched::CpuSet::new();
+    let mut cpus = Vec::new();
+    for c in 0..nix::sched::CpuSet::count() {
+        if allowed.is_set(c)? && !cores.contains(&c) {
+            control.set(c)?;
+            cpus.push(c);
+        }
+    }
+    if cpus.is_empty() {
+        return Ok(None);
+    }
+    nix::sched::sched_setaffinity(me, &control)?;
+    Ok(Some(cpus))
+}
+
 fn pin_to(core: usize) -> nix::Result<()> {
     let mut set = nix::sched::CpuSet::new();
     set.set(core)?;

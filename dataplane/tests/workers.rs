@@ -325,3 +325,51 @@ fn trace_through_running_workers() {
     dp.stop();
     assert_eq!(pool.in_use_count(), 0);
 }
+
+/// The CPUs the calling thread may run on.
+fn my_cpus() -> Vec<usize> {
+    let set = sched_getaffinity(Pid::from_raw(0)).unwrap();
+    (0..nix::sched::CpuSet::count())
+        .filter(|&c| set.is_set(c).unwrap_or(false))
+        .collect()
+}
+
+#[test]
+fn the_control_plane_keeps_off_the_worker_cores_and_its_threads_inherit_that() {
+    let allowed = my_cpus();
+    if allowed.len() < 2 {
+        assert!(
+            std::env::var_os("QUIVER_REQUIRE_SYSTEM_TESTS").is_none(),
+            "needs two CPUs, this process may use {allowed:?}"
+        );
+        eprintln!("skipped: needs two CPUs, this process may use {allowed:?}");
+        return;
+    }
+    let worker_core = *allowed.last().unwrap();
+    let control = dataplane::keep_off_worker_cores(&[worker_core])
+        .unwrap()
+        .expect("a CPU is left for the control plane");
+    assert!(!control.contains(&worker_core));
+    assert_eq!(control.len(), allowed.len() - 1);
+    assert_eq!(my_cpus(), control);
+    // A thread the control plane starts afterwards inherits it.
+    assert_eq!(std::thread::spawn(my_cpus).join().unwrap(), control);
+    // The worker, started from the control plane, still runs on its core, and only there.
+    let dp = Dataplane::start(&config(vec![worker_core]), pool(1024), (), |_| {
+        let mut b = GraphBuilder::new();
+        b.add(PacketSink::new("sink"));
+        b.build().map_err(|e| e.to_string())
+    })
+    .expect("start");
+    let threads = dp.worker_threads();
+    assert_eq!(threads.len(), 1);
+    let set = sched_getaffinity(Pid::from_raw(threads[0].0)).unwrap();
+    let worker_cpus: Vec<usize> = (0..nix::sched::CpuSet::count())
+        .filter(|&c| set.is_set(c).unwrap_or(false))
+        .collect();
+    assert_eq!(worker_cpus, vec![worker_core]);
+    dp.stop();
+    // When the workers take every CPU the thread may use, nothing changes.
+    assert_eq!(dataplane::keep_off_worker_cores(&control).unwrap(), None);
+    assert_eq!(my_cpus(), control);
+}

@@ -105,6 +105,16 @@ impl Forwarder {
         pool: Arc<BufferPool>,
     ) -> Result<Forwarder, String> {
         let nworkers = workers.cores.len();
+        // This thread is the control plane: it and every thread it starts from here on (the
+        // memif control thread, the admin and NSM services, housekeeping) run off the workers'
+        // cores, so neither waits for the other's time slice.
+        match dataplane::keep_off_worker_cores(&workers.cores) {
+            Ok(Some(cpus)) => tracing::debug!(?cpus, "control plane CPUs"),
+            Ok(None) => {
+                tracing::info!("the workers take every CPU: the control plane shares their cores")
+            }
+            Err(e) => tracing::warn!("cannot keep the control plane off the workers' cores: {e}"),
+        }
         let mut memif: Option<MemifControl> = None;
         let dpdk = if uses_dpdk(cfg) {
             Some(dpdk_ports::Dpdk::start(cfg, pool.clone())?)
