@@ -6,28 +6,16 @@
 //! are held; and a routed path, where ip4-rewrite changes the frame.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use dataplane::{
-    BufferPool, BufferPoolConfig, Dataplane, GraphBuilder, HugepagePolicy, IdlePolicy, PortInput,
-    TxQueue, WorkerConfig,
-};
+use dataplane::{BufferPool, BufferPoolConfig, HugepagePolicy, TxQueue};
 use drivers::memif_port::{MemifControl, MemifPort, MemifPortConfig};
 use drivers::{LinkStatus, Port};
-use graph_nodes::{
-    add_forwarding_nodes, names, FibConfig, Forwarding, ForwardingState, IfIndex, LocalState,
-};
+use graph_nodes::{Forwarding, IfIndex};
 use memif::{InterfaceConfig, Mode, Role, Slave, SocketAddress};
 
-const WORKERS: usize = 2;
+mod memif_support;
 
-fn wait_for(what: &str, secs: u64, mut step: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !step() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::yield_now();
-    }
-}
+use memif_support::{wait_for, Quiver, WORKERS};
 
 fn socket(test: &str) -> SocketAddress {
     SocketAddress::Path(
@@ -45,86 +33,12 @@ fn detail(port: &MemifPort, name: &str) -> u64 {
 }
 
 /// Quiver's forwarder over two memif master ports, configured by `setup`.
-struct Quiver {
-    dp: Option<Dataplane<ForwardingState>>,
-    pool: Arc<BufferPool>,
-    ports: Vec<Arc<MemifPort>>,
-    _control: MemifControl,
-}
-
-impl Quiver {
-    fn start(test: &str, setup: impl FnOnce(&mut Forwarding, &[IfIndex])) -> Quiver {
-        let sock = socket(test);
-        let control = MemifControl::start(WORKERS).unwrap();
-        let ports: Vec<Arc<MemifPort>> = (0..2)
-            .map(|id| {
-                let c = MemifPortConfig::new(&format!("memif{id}"), Role::Master, sock.clone(), id);
-                control.add_port(c).unwrap()
-            })
-            .collect();
-        let pool = BufferPool::new(&BufferPoolConfig {
-            buffers: 8 * 1024,
-            hugepages: HugepagePolicy::Never,
-            ..BufferPoolConfig::default()
-        })
-        .unwrap();
-        let mut forwarding = Forwarding::new(FibConfig {
-            long_prefix_groups: 16,
-            hugepages: HugepagePolicy::Never,
-        })
-        .unwrap();
-        let interfaces: Vec<IfIndex> = ports
-            .iter()
-            .map(|p| forwarding.add_port(p.name(), p.mac(), 9000).unwrap())
-            .collect();
-        setup(&mut forwarding, &interfaces);
-        forwarding.commit(&LocalState::default()).unwrap();
-        let cores: Vec<usize> = (0..WORKERS).map(|w| w % available_cores()).collect();
-        let (graph_ports, ifs) = (ports.clone(), interfaces.clone());
-        let dp = Dataplane::start(
-            &WorkerConfig {
-                cores,
-                idle: IdlePolicy::ADAPTIVE,
-            },
-            pool.clone(),
-            forwarding.snapshot(),
-            move |init| {
-                let mut b = GraphBuilder::new();
-                let mut tx: Vec<(IfIndex, Box<dyn TxQueue>)> = Vec::new();
-                for (p, &i) in graph_ports.iter().zip(&ifs) {
-                    let qp = p.queue_pair(init.index).map_err(|e| e.to_string())?;
-                    let name = format!("{}-input", p.name());
-                    b.add(PortInput::new(&name, names::ETHERNET_INPUT, i, qp.rx));
-                    tx.push((i, qp.tx));
-                }
-                add_forwarding_nodes(&mut b, tx);
-                b.build().map_err(|e| e.to_string())
-            },
-        )
-        .unwrap();
-        Quiver {
-            dp: Some(dp),
-            pool,
-            ports,
-            _control: control,
-        }
-    }
-
-    fn stop(&mut self) {
-        if let Some(dp) = self.dp.take() {
-            dp.stop();
-        }
-    }
-}
-
-impl Drop for Quiver {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-fn available_cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+fn start(test: &str, setup: impl FnOnce(&mut Forwarding, &[IfIndex])) -> Quiver {
+    let sock = socket(test);
+    let configs = (0..2)
+        .map(|id| MemifPortConfig::new(&format!("memif{id}"), Role::Master, sock.clone(), id))
+        .collect();
+    Quiver::start(configs, 8 * 1024, setup)
 }
 
 fn slave(test: &str, id: u32) -> Slave {
@@ -201,7 +115,7 @@ fn send_and_check(
 #[test]
 fn an_l2_cross_connect_between_memif_ports_copies_each_frame_once() {
     const TEST: &str = "xc";
-    let mut quiver = Quiver::start(TEST, |f, i| {
+    let mut quiver = start(TEST, |f, i| {
         f.cross_connect(i[0], i[1]).unwrap();
         f.cross_connect(i[1], i[0]).unwrap();
     });
@@ -341,7 +255,7 @@ fn a_routed_frame_received_without_a_copy_is_rewritten_correctly() {
     const TEST: &str = "routed";
     const NEIGHBOR: [u8; 6] = [0x02, 0, 0, 0, 0, 0xbb];
     let ip = |a, b, c, d| u32::from_be_bytes([a, b, c, d]);
-    let mut quiver = Quiver::start(TEST, |f, i| {
+    let mut quiver = start(TEST, |f, i| {
         f.add_address(i[0], ip(10, 0, 0, 1), 24).unwrap();
         f.add_address(i[1], ip(10, 1, 0, 1), 24).unwrap();
         f.add_neighbor(i[1], ip(10, 1, 0, 2), NEIGHBOR).unwrap();

@@ -2,29 +2,13 @@
 //! connect to Quiver's master ports, and frames cross an L2 cross-connect between two memif
 //! ports on two workers.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use dataplane::{
-    BufferPool, BufferPoolConfig, Dataplane, GraphBuilder, HugepagePolicy, IdlePolicy, PortInput,
-    TxQueue, WorkerConfig,
-};
-use drivers::memif_port::{MemifControl, MemifPort, MemifPortConfig};
+use drivers::memif_port::{MemifControl, MemifPortConfig};
 use drivers::{LinkStatus, Port};
-use graph_nodes::{
-    add_forwarding_nodes, names, FibConfig, Forwarding, ForwardingState, IfIndex, LocalState,
-};
 use memif::{InterfaceConfig, Mode, Role, Slave, SocketAddress};
 
-const WORKERS: usize = 2;
+mod memif_support;
 
-fn wait_for(what: &str, secs: u64, mut step: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !step() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::yield_now();
-    }
-}
+use memif_support::{wait_for, Quiver, WORKERS};
 
 fn socket(test: &str) -> SocketAddress {
     SocketAddress::Path(
@@ -32,91 +16,12 @@ fn socket(test: &str) -> SocketAddress {
     )
 }
 
-/// Quiver with memif ports cross-connected in pairs (0 ↔ 1).
-struct Quiver {
-    dp: Option<Dataplane<ForwardingState>>,
-    pool: Arc<BufferPool>,
-    ports: Vec<Arc<MemifPort>>,
-    /// Kept alive for the ports' control side.
-    _control: MemifControl,
-}
-
-impl Quiver {
-    fn start(configs: Vec<MemifPortConfig>) -> Quiver {
-        let control = MemifControl::start(WORKERS).unwrap();
-        let ports: Vec<Arc<MemifPort>> = configs
-            .into_iter()
-            .map(|c| control.add_port(c).unwrap())
-            .collect();
-        let pool = BufferPool::new(&BufferPoolConfig {
-            buffers: 16 * 1024,
-            hugepages: HugepagePolicy::Never,
-            ..BufferPoolConfig::default()
-        })
-        .unwrap();
-        let mut forwarding = Forwarding::new(FibConfig {
-            long_prefix_groups: 16,
-            hugepages: HugepagePolicy::Never,
-        })
-        .unwrap();
-        let interfaces: Vec<IfIndex> = ports
-            .iter()
-            .map(|p| forwarding.add_port(p.name(), p.mac(), 9000).unwrap())
-            .collect();
-        forwarding
-            .cross_connect(interfaces[0], interfaces[1])
-            .unwrap();
-        forwarding
-            .cross_connect(interfaces[1], interfaces[0])
-            .unwrap();
-        forwarding.commit(&LocalState::default()).unwrap();
-        let cores: Vec<usize> = (0..WORKERS).map(|w| w % available_cores()).collect();
-        let (graph_ports, ifs) = (ports.clone(), interfaces.clone());
-        let dp = Dataplane::start(
-            &WorkerConfig {
-                cores,
-                idle: IdlePolicy::ADAPTIVE,
-            },
-            pool.clone(),
-            forwarding.snapshot(),
-            move |init| {
-                let mut b = GraphBuilder::new();
-                let mut tx: Vec<(IfIndex, Box<dyn TxQueue>)> = Vec::new();
-                for (p, &i) in graph_ports.iter().zip(&ifs) {
-                    let qp = p.queue_pair(init.index).map_err(|e| e.to_string())?;
-                    let name = format!("{}-input", p.name());
-                    b.add(PortInput::new(&name, names::ETHERNET_INPUT, i, qp.rx));
-                    tx.push((i, qp.tx));
-                }
-                add_forwarding_nodes(&mut b, tx);
-                b.build().map_err(|e| e.to_string())
-            },
-        )
-        .unwrap();
-        drop(forwarding);
-        Quiver {
-            dp: Some(dp),
-            pool,
-            ports,
-            _control: control,
-        }
-    }
-
-    fn stop(&mut self) {
-        if let Some(dp) = self.dp.take() {
-            dp.stop();
-        }
-    }
-}
-
-impl Drop for Quiver {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-fn available_cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+/// Quiver with memif ports, 0 and 1 cross-connected.
+fn start(configs: Vec<MemifPortConfig>) -> Quiver {
+    Quiver::start(configs, 16 * 1024, |f, i| {
+        f.cross_connect(i[0], i[1]).unwrap();
+        f.cross_connect(i[1], i[0]).unwrap();
+    })
 }
 
 /// A frame for queue `q` with sequence `seq`: Ethernet (local experimental ethertype), then the
@@ -199,7 +104,7 @@ fn cross(from: &mut Slave, to: &mut Slave, per_queue: u32, len_of: impl Fn(u32) 
 fn frames_cross_between_two_memif_ports_on_two_workers_exactly_once() {
     let sock = socket("xc");
     // One listening socket serves both interfaces (ids 0 and 1).
-    let quiver = Quiver::start(vec![
+    let quiver = start(vec![
         MemifPortConfig::new("memif0", Role::Master, sock.clone(), 0),
         MemifPortConfig::new("memif1", Role::Master, sock.clone(), 1),
     ]);
@@ -249,7 +154,7 @@ fn frames_cross_between_two_memif_ports_on_two_workers_exactly_once() {
 #[test]
 fn a_peer_that_leaves_takes_its_link_down_and_its_frames_are_counted_then_it_comes_back() {
     let (s0, s1) = (socket("relink0"), socket("relink1"));
-    let mut quiver = Quiver::start(vec![
+    let mut quiver = start(vec![
         MemifPortConfig::new("memif0", Role::Master, s0.clone(), 7),
         MemifPortConfig::new("memif1", Role::Master, s1.clone(), 7),
     ]);
@@ -285,7 +190,7 @@ fn a_peer_that_leaves_takes_its_link_down_and_its_frames_are_counted_then_it_com
 #[test]
 fn a_sender_that_leaves_mid_stream_leaves_every_frame_and_buffer_accounted_for() {
     let sock = socket("leave");
-    let quiver = Quiver::start(vec![
+    let quiver = start(vec![
         MemifPortConfig::new("memif0", Role::Master, sock.clone(), 0),
         MemifPortConfig::new("memif1", Role::Master, sock.clone(), 1),
     ]);
@@ -366,7 +271,7 @@ fn ip_mode_ports_carry_bare_ip_packets() {
     for c in &mut configs {
         c.mode = Mode::Ip;
     }
-    let quiver = Quiver::start(configs);
+    let quiver = start(configs);
     let mut a = Slave::new(sock.clone(), slave_config(0, Mode::Ip)).unwrap();
     let mut b = Slave::new(sock, slave_config(1, Mode::Ip)).unwrap();
     connect(&quiver, &mut [&mut a, &mut b]);
