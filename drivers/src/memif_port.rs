@@ -21,6 +21,7 @@
 //! MAC, ethertype from the IP version) so the graph sees what it always sees, and a transmit
 //! leaves the Ethernet header out.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -325,6 +326,10 @@ impl ExternalSource for HeldSource {
         self.0.release(token);
     }
 
+    fn release_many(&self, tokens: &[u32]) {
+        self.0.release_many(tokens);
+    }
+
     fn is_retired(&self) -> bool {
         self.0.is_retired()
     }
@@ -421,7 +426,7 @@ struct IntoBuffers<'a> {
 }
 
 impl HoldSink for IntoBuffers<'_> {
-    #[inline]
+    #[inline(always)]
     fn take(&mut self, frame: &PeerFrame<'_>, hold: Option<Hold>) -> Taken {
         let Some(&bi) = self.bufs.get(self.filled) else {
             return Taken::NoRoom;
@@ -508,23 +513,15 @@ impl TxQueue for MemifTx {
             buffers,
             packets,
             skip: self.skip,
+            short: Cell::new(0),
+            last_source: Cell::new(None),
         };
-        let n = q.transmit(&src);
-        let (mut bytes, mut short, mut p2p) = (0u64, 0u64, 0u64);
-        for &bi in &packets[..n] {
-            let len = buffers.meta(bi).total_length() as usize;
-            if len <= self.skip {
-                short += 1;
-            } else {
-                bytes += (len - self.skip) as u64;
-                // Still external after the transmit: copied from the other peer directly.
-                p2p += u64::from(buffers.external(bi).is_some());
-            }
-        }
-        bump(&c.tx_packets, n as u64 - short);
-        bump(&c.tx_bytes, bytes);
-        bump(&c.tx_too_short, short);
-        bump(&c.tx_peer_to_peer, p2p);
+        let report = q.transmit_report(&src);
+        let n = report.taken;
+        bump(&c.tx_packets, report.sent);
+        bump(&c.tx_bytes, report.bytes);
+        bump(&c.tx_too_short, src.short.get());
+        bump(&c.tx_peer_to_peer, report.held_copies);
         buffers.free(&packets[..n]);
         n
     }
@@ -539,6 +536,30 @@ struct FromBuffers<'a> {
     buffers: &'a WorkerBuffers,
     packets: &'a [u32],
     skip: usize,
+    /// Frames no longer than the header left out (sent as nothing).
+    short: Cell<u64>,
+    /// The external source last looked up, by id: a burst's held frames mostly come from one.
+    last_source: Cell<Option<(u32, &'a HeldFrames)>>,
+}
+
+impl<'a> FromBuffers<'a> {
+    /// The memif queue's held frames behind external source `id`, if it is one.
+    #[inline]
+    fn held_frames(&self, id: u32) -> Option<&'a HeldFrames> {
+        match self.last_source.get() {
+            Some((last, held)) if last == id => Some(held),
+            _ => {
+                let buffers: &'a WorkerBuffers = self.buffers;
+                let held = &buffers
+                    .external_source(id)?
+                    .as_any()
+                    .downcast_ref::<HeldSource>()?
+                    .0;
+                self.last_source.set(Some((id, held)));
+                Some(held)
+            }
+        }
+    }
 }
 
 impl TxSource for FromBuffers<'_> {
@@ -550,7 +571,10 @@ impl TxSource for FromBuffers<'_> {
     fn frame_len(&self, i: usize) -> usize {
         let len = self.buffers.meta(self.packets[i]).total_length() as usize;
         // A frame no longer than the header left out is sent as nothing: memif drops and counts
-        // empty frames.
+        // empty frames (and takes them, so each is counted here once).
+        if len <= self.skip {
+            self.short.set(self.short.get() + 1);
+        }
         len.saturating_sub(self.skip)
     }
 
@@ -559,19 +583,16 @@ impl TxSource for FromBuffers<'_> {
     #[inline]
     fn held(&self, i: usize) -> Option<(&HeldFrames, u32, usize)> {
         let bi = self.packets[i];
-        let (source, token) = self.buffers.external(bi)?;
-        let held = &source.as_any().downcast_ref::<HeldSource>()?.0;
+        let (source, token) = self.buffers.external_ref(bi)?;
+        let held = self.held_frames(source)?;
         let meta = self.buffers.meta(bi);
         if meta.next().is_some() {
             return None;
         }
-        // The window may have moved (metadata only) inside the frame.
+        // The window may have moved (metadata only) inside the frame; a window reaching past
+        // the frame is refused by the copy, which then reads the bytes the usual way.
         let start =
             usize::from(meta.data_offset()).checked_sub(usize::from(self.buffers.headroom()))?;
-        let end = start + usize::from(meta.length());
-        if end > held.len(token) {
-            return None;
-        }
         Some((held, token, start + self.skip))
     }
 

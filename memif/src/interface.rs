@@ -481,7 +481,7 @@ impl Interface {
         let Some(q) = c.tx.get_mut(queue) else {
             return 0;
         };
-        queue::transmit(&c.shared, q, role, &mut self.counters, src)
+        queue::transmit(&c.shared, q, role, &mut self.counters, src, &mut 0)
     }
 
     /// Slots of transmit queue `queue` the peer has not consumed yet: for a slave, frames on the

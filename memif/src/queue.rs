@@ -363,6 +363,32 @@ impl HeldFrames {
         }
     }
 
+    /// [`HeldFrames::release`] of each of `tokens`, counted and checked for retirement once
+    /// for the whole batch (a transmit burst frees its frames together).
+    pub fn release_many(&self, tokens: &[u32]) {
+        let (mut returned, mut bad) = (0, 0);
+        for &token in tokens {
+            match self.slots.get(token as usize) {
+                Some(s) if s.held.load(Ordering::Relaxed) => {
+                    s.held.store(false, Ordering::Release);
+                    returned += 1;
+                }
+                _ => bad += 1,
+            }
+        }
+        if returned > 0 {
+            let r = &self.returned;
+            r.store(r.load(Ordering::Relaxed) + returned, Ordering::Relaxed);
+            if self.queue_gone.load(Ordering::Acquire) {
+                self.retire_if_done();
+            }
+        }
+        if bad > 0 {
+            let b = &self.bad_releases;
+            b.store(b.load(Ordering::Relaxed) + bad, Ordering::Relaxed);
+        }
+    }
+
     /// Frames held and not released yet.
     pub fn in_flight(&self) -> u64 {
         self.taken
@@ -514,6 +540,7 @@ impl<S: RxSink + ?Sized> HoldSink for CopyingSink<'_, S> {
 /// [`receive`], where `hold` (a detached queue's [`HeldFrames`]) lets the sink keep frames in
 /// the peer's memory: their slots are given back to the peer only once released, in ring order.
 #[allow(clippy::too_many_arguments)]
+#[inline(never)]
 fn receive_holding(
     shared: &Shared,
     q: &mut Queue,
@@ -550,74 +577,103 @@ fn receive_holding(
     let end = start.wrapping_add(avail);
     let mut cur = start;
     let mut delivered = 0;
+    let mut rx_bytes = 0u64;
     let segments = &mut scratch.segments;
+    // Where descriptor `slot` of a frame points: a slave's own receive buffers are at fixed
+    // places (the master's offset and region are ignored: it may only set length and flags).
+    let place = |d: &Desc, slot: u16| -> (u16, u64) {
+        match role {
+            Role::Master => (d.region, u64::from(d.offset)),
+            Role::Slave => (
+                0,
+                q.buf_base + u64::from(slot) * u64::from(shared.buffer_size),
+            ),
+        }
+    };
     while cur != end && delivered < max {
         let chain_start = cur;
-        segments.clear();
-        let mut total = 0usize;
-        let mut bad: Option<Bad> = None;
-        loop {
-            let d = r.read_desc(cur);
-            let slot = cur & (n - 1);
+        let d = r.read_desc(cur);
+        let one: [Segment; 1];
+        let total: usize;
+        let frame_segments: &[Segment] = if d.flags & DESC_FLAG_NEXT == 0 {
+            // The common case, a frame in one descriptor: no chain to gather.
             cur = cur.wrapping_add(1);
-            if bad.is_none() {
-                // A slave's own receive buffers are at fixed places: the master's offset and
-                // region are ignored (it may only set length and flags).
-                let at = match role {
-                    Role::Master => u64::from(d.offset),
-                    Role::Slave => q.buf_base + u64::from(slot) * u64::from(shared.buffer_size),
-                };
-                let region = if role == Role::Master { d.region } else { 0 };
-                match check_desc(shared, region, at, d.length, total) {
-                    Ok(seg) if segments.len() < MAX_SEGMENTS => {
-                        total += seg.len as usize;
-                        segments.push(seg);
-                    }
-                    Ok(_) => bad = Some(Bad::TooLong),
-                    Err(b) => bad = Some(b),
+            let (region, at) = place(&d, chain_start & (n - 1));
+            match check_desc(shared, region, at, d.length, 0) {
+                Ok(seg) => {
+                    total = seg.len as usize;
+                    one = [seg];
+                    &one
+                }
+                Err(b) => {
+                    count_bad(counters, b);
+                    continue;
                 }
             }
-            if d.flags & DESC_FLAG_NEXT == 0 {
-                break;
-            }
-            if cur == end {
-                bad = Some(Bad::Chain);
-                break;
-            }
-        }
-        match bad {
-            Some(b) => count_bad(counters, b),
-            None => {
-                let frame = PeerFrame {
-                    regions: &shared.regions,
-                    segments,
-                    len: total,
-                };
-                // Only a one-descriptor frame can be held: its slot is its whole buffer.
-                let offer = match (&hold, segments.len()) {
-                    (Some(_), 1) => Some(Hold {
-                        token: u32::from(chain_start & (n - 1)),
-                    }),
-                    _ => None,
-                };
-                match sink.take(&frame, offer) {
-                    Taken::NoRoom => {
-                        cur = chain_start;
-                        break;
-                    }
-                    Taken::Copied => {}
-                    Taken::Held => {
-                        if let (Some(h), Some(o)) = (hold.as_deref_mut(), offer) {
-                            h.frames.hold(o.token, segments[0]);
+        } else {
+            segments.clear();
+            let mut sum = 0usize;
+            let mut bad: Option<Bad> = None;
+            loop {
+                let d = r.read_desc(cur);
+                let slot = cur & (n - 1);
+                cur = cur.wrapping_add(1);
+                if bad.is_none() {
+                    let (region, at) = place(&d, slot);
+                    match check_desc(shared, region, at, d.length, sum) {
+                        Ok(seg) if segments.len() < MAX_SEGMENTS => {
+                            sum += seg.len as usize;
+                            segments.push(seg);
                         }
+                        Ok(_) => bad = Some(Bad::TooLong),
+                        Err(b) => bad = Some(b),
                     }
                 }
-                counters.rx_packets += 1;
-                counters.rx_bytes += total as u64;
-                delivered += 1;
+                if d.flags & DESC_FLAG_NEXT == 0 {
+                    break;
+                }
+                if cur == end {
+                    bad = Some(Bad::Chain);
+                    break;
+                }
+            }
+            if let Some(b) = bad {
+                count_bad(counters, b);
+                continue;
+            }
+            total = sum;
+            segments
+        };
+        let frame = PeerFrame {
+            regions: &shared.regions,
+            segments: frame_segments,
+            len: total,
+        };
+        // Only a one-descriptor frame can be held: its slot is its whole buffer.
+        let offer = match (&hold, frame_segments) {
+            (Some(_), [_]) => Some(Hold {
+                token: u32::from(chain_start & (n - 1)),
+            }),
+            _ => None,
+        };
+        match sink.take(&frame, offer) {
+            Taken::NoRoom => {
+                cur = chain_start;
+                break;
+            }
+            Taken::Copied => {}
+            Taken::Held => {
+                if let (Some(h), Some(o)) = (hold.as_deref_mut(), offer) {
+                    h.frames.hold(o.token, frame_segments[0]);
+                }
             }
         }
+        rx_bytes += total as u64;
+        delivered += 1;
     }
+    // Counted once per burst: kept in registers across the sink calls in the loop.
+    counters.rx_packets += delivered as u64;
+    counters.rx_bytes += rx_bytes;
     if let Some(h) = hold {
         q.idx = cur;
         reclaim(shared, q, role, h);
@@ -673,12 +729,14 @@ pub(crate) fn unconsumed(shared: &Shared, q: &Queue, role: Role) -> usize {
     }
 }
 
+#[inline(never)]
 pub(crate) fn transmit(
     shared: &Shared,
     q: &mut Queue,
     role: Role,
     counters: &mut Counters,
     src: &(impl TxSource + ?Sized),
+    held_copies: &mut u64,
 ) -> usize {
     let Some(r) = shared.ring(q) else {
         return 0;
@@ -710,6 +768,8 @@ pub(crate) fn transmit(
     };
     let end = start.wrapping_add(avail);
     let mut sent = 0;
+    // Counted once per burst, in registers meanwhile.
+    let (mut tx_packets, mut tx_bytes) = (0u64, 0u64);
     'frames: for i in 0..src.frames() {
         let len = src.frame_len(i);
         let too_many_slots = role == Role::Slave && len.div_ceil(bsize as usize) > usize::from(n);
@@ -740,7 +800,7 @@ pub(crate) fn transmit(
                     let ok = shared
                         .regions
                         .first()
-                        .is_some_and(|r0| copy_piece(r0, off, src, i, done, take));
+                        .is_some_and(|r0| copy_piece(r0, off, src, i, done, take, held_copies));
                     done += take;
                     r.write_desc(
                         cur,
@@ -761,7 +821,15 @@ pub(crate) fn transmit(
                     let ok = take > 0
                         && dst.is_some_and(|reg| {
                             reg.contains(u64::from(d.offset), u64::from(d.length))
-                                && copy_piece(reg, u64::from(d.offset), src, i, done, take)
+                                && copy_piece(
+                                    reg,
+                                    u64::from(d.offset),
+                                    src,
+                                    i,
+                                    done,
+                                    take,
+                                    held_copies,
+                                )
                         });
                     if !ok {
                         match dst {
@@ -770,7 +838,7 @@ pub(crate) fn transmit(
                             Some(_) => counters.bad_desc_offset += 1,
                         }
                         // Release the slot as an empty descriptor; the frame is lost.
-                        r.write_flags_len(cur, 0, 0);
+                        r.write_flags_len(cur, 0, d.region, 0);
                         cur = cur.wrapping_add(1);
                         counters.tx_dropped += 1;
                         sent += 1;
@@ -778,15 +846,17 @@ pub(crate) fn transmit(
                     }
                     done += take;
                     let flags = if done < len { DESC_FLAG_NEXT } else { 0 };
-                    r.write_flags_len(cur, flags, take as u32);
+                    r.write_flags_len(cur, flags, d.region, take as u32);
                 }
             }
             cur = cur.wrapping_add(1);
         }
-        counters.tx_packets += 1;
-        counters.tx_bytes += len as u64;
+        tx_packets += 1;
+        tx_bytes += len as u64;
         sent += 1;
     }
+    counters.tx_packets += tx_packets;
+    counters.tx_bytes += tx_bytes;
     if cur != start {
         q.idx = cur;
         match role {
@@ -801,7 +871,10 @@ pub(crate) fn transmit(
     sent
 }
 
-/// Copy `take` bytes of frame `i` from `from` into `region` at `at`, piece by piece.
+/// Copy `take` bytes of frame `i` from `from` into `region` at `at`: straight from another
+/// peer's memory when the frame is held there (counted in `held_copies`), else piece by piece
+/// from [`TxSource::bytes_at`].
+#[inline(always)]
 fn copy_piece(
     region: &Region,
     at: u64,
@@ -809,9 +882,14 @@ fn copy_piece(
     i: usize,
     from: usize,
     take: usize,
+    held_copies: &mut u64,
 ) -> bool {
     if let Some((held, token, start)) = src.held(i) {
-        return held.copy_into(token, start + from, region, at, take);
+        // Out of the held frame's range (its window moved past it): read it the other way.
+        if held.copy_into(token, start + from, region, at, take) {
+            *held_copies += u64::from(from == 0);
+            return true;
+        }
     }
     let mut copied = 0;
     while copied < take {
@@ -1027,12 +1105,43 @@ impl TxQueue {
     /// or dropped and counted); the caller keeps the rest. Takes nothing once the connection is
     /// down.
     pub fn transmit(&mut self, src: &(impl TxSource + ?Sized)) -> usize {
+        self.transmit_report(src).taken
+    }
+
+    /// [`TxQueue::transmit`], telling what the burst did.
+    pub fn transmit_report(&mut self, src: &(impl TxSource + ?Sized)) -> TxReport {
         if !self.shared.is_live() {
-            return 0;
+            return TxReport::default();
         }
         let mut delta = Counters::default();
-        let n = transmit(&self.shared, &mut self.q, self.role, &mut delta, src);
+        let mut held_copies = 0;
+        let taken = transmit(
+            &self.shared,
+            &mut self.q,
+            self.role,
+            &mut delta,
+            src,
+            &mut held_copies,
+        );
         self.counters.add(&delta);
-        n
+        TxReport {
+            taken,
+            sent: delta.tx_packets,
+            bytes: delta.tx_bytes,
+            held_copies,
+        }
     }
+}
+
+/// What one [`TxQueue::transmit_report`] burst did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TxReport {
+    /// Frames taken (sent, or dropped and counted); the caller keeps the rest.
+    pub taken: usize,
+    /// Frames sent.
+    pub sent: u64,
+    /// Bytes sent.
+    pub bytes: u64,
+    /// Frames copied straight from another peer's memory (see [`TxSource::held`]).
+    pub held_copies: u64,
 }

@@ -203,6 +203,28 @@ impl Region {
         true
     }
 
+    /// Volatile read of the `u64` at `offset` (one load, where [`Region::read_bytes`] of 8
+    /// bytes is eight), for a caller that checked the range once for many accesses.
+    ///
+    /// # Safety
+    /// `offset` must be 8-aligned with `offset + 8 <= self.len()`.
+    #[inline]
+    pub unsafe fn read_u64_unchecked(&self, offset: u64) -> u64 {
+        // SAFETY: in bounds and 8-aligned (the caller's contract; the mapping base is page
+        // aligned); any bit pattern is a valid `u64`.
+        unsafe { std::ptr::read_volatile(self.base.as_ptr().add(offset as usize).cast()) }
+    }
+
+    /// Volatile write of the `u64` at `offset`, for a caller that checked the range once.
+    ///
+    /// # Safety
+    /// As for [`Region::read_u64_unchecked`].
+    #[inline]
+    pub unsafe fn write_u64_unchecked(&self, offset: u64, v: u64) {
+        // SAFETY: in bounds of our writable mapping and 8-aligned (the caller's contract).
+        unsafe { std::ptr::write_volatile(self.base.as_ptr().add(offset as usize).cast(), v) }
+    }
+
     /// An atomic view of the `u16` at `offset` (must be 2-aligned and inside the region).
     pub fn atomic_u16(&self, offset: u64) -> Option<&AtomicU16> {
         if !self.contains(offset, 2) || !offset.is_multiple_of(2) {

@@ -56,6 +56,26 @@ impl Desc {
         }
     }
 
+    /// A descriptor from its two native-endian 8-byte words.
+    #[inline]
+    fn from_words(lo: u64, hi: u64) -> Desc {
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&lo.to_ne_bytes());
+        b[8..].copy_from_slice(&hi.to_ne_bytes());
+        Desc::from_bytes(b)
+    }
+
+    /// The descriptor's two native-endian 8-byte words.
+    #[inline]
+    fn to_words(self) -> (u64, u64) {
+        let b = self.to_bytes();
+        let (lo, hi) = b.split_at(8);
+        (
+            u64::from_ne_bytes(lo.try_into().unwrap_or_default()),
+            u64::from_ne_bytes(hi.try_into().unwrap_or_default()),
+        )
+    }
+
     fn to_bytes(self) -> [u8; 16] {
         let mut b = [0u8; 16];
         b[0..2].copy_from_slice(&self.flags.to_ne_bytes());
@@ -80,6 +100,9 @@ pub struct Ring {
 pub struct RingRef<'a> {
     region: &'a Region,
     ring: Ring,
+    /// Whether the whole ring lies in `region` (checked once by [`Ring::at`]): descriptor
+    /// accesses then need no check of their own.
+    fits: bool,
 }
 
 impl Ring {
@@ -116,6 +139,7 @@ impl Ring {
         RingRef {
             region,
             ring: *self,
+            fits: region.contains(self.offset, ring_stride(self.log2)),
         }
     }
 }
@@ -174,24 +198,62 @@ impl RingRef<'_> {
         self.ring.offset + HEADER_SIZE + slot * DESC_SIZE
     }
 
-    /// Volatile copy of the descriptor for free-running index `idx`.
+    /// Volatile copy of the descriptor for free-running index `idx`: two 8-byte loads
+    /// (descriptors are 16-aligned: [`Ring::new`] checks the ring's offset).
+    #[inline]
     pub fn read_desc(&self, idx: u16) -> Desc {
-        self.region
-            .read_bytes::<16>(self.desc_off(idx))
-            .map(Desc::from_bytes)
-            .unwrap_or_default()
-    }
-
-    /// Volatile write of a whole descriptor.
-    pub fn write_desc(&self, idx: u16, d: Desc) {
-        self.region.write_bytes(self.desc_off(idx), d.to_bytes());
-    }
-
-    /// Volatile write of only the flags and length of a descriptor (the master's M2S update).
-    pub fn write_flags_len(&self, idx: u16, flags: u16, length: u32) {
         let off = self.desc_off(idx);
-        self.region.write_bytes(off, flags.to_ne_bytes());
-        self.region.write_bytes(off + 4, length.to_ne_bytes());
+        if self.fits {
+            // SAFETY: the descriptor lies inside the ring, which lies inside the region
+            // (`fits`), and is 16-aligned (`Ring::new` checks the ring's offset).
+            let (lo, hi) = unsafe {
+                (
+                    self.region.read_u64_unchecked(off),
+                    self.region.read_u64_unchecked(off + 8),
+                )
+            };
+            return Desc::from_words(lo, hi);
+        }
+        Desc::default()
+    }
+
+    /// Volatile write of a whole descriptor (two 8-byte stores).
+    #[inline]
+    pub fn write_desc(&self, idx: u16, d: Desc) {
+        let (lo, hi) = d.to_words();
+        self.write_words(idx, Some(lo), Some(hi));
+    }
+
+    /// Volatile write of the first half of a descriptor: flags, region and length (the
+    /// master's M2S update, with `region` as the slave wrote it); one 8-byte store.
+    #[inline]
+    pub fn write_flags_len(&self, idx: u16, flags: u16, region: u16, length: u32) {
+        let (lo, _) = Desc {
+            flags,
+            region,
+            length,
+            ..Desc::default()
+        }
+        .to_words();
+        self.write_words(idx, Some(lo), None);
+    }
+
+    #[inline]
+    fn write_words(&self, idx: u16, lo: Option<u64>, hi: Option<u64>) {
+        if !self.fits {
+            return;
+        }
+        let off = self.desc_off(idx);
+        // SAFETY: as in `read_desc`: inside the region and 16-aligned; the region is our
+        // writable mapping.
+        unsafe {
+            if let Some(lo) = lo {
+                self.region.write_u64_unchecked(off, lo);
+            }
+            if let Some(hi) = hi {
+                self.region.write_u64_unchecked(off + 8, hi);
+            }
+        }
     }
 
     /// Whether the consumer has masked interrupts.

@@ -131,11 +131,20 @@ fn held_slots_return_in_ring_order(master_receives: bool, test: &str) {
         // Exactly two slots are free now.
         let more: Vec<Vec<u8>> = (0..3).map(|k| frame(1000 + k, 100)).collect();
         assert_eq!(p.send(&more), 2, "slots 0 and 1 back, no others");
-        for &(token, _) in &sink.held[2..] {
-            held.release(token);
+        let rest: Vec<u32> = sink.held[2..].iter().map(|&(t, _)| t).collect();
+        if round == 1 {
+            // One batch (as a transmit burst frees): the token named twice is counted as a
+            // bad release and given back once.
+            let mut batch = rest.clone();
+            batch.push(rest[0]);
+            held.release_many(&batch);
+        } else {
+            for &token in &rest {
+                held.release(token);
+            }
+            // A token released twice is counted, not given back twice.
+            held.release(rest[0]);
         }
-        // A token released twice is counted, not given back twice.
-        held.release(sink.held[2].0);
         assert_eq!(held.bad_releases(), round + 1);
         assert_eq!(held.in_flight(), 0);
         // The two extra frames come through (copied: a sink may always copy).

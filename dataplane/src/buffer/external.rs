@@ -47,6 +47,13 @@ pub trait ExternalSource: Send + Sync {
     /// The holder is done with frame `token`: called exactly once per attached buffer, when it
     /// is materialised or freed.
     fn release(&self, token: u32);
+    /// [`ExternalSource::release`] of each of `tokens` (the buffers of one burst being freed
+    /// together); a source may do the batch's bookkeeping once.
+    fn release_many(&self, tokens: &[u32]) {
+        for &t in tokens {
+            self.release(t);
+        }
+    }
     /// Whether no buffer will be attached any more and none is attached: the worker may forget
     /// the source (see [`super::WorkerBuffers::prune_external`]).
     fn is_retired(&self) -> bool;
@@ -218,20 +225,6 @@ pub(crate) unsafe fn materialise(
         dst.fill(0);
     }
     ok
-}
-
-/// Releases external buffer `bi` without copying (it is being freed) and unmarks it.
-///
-/// # Safety
-/// As for [`materialise`] (only the ref bytes are read).
-#[inline]
-pub(crate) unsafe fn release(ext: &ExternalState, bi: u32, area: *const u8) {
-    // SAFETY: the caller's contract.
-    let (source, token, _) = unsafe { read_ref(area) };
-    ext.unmark(bi);
-    if let Some(s) = ext.source(source) {
-        s.release(token);
-    }
 }
 
 #[cfg(test)]

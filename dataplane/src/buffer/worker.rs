@@ -431,6 +431,24 @@ impl WorkerBuffers {
         self.external.source(source).map(|s| (s, token))
     }
 
+    /// [`WorkerBuffers::external`] by source id: (source id, frame token), for a driver that
+    /// looks the source up once per burst ([`WorkerBuffers::external_source`]).
+    #[inline]
+    pub fn external_ref(&self, bi: u32) -> Option<(u32, u32)> {
+        if !self.external.any() || !self.external.is_marked(bi) {
+            return None;
+        }
+        // SAFETY: a marked buffer's area starts with its ref (written by `attach_external`).
+        let (source, token, _) = unsafe { external::read_ref(self.area_ptr(bi)) };
+        Some((source, token))
+    }
+
+    /// The registered external source `id` (see [`WorkerBuffers::external_ref`]).
+    #[inline]
+    pub fn external_source(&self, id: u32) -> Option<&Arc<dyn ExternalSource>> {
+        self.external.source(id)
+    }
+
     /// How many of this worker's buffers are external-payload buffers.
     pub fn external_count(&self) -> u32 {
         self.external.live()
@@ -461,9 +479,18 @@ impl WorkerBuffers {
         }
     }
 
-    /// Releases the external buffers among `packets` and their chains (they are being freed).
+    /// Releases the external buffers among `packets` and their chains (they are being freed):
+    /// consecutive frames of one source go back to it in one [`ExternalSource::release_many`].
     #[inline(never)]
     fn release_external(&mut self, packets: &[u32]) {
+        const BATCH: usize = 64;
+        let mut batch = [0u32; BATCH];
+        let (mut batch_source, mut len) = (u32::MAX, 0);
+        let flush = |source: u32, tokens: &[u32]| {
+            if let Some(s) = self.external.source(source) {
+                s.release_many(tokens);
+            }
+        };
         for &head in packets {
             let mut bi = head;
             loop {
@@ -472,14 +499,23 @@ impl WorkerBuffers {
                 }
                 if self.external.is_marked(bi) {
                     // SAFETY: marked, so the area starts with the buffer's ref.
-                    unsafe { external::release(&self.external, bi, self.area_ptr(bi)) };
+                    let (source, token, _) = unsafe { external::read_ref(self.area_ptr(bi)) };
+                    self.external.unmark(bi);
+                    if source != batch_source || len == BATCH {
+                        flush(batch_source, &batch[..len]);
+                        (batch_source, len) = (source, 0);
+                    }
+                    batch[len] = token;
+                    len += 1;
                 }
-                match self.meta(bi).next() {
-                    Some(n) if self.meta(bi).flags & flags::FREE == 0 => bi = n,
+                let meta = self.meta(bi);
+                match meta.next() {
+                    Some(n) if meta.flags & flags::FREE == 0 => bi = n,
                     _ => break,
                 }
             }
         }
+        flush(batch_source, &batch[..len]);
     }
 
     /// Hints the CPU to fetch a buffer's metadata.
