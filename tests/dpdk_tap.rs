@@ -6,110 +6,17 @@
 
 #![cfg(feature = "dpdk")]
 
-use std::io::Read;
+mod support;
+
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use support::{interface_counters, Quiver, Scratch};
 use testkit::{require, wait_for, Needs};
 
 const IP: &str = "/usr/sbin/ip";
 const PING: &str = "/usr/bin/ping";
-
-/// The quiver daemon, its output collected as it runs; killed on drop.
-struct Quiver {
-    child: Child,
-    stdout: Arc<Mutex<String>>,
-    stderr: Arc<Mutex<String>>,
-}
-
-fn collect(mut pipe: impl Read + Send + 'static) -> Arc<Mutex<String>> {
-    let text = Arc::new(Mutex::new(String::new()));
-    let t = text.clone();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = pipe.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            t.lock()
-                .unwrap()
-                .push_str(&String::from_utf8_lossy(&buf[..n]));
-        }
-    });
-    text
-}
-
-impl Quiver {
-    fn start(config: &str, name: &str) -> Quiver {
-        let path =
-            std::env::temp_dir().join(format!("quiver-e2e-{}-{name}.toml", std::process::id()));
-        std::fs::write(&path, config).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_quiver"))
-            .args(["run", "--config"])
-            .arg(&path)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start quiver");
-        let stdout = collect(child.stdout.take().unwrap());
-        let stderr = collect(child.stderr.take().unwrap());
-        Quiver {
-            child,
-            stdout,
-            stderr,
-        }
-    }
-
-    /// Panics with quiver's output if it has exited.
-    fn check_running(&mut self) {
-        if let Ok(Some(st)) = self.child.try_wait() {
-            panic!(
-                "quiver exited ({st}):\n{}\n{}",
-                self.stdout.lock().unwrap(),
-                self.stderr.lock().unwrap()
-            );
-        }
-    }
-
-    /// Waits until quiver has logged `text`.
-    fn wait_log(&mut self, text: &str) {
-        wait_for(text, 30, || {
-            self.check_running();
-            self.stderr.lock().unwrap().contains(text)
-        });
-    }
-
-    /// Stops quiver (SIGINT) and returns what it printed on stdout and stderr.
-    fn stop(&mut self) -> (String, String) {
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
-            std::thread::yield_now();
-        }
-        let _ = self.child.kill();
-        let status = self.child.wait().unwrap();
-        // The readers finish at end of file, which the exit just caused.
-        wait_for("quiver's output to end", 10, || {
-            Arc::strong_count(&self.stdout) == 1 && Arc::strong_count(&self.stderr) == 1
-        });
-        let out = self.stdout.lock().unwrap().clone();
-        let err = self.stderr.lock().unwrap().clone();
-        assert!(status.success(), "quiver failed ({status}):\n{out}\n{err}");
-        (out, err)
-    }
-}
-
-impl Drop for Quiver {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
 
 fn ip(args: &[&str]) {
     let out = Command::new(IP).args(args).output().expect("run ip");
@@ -153,23 +60,6 @@ fn kernel_counter(iface: &str, name: &str) -> u64 {
         .trim()
         .parse()
         .unwrap()
-}
-
-/// The counters of `port` in the last `show interfaces` table quiver printed:
-/// (rx packets, rx bytes, tx packets, tx bytes, rx drops, tx drops).
-fn interface_counters(stdout: &str, port: &str) -> [u64; 6] {
-    let line = stdout
-        .lines()
-        .rev()
-        .find(|l| l.split_whitespace().next() == Some(port))
-        .unwrap_or_else(|| panic!("no {port} line in:\n{stdout}"));
-    let v: Vec<u64> = line
-        .split_whitespace()
-        .skip(3)
-        .map(|x| x.parse().unwrap())
-        .collect();
-    v.try_into()
-        .unwrap_or_else(|_| panic!("bad {port} line: {line}"))
 }
 
 /// The count of `node`'s error `reason` in quiver's final errors table (0 if absent).
@@ -223,7 +113,8 @@ port = "tap"
 ip = "{quiver_ip}/24"
 "#
     );
-    let mut quiver = Quiver::start(&config, "tap");
+    let dir = Scratch::new("tap");
+    let mut quiver = Quiver::run(&dir, "tap", &config);
     // No IPv6 on the tap: its neighbour discovery and MLD would cross it at random times and
     // blur the counts compared below. Its sysctl directory appears a little after the device.
     let ipv6 = Path::new("/proc/sys/net/ipv6").exists();

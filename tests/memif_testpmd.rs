@@ -4,100 +4,15 @@
 //! our memif crate on the other side. Every frame must come back exactly once, in order and
 //! intact, and Quiver's interface counters must say the same.
 
-use std::io::Read;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+mod support;
+
 use std::time::{Duration, Instant};
 
 use memif::{InterfaceConfig, Slave, SocketAddress};
+use support::{interface_counters, Quiver, Scratch};
 use testkit::{require, wait_for, Needs, TestPmd, TESTPMD};
 
 const FRAMES: u32 = 20_000;
-
-/// The quiver daemon, its output collected as it runs; killed on drop.
-struct Quiver {
-    child: Child,
-    stdout: Arc<Mutex<String>>,
-    stderr: Arc<Mutex<String>>,
-}
-
-fn collect(mut pipe: impl Read + Send + 'static) -> Arc<Mutex<String>> {
-    let text = Arc::new(Mutex::new(String::new()));
-    let t = text.clone();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = pipe.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            t.lock()
-                .unwrap()
-                .push_str(&String::from_utf8_lossy(&buf[..n]));
-        }
-    });
-    text
-}
-
-impl Quiver {
-    fn start(config: &str, name: &str) -> Quiver {
-        let path =
-            std::env::temp_dir().join(format!("quiver-e2e-{}-{name}.toml", std::process::id()));
-        std::fs::write(&path, config).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_quiver"))
-            .args(["run", "--config"])
-            .arg(&path)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start quiver");
-        let stdout = collect(child.stdout.take().unwrap());
-        let stderr = collect(child.stderr.take().unwrap());
-        Quiver {
-            child,
-            stdout,
-            stderr,
-        }
-    }
-
-    /// Waits until quiver has logged `text`.
-    fn wait_log(&mut self, text: &str) {
-        wait_for(text, 30, || {
-            if let Ok(Some(st)) = self.child.try_wait() {
-                panic!("quiver exited ({st}):\n{}", self.stderr.lock().unwrap());
-            }
-            self.stderr.lock().unwrap().contains(text)
-        });
-    }
-
-    /// Stops quiver (SIGINT) and returns what it printed on stdout and stderr.
-    fn stop(&mut self) -> (String, String) {
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
-            std::thread::yield_now();
-        }
-        let _ = self.child.kill();
-        let status = self.child.wait().unwrap();
-        // The readers finish at end of file, which the exit just caused.
-        wait_for("quiver's output to end", 10, || {
-            Arc::strong_count(&self.stdout) == 1 && Arc::strong_count(&self.stderr) == 1
-        });
-        let out = self.stdout.lock().unwrap().clone();
-        let err = self.stderr.lock().unwrap().clone();
-        assert!(status.success(), "quiver failed ({status}):\n{out}\n{err}");
-        (out, err)
-    }
-}
-
-impl Drop for Quiver {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
 
 fn frame(seq: u32) -> Vec<u8> {
     let len = 60 + (seq as usize * 7) % 1400;
@@ -111,22 +26,6 @@ fn frame(seq: u32) -> Vec<u8> {
     f
 }
 
-/// The counters of `port` in the last `show interfaces` table quiver printed:
-/// (rx packets, rx bytes, tx packets, tx bytes, rx drops, tx drops).
-fn interface_counters(stdout: &str, port: &str) -> [u64; 6] {
-    let line = stdout
-        .lines()
-        .rev()
-        .find(|l| l.split_whitespace().next() == Some(port))
-        .unwrap_or_else(|| panic!("no {port} line in:\n{stdout}"));
-    let v: Vec<u64> = line
-        .split_whitespace()
-        .skip(3)
-        .map(|x| x.parse().unwrap())
-        .collect();
-    v.try_into().unwrap()
-}
-
 #[test]
 fn testpmd_and_a_memif_cnf_exchange_frames_through_quivers_cross_connect() {
     let needs = Needs {
@@ -138,7 +37,8 @@ fn testpmd_and_a_memif_cnf_exchange_frames_through_quivers_cross_connect() {
         return;
     }
     let pid = std::process::id();
-    let cnf_socket = std::env::temp_dir().join(format!("quiver-e2e-{pid}-cnf.sock"));
+    let dir = Scratch::new("xc");
+    let cnf_socket = dir.path("cnf.sock");
     // testpmd's default is an abstract socket named by its `socket` argument.
     let pmd_name = format!("/quiver-e2e-{pid}-pmd");
     let config = format!(
@@ -166,7 +66,7 @@ b = "pmd"
 "#,
         cnf_socket.display()
     );
-    let mut quiver = Quiver::start(&config, "xc");
+    let mut quiver = Quiver::run(&dir, "xc", &config);
     let mut cnf = Slave::new(
         SocketAddress::Path(cnf_socket.clone()),
         InterfaceConfig::new(0),
@@ -273,5 +173,4 @@ b = "pmd"
         "{stdout}\n{stderr}"
     );
     assert!(stdout.contains("buffers: 0 in use after stop"), "{stdout}");
-    let _ = std::fs::remove_file(cnf_socket);
 }

@@ -178,15 +178,13 @@ fn a_cross_connect_added_and_removed_at_run_time_carries_frames_and_the_running_
             (ab, ba)
         })
     };
+    // What memif1 has sent so far: the first cross-connect's traffic.
+    let memif1_tx = || {
+        let f = f.lock().unwrap();
+        f.port("memif1").unwrap().port.stats().tx_packets
+    };
     wait_for("traffic through the first cross-connect", 20, || {
-        f.lock()
-            .unwrap()
-            .port("memif1")
-            .unwrap()
-            .port
-            .stats()
-            .tx_packets
-            > 1000
+        memif1_tx() > 1000
     });
 
     // A second pair of ports on their own socket, cross-connected, owned by one connection.
@@ -256,23 +254,9 @@ fn a_cross_connect_added_and_removed_at_run_time_carries_frames_and_the_running_
     });
 
     // Traffic on the first cross-connect kept flowing meanwhile; stop it and count.
-    let before = f
-        .lock()
-        .unwrap()
-        .port("memif1")
-        .unwrap()
-        .port
-        .stats()
-        .tx_packets;
+    let before = memif1_tx();
     wait_for("more traffic after the removal", 20, || {
-        f.lock()
-            .unwrap()
-            .port("memif1")
-            .unwrap()
-            .port
-            .stats()
-            .tx_packets
-            > before + 1000
+        memif1_tx() > before + 1000
     });
     running.store(false, Ordering::Relaxed);
     let (ab, ba) = traffic
@@ -332,6 +316,11 @@ fn bad_requests_get_their_status_and_leave_nothing_behind() {
         )
     };
     let before = state(&f);
+    // An L3 cross-connect of `a` and m1 (peers 10.0.0.1 and 10.0.0.2).
+    let l3xc_with_m1 = |f: &mut Forwarder, a: &str| {
+        let (peer_b, peer_a) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        f.l3_cross_connect(a, "m1", peer_b, peer_a, None)
+    };
 
     let not_found = |r: Result<(), ForwarderError>| matches!(r, Err(ForwarderError::NotFound(_)));
     assert!(not_found(f.remove_port("nope")));
@@ -368,13 +357,7 @@ fn bad_requests_get_their_status_and_leave_nothing_behind() {
         Err(ForwarderError::InvalidArgument(_))
     ));
     assert!(matches!(
-        f.l3_cross_connect(
-            "m1",
-            "m1",
-            "10.0.0.1".parse().unwrap(),
-            "10.0.0.2".parse().unwrap(),
-            None
-        ),
+        l3xc_with_m1(&mut f, "m1"),
         Err(ForwarderError::InvalidArgument(_))
     ));
     assert!(matches!(
@@ -404,13 +387,7 @@ fn bad_requests_get_their_status_and_leave_nothing_behind() {
     // A cross-connect in place: a second one on either port is refused.
     f.cross_connect("m0", "m1", Some("c1")).unwrap();
     assert!(matches!(
-        f.l3_cross_connect(
-            "m0",
-            "m1",
-            "10.0.0.1".parse().unwrap(),
-            "10.0.0.2".parse().unwrap(),
-            None
-        ),
+        l3xc_with_m1(&mut f, "m0"),
         Err(ForwarderError::AlreadyExists(_))
     ));
     f.disconnect("m1").unwrap();

@@ -11,7 +11,6 @@
 
 #![cfg(feature = "dpdk")]
 
-use std::os::unix::fs::MetadataExt;
 use std::process::Command;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
@@ -25,6 +24,7 @@ use drivers::{LinkStatus, Port};
 use graph_nodes::nodes::XconnectStats;
 use graph_nodes::{add_forwarding_nodes, names, FibConfig, Forwarding, ForwardingState, IfIndex};
 use memif::{InterfaceConfig, Slave, SocketAddress};
+use testkit::{free_hugepages, require, wait_for, Needs};
 
 const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
 const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
@@ -33,31 +33,14 @@ const HUGEPAGES_WANTED: u64 = 64;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn missing_prerequisite() -> Option<String> {
-    match std::fs::metadata("/proc/self") {
-        Ok(md) if md.uid() == 0 => None,
-        _ => Some("not running as root".into()),
-    }
-}
-
-fn free_hugepages() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("HugePages_Free:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
-}
-
 /// The test binary's EAL, started by the first test that needs it; `None` (after saying why)
 /// when the test should skip.
 fn eal(test: &str) -> Option<(&'static Eal, MutexGuard<'static, ()>)> {
-    if let Some(why) = missing_prerequisite() {
-        if std::env::var("QUIVER_REQUIRE_SYSTEM_TESTS").as_deref() == Ok("1") {
-            panic!("{test}: QUIVER_REQUIRE_SYSTEM_TESTS=1 but {why}");
-        }
-        use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "skipping {test}: {why}");
+    let root = Needs {
+        root: true,
+        ..Needs::default()
+    };
+    if !require(test, &root) {
         return None;
     }
     let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -118,6 +101,43 @@ fn mempool_freed_with_every_buffer_back(pool: &Arc<BufferPool>, mempool: Arc<Dpd
     assert_eq!(pool.in_use_count(), 0);
 }
 
+/// No buffer leaked while `mempool` still lives; then
+/// [`mempool_freed_with_every_buffer_back`].
+fn every_buffer_back(pool: &Arc<BufferPool>, mempool: Arc<DpdkMempool>) {
+    assert_eq!(
+        pool.free_count(),
+        pool.capacity() as usize,
+        "buffers leaked"
+    );
+    assert_eq!(pool.double_free_count(), 0);
+    mempool_freed_with_every_buffer_back(pool, mempool);
+}
+
+/// A test's EAL and its turn ([`eal`]), a pool and the pool's mempool.
+type EalAndPool = (
+    &'static Eal,
+    MutexGuard<'static, ()>,
+    Arc<BufferPool>,
+    Arc<DpdkMempool>,
+);
+
+/// The test's EAL ([`eal`]), a pool of `buffers` and its mempool; `None` when the test skips.
+fn eal_and_pool(test: &str, buffers: u32) -> Option<EalAndPool> {
+    let (eal, serial) = eal(test)?;
+    let pool = pool(buffers);
+    let mempool = DpdkMempool::new(eal, pool.clone()).unwrap();
+    Some((eal, serial, pool, mempool))
+}
+
+/// [`frame`]s from `src` to `dst` of the lengths `sizes`, numbered from `first`.
+fn frames(dst: [u8; 6], src: [u8; 6], first: u32, sizes: &[usize]) -> Vec<Vec<u8>> {
+    sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| frame(dst, src, first + i as u32, l))
+        .collect()
+}
+
 /// A frame from `src` to `dst` (EtherType 0x88b5, local experimental) carrying `seq` and a
 /// pattern derived from it.
 fn frame(dst: [u8; 6], src: [u8; 6], seq: u32, len: usize) -> Vec<u8> {
@@ -129,14 +149,6 @@ fn frame(dst: [u8; 6], src: [u8; 6], seq: u32, len: usize) -> Vec<u8> {
     f[12..14].copy_from_slice(&[0x88, 0xb5]);
     f[14..18].copy_from_slice(&seq.to_be_bytes());
     f
-}
-
-fn wait_for(what: &str, secs: u64, mut step: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !step() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::yield_now();
-    }
 }
 
 /// Starts one worker whose graph polls every port and forwards with `fwd`'s configuration;
@@ -260,11 +272,11 @@ fn pump_rings(
 
 #[test]
 fn ring_ports_cross_connected_through_the_graph() {
-    let Some((eal, _serial)) = eal("ring_ports_cross_connected_through_the_graph") else {
+    let Some((eal, _serial, pool, mempool)) =
+        eal_and_pool("ring_ports_cross_connected_through_the_graph", 8192)
+    else {
         return;
     };
-    let pool = pool(8192);
-    let mempool = DpdkMempool::new(eal, pool.clone()).unwrap();
     let mut rings: Vec<Ring> = ["a_in", "a_out", "b_in", "b_out"]
         .iter()
         .map(|n| Ring::create(eal, &format!("xc_{n}"), 1024).unwrap())
@@ -284,16 +296,8 @@ fn ring_ports_cross_connected_through_the_graph() {
 
     let mut buffers = pool.worker_buffers();
     let sz = sizes(5000);
-    let ab: Vec<Vec<u8>> = sz
-        .iter()
-        .enumerate()
-        .map(|(i, &l)| frame(MAC_B, MAC_A, i as u32, l))
-        .collect();
-    let ba: Vec<Vec<u8>> = sz
-        .iter()
-        .enumerate()
-        .map(|(i, &l)| frame(MAC_A, MAC_B, 100_000 + i as u32, l))
-        .collect();
+    let ab = frames(MAC_B, MAC_A, 0, &sz);
+    let ba = frames(MAC_A, MAC_B, 100_000, &sz);
     let (a_in, rest) = rings.split_at_mut(1);
     let (a_out, rest) = rest.split_at_mut(1);
     let (b_in, b_out) = rest.split_at_mut(1);
@@ -344,22 +348,16 @@ fn ring_ports_cross_connected_through_the_graph() {
     drop((a, b));
     assert!(rings.iter().all(Ring::is_empty));
     assert_eq!(mempool.cached(), 0, "every lcore cache flushed");
-    assert_eq!(
-        pool.free_count(),
-        pool.capacity() as usize,
-        "buffers leaked"
-    );
-    assert_eq!(pool.double_free_count(), 0);
-    mempool_freed_with_every_buffer_back(&pool, mempool);
+    every_buffer_back(&pool, mempool);
 }
 
 #[test]
 fn null_ports_generate_and_swallow_with_exact_counts() {
-    let Some((eal, _serial)) = eal("null_ports_generate_and_swallow_with_exact_counts") else {
+    let Some((eal, _serial, pool, mempool)) =
+        eal_and_pool("null_ports_generate_and_swallow_with_exact_counts", 8192)
+    else {
         return;
     };
-    let pool = pool(8192);
-    let mempool = DpdkMempool::new(eal, pool.clone()).unwrap();
     eal.create_vdev("net_null_t0", "size=64,copy=1").unwrap();
     eal.create_vdev("net_null_t1", "size=64,copy=1").unwrap();
     let n0 = Arc::new(DpdkPort::open(&mempool, &DpdkPortConfig::new("net_null_t0", 1)).unwrap());
@@ -396,13 +394,7 @@ fn null_ports_generate_and_swallow_with_exact_counts() {
     );
     drop((n0, n1));
     assert_eq!(mempool.cached(), 0);
-    assert_eq!(
-        pool.free_count(),
-        pool.capacity() as usize,
-        "buffers leaked"
-    );
-    assert_eq!(pool.double_free_count(), 0);
-    mempool_freed_with_every_buffer_back(&pool, mempool);
+    every_buffer_back(&pool, mempool);
 }
 
 /// Sends `frames` from `from` and collects what `to` receives, polling both control channels,
@@ -428,11 +420,11 @@ fn pump_memif(from: &mut Slave, to: &mut Slave, frames: &[Vec<u8>], window: usiz
 
 #[test]
 fn memif_servers_in_dpdk_with_quiver_memif_clients() {
-    let Some((eal, _serial)) = eal("memif_servers_in_dpdk_with_quiver_memif_clients") else {
+    let Some((eal, _serial, pool, mempool)) =
+        eal_and_pool("memif_servers_in_dpdk_with_quiver_memif_clients", 8192)
+    else {
         return;
     };
-    let pool = pool(8192);
-    let mempool = DpdkMempool::new(eal, pool.clone()).unwrap();
     let paths: Vec<std::path::PathBuf> = (0..2)
         .map(|i| {
             std::env::temp_dir().join(format!("quiver-dpdk-{}-memif{i}.sock", std::process::id()))
@@ -475,16 +467,8 @@ fn memif_servers_in_dpdk_with_quiver_memif_clients() {
             && ports.iter().all(|p| p.link() == LinkStatus::Up)
     });
     let sz = sizes(3000);
-    let fwd_frames: Vec<Vec<u8>> = sz
-        .iter()
-        .enumerate()
-        .map(|(i, &l)| frame(MAC_B, MAC_A, i as u32, l))
-        .collect();
-    let back_frames: Vec<Vec<u8>> = sz
-        .iter()
-        .enumerate()
-        .map(|(i, &l)| frame(MAC_A, MAC_B, 50_000 + i as u32, l))
-        .collect();
+    let fwd_frames = frames(MAC_B, MAC_A, 0, &sz);
+    let back_frames = frames(MAC_A, MAC_B, 50_000, &sz);
     let (c0, c1) = clients.split_at_mut(1);
     let got = pump_memif(&mut c0[0], &mut c1[0], &fwd_frames, 256);
     assert_eq!(got.len(), fwd_frames.len(), "client 0 → client 1");
@@ -519,16 +503,10 @@ fn memif_servers_in_dpdk_with_quiver_memif_clients() {
     }
     drop(clients);
     drop(ports);
-    assert_eq!(
-        pool.free_count(),
-        pool.capacity() as usize,
-        "buffers leaked"
-    );
-    assert_eq!(pool.double_free_count(), 0);
     for p in &paths {
         let _ = std::fs::remove_file(p);
     }
-    mempool_freed_with_every_buffer_back(&pool, mempool);
+    every_buffer_back(&pool, mempool);
 }
 
 fn have_tool(tool: &str, test: &str) -> bool {
@@ -619,21 +597,16 @@ fn tap_port_answers_the_kernels_arp_and_ping() {
     wait_for("the tap interface gone with its port", 10, || {
         !std::path::Path::new(&format!("/sys/class/net/{iface}")).exists()
     });
-    assert_eq!(
-        pool.free_count(),
-        pool.capacity() as usize,
-        "buffers leaked"
-    );
-    mempool_freed_with_every_buffer_back(&pool, mempool);
+    every_buffer_back(&pool, mempool);
 }
 
 #[test]
 fn received_packets_are_the_very_buffers_that_were_sent() {
-    let Some((eal, _serial)) = eal("received_packets_are_the_very_buffers_that_were_sent") else {
+    let Some((eal, _serial, pool, mempool)) =
+        eal_and_pool("received_packets_are_the_very_buffers_that_were_sent", 1024)
+    else {
         return;
     };
-    let pool = pool(1024);
-    let mempool = DpdkMempool::new(eal, pool.clone()).unwrap();
     let mut z_in = Ring::create(eal, "zc_in", 256).unwrap();
     let mut z_out = Ring::create(eal, "zc_out", 256).unwrap();
     let name = ring_port(eal, "zc", &[&z_in], &[&z_out]).unwrap();
@@ -721,9 +694,7 @@ fn received_packets_are_the_very_buffers_that_were_sent() {
     drop(qp);
     drop(buffers);
     drop(port);
-    assert_eq!(pool.free_count(), pool.capacity() as usize);
-    assert_eq!(pool.double_free_count(), 0);
-    mempool_freed_with_every_buffer_back(&pool, mempool);
+    every_buffer_back(&pool, mempool);
 }
 
 #[test]
@@ -813,10 +784,5 @@ fn two_workers_each_poll_their_own_queue_of_two_queue_ports() {
     assert_eq!(s0.tx_packets, s1.rx_packets);
     drop(ports);
     assert_eq!(mempool.cached(), 0, "both workers' lcore caches flushed");
-    assert_eq!(
-        pool.free_count(),
-        pool.capacity() as usize,
-        "buffers leaked"
-    );
-    mempool_freed_with_every_buffer_back(&pool, mempool);
+    every_buffer_back(&pool, mempool);
 }

@@ -15,7 +15,7 @@ use memif::{InterfaceConfig, Mode, Role, Slave, SocketAddress};
 
 mod memif_support;
 
-use memif_support::{wait_for, Quiver, WORKERS};
+use memif_support::{connect, queue_frame, slave_config, wait_for, Quiver, WORKERS};
 
 fn socket(test: &str) -> SocketAddress {
     SocketAddress::Path(
@@ -42,36 +42,12 @@ fn start(test: &str, setup: impl FnOnce(&mut Forwarding, &[IfIndex])) -> Quiver 
 }
 
 fn slave(test: &str, id: u32) -> Slave {
-    let mut c = InterfaceConfig::new(id);
-    c.queue_pairs = WORKERS as u16;
-    c.mode = Mode::Ethernet;
-    Slave::new(socket(test), c).unwrap()
+    Slave::new(socket(test), slave_config(id, Mode::Ethernet)).unwrap()
 }
 
-fn connect(quiver: &Quiver, slaves: &mut [&mut Slave]) {
-    wait_for("memif links up", 20, || {
-        for s in slaves.iter_mut() {
-            s.poll().unwrap();
-        }
-        slaves.iter().all(|s| s.interface().is_up())
-            && quiver
-                .ports
-                .iter()
-                .all(|p| p.link() == LinkStatus::Up && p.connected_queues() == WORKERS)
-    });
-}
-
-/// An L2 frame for queue `q`, sequence `seq`: every byte derived from them.
+/// An L2 [`queue_frame`] for queue `q`, sequence `seq`.
 fn l2_frame(q: u8, seq: u32, len: usize) -> Vec<u8> {
-    let mut f: Vec<u8> = (0..len)
-        .map(|i| (i as u32).wrapping_mul(29).wrapping_add(seq) as u8 ^ q)
-        .collect();
-    f[0..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0xbb]);
-    f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0xaa]);
-    f[12..14].copy_from_slice(&[0x88, 0xb5]);
-    f[14] = q;
-    f[15..19].copy_from_slice(&seq.to_be_bytes());
-    f
+    queue_frame(q, seq, len, 29)
 }
 
 /// Sends `per_queue` frames (`make(q, seq)`) on every queue of `from`; checks that `to`

@@ -4,11 +4,11 @@
 
 use drivers::memif_port::{MemifControl, MemifPortConfig};
 use drivers::{LinkStatus, Port};
-use memif::{InterfaceConfig, Mode, Role, Slave, SocketAddress};
+use memif::{Mode, Role, Slave, SocketAddress};
 
 mod memif_support;
 
-use memif_support::{wait_for, Quiver, WORKERS};
+use memif_support::{connect, queue_frame, slave_config, wait_for, Quiver, WORKERS};
 
 fn socket(test: &str) -> SocketAddress {
     SocketAddress::Path(
@@ -24,38 +24,9 @@ fn start(configs: Vec<MemifPortConfig>) -> Quiver {
     })
 }
 
-/// A frame for queue `q` with sequence `seq`: Ethernet (local experimental ethertype), then the
-/// queue and sequence, then a payload every byte of which is derived from them.
+/// A [`queue_frame`] for queue `q` with sequence `seq`.
 fn frame(q: u8, seq: u32, len: usize) -> Vec<u8> {
-    let mut f: Vec<u8> = (0..len)
-        .map(|i| (i as u32).wrapping_mul(31).wrapping_add(seq) as u8 ^ q)
-        .collect();
-    f[0..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0xbb]);
-    f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0xaa]);
-    f[12..14].copy_from_slice(&[0x88, 0xb5]);
-    f[14] = q;
-    f[15..19].copy_from_slice(&seq.to_be_bytes());
-    f
-}
-
-fn slave_config(id: u32, mode: Mode) -> InterfaceConfig {
-    let mut c = InterfaceConfig::new(id);
-    c.queue_pairs = WORKERS as u16;
-    c.mode = mode;
-    c
-}
-
-fn connect(quiver: &Quiver, slaves: &mut [&mut Slave]) {
-    wait_for("memif links up", 20, || {
-        for s in slaves.iter_mut() {
-            s.poll().unwrap();
-        }
-        slaves.iter().all(|s| s.interface().is_up())
-            && quiver
-                .ports
-                .iter()
-                .all(|p| p.link() == LinkStatus::Up && p.connected_queues() == WORKERS)
-    });
+    queue_frame(q, seq, len, 31)
 }
 
 /// Sends `per_queue` frames on every queue of `from` and checks that `to` receives each exactly

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use graph_nodes::{names, Path};
+use graph_nodes::{names, Forwarding, IfIndex, Path};
 
 /// eth0 10.0.1.1/24 (host A 10.0.1.2), eth1 10.0.2.1/24 (host B 10.0.2.2), neighbours known.
 fn routed() -> Rig {
@@ -28,6 +28,41 @@ fn a_to_b(ttl: u8) -> Vec<u8> {
             ttl,
             &udp(1000, 2000, b"hello, quiver"),
         ),
+    )
+}
+
+/// eth0 10.0.1.1/24 and eth1 10.0.2.1/24, host B (10.0.2.2) known on eth1, host A not.
+fn b_known(f: &mut Forwarding, p: &[IfIndex]) {
+    f.add_address(p[0], ip(10, 0, 1, 1), 24).unwrap();
+    f.add_address(p[1], ip(10, 0, 2, 1), 24).unwrap();
+    f.add_neighbor(p[1], ip(10, 0, 2, 2), HOST_B).unwrap();
+}
+
+/// One path: `next_hop` on `interface`.
+fn via(next_hop: u32, interface: IfIndex) -> [Path; 1] {
+    [Path {
+        next_hop,
+        interface,
+    }]
+}
+
+/// A broadcast ARP request from `mac` (`from`) for `target`.
+fn arp_request(mac: [u8; 6], from: u32, target: u32) -> Vec<u8> {
+    eth([0xff; 6], mac, 0x0806, &arp(1, mac, from, [0; 6], target))
+}
+
+/// An ARP reply from `mac` (`from`) to `to_mac` (`to`).
+fn arp_reply(mac: [u8; 6], from: u32, to_mac: [u8; 6], to: u32) -> Vec<u8> {
+    eth(to_mac, mac, 0x0806, &arp(2, mac, from, to_mac, to))
+}
+
+/// An IPv4 frame (protocol `proto`, TTL 64) from host A (10.0.1.2) to eth0's 10.0.1.1.
+fn a_to_us(proto: u8, payload: &[u8]) -> Vec<u8> {
+    eth(
+        MAC0,
+        HOST_A,
+        0x0800,
+        &ipv4(ip(10, 0, 1, 2), ip(10, 0, 1, 1), proto, 64, payload),
     )
 }
 
@@ -159,9 +194,7 @@ fn ip4_input_drops_every_bad_header_with_its_reason() {
 #[test]
 fn ttl_mtu_and_missing_routes_are_counted_drops() {
     let mut r = Rig::new(&[MAC0, MAC1], |f, p| {
-        f.add_address(p[0], ip(10, 0, 1, 1), 24).unwrap();
-        f.add_address(p[1], ip(10, 0, 2, 1), 24).unwrap();
-        f.add_neighbor(p[1], ip(10, 0, 2, 2), HOST_B).unwrap();
+        b_known(f, p);
         f.add_drop_route(ip(203, 0, 113, 0), 24).unwrap();
     });
     r.inject(0, &[a_to_b(1)]);
@@ -194,36 +227,13 @@ fn ttl_mtu_and_missing_routes_are_counted_drops() {
 
 #[test]
 fn arp_requests_for_our_address_are_answered_and_the_asker_learned() {
-    let mut r = Rig::new(&[MAC0, MAC1], |f, p| {
-        f.add_address(p[0], ip(10, 0, 1, 1), 24).unwrap();
-        f.add_address(p[1], ip(10, 0, 2, 1), 24).unwrap();
-        f.add_neighbor(p[1], ip(10, 0, 2, 2), HOST_B).unwrap();
-    });
-    let request = eth(
-        [0xff; 6],
-        HOST_A,
-        0x0806,
-        &arp(1, HOST_A, ip(10, 0, 1, 2), [0; 6], ip(10, 0, 1, 1)),
-    );
-    r.inject(0, &[request]);
-    let reply = eth(
-        HOST_A,
-        MAC0,
-        0x0806,
-        &arp(2, MAC0, ip(10, 0, 1, 1), HOST_A, ip(10, 0, 1, 2)),
-    );
+    let mut r = Rig::new(&[MAC0, MAC1], b_known);
+    r.inject(0, &[arp_request(HOST_A, ip(10, 0, 1, 2), ip(10, 0, 1, 1))]);
+    let reply = arp_reply(MAC0, ip(10, 0, 1, 1), HOST_A, ip(10, 0, 1, 2));
     assert_eq!(r.sent(0), vec![reply]);
     assert_eq!(r.error(names::ARP_INPUT, "requests-answered"), 1);
     // Not for us: dropped and counted.
-    r.inject(
-        0,
-        &[eth(
-            [0xff; 6],
-            HOST_A,
-            0x0806,
-            &arp(1, HOST_A, ip(10, 0, 1, 2), [0; 6], ip(10, 0, 1, 99)),
-        )],
-    );
+    r.inject(0, &[arp_request(HOST_A, ip(10, 0, 1, 2), ip(10, 0, 1, 99))]);
     assert_eq!(r.error(names::ARP_INPUT, "not-for-us"), 1);
     r.inject(0, &[eth([0xff; 6], HOST_A, 0x0806, &[0, 1, 0x08])]);
     assert_eq!(r.error(names::ARP_INPUT, "malformed"), 1);
@@ -257,24 +267,14 @@ fn an_unresolved_next_hop_is_asked_for_once_and_resolved_by_the_reply() {
     });
     // Two packets to an unknown host on eth1's subnet: one ARP request (throttled), two drops.
     r.inject(0, &[a_to_b(64), a_to_b(64)]);
-    let request = eth(
-        [0xff; 6],
-        MAC1,
-        0x0806,
-        &arp(1, MAC1, ip(10, 0, 2, 1), [0; 6], ip(10, 0, 2, 2)),
-    );
+    let request = arp_request(MAC1, ip(10, 0, 2, 1), ip(10, 0, 2, 2));
     assert_eq!(r.sent(1), vec![request]);
     assert_eq!(r.error(names::IP4_ARP, "resolving"), 2);
     assert_eq!(r.error(names::IP4_ARP, "requests-sent"), 1);
     // The reply teaches us B's MAC; the next packet goes through.
     r.inject(
         1,
-        &[eth(
-            MAC1,
-            HOST_B,
-            0x0806,
-            &arp(2, HOST_B, ip(10, 0, 2, 2), MAC1, ip(10, 0, 2, 1)),
-        )],
+        &[arp_reply(HOST_B, ip(10, 0, 2, 2), MAC1, ip(10, 0, 2, 1))],
     );
     assert_eq!(r.error(names::ARP_INPUT, "replies"), 1);
     assert_eq!(r.fwd.take_events(), 1);
@@ -284,24 +284,13 @@ fn an_unresolved_next_hop_is_asked_for_once_and_resolved_by_the_reply() {
     assert_eq!(out.len(), 1);
     assert_eq!(&out[0][..6], &HOST_B);
     // A next hop reached through a static route is resolved the same way.
+    let eth1 = r.ports[1].index;
     r.fwd
-        .add_route(
-            ip(198, 51, 100, 0),
-            24,
-            &[Path {
-                next_hop: ip(10, 0, 2, 3),
-                interface: r.ports[1].index,
-            }],
-        )
+        .add_route(ip(198, 51, 100, 0), 24, &via(ip(10, 0, 2, 3), eth1))
         .unwrap();
     r.commit();
     r.inject(0, &[from_a(ip(198, 51, 100, 7))]);
-    let req = eth(
-        [0xff; 6],
-        MAC1,
-        0x0806,
-        &arp(1, MAC1, ip(10, 0, 2, 1), [0; 6], ip(10, 0, 2, 3)),
-    );
+    let req = arp_request(MAC1, ip(10, 0, 2, 1), ip(10, 0, 2, 3));
     assert_eq!(r.sent(1), vec![req]);
     r.assert_no_leaks();
 }
@@ -310,19 +299,7 @@ fn an_unresolved_next_hop_is_asked_for_once_and_resolved_by_the_reply() {
 fn quiver_answers_ping() {
     let mut r = routed();
     let data = b"abcdefghijklmnopqrstuvwabcdefghi";
-    let request = eth(
-        MAC0,
-        HOST_A,
-        0x0800,
-        &ipv4(
-            ip(10, 0, 1, 2),
-            ip(10, 0, 1, 1),
-            1,
-            64,
-            &icmp_echo(8, 0x77, 3, data),
-        ),
-    );
-    r.inject(0, &[request]);
+    r.inject(0, &[a_to_us(1, &icmp_echo(8, 0x77, 3, data))]);
     let mut reply_ip = ipv4(
         ip(10, 0, 1, 1),
         ip(10, 0, 1, 2),
@@ -335,43 +312,13 @@ fn quiver_answers_ping() {
     assert_eq!(r.sent(0), vec![eth(HOST_A, MAC0, 0x0800, &reply_ip)]);
     assert_eq!(r.error(names::IP4_LOCAL, "echo-replies"), 1);
     // Other traffic for us is counted.
-    r.inject(
-        0,
-        &[eth(
-            MAC0,
-            HOST_A,
-            0x0800,
-            &ipv4(ip(10, 0, 1, 2), ip(10, 0, 1, 1), 17, 64, &udp(5, 53, b"q")),
-        )],
-    );
+    r.inject(0, &[a_to_us(17, &udp(5, 53, b"q"))]);
     assert_eq!(r.error(names::IP4_LOCAL, "unknown-protocol"), 1);
     let mut bad = icmp_echo(8, 1, 1, b"zz");
     bad[2] ^= 1;
-    r.inject(
-        0,
-        &[eth(
-            MAC0,
-            HOST_A,
-            0x0800,
-            &ipv4(ip(10, 0, 1, 2), ip(10, 0, 1, 1), 1, 64, &bad),
-        )],
-    );
+    r.inject(0, &[a_to_us(1, &bad)]);
     assert_eq!(r.error(names::IP4_LOCAL, "bad-icmp"), 1);
-    r.inject(
-        0,
-        &[eth(
-            MAC0,
-            HOST_A,
-            0x0800,
-            &ipv4(
-                ip(10, 0, 1, 2),
-                ip(10, 0, 1, 1),
-                1,
-                64,
-                &icmp_echo(13, 1, 1, b""),
-            ),
-        )],
-    );
+    r.inject(0, &[a_to_us(1, &icmp_echo(13, 1, 1, b""))]);
     assert_eq!(r.error(names::IP4_LOCAL, "icmp-not-echo"), 1);
     r.assert_no_leaks();
 }
@@ -512,15 +459,9 @@ fn ecmp_spreads_flows_and_keeps_each_flow_on_one_path() {
 
 #[test]
 fn a_full_transmit_ring_is_counted_and_frees_the_rest() {
-    let mut r = Rig::with_tx(
-        &[MAC0, MAC1],
-        |f, p| {
-            f.add_address(p[0], ip(10, 0, 1, 1), 24).unwrap();
-            f.add_address(p[1], ip(10, 0, 2, 1), 24).unwrap();
-            f.add_neighbor(p[1], ip(10, 0, 2, 2), HOST_B).unwrap();
-        },
-        |i, q| Box::new(if i == 1 { q.accepting(3) } else { q }),
-    );
+    let mut r = Rig::with_tx(&[MAC0, MAC1], b_known, |i, q| {
+        Box::new(if i == 1 { q.accepting(3) } else { q })
+    });
     r.inject(0, &vec![a_to_b(64); 10]);
     assert_eq!(r.sent(1).len(), 3);
     assert_eq!(r.error(names::INTERFACE_OUTPUT, "tx-full"), 7);
@@ -531,25 +472,12 @@ fn a_full_transmit_ring_is_counted_and_frees_the_rest() {
 fn removing_routes_and_interfaces_leaves_no_objects_behind() {
     let mut r = routed();
     let (adjs, lbs) = r.fwd.object_counts();
+    let eth1 = r.ports[1].index;
     r.fwd
-        .add_route(
-            ip(198, 51, 100, 0),
-            24,
-            &[Path {
-                next_hop: ip(10, 0, 2, 2),
-                interface: r.ports[1].index,
-            }],
-        )
+        .add_route(ip(198, 51, 100, 0), 24, &via(ip(10, 0, 2, 2), eth1))
         .unwrap();
     r.fwd
-        .add_route(
-            ip(198, 51, 101, 128),
-            25,
-            &[Path {
-                next_hop: ip(10, 0, 2, 9),
-                interface: r.ports[1].index,
-            }],
-        )
+        .add_route(ip(198, 51, 101, 128), 25, &via(ip(10, 0, 2, 9), eth1))
         .unwrap();
     r.commit();
     assert!(r.fwd.route_count() > 6);
@@ -558,7 +486,6 @@ fn removing_routes_and_interfaces_leaves_no_objects_behind() {
     assert!(!r.fwd.remove_route(ip(198, 51, 101, 128), 25));
     r.commit();
     assert_eq!(r.fwd.object_counts(), (adjs, lbs));
-    let eth1 = r.ports[1].index;
     r.fwd.remove_interface(eth1).unwrap();
     r.commit();
     r.inject(0, &[a_to_b(64)]);
@@ -599,17 +526,11 @@ impl graph_nodes::Publisher for Spy {
 fn a_deleted_or_replaced_route_resolves_as_before_until_the_fib_is_written() {
     let mut r = routed();
     let eth1 = r.ports[1].index;
-    let via = |nh: u32| {
-        [Path {
-            next_hop: nh,
-            interface: eth1,
-        }]
-    };
     r.fwd
-        .add_route(ip(198, 51, 100, 0), 24, &via(ip(10, 0, 2, 2)))
+        .add_route(ip(198, 51, 100, 0), 24, &via(ip(10, 0, 2, 2), eth1))
         .unwrap();
     r.fwd
-        .add_route(ip(203, 0, 113, 0), 24, &via(ip(10, 0, 2, 3)))
+        .add_route(ip(203, 0, 113, 0), 24, &via(ip(10, 0, 2, 3), eth1))
         .unwrap();
     r.commit();
     let spy = Spy {
@@ -621,7 +542,7 @@ fn a_deleted_or_replaced_route_resolves_as_before_until_the_fib_is_written() {
     // Delete one route and replace the other: while publishing, both still resolve as before.
     assert!(r.fwd.remove_route(ip(198, 51, 100, 0), 24));
     r.fwd
-        .add_route(ip(203, 0, 113, 0), 24, &via(ip(10, 0, 2, 9)))
+        .add_route(ip(203, 0, 113, 0), 24, &via(ip(10, 0, 2, 9), eth1))
         .unwrap();
     r.fwd.commit(&spy).unwrap();
     r.commit();
@@ -639,14 +560,7 @@ fn removing_an_interface_takes_its_static_routes_so_a_new_one_does_not_inherit_t
     let mut r = routed();
     let eth1 = r.ports[1].index;
     r.fwd
-        .add_route(
-            ip(198, 51, 100, 0),
-            24,
-            &[Path {
-                next_hop: ip(10, 0, 2, 2),
-                interface: eth1,
-            }],
-        )
+        .add_route(ip(198, 51, 100, 0), 24, &via(ip(10, 0, 2, 2), eth1))
         .unwrap();
     r.commit();
     r.fwd.remove_interface(eth1).unwrap();
@@ -672,10 +586,7 @@ fn a_route_the_fib_cannot_hold_is_withdrawn_and_reported() {
         f.add_neighbor(p[1], ip(10, 0, 2, 2), HOST_B).unwrap();
     });
     let eth1 = r.ports[1].index;
-    let via = [Path {
-        next_hop: ip(10, 0, 2, 2),
-        interface: eth1,
-    }];
+    let via = via(ip(10, 0, 2, 2), eth1);
     // The rig's FIB has 1024 tbl8 groups and 10.0.2.0/24's host and local routes use one:
     // 1023 of 1025 host routes in distinct /24s fit.
     for k in 0..1025u32 {

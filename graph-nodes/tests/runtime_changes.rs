@@ -55,42 +55,35 @@ fn l3xc(resolved: bool) -> Rig {
     })
 }
 
+/// An Ethernet frame to `to` from `from` carrying an IPv4 packet (protocol 17) from `src` to
+/// `dst` with `ttl` and `payload`.
+fn ip_frame(to: [u8; 6], from: [u8; 6], src: u32, dst: u32, ttl: u8, payload: &[u8]) -> Vec<u8> {
+    eth(to, from, 0x0800, &ipv4(src, dst, 17, ttl, payload))
+}
+
+/// Host A's address.
+const A: u32 = u32::from_be_bytes([10, 0, 1, 2]);
+/// 198.51.100.9: covered by no route.
+const FAR: u32 = u32::from_be_bytes([198, 51, 100, 9]);
+
+/// Host A's packet (TTL 64) to [`FAR`], as it reaches eth0.
+fn a_to_far() -> Vec<u8> {
+    ip_frame(MAC0, HOST_A, A, FAR, 64, &[1; 8])
+}
+
 #[test]
 fn an_l3_cross_connect_sends_every_ip4_packet_to_the_peer_whatever_its_destination() {
     let mut rig = l3xc(true);
-    // 198.51.100.9 is covered by no route.
-    let from_a = eth(
-        MAC0,
-        HOST_A,
-        0x0800,
-        &ipv4(ip(10, 0, 1, 2), ip(198, 51, 100, 9), 17, 64, &[1; 8]),
-    );
-    rig.inject(0, &[from_a]);
-    let want = eth(
-        HOST_B,
-        MAC1,
-        0x0800,
-        &ipv4(ip(10, 0, 1, 2), ip(198, 51, 100, 9), 17, 63, &[1; 8]),
-    );
+    rig.inject(0, &[a_to_far()]);
+    let want = ip_frame(HOST_B, MAC1, A, FAR, 63, &[1; 8]);
     assert_eq!(rig.sent(1), vec![want]);
     // And back.
-    let from_b = eth(
-        MAC1,
-        HOST_B,
-        0x0800,
-        &ipv4(ip(198, 51, 100, 9), ip(10, 0, 1, 2), 17, 9, &[2; 8]),
-    );
-    rig.inject(1, &[from_b]);
-    let want = eth(
-        HOST_A,
-        MAC0,
-        0x0800,
-        &ipv4(ip(198, 51, 100, 9), ip(10, 0, 1, 2), 17, 8, &[2; 8]),
-    );
+    rig.inject(1, &[ip_frame(MAC1, HOST_B, FAR, A, 9, &[2; 8])]);
+    let want = ip_frame(HOST_A, MAC0, FAR, A, 8, &[2; 8]);
     assert_eq!(rig.sent(0), vec![want]);
     assert_eq!(rig.error("ip4-lookup", "no-route"), 0);
     // ip4-input's checks still apply.
-    let mut bad = ipv4(ip(10, 0, 1, 2), ip(198, 51, 100, 9), 17, 64, &[1; 8]);
+    let mut bad = ipv4(A, FAR, 17, 64, &[1; 8]);
     bad[10] ^= 0xff;
     rig.inject(0, &[eth(MAC0, HOST_A, 0x0800, &bad)]);
     assert!(rig.sent(1).is_empty());
@@ -100,15 +93,7 @@ fn an_l3_cross_connect_sends_every_ip4_packet_to_the_peer_whatever_its_destinati
     let p0 = rig.ports[0].index;
     assert!(rig.fwd.l3_disconnect(p0));
     rig.commit();
-    rig.inject(
-        0,
-        &[eth(
-            MAC0,
-            HOST_A,
-            0x0800,
-            &ipv4(ip(10, 0, 1, 2), ip(198, 51, 100, 9), 17, 64, &[1; 8]),
-        )],
-    );
+    rig.inject(0, &[a_to_far()]);
     assert!(rig.sent(1).is_empty());
     assert_eq!(rig.error("ip4-lookup", "no-route"), 1);
     rig.assert_no_leaks();
@@ -117,15 +102,7 @@ fn an_l3_cross_connect_sends_every_ip4_packet_to_the_peer_whatever_its_destinati
 #[test]
 fn an_unresolved_l3_cross_connect_peer_is_asked_for_with_arp() {
     let mut rig = l3xc(false);
-    rig.inject(
-        0,
-        &[eth(
-            MAC0,
-            HOST_A,
-            0x0800,
-            &ipv4(ip(10, 0, 1, 2), ip(198, 51, 100, 9), 17, 64, &[1; 8]),
-        )],
-    );
+    rig.inject(0, &[a_to_far()]);
     let want = eth(
         [0xff; 6],
         MAC1,

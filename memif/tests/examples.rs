@@ -21,15 +21,14 @@ mod wire;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{BufRead, BufReader, Read};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{sock_path, wait_for};
+use common::{sock_path, testpmd_turn, wait_for, MemifTestPmd};
 use memif::{Interface, InterfaceConfig, Master, MasterConfig, Slave, SocketAddress};
 use proptest::prelude::*;
 use reply::{respond, Host, Ignored, Outcome};
@@ -716,6 +715,22 @@ fn recv_frames(p: &mut dyn TestPeer, n: usize, secs: u64) -> Vec<Vec<u8>> {
     got
 }
 
+/// A master serving interface `id` on `path`, and the responder (`extra` arguments) connected
+/// to it as its slave: both links up.
+fn responder_on_master(path: &Path, id: u32, extra: &str) -> (MasterPeer, Tool) {
+    let mut p = MasterPeer(master_with_interface(path, id), id);
+    let mut r = spawn_responder(path.to_str().unwrap(), extra);
+    wait_up(&mut p, 30);
+    r.wait_line("connected memif", 30);
+    (p, r)
+}
+
+/// Sends `request`; exactly `reply` must come back.
+fn exchange(p: &mut dyn TestPeer, request: Vec<u8>, reply: Vec<u8>) {
+    send_frames(p, &[request]);
+    assert_eq!(recv_frames(p, 1, 20), vec![reply]);
+}
+
 /// Time the process has spent on a CPU, from /proc/PID/schedstat.
 fn cpu_time(pid: u32) -> Option<Duration> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?;
@@ -726,14 +741,9 @@ fn cpu_time(pid: u32) -> Option<Duration> {
 #[test]
 fn responder_answers_arp_and_echo_and_counts_garbage() {
     let path = sock_path("ex_responder");
-    let mut p = MasterPeer(master_with_interface(&path, 0), 0);
-    let mut r = spawn_responder(path.to_str().unwrap(), "--role slave");
-    wait_up(&mut p, 30);
-    r.wait_line("connected memif", 30);
-    send_frames(&mut p, &[arp_request(RESPONDER_IP)]);
-    assert_eq!(recv_frames(&mut p, 1, 20), vec![expected_arp_reply()]);
-    send_frames(&mut p, &[echo_request(1, 56)]);
-    assert_eq!(recv_frames(&mut p, 1, 20), vec![expected_echo_reply(1, 56)]);
+    let (mut p, r) = responder_on_master(&path, 0, "--role slave");
+    exchange(&mut p, arp_request(RESPONDER_IP), expected_arp_reply());
+    exchange(&mut p, echo_request(1, 56), expected_echo_reply(1, 56));
     // Garbage, then one more echo request: its reply comes back first (frames stay in order)
     // only if no garbage was answered.
     let g = garbage();
@@ -765,19 +775,14 @@ fn responder_answers_arp_and_echo_and_counts_garbage() {
 #[test]
 fn responder_reconnects_when_its_master_returns() {
     let path = sock_path("ex_responder_reconnect");
-    let mut p = MasterPeer(master_with_interface(&path, 4), 4);
-    let mut r = spawn_responder(path.to_str().unwrap(), "--id 4");
-    wait_up(&mut p, 30);
-    r.wait_line("connected memif", 30);
-    send_frames(&mut p, &[arp_request(RESPONDER_IP)]);
-    assert_eq!(recv_frames(&mut p, 1, 20), vec![expected_arp_reply()]);
+    let (mut p, mut r) = responder_on_master(&path, 4, "--id 4");
+    exchange(&mut p, arp_request(RESPONDER_IP), expected_arp_reply());
     drop(p);
     r.wait_line("disconnected memif", 30);
     let mut p = MasterPeer(master_with_interface(&path, 4), 4);
     wait_up(&mut p, 30);
     r.wait_line("connected memif", 30);
-    send_frames(&mut p, &[echo_request(9, 20)]);
-    assert_eq!(recv_frames(&mut p, 1, 20), vec![expected_echo_reply(9, 20)]);
+    exchange(&mut p, echo_request(9, 20), expected_echo_reply(9, 20));
     r.signal(nix::sys::signal::Signal::SIGINT);
     let j = r.finish(20).json();
     assert_eq!(
@@ -801,8 +806,7 @@ fn responder_as_master_sleeps_while_idle() {
     let mut s = Slave::new(SocketAddress::parse(&name), cfg).unwrap();
     s.retry_interval = Duration::from_millis(10);
     wait_up(&mut s, 30);
-    send_frames(&mut s, &[echo_request(3, 64)]);
-    assert_eq!(recv_frames(&mut s, 1, 20), vec![expected_echo_reply(3, 64)]);
+    exchange(&mut s, echo_request(3, 64), expected_echo_reply(3, 64));
     // Idle now: over a measurement window it should use next to no CPU (a spinning poller
     // would use most of the window even on a loaded machine).
     let pid = r.child.id();
@@ -816,8 +820,7 @@ fn responder_as_master_sleeps_while_idle() {
         );
     }
     // And it still wakes up for frames.
-    send_frames(&mut s, &[arp_request(RESPONDER_IP)]);
-    assert_eq!(recv_frames(&mut s, 1, 20), vec![expected_arp_reply()]);
+    exchange(&mut s, arp_request(RESPONDER_IP), expected_arp_reply());
     r.signal(nix::sys::signal::Signal::SIGTERM);
     let j = r.finish(20).json();
     assert!(j["sleeps"].as_u64().unwrap() >= 1, "{j}");
@@ -837,6 +840,14 @@ struct Faults {
     swap: Option<u64>,
     drop: Option<u64>,
 }
+
+/// One of each fault, on frames 100, 200, 300 and 400.
+const FAULTS: Faults = Faults {
+    duplicate: Some(100),
+    corrupt: Some(200),
+    swap: Some(300),
+    drop: Some(400),
+};
 
 /// Applies `faults` to one frame on its way through.
 fn mangle(f: &[u8], faults: &Faults, held: &mut Option<Vec<u8>>, out: &mut VecDeque<Vec<u8>>) {
@@ -906,6 +917,32 @@ fn through_forwarder(
     })
 }
 
+/// [`through_forwarder`] for the tool sending as master on socket A (`<tag>_a`) and receiving
+/// as slave on B (`<tag>_b`), with `more` arguments; the forwarder is the other end of both.
+fn through_forwarder_a_to_b(tag: &str, more: &str, faults: Faults) -> Finished {
+    let (a, b) = (
+        sock_path(&format!("{tag}_a")),
+        sock_path(&format!("{tag}_b")),
+    );
+    // B must listen before the tool's slave gives up (it retries meanwhile).
+    let b_master = master_with_interface(&b, 0);
+    let args = format!(
+        "--tx {} --tx-role master --rx {} --rx-role slave {more}",
+        a.display(),
+        b.display()
+    );
+    through_forwarder(
+        &args,
+        "listening tx",
+        move || {
+            let from: Box<dyn TestPeer> = Box::new(slave_peer(&a, 0));
+            let to: Box<dyn TestPeer> = Box::new(MasterPeer(b_master, 0));
+            (from, to)
+        },
+        faults,
+    )
+}
+
 fn assert_counts(j: &serde_json::Value, want: &[(&str, u64)]) {
     for (k, v) in want {
         assert_eq!(j[*k].as_u64(), Some(*v), "{k} in {j}");
@@ -914,27 +951,8 @@ fn assert_counts(j: &serde_json::Value, want: &[(&str, u64)]) {
 
 #[test]
 fn traffic_through_a_forwarder_is_lossless() {
-    let (a, b) = (sock_path("ex_fwd_a"), sock_path("ex_fwd_b"));
-    // The tool sends as master on A and receives as slave on B; the forwarder is the other end
-    // of both (B must listen before the tool's slave gives up: it retries meanwhile).
-    let b_master = master_with_interface(&b, 0);
-    let args = format!(
-        "--tx {} --tx-role master --rx {} --rx-role slave --count 20000 --size 100 --json \
-         --expect-lossless",
-        a.display(),
-        b.display()
-    );
-    let a2 = a.clone();
-    let done = through_forwarder(
-        &args,
-        "listening tx",
-        move || {
-            let from: Box<dyn TestPeer> = Box::new(slave_peer(&a2, 0));
-            let to: Box<dyn TestPeer> = Box::new(MasterPeer(b_master, 0));
-            (from, to)
-        },
-        Faults::default(),
-    );
+    let more = "--count 20000 --size 100 --json --expect-lossless";
+    let done = through_forwarder_a_to_b("ex_fwd", more, Faults::default());
     assert!(done.status.success(), "{}", done.stderr);
     let j = done.json();
     assert_counts(
@@ -982,31 +1000,8 @@ fn traffic_both_masters_on_one_socket_through_a_forwarder() {
 
 #[test]
 fn traffic_reports_exactly_the_faults_a_forwarder_injects() {
-    let (a, b) = (sock_path("ex_faults_a"), sock_path("ex_faults_b"));
-    let b_master = master_with_interface(&b, 0);
-    let args = format!(
-        "--tx {} --tx-role master --rx {} --rx-role slave --count 1000 --drain 500ms --json \
-         --expect-lossless",
-        a.display(),
-        b.display()
-    );
-    let faults = Faults {
-        duplicate: Some(100),
-        corrupt: Some(200),
-        swap: Some(300),
-        drop: Some(400),
-    };
-    let a2 = a.clone();
-    let done = through_forwarder(
-        &args,
-        "listening tx",
-        move || {
-            let from: Box<dyn TestPeer> = Box::new(slave_peer(&a2, 0));
-            let to: Box<dyn TestPeer> = Box::new(MasterPeer(b_master, 0));
-            (from, to)
-        },
-        faults,
-    );
+    let more = "--count 1000 --drain 500ms --json --expect-lossless";
+    let done = through_forwarder_a_to_b("ex_faults", more, FAULTS);
     assert_eq!(done.status.code(), Some(1), "--expect-lossless fails");
     let j = done.json();
     assert_counts(
@@ -1029,31 +1024,8 @@ fn traffic_reports_exactly_the_faults_a_forwarder_injects() {
 fn traffic_without_verification_still_tracks_every_sequence_number() {
     // --no-verify copies only each frame's headers out of the ring; loss, duplication and order
     // are still judged from every frame's sequence number (corruption is not looked for).
-    let (a, b) = (sock_path("ex_nv_a"), sock_path("ex_nv_b"));
-    let b_master = master_with_interface(&b, 0);
-    let args = format!(
-        "--tx {} --tx-role master --rx {} --rx-role slave --count 1000 --drain 500ms --json \
-         --no-verify --size 3000",
-        a.display(),
-        b.display()
-    );
-    let faults = Faults {
-        duplicate: Some(100),
-        corrupt: Some(200),
-        swap: Some(300),
-        drop: Some(400),
-    };
-    let a2 = a.clone();
-    let done = through_forwarder(
-        &args,
-        "listening tx",
-        move || {
-            let from: Box<dyn TestPeer> = Box::new(slave_peer(&a2, 0));
-            let to: Box<dyn TestPeer> = Box::new(MasterPeer(b_master, 0));
-            (from, to)
-        },
-        faults,
-    );
+    let more = "--count 1000 --drain 500ms --json --no-verify --size 3000";
+    let done = through_forwarder_a_to_b("ex_nv", more, FAULTS);
     assert!(done.status.success(), "{}", done.stderr);
     let j = done.json();
     assert_counts(
@@ -1073,20 +1045,26 @@ fn traffic_without_verification_still_tracks_every_sequence_number() {
     assert_eq!(j["lossless"], false);
 }
 
+/// Runs the traffic tool with `args` to its end (120 s at most); it must succeed (`what` names
+/// the run if not). Returns the JSON it printed last.
+fn run_traffic(what: &str, args: &str) -> serde_json::Value {
+    let done = Tool::spawn("traffic", args).finish(120);
+    assert!(
+        done.status.success(),
+        "{what}: {}\n{}",
+        done.stdout.join("\n"),
+        done.stderr
+    );
+    done.json()
+}
+
 fn loopback(name: &str, tx_role: &str, rx_role: &str, extra: &str) -> serde_json::Value {
     let sock = format!("@quiver-ex-{}-{name}", std::process::id());
     let args = format!(
         "--tx {sock} --tx-role {tx_role} --rx {sock} --rx-role {rx_role} --json \
          --expect-lossless {extra}"
     );
-    let done = Tool::spawn("traffic", &args).finish(120);
-    assert!(
-        done.status.success(),
-        "{name}: {}\n{}",
-        done.stdout.join("\n"),
-        done.stderr
-    );
-    done.json()
+    run_traffic(name, &args)
 }
 
 #[test]
@@ -1134,185 +1112,41 @@ fn traffic_duration_and_window() {
 // Against dpdk-testpmd
 // ---------------------------------------------------------------------------------------------
 
-const TESTPMD: &str = "/usr/bin/dpdk-testpmd";
-const STDBUF: &str = "/usr/bin/stdbuf";
-/// Hugepages one testpmd with `--total-num-mbufs=8192` needs, with margin.
-const HUGEPAGES_NEEDED: u64 = 64;
-
-/// One testpmd at a time: they share two cores and the hugepage pool.
-static DPDK: Mutex<()> = Mutex::new(());
-
-fn dpdk_missing() -> Option<String> {
-    for tool in [TESTPMD, STDBUF] {
-        if !Path::new(tool).exists() {
-            return Some(format!("{tool} not installed"));
-        }
-    }
-    if !std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0) {
-        return Some("not running as root".into());
-    }
-    let free = std::fs::read_to_string("/proc/meminfo")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("HugePages_Free:"))
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(0);
-    (free < HUGEPAGES_NEEDED)
-        .then(|| format!("{free} free 2 MiB hugepages, {HUGEPAGES_NEEDED} needed"))
-}
-
-/// Whether a DPDK test can run; prints why not (or panics under QUIVER_REQUIRE_SYSTEM_TESTS=1).
-fn dpdk_ready(test: &str) -> bool {
-    let Some(why) = dpdk_missing() else {
-        return true;
-    };
-    if std::env::var("QUIVER_REQUIRE_SYSTEM_TESTS").as_deref() == Ok("1") {
-        panic!("{test}: QUIVER_REQUIRE_SYSTEM_TESTS=1 but {why}");
-    }
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "skipping {test}: {why}");
-    false
-}
-
-/// A testpmd with memif server ports; stopped with SIGINT (SIGKILL after 10 s) on drop.
-struct TestPmd {
-    child: Child,
-    lines: Receiver<String>,
-    output: Vec<String>,
-    runtime_dir: PathBuf,
-    sockets: Vec<PathBuf>,
-}
-
-impl TestPmd {
-    /// One `net_memifN` server per socket, forwarding with `mode`.
-    fn servers(tag: &str, sockets: &[PathBuf], mode: &str) -> TestPmd {
-        let prefix = format!("qmemif-ex-{}-{tag}", std::process::id());
-        let mut cmd = Command::new(STDBUF);
-        cmd.args([
-            "-oL",
-            "-eL",
-            TESTPMD,
-            "-l",
-            "0,1",
-            "--no-pci",
-            "--in-memory",
-        ])
-        .arg(format!("--file-prefix={prefix}"));
-        for (i, s) in sockets.iter().enumerate() {
+/// testpmd with one `net_memifN` server per socket (file sockets, removed before and after),
+/// forwarding with `mode` and printing statistics every second.
+fn testpmd_servers(tag: &str, sockets: &[PathBuf], mode: &str) -> MemifTestPmd {
+    let vdevs: Vec<String> = sockets
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
             let _ = std::fs::remove_file(s);
-            cmd.arg(format!(
-                "--vdev=net_memif{i},role=server,id=0,socket={},socket-abstract=no",
+            format!(
+                "net_memif{i},role=server,id=0,socket={},socket-abstract=no",
                 s.display()
-            ));
-        }
-        cmd.args([
-            "--",
-            "--nb-cores=1",
-            "--total-num-mbufs=8192",
-            "--no-flush-rx",
-        ])
-        .arg(format!("--forward-mode={mode}"))
-        .arg("--stats-period=1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-        let mut child = cmd.spawn().expect("spawn dpdk-testpmd");
-        let (tx, lines) = mpsc::channel();
-        line_reader(child.stdout.take().unwrap(), tx.clone());
-        line_reader(child.stderr.take().unwrap(), tx);
-        TestPmd {
-            child,
-            lines,
-            output: Vec::new(),
-            runtime_dir: Path::new("/var/run/dpdk").join(prefix),
-            sockets: sockets.to_vec(),
-        }
-    }
-
-    /// Waits until testpmd printed a line containing `s`.
-    fn wait_output(&mut self, s: &str, secs: u64) {
-        if self.output.iter().any(|l| l.contains(s)) {
-            return;
-        }
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        loop {
-            match self
-                .lines
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            {
-                Ok(l) => {
-                    let hit = l.contains(s);
-                    self.output.push(l);
-                    if hit {
-                        return;
-                    }
-                }
-                Err(e) => panic!(
-                    "testpmd never printed {s:?} ({e:?}):\n{}",
-                    self.output.join("\n")
-                ),
-            }
-        }
-    }
-}
-
-impl Drop for TestPmd {
-    fn drop(&mut self) {
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
-        // Its pipes close when it exits.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            match self
-                .lines
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            {
-                Ok(l) => self.output.push(l),
-                Err(RecvTimeoutError::Disconnected) => break,
-                Err(RecvTimeoutError::Timeout) => {
-                    let _ = self.child.kill();
-                    break;
-                }
-            }
-        }
-        let _ = self.child.wait();
-        for s in &self.sockets {
-            let _ = std::fs::remove_file(s);
-        }
-        let _ = std::fs::remove_dir_all(&self.runtime_dir);
-        if std::thread::panicking() {
-            eprintln!("--- dpdk-testpmd output ---\n{}", self.output.join("\n"));
-        }
-    }
+            )
+        })
+        .collect();
+    let stats = ["--stats-period=1"];
+    MemifTestPmd::start(tag, &vdevs, mode, &stats, sockets.to_vec())
 }
 
 #[test]
 fn traffic_through_dpdk_testpmd_io_between_two_memif_servers() {
-    if !dpdk_ready("traffic_through_dpdk_testpmd_io_between_two_memif_servers") {
+    let Some(_serial) = testpmd_turn("traffic_through_dpdk_testpmd_io_between_two_memif_servers")
+    else {
         return;
-    }
-    let _serial = DPDK.lock().unwrap_or_else(|e| e.into_inner());
+    };
     let (a, b) = (sock_path("ex_pmd_io_a"), sock_path("ex_pmd_io_b"));
-    let mut pmd = TestPmd::servers("io", &[a.clone(), b.clone()], "io");
+    let mut pmd = testpmd_servers("io", &[a.clone(), b.clone()], "io");
     pmd.wait_output("Port 1:", 30);
     // At most 512 frames in flight: testpmd io drops what our receive ring cannot take, and
     // this (debug) build may receive more slowly than testpmd forwards.
-    let done = Tool::spawn(
-        "traffic",
-        &format!(
-            "--tx {} --rx {} --count 20000 --window 512 --json --expect-lossless",
-            a.display(),
-            b.display()
-        ),
-    )
-    .finish(120);
-    assert!(
-        done.status.success(),
-        "{}\n{}",
-        done.stdout.join("\n"),
-        done.stderr
+    let args = format!(
+        "--tx {} --rx {} --count 20000 --window 512 --json --expect-lossless",
+        a.display(),
+        b.display()
     );
-    let j = done.json();
+    let j = run_traffic("io", &args);
     assert_counts(
         &j,
         &[
@@ -1328,50 +1162,37 @@ fn traffic_through_dpdk_testpmd_io_between_two_memif_servers() {
 
 #[test]
 fn traffic_loops_through_dpdk_testpmd_macswap() {
-    if !dpdk_ready("traffic_loops_through_dpdk_testpmd_macswap") {
+    let Some(_serial) = testpmd_turn("traffic_loops_through_dpdk_testpmd_macswap") else {
         return;
-    }
-    let _serial = DPDK.lock().unwrap_or_else(|e| e.into_inner());
+    };
     let a = sock_path("ex_pmd_macswap");
-    let mut pmd = TestPmd::servers("macswap", std::slice::from_ref(&a), "macswap");
+    let mut pmd = testpmd_servers("macswap", std::slice::from_ref(&a), "macswap");
     pmd.wait_output("Port 0:", 30);
-    let done = Tool::spawn(
-        "traffic",
-        &format!(
-            "--tx {} --loop --count 20000 --size 1000 --window 512 --json --expect-lossless",
-            a.display()
-        ),
-    )
-    .finish(120);
-    assert!(
-        done.status.success(),
-        "{}\n{}",
-        done.stdout.join("\n"),
-        done.stderr
+    let args = format!(
+        "--tx {} --loop --count 20000 --size 1000 --window 512 --json --expect-lossless",
+        a.display()
     );
     assert_counts(
-        &done.json(),
+        &run_traffic("macswap", &args),
         &[("sent", 20000), ("unique", 20000), ("corrupted", 0)],
     );
 }
 
 #[test]
 fn responder_answers_through_dpdk_testpmd() {
-    if !dpdk_ready("responder_answers_through_dpdk_testpmd") {
+    let Some(_serial) = testpmd_turn("responder_answers_through_dpdk_testpmd") else {
         return;
-    }
-    let _serial = DPDK.lock().unwrap_or_else(|e| e.into_inner());
+    };
     // testpmd io-forwards between the responder (port 0) and our slave (port 1).
     let (a, b) = (sock_path("ex_pmd_resp_a"), sock_path("ex_pmd_resp_b"));
-    let mut pmd = TestPmd::servers("resp", &[a.clone(), b.clone()], "io");
+    let mut pmd = testpmd_servers("resp", &[a.clone(), b.clone()], "io");
     pmd.wait_output("Port 1:", 30);
     let mut r = spawn_responder(a.to_str().unwrap(), "");
     let mut s = slave_peer(&b, 0);
     wait_up(&mut s, 30);
     r.wait_line("connected memif", 30);
     pmd.wait_output("packets/burst=", 30);
-    send_frames(&mut s, &[arp_request(RESPONDER_IP)]);
-    assert_eq!(recv_frames(&mut s, 1, 20), vec![expected_arp_reply()]);
+    exchange(&mut s, arp_request(RESPONDER_IP), expected_arp_reply());
     let requests: Vec<Vec<u8>> = (0..50)
         .map(|i| echo_request(i, 64 + usize::from(i)))
         .collect();

@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::Ordering;
 
 use common::{frame, sock_addr, wait_for};
@@ -71,18 +71,7 @@ impl Setup {
 
     /// Poll the master until the raw peer receives a message; return it.
     fn recv(&mut self, sock: &ControlSocket) -> Received {
-        let mut out = None;
-        wait_for("message from master", 10, || {
-            self.m.poll().unwrap();
-            match sock.recv().unwrap() {
-                Received::WouldBlock => false,
-                r => {
-                    out = Some(r);
-                    true
-                }
-            }
-        });
-        out.unwrap()
+        recv_polling(sock, "message from master", || self.m.poll().unwrap())
     }
 
     fn expect_ack(&mut self, sock: &ControlSocket) {
@@ -90,6 +79,12 @@ impl Setup {
             Received::Msg(Msg::Ack, _) => {}
             r => panic!("expected ACK, got {r:?}"),
         }
+    }
+
+    /// The raw peer sends `msg` (with `fd`), which the master must acknowledge.
+    fn send_acked(&mut self, sock: &ControlSocket, msg: &Msg, fd: Option<BorrowedFd>) {
+        sock.send(msg, fd).unwrap();
+        self.expect_ack(sock);
     }
 
     /// Expect a DISCONNECT whose reason contains `reason`, then the socket closing.
@@ -117,6 +112,22 @@ impl Setup {
     }
 }
 
+/// Calls `poll` until `sock` receives something (`what`, with a deadline); returns it.
+fn recv_polling(sock: &ControlSocket, what: &str, mut poll: impl FnMut()) -> Received {
+    let mut out = None;
+    wait_for(what, 10, || {
+        poll();
+        match sock.recv().unwrap() {
+            Received::WouldBlock => false,
+            r => {
+                out = Some(r);
+                true
+            }
+        }
+    });
+    out.unwrap()
+}
+
 fn init(id: u32, secret: &str) -> Msg {
     Msg::Init(Init {
         version: VERSION,
@@ -138,6 +149,10 @@ fn add_ring(s2m: bool, index: u16, offset: u32, log2: u8) -> Msg {
     })
 }
 
+fn region_msg(index: u16, size: u64) -> Msg {
+    Msg::AddRegion(AddRegion { index, size })
+}
+
 /// A raw slave that completed the handshake for interface `id`.
 struct RawSlave {
     sock: ControlSocket,
@@ -155,23 +170,13 @@ impl RawSlave {
         s2m.at(&region).init();
         m2s.at(&region).init();
         let efds = vec![EventFd::new().unwrap(), EventFd::new().unwrap()];
-        sock.send(&init(id, ""), None).unwrap();
-        st.expect_ack(&sock);
-        let ar = Msg::AddRegion(AddRegion {
-            index: 0,
-            size: REGION_SIZE as u64,
-        });
-        sock.send(&ar, Some(region.fd())).unwrap();
-        st.expect_ack(&sock);
-        sock.send(&add_ring(true, 0, 0, LOG2), Some(efds[0].as_fd()))
-            .unwrap();
-        st.expect_ack(&sock);
-        sock.send(
-            &add_ring(false, 0, ring_stride(LOG2) as u32, LOG2),
-            Some(efds[1].as_fd()),
-        )
-        .unwrap();
-        st.expect_ack(&sock);
+        st.send_acked(&sock, &init(id, ""), None);
+        let ar = region_msg(0, REGION_SIZE as u64);
+        st.send_acked(&sock, &ar, Some(region.fd()));
+        let s2m_ring = add_ring(true, 0, 0, LOG2);
+        st.send_acked(&sock, &s2m_ring, Some(efds[0].as_fd()));
+        let m2s_ring = add_ring(false, 0, ring_stride(LOG2) as u32, LOG2);
+        st.send_acked(&sock, &m2s_ring, Some(efds[1].as_fd()));
         sock.send(&Msg::Connect(FixedStr::new("raw")), None)
             .unwrap();
         match st.recv(&sock) {
@@ -244,17 +249,27 @@ fn bad_descriptor_case(
     drop(raw.sock);
 }
 
-#[test]
-fn bad_region_index_is_counted_and_dropped() {
+/// [`bad_descriptor_case`] for one descriptor, a good 64-byte frame's changed by `edit`: the
+/// master's counter `counter` must count it once.
+fn one_bad_descriptor(
+    test: &str,
+    edit: impl Fn(&mut Desc),
+    counter: impl Fn(&memif::Counters) -> u64,
+) {
     bad_descriptor_case(
-        "bad_region",
+        test,
         |raw| {
             let mut d = raw.good_desc(1, &[1; 64]);
-            d.region = 1;
+            edit(&mut d);
             vec![d]
         },
-        |c| assert_eq!(c.bad_desc_region, 1),
+        |c| assert_eq!(counter(c), 1),
     );
+}
+
+#[test]
+fn bad_region_index_is_counted_and_dropped() {
+    one_bad_descriptor("bad_region", |d| d.region = 1, |c| c.bad_desc_region);
 }
 
 #[test]
@@ -282,28 +297,12 @@ fn u32_overflowing_offset_plus_length_is_dropped() {
 
 #[test]
 fn zero_length_is_dropped() {
-    bad_descriptor_case(
-        "zero_len",
-        |raw| {
-            let mut d = raw.good_desc(1, &[1; 64]);
-            d.length = 0;
-            vec![d]
-        },
-        |c| assert_eq!(c.bad_desc_zero_length, 1),
-    );
+    one_bad_descriptor("zero_len", |d| d.length = 0, |c| c.bad_desc_zero_length);
 }
 
 #[test]
 fn length_above_buffer_size_is_dropped() {
-    bad_descriptor_case(
-        "too_long",
-        |raw| {
-            let mut d = raw.good_desc(1, &[1; 64]);
-            d.length = 4000;
-            vec![d]
-        },
-        |c| assert_eq!(c.bad_desc_too_long, 1),
-    );
+    one_bad_descriptor("too_long", |d| d.length = 4000, |c| c.bad_desc_too_long);
 }
 
 #[test]
@@ -376,24 +375,37 @@ fn refused(
     }
 }
 
-fn region_msg(index: u16, size: u64) -> Msg {
-    Msg::AddRegion(AddRegion { index, size })
+/// [`refused`] for interface 1 as configured by default, after the raw peer sends `msg`.
+fn refused_msg(test: &str, reason: &str, msg: Msg) {
+    refused(test, InterfaceConfig::new(1), reason, move |_, s| {
+        s.send(&msg, None).unwrap();
+    });
+}
+
+/// [`refused`] for interface 1 as configured by default, once its INIT was acknowledged.
+fn refused_after_init(test: &str, reason: &str, then: impl FnOnce(&mut Setup, &ControlSocket)) {
+    refused(test, InterfaceConfig::new(1), reason, |st, s| {
+        st.send_acked(s, &init(1, ""), None);
+        then(st, s);
+    });
+}
+
+/// [`refused_after_init`], once a 64 KiB region was acknowledged too.
+fn refused_after_region(test: &str, reason: &str, then: impl FnOnce(&mut Setup, &ControlSocket)) {
+    refused_after_init(test, reason, |st, s| {
+        let r = Region::create("raw", 64 * 1024).unwrap();
+        st.send_acked(s, &region_msg(0, 64 * 1024), Some(r.fd()));
+        then(st, s);
+    });
 }
 
 #[test]
 fn wrong_version_is_refused() {
-    refused(
-        "bad_version",
-        InterfaceConfig::new(1),
-        "incompatible version",
-        |_, s| {
-            let mut m = init(1, "");
-            if let Msg::Init(i) = &mut m {
-                i.version = 0x0100;
-            }
-            s.send(&m, None).unwrap();
-        },
-    );
+    let mut m = init(1, "");
+    if let Msg::Init(i) = &mut m {
+        i.version = 0x0100;
+    }
+    refused_msg("bad_version", "incompatible version", m);
 }
 
 #[test]
@@ -410,14 +422,7 @@ fn wrong_and_missing_secret_are_refused() {
 
 #[test]
 fn unknown_id_and_mode_mismatch_are_refused() {
-    refused(
-        "unknown_id",
-        InterfaceConfig::new(1),
-        "unknown interface id",
-        |_, s| {
-            s.send(&init(99, ""), None).unwrap();
-        },
-    );
+    refused_msg("unknown_id", "unknown interface id", init(99, ""));
     let mut cfg = InterfaceConfig::new(1);
     cfg.mode = Mode::Ip;
     refused("mode", cfg, "mode mismatch", |_, s| {
@@ -427,14 +432,7 @@ fn unknown_id_and_mode_mismatch_are_refused() {
 
 #[test]
 fn already_connected_is_refused() {
-    refused(
-        "already",
-        InterfaceConfig::new(1),
-        "already connected",
-        |_, s| {
-            s.send(&init(2, ""), None).unwrap();
-        },
-    );
+    refused_msg("already", "already connected", init(2, ""));
 }
 
 #[test]
@@ -462,55 +460,29 @@ fn wrong_message_size_is_refused() {
 
 #[test]
 fn non_sequential_region_index_is_refused() {
-    refused(
-        "region_seq",
-        InterfaceConfig::new(1),
-        "non-sequential region index",
-        |st, s| {
-            s.send(&init(1, ""), None).unwrap();
-            st.expect_ack(s);
-            let r = Region::create("raw", 4096).unwrap();
-            s.send(&region_msg(1, 4096), Some(r.fd())).unwrap();
-        },
-    );
+    refused_after_init("region_seq", "non-sequential region index", |_, s| {
+        let r = Region::create("raw", 4096).unwrap();
+        s.send(&region_msg(1, 4096), Some(r.fd())).unwrap();
+    });
 }
 
 #[test]
 fn memfd_shorter_than_declared_is_refused() {
-    refused(
-        "region_short",
-        InterfaceConfig::new(1),
-        "declared",
-        |st, s| {
-            s.send(&init(1, ""), None).unwrap();
-            st.expect_ack(s);
-            let r = Region::create("raw", 4096).unwrap();
-            s.send(&region_msg(0, 1 << 20), Some(r.fd())).unwrap();
-        },
-    );
+    refused_after_init("region_short", "declared", |_, s| {
+        let r = Region::create("raw", 4096).unwrap();
+        s.send(&region_msg(0, 1 << 20), Some(r.fd())).unwrap();
+    });
 }
 
 #[test]
 fn missing_region_fd_is_refused() {
-    refused(
-        "region_nofd",
-        InterfaceConfig::new(1),
-        "missing region fd",
-        |st, s| {
-            s.send(&init(1, ""), None).unwrap();
-            st.expect_ack(s);
-            s.send(&region_msg(0, 4096), None).unwrap();
-        },
-    );
+    refused_after_init("region_nofd", "missing region fd", |_, s| {
+        s.send(&region_msg(0, 4096), None).unwrap();
+    });
 }
 
 fn ring_case(test: &str, reason: &str, ring: Msg) {
-    refused(test, InterfaceConfig::new(1), reason, move |st, s| {
-        s.send(&init(1, ""), None).unwrap();
-        st.expect_ack(s);
-        let r = Region::create("raw", 64 * 1024).unwrap();
-        s.send(&region_msg(0, 64 * 1024), Some(r.fd())).unwrap();
-        st.expect_ack(s);
+    refused_after_region(test, reason, move |_, s| {
         let e = EventFd::new().unwrap();
         s.send(&ring, Some(e.as_fd())).unwrap();
     });
@@ -556,37 +528,18 @@ fn non_sequential_ring_index_and_private_header_are_refused() {
 
 #[test]
 fn bad_cookie_is_refused_at_connect() {
-    refused(
-        "cookie",
-        InterfaceConfig::new(1),
-        "bad ring cookie",
-        |st, s| {
-            s.send(&init(1, ""), None).unwrap();
-            st.expect_ack(s);
-            let r = Region::create("raw", 64 * 1024).unwrap();
-            s.send(&region_msg(0, 64 * 1024), Some(r.fd())).unwrap();
-            st.expect_ack(s);
-            let e = EventFd::new().unwrap();
-            s.send(&add_ring(true, 0, 0, 4), Some(e.as_fd())).unwrap();
-            st.expect_ack(s);
-            s.send(&add_ring(false, 0, 1024, 4), Some(e.as_fd()))
-                .unwrap();
-            st.expect_ack(s);
-            s.send(&Msg::Connect(FixedStr::new("raw")), None).unwrap();
-        },
-    );
+    refused_after_region("cookie", "bad ring cookie", |st, s| {
+        let e = EventFd::new().unwrap();
+        st.send_acked(s, &add_ring(true, 0, 0, 4), Some(e.as_fd()));
+        st.send_acked(s, &add_ring(false, 0, 1024, 4), Some(e.as_fd()));
+        s.send(&Msg::Connect(FixedStr::new("raw")), None).unwrap();
+    });
 }
 
 #[test]
 fn messages_before_init_are_refused() {
-    refused(
-        "before_init",
-        InterfaceConfig::new(1),
-        "expected INIT",
-        |_, s| {
-            s.send(&Msg::Connect(FixedStr::new("x")), None).unwrap();
-        },
-    );
+    let connect = Msg::Connect(FixedStr::new("x"));
+    refused_msg("before_init", "expected INIT", connect);
 }
 
 #[test]
@@ -623,19 +576,11 @@ fn slave_refuses_a_hello_with_the_wrong_version() {
 
 #[test]
 fn unsealed_region_memfd_is_refused() {
-    refused(
-        "unsealed",
-        InterfaceConfig::new(1),
-        "not sealed",
-        |st, s| {
-            s.send(&init(1, ""), None).unwrap();
-            st.expect_ack(s);
-            let fd =
-                nix::sys::memfd::memfd_create(c"raw", nix::sys::memfd::MFdFlags::empty()).unwrap();
-            nix::unistd::ftruncate(&fd, 65536).unwrap();
-            s.send(&region_msg(0, 65536), Some(fd.as_fd())).unwrap();
-        },
-    );
+    refused_after_init("unsealed", "not sealed", |_, s| {
+        let fd = nix::sys::memfd::memfd_create(c"raw", nix::sys::memfd::MFdFlags::empty()).unwrap();
+        nix::unistd::ftruncate(&fd, 65536).unwrap();
+        s.send(&region_msg(0, 65536), Some(fd.as_fd())).unwrap();
+    });
 }
 
 /// A raw master that completed the handshake with our slave; returns the mapped region and the
@@ -668,18 +613,7 @@ fn raw_master(test: &str, slave_cfg: InterfaceConfig) -> (RawMaster, Slave) {
     let mut region = None;
     let mut m2s = None;
     loop {
-        let mut got = None;
-        wait_for("slave message", 10, || {
-            s.poll().unwrap();
-            match sock.recv().unwrap() {
-                Received::WouldBlock => false,
-                r => {
-                    got = Some(r);
-                    true
-                }
-            }
-        });
-        match got.unwrap() {
+        match recv_polling(&sock, "slave message", || s.poll().unwrap()) {
             Received::Msg(Msg::Init(i), _) => assert_eq!(i.version, VERSION),
             Received::Msg(Msg::AddRegion(ar), Some(fd)) => {
                 region = Some(Region::from_peer_sealed(fd, ar.size).unwrap());

@@ -3,10 +3,12 @@
 //! - [`require`]: decide whether a test needing root, tools or hugepages runs; a missing
 //!   prerequisite skips it with a printed reason, or fails it when `QUIVER_REQUIRE_SYSTEM_TESTS=1`.
 //! - [`wait_for`]: wait on a condition with a deadline (never a bare sleep).
+//! - [`interrupt`]: stop a child process the way Ctrl-C does, killing it if it lingers.
 //! - [`TestPmd`]: DPDK's `dpdk-testpmd` as a peer we did not write, always `--no-pci`.
 
 mod testpmd;
 
+use std::process::{Child, ExitStatus};
 use std::time::{Duration, Instant};
 
 pub use testpmd::{TestPmd, TESTPMD};
@@ -75,4 +77,19 @@ pub fn wait_for(what: &str, secs: u64, mut step: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::yield_now();
     }
+}
+
+/// Stops `child` if it still runs: SIGINT, then SIGKILL if it has not exited after `grace`.
+/// Reaps it and returns how it ended.
+pub fn interrupt(child: &mut Child, grace: Duration) -> std::io::Result<ExitStatus> {
+    if let Ok(None) = child.try_wait() {
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+        let deadline = Instant::now() + grace;
+        while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        let _ = child.kill();
+    }
+    child.wait()
 }

@@ -86,6 +86,13 @@ impl TestPmd {
             .clone()
     }
 
+    /// Panics with testpmd's output if it has exited.
+    pub fn check_alive(&mut self) {
+        if let Ok(Some(st)) = self.child.try_wait() {
+            panic!("dpdk-testpmd exited ({st}):\n{}", self.output());
+        }
+    }
+
     /// Waits until testpmd's output contains `s` (after `from` bytes of it); returns where it
     /// ends. Panics with the output if testpmd exits or `secs` pass.
     pub fn wait_output(&mut self, s: &str, from: usize, secs: u64) -> usize {
@@ -95,9 +102,7 @@ impl TestPmd {
             if let Some(i) = out.get(from..).and_then(|t| t.find(s)) {
                 return from + i + s.len();
             }
-            if let Ok(Some(st)) = self.child.try_wait() {
-                panic!("dpdk-testpmd exited ({st}):\n{out}");
-            }
+            self.check_alive();
             assert!(
                 Instant::now() < deadline,
                 "testpmd never printed {s:?}:\n{out}"
@@ -108,16 +113,7 @@ impl TestPmd {
 
     /// Stops testpmd (SIGINT, then SIGKILL after 10 s) and returns its output.
     pub fn stop(&mut self) -> String {
-        if let Ok(None) = self.child.try_wait() {
-            let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
-                std::thread::yield_now();
-            }
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
+        let _ = crate::interrupt(&mut self.child, Duration::from_secs(10));
         let _ = std::fs::remove_dir_all(&self.runtime_dir);
         self.output()
     }

@@ -1,6 +1,7 @@
-//! What the observability tests (`metrics.rs`, `capture.rs`) share: a scratch directory, the
-//! real `quiver run` as a child process with its log collected, `quiver ctl` against it, and a
-//! memif CNF on our memif crate as a traffic peer (no root needed).
+//! What the tests of the `quiver` binary (`metrics.rs`, `capture.rs`, `admin_ctl.rs`,
+//! `dpdk_tap.rs`, `memif_testpmd.rs`) share: a scratch directory, the real `quiver run` as a
+//! child process with its output collected, `quiver ctl` against it, and a memif CNF on our memif
+//! crate as a traffic peer (no root needed).
 
 #![allow(dead_code)]
 
@@ -8,10 +9,11 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use memif::{InterfaceConfig, Slave, SocketAddress};
 use serde_json::Value;
-use testkit::wait_for;
+use testkit::{interrupt, wait_for};
 
 /// A directory of one test's sockets and files, removed on drop.
 pub struct Scratch(pub PathBuf);
@@ -19,7 +21,7 @@ pub struct Scratch(pub PathBuf);
 impl Scratch {
     /// A fresh directory for test `name`.
     pub fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("quiver-obs-{}-{name}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("quiver-test-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         Scratch(dir)
@@ -37,9 +39,9 @@ impl Drop for Scratch {
     }
 }
 
-/// Two memif masters on `memif_socket` (ids 0 and 1), routed: 10.9.0.0/16 via CNF b
-/// (10.0.1.2, a static neighbour) on memif1. `more` is appended.
-pub fn routed_config(memif_socket: &Path, more: &str) -> String {
+/// Two memif masters on `memif_socket` (ids 0 and 1), memif0 10.0.0.1/24 and memif1
+/// 10.0.1.1/24. `more` is appended.
+pub fn memif_pair_config(memif_socket: &Path, more: &str) -> String {
     format!(
         r#"
 [dataplane]
@@ -66,24 +68,39 @@ ip = "10.0.0.1/24"
 [[address]]
 port = "memif1"
 ip = "10.0.1.1/24"
-[[neighbor]]
-port = "memif1"
-ip = "10.0.1.2"
-mac = "02:00:00:00:01:02"
-[[route]]
-prefix = "10.9.0.0/16"
-via = ["10.0.1.2@memif1"]
 {more}
 "#,
         s = memif_socket.display()
     )
 }
 
-/// The quiver daemon with its stderr collected; killed on drop.
+/// [`memif_pair_config`], routed: 10.9.0.0/16 via CNF b (10.0.1.2, a static neighbour) on
+/// memif1. `more` is appended.
+pub fn routed_config(memif_socket: &Path, more: &str) -> String {
+    memif_pair_config(
+        memif_socket,
+        &format!(
+            r#"[[neighbor]]
+port = "memif1"
+ip = "10.0.1.2"
+mac = "02:00:00:00:01:02"
+[[route]]
+prefix = "10.9.0.0/16"
+via = ["10.0.1.2@memif1"]
+{more}"#
+        ),
+    )
+}
+
+/// The quiver daemon with its stdout and stderr collected as it runs; killed on drop.
 pub struct Quiver {
     pub child: Child,
+    /// What it printed on stdout: the tables it prints when it stops.
+    pub stdout: Arc<Mutex<String>>,
+    /// Its log.
     pub stderr: Arc<Mutex<String>>,
-    pub socket: PathBuf,
+    /// Its admin socket, if it was started with one.
+    pub socket: Option<PathBuf>,
 }
 
 fn collect(mut pipe: impl Read + Send + 'static) -> Arc<Mutex<String>> {
@@ -112,13 +129,36 @@ impl Quiver {
 
     /// [`Quiver::spawn`] with environment variables `env` set.
     pub fn spawn_env(dir: &Scratch, config: &str, args: &[&str], env: &[(&str, &str)]) -> Quiver {
-        Quiver::spawn_in(
-            Command::new(env!("CARGO_BIN_EXE_quiver")),
-            dir,
-            config,
-            args,
-            env,
-        )
+        Quiver::spawn_with(dir, "quiver", config, &dir.path("admin.sock"), |cmd| {
+            cmd.args(args).envs(env.iter().copied());
+        })
+    }
+
+    /// Starts `quiver run --config <dir>/<name>.toml --admin-socket <socket>`, then what `more`
+    /// adds (arguments, environment); does not wait.
+    pub fn spawn_with(
+        dir: &Scratch,
+        name: &str,
+        config: &str,
+        socket: &Path,
+        more: impl FnOnce(&mut Command),
+    ) -> Quiver {
+        let cmd = Command::new(env!("CARGO_BIN_EXE_quiver"));
+        Quiver::launch(cmd, dir, name, config, Some(socket), more)
+    }
+
+    /// [`Quiver::spawn_with`] adding nothing, then waits until its admin API listens.
+    pub fn start_at(dir: &Scratch, name: &str, config: &str, socket: &Path) -> Quiver {
+        let mut q = Quiver::spawn_with(dir, name, config, socket, |_| {});
+        q.wait_log("admin API listening");
+        q
+    }
+
+    /// Starts `quiver run --config <dir>/<name>.toml` and nothing more (no admin socket), as a
+    /// user first runs it; does not wait.
+    pub fn run(dir: &Scratch, name: &str, config: &str) -> Quiver {
+        let cmd = Command::new(env!("CARGO_BIN_EXE_quiver"));
+        Quiver::launch(cmd, dir, name, config, None, |_| {})
     }
 
     /// [`Quiver::spawn_env`] in a network namespace of its own, with only `lo` (up): what it
@@ -138,35 +178,41 @@ impl Quiver {
             "/usr/bin/ip link set lo up && exec \"$0\" \"$@\"",
             env!("CARGO_BIN_EXE_quiver"),
         ]);
-        Quiver::spawn_in(cmd, dir, config, args, env)
+        let socket = dir.path("admin.sock");
+        Quiver::launch(cmd, dir, "quiver", config, Some(&socket), |cmd| {
+            cmd.args(args).envs(env.iter().copied());
+        })
     }
 
-    fn spawn_in(
+    /// Starts `cmd run --config <dir>/<name>.toml`, with `--admin-socket <socket>` if given,
+    /// then what `more` adds; does not wait.
+    fn launch(
         mut cmd: Command,
         dir: &Scratch,
+        name: &str,
         config: &str,
-        args: &[&str],
-        env: &[(&str, &str)],
+        socket: Option<&Path>,
+        more: impl FnOnce(&mut Command),
     ) -> Quiver {
-        let path = dir.path("quiver.toml");
+        let path = dir.path(&format!("{name}.toml"));
         std::fs::write(&path, config).unwrap();
-        let socket = dir.path("admin.sock");
+        cmd.args(["run", "--config"]).arg(&path);
+        if let Some(socket) = socket {
+            cmd.arg("--admin-socket").arg(socket);
+        }
+        more(&mut cmd);
         let mut child = cmd
-            .args(["run", "--config"])
-            .arg(&path)
-            .arg("--admin-socket")
-            .arg(&socket)
-            .args(args)
-            .envs(env.iter().copied())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .expect("start quiver");
+        let stdout = collect(child.stdout.take().unwrap());
         let stderr = collect(child.stderr.take().unwrap());
         Quiver {
             child,
+            stdout,
             stderr,
-            socket,
+            socket: socket.map(Path::to_path_buf),
         }
     }
 
@@ -177,14 +223,37 @@ impl Quiver {
         q
     }
 
+    /// Panics with quiver's output if it has exited.
+    pub fn check_running(&mut self) {
+        if let Ok(Some(st)) = self.child.try_wait() {
+            panic!(
+                "quiver exited ({st}):\n{}\n{}",
+                self.stdout.lock().unwrap(),
+                self.stderr.lock().unwrap()
+            );
+        }
+    }
+
     /// Waits until quiver has logged `text`.
     pub fn wait_log(&mut self, text: &str) {
         wait_for(text, 30, || {
-            if let Ok(Some(st)) = self.child.try_wait() {
-                panic!("quiver exited ({st}):\n{}", self.stderr.lock().unwrap());
-            }
+            self.check_running();
             self.stderr.lock().unwrap().contains(text)
         });
+    }
+
+    /// Stops quiver (SIGINT; SIGKILL after 20 s), which must exit with success; returns what it
+    /// printed on stdout and stderr.
+    pub fn stop(&mut self) -> (String, String) {
+        let status = interrupt(&mut self.child, Duration::from_secs(20)).unwrap();
+        // The readers finish at end of file, which the exit just caused.
+        wait_for("quiver's output to end", 10, || {
+            Arc::strong_count(&self.stdout) == 1 && Arc::strong_count(&self.stderr) == 1
+        });
+        let out = self.stdout.lock().unwrap().clone();
+        let err = self.stderr.lock().unwrap().clone();
+        assert!(status.success(), "quiver failed ({status}):\n{out}\n{err}");
+        (out, err)
     }
 
     /// The log so far.
@@ -209,10 +278,14 @@ impl Quiver {
 
     /// Runs `quiver ctl --socket <ours> args…`.
     pub fn ctl(&self, args: &[&str]) -> Output {
+        let socket = self
+            .socket
+            .as_ref()
+            .expect("quiver started with an admin socket");
         Command::new(env!("CARGO_BIN_EXE_quiver"))
             .arg("ctl")
             .arg("--socket")
-            .arg(&self.socket)
+            .arg(socket)
             .args(args)
             .output()
             .expect("run quiver ctl")
@@ -238,13 +311,24 @@ impl Quiver {
 
     /// Runs a `quiver ctl` command that must fail; returns its message.
     pub fn refused(&self, args: &[&str]) -> String {
+        String::from_utf8_lossy(&self.refused_output(args).stderr).into_owned()
+    }
+
+    /// [`Quiver::refused`], and the command must print no result on stdout.
+    pub fn refused_quietly(&self, args: &[&str]) -> String {
+        let out = self.refused_output(args);
+        assert!(out.stdout.is_empty(), "{args:?} printed a result");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+
+    fn refused_output(&self, args: &[&str]) -> Output {
         let out = self.ctl(args);
         assert!(
             !out.status.success(),
             "quiver ctl {args:?} succeeded: {}",
             String::from_utf8_lossy(&out.stdout)
         );
-        String::from_utf8_lossy(&out.stderr).into_owned()
+        out
     }
 }
 
@@ -313,14 +397,18 @@ impl Cnf {
     }
 }
 
-/// The entry of a JSON array whose `key` is `value` (exactly one).
-pub fn one<'a>(v: &'a Value, key: &str, value: &str) -> &'a Value {
-    let found: Vec<&Value> = v
-        .as_array()
+/// The entries of a JSON array whose `key` is `value`.
+pub fn entries<'a>(v: &'a Value, key: &str, value: &str) -> Vec<&'a Value> {
+    v.as_array()
         .expect("a JSON array")
         .iter()
         .filter(|e| e[key] == value)
-        .collect();
+        .collect()
+}
+
+/// The entry of a JSON array whose `key` is `value` (exactly one).
+pub fn one<'a>(v: &'a Value, key: &str, value: &str) -> &'a Value {
+    let found = entries(v, key, value);
     assert_eq!(found.len(), 1, "one entry with {key} = {value} in {v:#}");
     found[0]
 }
@@ -349,11 +437,18 @@ pub fn interface_mac(q: &Quiver, name: &str) -> [u8; 6] {
 
 /// CNF a on memif0 and CNF b on memif1, both up (in quiver's log too).
 pub fn cnfs(q: &mut Quiver, memif_socket: &Path) -> (Cnf, Cnf) {
+    cnfs_of(q, memif_socket, ["memif0", "memif1"])
+}
+
+/// CNFs on interfaces 0 and 1 of `memif_socket`, which are quiver's ports `ports`: both up (in
+/// quiver's log too).
+pub fn cnfs_of(q: &mut Quiver, memif_socket: &Path, ports: [&str; 2]) -> (Cnf, Cnf) {
     let mut a = Cnf::connect(memif_socket, 0);
     let mut b = Cnf::connect(memif_socket, 1);
     wait_for("both CNFs' links", 30, || a.is_up() & b.is_up());
-    q.wait_log("memif link up port=memif0");
-    q.wait_log("memif link up port=memif1");
+    for port in ports {
+        q.wait_log(&format!("memif link up port={port}"));
+    }
     (a, b)
 }
 
@@ -367,6 +462,23 @@ pub fn route(a: &mut Cnf, b: &mut Cnf, frames: &[Vec<u8>], expect: usize) -> Vec
         got.len() >= expect
     });
     got
+}
+
+/// The counters of `port` in the last `show interfaces` table quiver printed on `stdout`:
+/// (rx packets, rx bytes, tx packets, tx bytes, rx drops, tx drops).
+pub fn interface_counters(stdout: &str, port: &str) -> [u64; 6] {
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.split_whitespace().next() == Some(port))
+        .unwrap_or_else(|| panic!("no {port} line in:\n{stdout}"));
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(3)
+        .map(|x| x.parse().unwrap())
+        .collect();
+    v.try_into()
+        .unwrap_or_else(|_| panic!("bad {port} line: {line}"))
 }
 
 /// Formats a MAC as `aa:bb:cc:dd:ee:ff`.

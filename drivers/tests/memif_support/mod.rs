@@ -1,31 +1,62 @@
 //! What the memif port tests share: Quiver's forwarding graph over memif ports on two workers
-//! (ports, pool, forwarding state set up by the test), and waiting with a deadline.
+//! (ports, pool, forwarding state set up by the test), our memif slaves as its peers, and
+//! waiting with a deadline.
 
 #![allow(dead_code)]
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use dataplane::{
     BufferPool, BufferPoolConfig, Dataplane, GraphBuilder, HugepagePolicy, IdlePolicy, PortInput,
     TxQueue, WorkerConfig,
 };
 use drivers::memif_port::{MemifControl, MemifPort, MemifPortConfig};
-use drivers::Port;
+use drivers::{LinkStatus, Port};
 use graph_nodes::{
     add_forwarding_nodes, names, FibConfig, Forwarding, ForwardingState, IfIndex, LocalState,
 };
+use memif::{InterfaceConfig, Mode, Slave};
 
 /// Workers (and queue pairs per port).
 pub const WORKERS: usize = 2;
 
-/// Polls `step` until it holds; fails the test after `secs`.
-pub fn wait_for(what: &str, secs: u64, mut step: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !step() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::yield_now();
-    }
+pub use testkit::wait_for;
+
+/// The configuration of a memif slave of interface `id` with [`WORKERS`] queue pairs.
+pub fn slave_config(id: u32, mode: Mode) -> InterfaceConfig {
+    let mut c = InterfaceConfig::new(id);
+    c.queue_pairs = WORKERS as u16;
+    c.mode = mode;
+    c
+}
+
+/// Waits until every one of `slaves` and every port of `quiver` is up, with all its queues.
+pub fn connect(quiver: &Quiver, slaves: &mut [&mut Slave]) {
+    wait_for("memif links up", 20, || {
+        for s in slaves.iter_mut() {
+            s.poll().unwrap();
+        }
+        slaves.iter().all(|s| s.interface().is_up())
+            && quiver
+                .ports
+                .iter()
+                .all(|p| p.link() == LinkStatus::Up && p.connected_queues() == WORKERS)
+    });
+}
+
+/// A frame of `len` bytes for queue `q` with sequence `seq`: Ethernet (local experimental
+/// ethertype), then the queue and sequence, then a payload every byte of which is derived from
+/// them and `pattern`.
+pub fn queue_frame(q: u8, seq: u32, len: usize, pattern: u32) -> Vec<u8> {
+    let mut f: Vec<u8> = (0..len)
+        .map(|i| (i as u32).wrapping_mul(pattern).wrapping_add(seq) as u8 ^ q)
+        .collect();
+    f[0..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0xbb]);
+    f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0xaa]);
+    f[12..14].copy_from_slice(&[0x88, 0xb5]);
+    f[14] = q;
+    f[15..19].copy_from_slice(&seq.to_be_bytes());
+    f
 }
 
 /// CPUs this machine has (workers share them when there are fewer than [`WORKERS`]).
