@@ -55,7 +55,9 @@ struct RunArgs {
     #[arg(long)]
     admin_socket: Option<String>,
     /// Serve NSM's forwarder API (also on when `NSM_LISTEN_ON` is set), configured by the
-    /// `NSM_*` environment as cmd-forwarder-vpp is.
+    /// `NSM_*` environment as cmd-forwarder-vpp is. `NSM_LISTEN_ON` is `unix:///path` or
+    /// `tcp://host:port`; TCP is served with mTLS only, so it needs `SPIFFE_ENDPOINT_SOCKET`
+    /// (without it quiver refuses to start: plaintext is only for unix sockets).
     #[arg(long)]
     nsm: bool,
     /// Serve Prometheus metrics (`GET /metrics`) on this `IP:PORT`, e.g. 127.0.0.1:9464

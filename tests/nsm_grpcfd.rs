@@ -2,20 +2,27 @@
 //! beside the Request on Quiver's unix socket (SCM_RIGHTS) and names it `inode://dev/ino`;
 //! Quiver builds the KERNEL interface inside that namespace. An `inode://` URL no fd was passed
 //! for is refused with nothing built, and the fd Quiver received is closed after Close.
+//!
+//! The other way: the NSE answers with its namespace as `inode://…`, passing the fd back on
+//! Quiver's connection to it; Quiver builds the endpoint's interface there (ping crosses),
+//! holds the fd until Close; an answer naming a namespace no fd came for is refused with
+//! nothing left.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path as FsPath;
 
 use ctl_api::grpcfd::InodeKey;
-use ctl_api::nsm::testing::TestEndpoint;
-use ctl_api::proto::connection::State;
+use ctl_api::nsm::testing::{BlockingClient, TestEndpoint};
+use ctl_api::nsm::Dataplane;
+use ctl_api::proto::connection::{Connection, State};
+use ctl_api::proto::connectioncontext::{ConnectionContext, IpContext};
 use ctl_api::proto::networkservice::network_service_client::NetworkServiceClient;
 use ctl_api::proto::networkservice::NetworkServiceRequest;
 use testkit::{require, wait_for, Needs};
 
 mod nsm_support;
 
-use nsm_support::{mech, nsc_connection, Netns, TempDir, TestForwarder, IP};
+use nsm_support::{mech, nsc_connection, Netns, TempDir, TestForwarder, IP, PING};
 
 /// How many of this process's fds (the NSM server's included: it runs here) refer to `key`.
 fn open_fds_of(key: InodeKey) -> usize {
@@ -163,6 +170,212 @@ fn a_namespace_passed_by_fd_gets_the_kernel_interface_and_its_fd_is_closed_after
     drop(client);
     drop(channel);
     drop(rt);
+    drop(server);
+    drop(endpoint);
+    drop(dp);
+    drop(fwd);
+    quiver.stop();
+}
+
+/// How many fds this process has open.
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+/// How many fds this process has open once `client`'s connection to Quiver is up (a Close
+/// of a connection nobody has: it changes nothing).
+fn open_fds_when_connected(client: &mut BlockingClient) -> usize {
+    client
+        .close(nsc_connection("warm-up", "fd-answer"))
+        .unwrap();
+    open_fds()
+}
+
+#[test]
+fn the_endpoint_passes_its_namespace_by_fd_and_quiver_builds_its_interface_there() {
+    if !require(
+        "the_endpoint_passes_its_namespace_by_fd",
+        &Needs {
+            root: true,
+            tools: &[IP, PING],
+            ..Needs::default()
+        },
+    ) {
+        return;
+    }
+    let nsc = Netns::new("fdac");
+    let nse = Netns::new("fdae");
+    let dir = TempDir::new("nsm-grpcfd-answer");
+    let nse_key = {
+        let m = std::fs::metadata(nse.path()).unwrap();
+        InodeKey {
+            dev: m.dev(),
+            ino: m.ino(),
+        }
+    };
+
+    let quiver = TestForwarder::start("");
+    let fwd = quiver.fwd.clone();
+    // The NSE answers with its namespace as `inode://…`, the fd passed with the answer.
+    let nse_sock = dir.path().join("nse.sock");
+    let endpoint = TestEndpoint::start_passing_fds(
+        &nse_sock,
+        "nse",
+        vec![mech(
+            "KERNEL",
+            &[("inodeURL", &nse.url()), ("name", "nsefa0")],
+        )],
+    )
+    .unwrap();
+    let listen = format!("unix://{}", dir.path().join("quiver.sock").display());
+    let dp = quiver.dataplane();
+    let server = quiver.serve(
+        dp.clone(),
+        "quiver",
+        &listen,
+        None,
+        format!("unix://{}", nse_sock.display()),
+    );
+    let mut client = BlockingClient::connect(&listen).unwrap();
+    let before = open_fds_when_connected(&mut client);
+    assert_eq!(
+        open_fds_of(nse_key),
+        0,
+        "nobody holds the NSE's namespace yet"
+    );
+
+    let id = format!("grpcfd-answer-{}", std::process::id());
+    let answer = client
+        .request(NetworkServiceRequest {
+            connection: Some(Connection {
+                context: Some(ConnectionContext {
+                    ip_context: Some(IpContext {
+                        src_ip_addrs: vec!["10.73.0.1/24".into()],
+                        dst_ip_addrs: vec!["10.73.0.2/24".into()],
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..nsc_connection(&id, "fd-answer")
+            }),
+            mechanism_preferences: vec![mech(
+                "KERNEL",
+                &[("inodeURL", &nsc.url()), ("name", "nsmfa0")],
+            )],
+        })
+        .unwrap();
+    assert_eq!(answer.state, State::Up as i32);
+    assert!(
+        nse.has_link("nsefa0"),
+        "the endpoint's interface is in the namespace it passed by fd"
+    );
+    assert!(nsc.has_link("nsmfa0"), "the client's interface");
+    assert!(
+        open_fds_of(nse_key) >= 1,
+        "Quiver holds the NSE's namespace while the connection lives"
+    );
+    wait_for("a ping from the NSC to the NSE through Quiver", 30, || {
+        nsc.ping("10.73.0.2")
+    });
+
+    client.close(answer).unwrap();
+    let closes = endpoint.log().closes;
+    assert_eq!(closes.len(), 1, "closed toward the endpoint");
+    assert_eq!(
+        closes[0].mechanism.as_ref().unwrap().parameters["inodeURL"],
+        nse_key.to_string(),
+        "with the endpoint's own answer"
+    );
+    assert!(!nse.has_link("nsefa0"), "the endpoint's interface is gone");
+    assert!(!nsc.has_link("nsmfa0"), "the client's interface is gone");
+    assert!(fwd.lock().unwrap().ports().is_empty(), "no port left");
+    assert_eq!(open_fds_of(nse_key), 0, "the NSE's namespace fd is closed");
+    // Quiver's channel to the endpoint idles out: every fd is back.
+    wait_for("the fds to be back to where they were", 10, || {
+        open_fds() == before
+    });
+
+    drop(client);
+    drop(server);
+    drop(endpoint);
+    drop(dp);
+    drop(fwd);
+    quiver.stop();
+}
+
+#[test]
+fn an_endpoint_naming_a_namespace_it_did_not_pass_is_refused_with_nothing_left() {
+    if !require(
+        "an_endpoint_naming_a_namespace_it_did_not_pass_is_refused",
+        &Needs {
+            root: true,
+            tools: &[IP],
+            ..Needs::default()
+        },
+    ) {
+        return;
+    }
+    let nsc = Netns::new("fdnc");
+    let nse = Netns::new("fdne");
+    let dir = TempDir::new("nsm-grpcfd-nofd");
+    let nse_key = {
+        let m = std::fs::metadata(nse.path()).unwrap();
+        InodeKey {
+            dev: m.dev(),
+            ino: m.ino(),
+        }
+    };
+    let quiver = TestForwarder::start("");
+    let fwd = quiver.fwd.clone();
+    // It names its namespace `inode://…` and passes no fd.
+    let nse_sock = dir.path().join("nse.sock");
+    let endpoint = TestEndpoint::start(
+        &nse_sock,
+        "nse",
+        vec![mech(
+            "KERNEL",
+            &[("inodeURL", &nse_key.to_string()), ("name", "nsefn0")],
+        )],
+    )
+    .unwrap();
+    let listen = format!("unix://{}", dir.path().join("quiver.sock").display());
+    let dp = quiver.dataplane();
+    let server = quiver.serve(
+        dp.clone(),
+        "quiver",
+        &listen,
+        None,
+        format!("unix://{}", nse_sock.display()),
+    );
+    let mut client = BlockingClient::connect(&listen).unwrap();
+    let before = open_fds_when_connected(&mut client);
+    let id = format!("grpcfd-nofd-{}", std::process::id());
+    let err = client
+        .request(NetworkServiceRequest {
+            connection: Some(nsc_connection(&id, "fd-answer")),
+            mechanism_preferences: vec![mech(
+                "KERNEL",
+                &[("inodeURL", &nsc.url()), ("name", "nsmfn0")],
+            )],
+        })
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+    assert!(
+        err.message().contains(&format!(
+            "the endpoint answered inodeURL = {nse_key} but passed no file descriptor"
+        )),
+        "{err:?}"
+    );
+    assert!(!nsc.has_link("nsmfn0"), "the client's interface is gone");
+    assert!(!nse.has_link("nsefn0"));
+    assert!(fwd.lock().unwrap().ports().is_empty(), "no port left");
+    assert!(!dp.owners().unwrap().contains(&id), "no tagged veth left");
+    assert_eq!(endpoint.log().closes.len(), 1, "closed toward the endpoint");
+    wait_for("the fds to be back to where they were", 10, || {
+        open_fds() == before
+    });
+
+    drop(client);
     drop(server);
     drop(endpoint);
     drop(dp);

@@ -2,11 +2,13 @@
 //! caller's SVID key (`sub` = the caller's SPIFFE ID, `aud` = [the callee's], `exp`), and
 //! `nsm-client-token-expires`, the same expiry in RFC 3339 with nanoseconds (Go's
 //! `time.RFC3339Nano`). A hop checks that the token it received was signed by the key of the
-//! TLS peer it came from and has not expired, stamps it into the previous path segment, and
-//! mints its own for its segment and the next hop.
+//! TLS peer it came from, names that peer as `sub`, has not expired and was minted for the hop
+//! itself (its own SPIFFE ID in `aud`: a token taken from another hop and replayed is refused),
+//! stamps it into the previous path segment, and mints its own for its segment and the next hop.
 //!
 //! Server side, per call: [`verify_request`] (the peer from the request's extensions, the token
-//! from its metadata), then [`PathToken::apply_to_segment`] on the previous segment. Own segment
+//! from its metadata, the audience the server's own SPIFFE ID), then
+//! [`PathToken::apply_to_segment`] on the previous segment. Own segment
 //! and client side: [`mint`] for the peer ([`crate::spiffe::PeerIdentity`]), then
 //! [`PathToken::apply_to_segment`] and [`PathToken::insert_into`] on the outgoing request.
 //! Refusals are `PermissionDenied` statuses saying why.
@@ -22,7 +24,7 @@ use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Code, Request, Status};
 
 use crate::proto::connection::PathSegment;
-use crate::spiffe::{PeerIdentity, X509Identity};
+use crate::spiffe::{PeerIdentity, SpiffeId, X509Identity};
 
 /// The metadata key of the token.
 pub const TOKEN_METADATA: &str = "nsm-client-token";
@@ -96,6 +98,16 @@ pub enum TokenError {
         /// The TLS peer's SPIFFE ID.
         peer: String,
     },
+    /// `aud` does not name the receiver: the token was minted for another workload.
+    #[error(
+        "path token aud {aud:?} does not include {own} (the token was minted for another workload)"
+    )]
+    WrongAudience {
+        /// The token's `aud`.
+        aud: Vec<String>,
+        /// The receiver's own SPIFFE ID.
+        own: String,
+    },
     /// The call did not come over SPIFFE mTLS, so there is no peer to check against.
     #[error("no TLS peer identity: path tokens need SPIFFE mTLS")]
     NoPeer,
@@ -167,7 +179,9 @@ pub fn sign(own: &X509Identity, claims: &TokenClaims) -> Result<String, TokenErr
 }
 
 /// Checks a token received from `peer`: ES256, signed by the key of `peer`'s certificate, not
-/// expired, `sub` = `peer`'s SPIFFE ID. Returns its claims.
+/// expired, `sub` = `peer`'s SPIFFE ID. Returns its claims. It does not look at `aud`: a
+/// receiver checks that with [`verify_for`] (or [`check_audience`]); this alone is for reading
+/// the tokens of a path (whose audiences are other hops).
 pub fn verify(token: &str, peer: &PeerIdentity) -> Result<TokenClaims, TokenError> {
     verify_at(token, peer, SystemTime::now())
 }
@@ -227,23 +241,61 @@ pub fn verify_at(
     Ok(claims)
 }
 
+/// [`verify`], and `own` (the receiver's SPIFFE ID) must be among the token's `aud`.
+pub fn verify_for(
+    token: &str,
+    peer: &PeerIdentity,
+    own: &SpiffeId,
+) -> Result<TokenClaims, TokenError> {
+    verify_for_at(token, peer, own, SystemTime::now())
+}
+
+/// [`verify_for`] as of `now`.
+pub fn verify_for_at(
+    token: &str,
+    peer: &PeerIdentity,
+    own: &SpiffeId,
+    now: SystemTime,
+) -> Result<TokenClaims, TokenError> {
+    let claims = verify_at(token, peer, now)?;
+    check_audience(&claims, own)?;
+    Ok(claims)
+}
+
+/// `own` must be among `claims.aud` (a token minted for another workload is refused).
+pub fn check_audience(claims: &TokenClaims, own: &SpiffeId) -> Result<(), TokenError> {
+    if claims.aud.iter().any(|a| a == own.as_str()) {
+        Ok(())
+    } else {
+        Err(TokenError::WrongAudience {
+            aud: claims.aud.clone(),
+            own: own.to_string(),
+        })
+    }
+}
+
 fn header_and_payload_len(token: &str) -> usize {
     token.rfind('.').unwrap_or(token.len())
 }
 
-/// Checks the path token of a call that came over [`crate::spiffe::serve_tls`]: the token and
-/// expiry from its metadata, against the TLS peer from its extensions (see [`verify`]; the
-/// expiry must not have passed nor be later than the token's `exp`). Returns the token, ready to
-/// be stamped into the previous path segment.
-pub fn verify_request<T>(request: &Request<T>) -> Result<PathToken, Status> {
-    verify_request_at(request, SystemTime::now())
+/// Checks the path token of a call that came over [`crate::spiffe::serve_tls`] to the server
+/// whose SPIFFE ID is `own`: the token and expiry from its metadata, against the TLS peer from
+/// its extensions and `own` as the audience (see [`verify_for`]; the expiry must not have
+/// passed nor be later than the token's `exp`). Returns the token, ready to be stamped into the
+/// previous path segment.
+pub fn verify_request<T>(request: &Request<T>, own: &SpiffeId) -> Result<PathToken, Status> {
+    verify_request_at(request, own, SystemTime::now())
 }
 
 /// [`verify_request`] as of `now`.
-pub fn verify_request_at<T>(request: &Request<T>, now: SystemTime) -> Result<PathToken, Status> {
+pub fn verify_request_at<T>(
+    request: &Request<T>,
+    own: &SpiffeId,
+    now: SystemTime,
+) -> Result<PathToken, Status> {
     let peer = PeerIdentity::from_request(request).ok_or(TokenError::NoPeer)?;
     let token = PathToken::from_metadata(request.metadata())?;
-    let claims = verify_at(&token.token, peer, now)?;
+    let claims = verify_for_at(&token.token, peer, own, now)?;
     if unix_seconds(token.expires) > claims.exp {
         return Err(TokenError::ExpiresMismatch.into());
     }

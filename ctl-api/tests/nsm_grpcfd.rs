@@ -2,6 +2,12 @@
 //! `/proc/self/fd/<n>` of the file the client passed for an `inode://` URL; the fd lives as
 //! long as the NSM connection (closed at expiry here; at Close in `tests/nsm_grpcfd.rs` and
 //! `nsm_mtls.rs`), and fds passed but never used close with their transport connection.
+//!
+//! Quiver as the client: the endpoint's answer names its file `inode://…` and passes the fd
+//! back on Quiver's channel; Quiver builds the endpoint side with it, holds it while the
+//! connection lives and sends the endpoint's own answer back on refresh and Close. An answer
+//! naming a file it did not pass is refused with nothing left. A registry that passes the
+//! endpoint's socket by fd gets it dialed.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -16,11 +22,19 @@ use ctl_api::nsm::path::timestamp;
 use ctl_api::nsm::server::bind;
 use ctl_api::nsm::testing::TestEndpoint;
 use ctl_api::nsm::{
-    Dataplane, DataplaneError, LinkEvents, NsmConfig, NsmService, PortName, StaticEndpoint,
+    Dataplane, DataplaneError, EndpointDiscovery, LinkEvents, NsmConfig, NsmService, PortName,
+    RegistryDiscovery, StaticEndpoint,
 };
 use ctl_api::proto::connection::{Connection, Mechanism, Path, PathSegment, State};
 use ctl_api::proto::networkservice::network_service_client::NetworkServiceClient;
 use ctl_api::proto::networkservice::NetworkServiceRequest;
+use ctl_api::proto::registry::network_service_endpoint_registry_server::{
+    NetworkServiceEndpointRegistry, NetworkServiceEndpointRegistryServer,
+};
+use ctl_api::proto::registry::{
+    NetworkServiceEndpoint, NetworkServiceEndpointQuery, NetworkServiceEndpointResponse,
+};
+use tonic::{Request, Response, Status};
 
 /// Records the namespace path of each KERNEL port, by port name.
 #[derive(Default)]
@@ -133,43 +147,81 @@ struct Harness {
     service: NsmService,
     dp: Arc<RecordingDp>,
     listen_on: String,
-    _nse: TestEndpoint,
-    _stop: tokio::sync::oneshot::Sender<()>,
+    nse: TestEndpoint,
+    _stop: Vec<tokio::sync::oneshot::Sender<()>>,
+}
+
+/// How the test endpoint answers, and how Quiver finds it.
+struct Setup {
+    /// The endpoint's `inodeURL`.
+    nse_netns: String,
+    /// It passes the files of its `file://` URLs by fd (grpcfd).
+    nse_passes_fds: bool,
+    /// Quiver finds it through a registry that passes its socket by fd.
+    registry: bool,
 }
 
 async fn harness() -> Harness {
+    harness_with(Setup {
+        nse_netns: "file:///proc/self/ns/net".into(),
+        nse_passes_fds: false,
+        registry: false,
+    })
+    .await
+}
+
+async fn harness_with(setup: Setup) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let nse_sock = dir.path().join("nse.sock");
     // It runs a runtime of its own: started off this one.
     let sock = nse_sock.clone();
     let nse = tokio::task::spawn_blocking(move || {
-        TestEndpoint::start(
-            &sock,
-            "nse",
-            vec![kernel(&[
-                ("inodeURL", "file:///proc/self/ns/net"),
-                ("name", "nse0"),
-            ])],
-        )
+        let answers = vec![kernel(&[("inodeURL", &setup.nse_netns), ("name", "nse0")])];
+        if setup.nse_passes_fds {
+            TestEndpoint::start_passing_fds(&sock, "nse", answers)
+        } else {
+            TestEndpoint::start(&sock, "nse", answers)
+        }
     })
     .await
     .unwrap()
     .unwrap();
     let listen_on = format!("unix://{}", dir.path().join("quiver.sock").display());
-    let cfg = NsmConfig {
+    let mut cfg = NsmConfig {
         name: "quiver".into(),
         listen_on: listen_on.clone(),
         reconcile_at_start: false,
         ..NsmConfig::default()
     };
+    let mut stop = Vec::new();
+    let discovery: Arc<dyn EndpointDiscovery> = if setup.registry {
+        let registry = dir.path().join("registry.sock");
+        cfg.connect_to = format!("unix://{}", registry.display());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        stop.push(tx);
+        let router = tonic::transport::Server::builder().add_service(
+            NetworkServiceEndpointRegistryServer::new(PassingRegistry {
+                name: "nse".into(),
+                socket: nse_sock.clone(),
+            }),
+        );
+        tokio::spawn(ctl_api::spiffe::serve(
+            router,
+            bind(&cfg.connect_to).unwrap(),
+            None,
+            async {
+                let _ = rx.await;
+            },
+        ));
+        Arc::new(RegistryDiscovery::new(&cfg))
+    } else {
+        Arc::new(StaticEndpoint(format!("unix://{}", nse_sock.display())))
+    };
     let dp = Arc::new(RecordingDp::default());
-    let service = NsmService::new(
-        cfg.clone(),
-        dp.clone(),
-        Arc::new(StaticEndpoint(format!("unix://{}", nse_sock.display()))),
-    );
+    let service = NsmService::new(cfg.clone(), dp.clone(), discovery);
     let listener = bind(&listen_on).unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    stop.push(tx);
     tokio::spawn(service.clone().serve_on(listener, async {
         let _ = rx.await;
     }));
@@ -178,8 +230,59 @@ async fn harness() -> Harness {
         service,
         dp,
         listen_on,
-        _nse: nse,
-        _stop: tx,
+        nse,
+        _stop: stop,
+    }
+}
+
+/// nsmgr's registry as NSM's grpcfd has it: `Find` of `name` answers with the endpoint's
+/// socket as `inode://<dev>/<ino>`, its fd passed with the answer.
+struct PassingRegistry {
+    name: String,
+    socket: PathBuf,
+}
+
+#[tonic::async_trait]
+impl NetworkServiceEndpointRegistry for PassingRegistry {
+    async fn register(
+        &self,
+        request: Request<NetworkServiceEndpoint>,
+    ) -> Result<Response<NetworkServiceEndpoint>, Status> {
+        Ok(Response::new(request.into_inner()))
+    }
+
+    type FindStream =
+        tokio_stream::Iter<std::vec::IntoIter<Result<NetworkServiceEndpointResponse, Status>>>;
+
+    async fn find(
+        &self,
+        request: Request<NetworkServiceEndpointQuery>,
+    ) -> Result<Response<Self::FindStream>, Status> {
+        let sender = ctl_api::grpcfd::ConnectionInfo::from_request(&request)
+            .expect("served over fd-passing streams")
+            .sender
+            .clone();
+        let query = request.into_inner();
+        let mut answers = Vec::new();
+        if query.network_service_endpoint.map(|e| e.name) == Some(self.name.clone()) {
+            let url = sender
+                .send_file(&self.socket)
+                .map_err(|e| Status::internal(e.to_string()))?
+                .to_string();
+            answers.push(Ok(NetworkServiceEndpointResponse {
+                network_service_endpoint: Some(NetworkServiceEndpoint {
+                    name: self.name.clone(),
+                    url,
+                    ..Default::default()
+                }),
+                deleted: false,
+            }));
+        }
+        Ok(Response::new(tokio_stream::iter(answers)))
+    }
+
+    async fn unregister(&self, _: Request<NetworkServiceEndpoint>) -> Result<Response<()>, Status> {
+        Ok(Response::new(()))
     }
 }
 
@@ -201,7 +304,15 @@ impl Harness {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_data_path_gets_the_passed_fd_which_closes_when_the_connection_expires() {
-    let h = harness().await;
+    // The endpoint passes its "namespace" by fd too: both close at expiry.
+    let files = tempfile::tempdir().unwrap();
+    let (nse_url, nse_key) = endpoint_file(&files);
+    let h = harness_with(Setup {
+        nse_netns: nse_url,
+        nse_passes_fds: true,
+        registry: false,
+    })
+    .await;
     let (path, key) = h.file("ns");
     let channel = ctl_api::spiffe::connect(&h.listen_on, None).await.unwrap();
     let mut client = NetworkServiceClient::new(channel.channel());
@@ -224,6 +335,7 @@ async fn the_data_path_gets_the_passed_fd_which_closes_when_the_connection_expir
     }
     assert_eq!(open_fds_of(key), 1, "Quiver holds the fd");
     assert_eq!(h.service.held_fds().len(), 1);
+    assert_eq!(open_fds_of(nse_key), 1, "and the endpoint's");
 
     wait_for("the connection to expire", || {
         h.service.core().connection_count() == 0
@@ -231,6 +343,12 @@ async fn the_data_path_gets_the_passed_fd_which_closes_when_the_connection_expir
     .await;
     wait_for("the passed fd to be closed", || open_fds_of(key) == 0).await;
     assert!(h.service.held_fds().is_empty());
+    assert_eq!(
+        open_fds_of(nse_key),
+        0,
+        "the endpoint's fd closed at expiry"
+    );
+    assert_eq!(h.nse.log().closes.len(), 1, "closed toward the endpoint");
     drop(channel);
 }
 
@@ -261,4 +379,184 @@ async fn fds_passed_and_never_used_close_with_their_transport_connection() {
     .await;
     assert_eq!(open_fds_of(used), 1, "the connection still uses its fd");
     assert_eq!(h.service.core().connection_count(), 1);
+}
+
+/// A file standing for the endpoint's namespace: its `file://` URL and identity.
+fn endpoint_file(dir: &tempfile::TempDir) -> (String, InodeKey) {
+    let path = dir.path().join("nse-netns");
+    std::fs::write(&path, b"").unwrap();
+    let m = std::fs::metadata(&path).unwrap();
+    (
+        format!("file://{}", path.display()),
+        InodeKey {
+            dev: m.dev(),
+            ino: m.ino(),
+        },
+    )
+}
+
+/// How many fds this process has open.
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+/// The namespace path of the KERNEL port `port` of connection `owner`.
+fn netns_of(h: &Harness, owner: &str, port: &str) -> PathBuf {
+    let ports = h.dp.kernel.lock().unwrap();
+    let (o, netns) = ports.get(port).expect("the port is built");
+    assert_eq!(o, owner);
+    netns.clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_endpoint_side_is_built_with_the_fd_the_endpoint_passed_until_close() {
+    // The endpoint's "namespace": a file of the test's, passed by fd with each answer.
+    let files = tempfile::tempdir().unwrap();
+    let (nse_url, nse_key) = endpoint_file(&files);
+    let h = harness_with(Setup {
+        nse_netns: nse_url,
+        nse_passes_fds: true,
+        registry: false,
+    })
+    .await;
+    let (client_ns, _) = h.file("client-netns");
+    let client_url = format!("file://{}", client_ns.display());
+    let channel = ctl_api::spiffe::connect(&h.listen_on, None).await.unwrap();
+    let mut client = NetworkServiceClient::new(channel.channel());
+    let before = open_fds();
+    assert_eq!(open_fds_of(nse_key), 0);
+
+    let answer = client
+        .request(request("e1", &client_url, Duration::from_secs(600)))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.state, State::Up as i32);
+    let endpoint_ns = netns_of(&h, "e1", "nsm-e1-endpoint");
+    assert!(
+        endpoint_ns.starts_with("/proc/self/fd/"),
+        "the endpoint side is built in the passed fd: {endpoint_ns:?}"
+    );
+    let m = std::fs::metadata(&endpoint_ns).unwrap();
+    assert_eq!((m.dev(), m.ino()), (nse_key.dev, nse_key.ino));
+    assert_eq!(open_fds_of(nse_key), 1, "Quiver holds the endpoint's fd");
+
+    // A refresh: the endpoint gets its own answer back (inode://), passes the fd again;
+    // Quiver keeps the one it holds, the same path, and closes the copy.
+    let refreshed = client
+        .request(NetworkServiceRequest {
+            connection: Some(answer.clone()),
+            mechanism_preferences: request("e1", &client_url, Duration::from_secs(600))
+                .mechanism_preferences,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(refreshed.state, State::Up as i32);
+    let log = h.nse.log();
+    assert_eq!(log.requests.len(), 2);
+    let sent_back = log.requests[1].connection.as_ref().unwrap();
+    assert_eq!(
+        sent_back.mechanism.as_ref().unwrap().parameters["inodeURL"],
+        nse_key.to_string(),
+        "the endpoint's answer as it wrote it"
+    );
+    assert_eq!(netns_of(&h, "e1", "nsm-e1-endpoint"), endpoint_ns);
+    assert_eq!(open_fds_of(nse_key), 1, "one fd, the copy closed");
+
+    client.close(refreshed).await.unwrap();
+    let closes = h.nse.log().closes;
+    assert_eq!(closes.len(), 1, "closed toward the endpoint");
+    assert_eq!(
+        closes[0].mechanism.as_ref().unwrap().parameters["inodeURL"],
+        nse_key.to_string()
+    );
+    assert!(h.dp.kernel.lock().unwrap().is_empty(), "no port left");
+    assert_eq!(open_fds_of(nse_key), 0, "the endpoint's fd closed at Close");
+    // Quiver's channel to the endpoint idles out too: every fd is back.
+    wait_for("the fds to be back to where they were", || {
+        open_fds() == before
+    })
+    .await;
+    drop(client);
+    drop(channel);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_answer_naming_a_file_it_did_not_pass_is_refused_and_leaves_nothing() {
+    let files = tempfile::tempdir().unwrap();
+    let (_, nse_key) = endpoint_file(&files);
+    // The endpoint names the file by inode:// and passes nothing.
+    let h = harness_with(Setup {
+        nse_netns: nse_key.to_string(),
+        nse_passes_fds: false,
+        registry: false,
+    })
+    .await;
+    let (client_ns, _) = h.file("client-netns");
+    let channel = ctl_api::spiffe::connect(&h.listen_on, None).await.unwrap();
+    let mut client = NetworkServiceClient::new(channel.channel());
+    let before = open_fds();
+    let e = client
+        .request(request(
+            "n1",
+            &format!("file://{}", client_ns.display()),
+            Duration::from_secs(600),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+    assert!(
+        e.message().contains(&format!(
+            "the endpoint answered inodeURL = {nse_key} but passed no file descriptor"
+        )),
+        "{e:?}"
+    );
+    assert!(h.dp.kernel.lock().unwrap().is_empty(), "no port left");
+    assert_eq!(h.service.core().connection_count(), 0);
+    let log = h.nse.log();
+    assert_eq!(log.requests.len(), 1);
+    assert_eq!(log.closes.len(), 1, "the endpoint's connection was closed");
+    wait_for("the fds to be back to where they were", || {
+        open_fds() == before
+    })
+    .await;
+    drop(client);
+    drop(channel);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_socket_the_registry_passes_by_fd_is_dialed() {
+    let h = harness_with(Setup {
+        nse_netns: "file:///proc/self/ns/net".into(),
+        nse_passes_fds: false,
+        registry: true,
+    })
+    .await;
+    let (client_ns, _) = h.file("client-netns");
+    let channel = ctl_api::spiffe::connect(&h.listen_on, None).await.unwrap();
+    let mut client = NetworkServiceClient::new(channel.channel());
+    let answer = client
+        .request(request(
+            "r1",
+            &format!("file://{}", client_ns.display()),
+            Duration::from_secs(600),
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.state, State::Up as i32);
+    assert_eq!(
+        h.nse.log().requests.len(),
+        1,
+        "the endpoint found by its passed socket was Requested"
+    );
+    assert_eq!(
+        netns_of(&h, "r1", "nsm-r1-endpoint"),
+        PathBuf::from("/proc/self/ns/net")
+    );
+    client.close(answer).await.unwrap();
+    assert_eq!(h.nse.log().closes.len(), 1, "and closed there");
+    drop(client);
+    drop(channel);
 }

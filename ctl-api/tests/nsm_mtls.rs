@@ -17,8 +17,8 @@ use ctl_api::nsm::endpoint::dial_with;
 use ctl_api::nsm::path::timestamp;
 use ctl_api::nsm::server::{bind, bind_for};
 use ctl_api::nsm::{
-    Dataplane, DataplaneError, LinkEvents, NsmConfig, NsmService, PortName, ServeError,
-    StaticEndpoint,
+    registration, Dataplane, DataplaneError, EndpointDiscovery, LinkEvents, NsmConfig, NsmHandle,
+    NsmService, PortName, RegistryDiscovery, ServeError, StaticEndpoint,
 };
 use ctl_api::proto::connection::{Connection, Mechanism, Path, PathSegment, State};
 use ctl_api::proto::networkservice::network_service_client::NetworkServiceClient;
@@ -32,9 +32,13 @@ use ctl_api::proto::registry::network_service_endpoint_registry_server::{
 use ctl_api::proto::registry::{
     NetworkServiceEndpoint, NetworkServiceEndpointQuery, NetworkServiceEndpointResponse,
 };
-use ctl_api::spiffe::{self, connect_tls, Identity, PeerChannel, PeerIdentity, X509Identity};
+use ctl_api::spiffe::{
+    self, connect_tls, Identity, PeerChannel, PeerIdentity, SpiffeId, X509Identity,
+};
 use ctl_api::tokens::{self, PathToken, TokenClaims};
-use spiffe_support::{in_a_year, FakeWorkloadApi, TestCa, TestSvid};
+use spiffe_support::{
+    client_config_with, in_a_year, peer_of, workload, x509, FakeWorkloadApi, TestCa, TestSvid,
+};
 use tokio::net::UnixListener;
 use tonic::transport::Server;
 use tonic::{Code, Request, Response, Status};
@@ -127,8 +131,10 @@ struct NseLog {
     closes: Vec<Result<PathToken, Status>>,
 }
 
-#[derive(Clone, Default)]
+#[derive(Clone)]
 struct Nse {
+    /// Its own SPIFFE ID: the audience Quiver's tokens must name.
+    own: SpiffeId,
     log: Arc<Mutex<NseLog>>,
 }
 
@@ -141,7 +147,7 @@ impl NetworkService for Nse {
         let peer = PeerIdentity::from_request(&request)
             .cloned()
             .ok_or_else(|| Status::unauthenticated("no TLS peer"))?;
-        let verdict = tokens::verify_request(&request);
+        let verdict = tokens::verify_request(&request, &self.own);
         let req = request.into_inner();
         self.log
             .lock()
@@ -171,7 +177,7 @@ impl NetworkService for Nse {
     }
 
     async fn close(&self, request: Request<Connection>) -> Result<Response<()>, Status> {
-        let verdict = tokens::verify_request(&request);
+        let verdict = tokens::verify_request(&request, &self.own);
         self.log.lock().unwrap().closes.push(verdict.clone());
         verdict.map(|_| Response::new(()))
     }
@@ -179,33 +185,6 @@ impl NetworkService for Nse {
 
 // ---------------------------------------------------------------------------------------------
 // The harness: a CA, a Workload API per workload, Quiver, the NSE, an NSC's channel.
-
-/// A workload: its own Workload API serving `svid`, and the identity fetched from it.
-async fn workload(
-    dir: &FsPath,
-    name: &str,
-    ca: &TestCa,
-    svid: &TestSvid,
-) -> (FakeWorkloadApi, Identity) {
-    let api = FakeWorkloadApi::start(dir, name, ca.response(svid));
-    let identity = Identity::connect(api.endpoint()).await.unwrap();
-    (api, identity)
-}
-
-fn x509(ca: &TestCa, svid: &TestSvid) -> X509Identity {
-    X509Identity::from_der(
-        &svid.spiffe_id,
-        &svid.chain_der,
-        &svid.key_der,
-        &ca.bundle_der(),
-        &Default::default(),
-    )
-    .unwrap()
-}
-
-fn peer_of(svid: &TestSvid) -> PeerIdentity {
-    PeerIdentity::from_certificates(vec![svid.chain_der.clone().into()]).unwrap()
-}
 
 struct Harness {
     _dir: tempfile::TempDir,
@@ -225,6 +204,12 @@ struct Harness {
 }
 
 async fn harness() -> Harness {
+    harness_listening_on(None).await
+}
+
+/// [`harness`] with Quiver listening on `listen_on` (a `tcp://` address) instead of a unix
+/// socket in the test's directory.
+async fn harness_listening_on(listen_on: Option<&str>) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let ca = TestCa::new(TD);
     let quiver_svid = ca.issue(QUIVER_PATH, 1, in_a_year());
@@ -237,7 +222,10 @@ async fn harness() -> Harness {
 
     // The endpoint, behind mTLS.
     let nse_sock = dir.path().join("nse.sock");
-    let nse = Nse::default();
+    let nse = Nse {
+        own: nse_identity.spiffe_id(),
+        log: Arc::default(),
+    };
     let listener = UnixListener::bind(&nse_sock).unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     stop.push(tx);
@@ -251,7 +239,10 @@ async fn harness() -> Harness {
     });
 
     // Quiver, its identity from its Workload API as SPIFFE_ENDPOINT_SOCKET would give it.
-    let listen_on = format!("unix://{}", dir.path().join("quiver.sock").display());
+    let listen_on = listen_on.map_or_else(
+        || format!("unix://{}", dir.path().join("quiver.sock").display()),
+        str::to_string,
+    );
     let mut cfg = NsmConfig {
         name: "quiver".into(),
         listen_on: listen_on.clone(),
@@ -267,6 +258,8 @@ async fn harness() -> Harness {
     let nse_url = format!("unix://{}", nse_sock.display());
     let service = NsmService::new(cfg.clone(), dp.clone(), Arc::new(StaticEndpoint(nse_url)));
     let listener = bind_for(&cfg).unwrap();
+    // The address bound (the port, for tcp://…:0).
+    let listen_on = listener.url().unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     stop.push(tx);
     tokio::spawn(service.clone().serve_on(listener, async {
@@ -361,19 +354,21 @@ fn nsc_token(h: &Harness, quiver: &PeerChannel) -> PathToken {
     .unwrap()
 }
 
-// ---------------------------------------------------------------------------------------------
-// Requests over mTLS.
+/// What [`request_up`] got: Quiver as the channel saw it, the NSC's token, Quiver's answer.
+struct Answered {
+    quiver: PeerIdentity,
+    token: PathToken,
+    answer: Connection,
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_request_over_mtls_returns_a_path_whose_tokens_verify() {
-    let h = harness().await;
-    let channel = h.nsc_channel().await;
+/// A memif Request `id` on `channel` with a fresh NSC token: Quiver presented its SVID, and
+/// answers UP with the path nsc → quiver → nse, the NSC's segment holding the token it checked.
+async fn request_up(h: &Harness, channel: &PeerChannel, id: &str) -> Answered {
     let quiver = channel.peer().expect("Quiver presented an SVID");
     assert_eq!(quiver.spiffe_id(), &h.quiver_identity.spiffe_id());
-    let token = nsc_token(&h, &channel);
-    let mut client = NetworkServiceClient::new(channel.channel());
-    let answer = client
-        .request(with_token(memif_request("c1"), &token))
+    let token = nsc_token(h, channel);
+    let answer = NetworkServiceClient::new(channel.channel())
+        .request(with_token(memif_request(id), &token))
         .await
         .unwrap()
         .into_inner();
@@ -381,9 +376,30 @@ async fn a_request_over_mtls_returns_a_path_whose_tokens_verify() {
     let segments = &answer.path.as_ref().unwrap().path_segments;
     let names: Vec<&str> = segments.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names, ["nsc", "quiver", "nse"]);
+    assert_eq!(segments[0].token, token.token);
+    Answered {
+        quiver,
+        token,
+        answer,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Requests over mTLS.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_over_mtls_returns_a_path_whose_tokens_verify() {
+    let h = harness().await;
+    let channel = h.nsc_channel().await;
+    let Answered {
+        quiver,
+        token,
+        answer,
+    } = request_up(&h, &channel, "c1").await;
+    let mut client = NetworkServiceClient::new(channel.channel());
+    let segments = &answer.path.as_ref().unwrap().path_segments;
 
     // The NSC's segment: its token as Quiver checked it, signed by the NSC's key.
-    assert_eq!(segments[0].token, token.token);
     let claims = tokens::verify(&segments[0].token, &peer_of(&h.nsc_svid)).unwrap();
     assert_eq!(claims.sub, h.nsc_svid.spiffe_id);
     assert_eq!(claims.aud, [quiver.spiffe_id().to_string()]);
@@ -522,7 +538,7 @@ async fn a_client_without_a_valid_svid_is_refused_at_the_handshake() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn expired_forged_or_missing_path_tokens_are_permission_denied_and_change_nothing() {
+async fn expired_forged_replayed_or_missing_path_tokens_are_permission_denied_and_change_nothing() {
     let h = harness().await;
     let channel = h.nsc_channel().await;
     let quiver = channel.peer().unwrap();
@@ -558,11 +574,47 @@ async fn expired_forged_or_missing_path_tokens_are_permission_denied_and_change_
         .unwrap(),
         expires: forged.expires,
     };
-    for (what, token) in [
-        ("expired", Some(&expired)),
-        ("signed by another key", Some(&forged)),
-        ("another key, the NSC's sub", Some(&forged_as_nsc)),
-        ("missing", None),
+    // Replayed: the NSC's own, well signed, but minted for another workload (as a token taken
+    // from another hop would be).
+    let elsewhere = peer_of(
+        &h.ca
+            .issue("/ns/nsm-system/sa/another-forwarder", 8, in_a_year()),
+    );
+    let for_another = tokens::mint(&nsc, &elsewhere, Duration::from_secs(600)).unwrap();
+    // The NSC's key and audience right, but another workload named as sub.
+    let wrong_sub = PathToken {
+        token: tokens::sign(
+            &nsc,
+            &TokenClaims {
+                sub: elsewhere.spiffe_id().to_string(),
+                aud: vec![quiver.spiffe_id().to_string()],
+                exp: forged.expires.duration_since(UNIX_EPOCH).unwrap().as_secs() as i64,
+            },
+        )
+        .unwrap(),
+        expires: forged.expires,
+    };
+    // Each refusal says which check failed.
+    let not_for_quiver = format!("does not include {}", quiver.spiffe_id());
+    for (what, token, says) in [
+        ("expired", Some(&expired), "expired"),
+        (
+            "signed by another key",
+            Some(&forged),
+            "not signed by the TLS peer",
+        ),
+        (
+            "another key, the NSC's sub",
+            Some(&forged_as_nsc),
+            "not signed by the TLS peer",
+        ),
+        (
+            "minted for another audience",
+            Some(&for_another),
+            not_for_quiver.as_str(),
+        ),
+        ("another sub", Some(&wrong_sub), "is not the TLS peer"),
+        ("missing", None, "nsm-client-token"),
     ] {
         let request = match token {
             Some(t) => with_token(memif_request("c1"), t),
@@ -570,8 +622,14 @@ async fn expired_forged_or_missing_path_tokens_are_permission_denied_and_change_
         };
         let status = client.request(request).await.unwrap_err();
         assert_eq!(status.code(), Code::PermissionDenied, "{what}: {status:?}");
+        assert!(status.message().contains(says), "{what}: {status:?}");
         h.assert_no_state(what);
     }
+    // On Close too: a token minted for another workload closes nothing.
+    let mut close = Request::new(memif_request("c1").connection.unwrap());
+    for_another.insert_into(close.metadata_mut()).unwrap();
+    let status = client.close(close).await.unwrap_err();
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
     // A bad token on Close is refused too (nothing to close, nothing sent on).
     let mut close = Request::new(memif_request("c1").connection.unwrap());
     expired.insert_into(close.metadata_mut()).unwrap();
@@ -624,19 +682,171 @@ async fn the_health_probe_needs_an_svid_too() {
         .is_err());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nsm_is_served_over_mtls_on_tcp_to_clients_with_an_svid_only() {
+    let h = harness_listening_on(Some("tcp://127.0.0.1:0")).await;
+    let addr = h.listen_on.strip_prefix("tcp://").unwrap().to_string();
+    assert!(
+        addr.starts_with("127.0.0.1:") && !addr.ends_with(":0"),
+        "{addr}"
+    );
+
+    // No client certificate: refused at the handshake (or the first call, under TLS 1.3).
+    let refused = async {
+        let no_svid = client_config_with(&h.nsc_identity, rustls::DEFAULT_VERSIONS, false);
+        let channel = spiffe::connect_tls_with_config(&h.listen_on, no_svid).await?;
+        NetworkServiceClient::new(channel.channel())
+            .request(memif_request("t0"))
+            .await
+            .map_err(spiffe::SpiffeError::from)?;
+        Ok::<_, spiffe::SpiffeError>(())
+    };
+    assert!(
+        refused.await.is_err(),
+        "a client without a certificate got through"
+    );
+    // Plaintext HTTP/2 to the TLS port: nothing is served.
+    let plain = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await;
+    if let Ok(channel) = plain {
+        let answered = NetworkServiceClient::new(channel)
+            .request(memif_request("t0"))
+            .await;
+        assert!(answered.is_err(), "a plaintext client got through");
+    }
+    h.assert_no_state("refused clients on TCP");
+
+    // A client with an SVID: Request and Close, the path tokens checked as on a unix socket.
+    let channel = h.nsc_channel().await;
+    let answer = request_up(&h, &channel, "t1").await.answer;
+    assert_eq!(h.service.core().connection_count(), 1);
+    let mut client = NetworkServiceClient::new(channel.channel());
+    // A token for another workload is refused over TCP as well.
+    let elsewhere = peer_of(&h.ca.issue("/ns/default/sa/elsewhere", 9, in_a_year()));
+    let replayed = tokens::mint(
+        &h.nsc_identity.current(),
+        &elsewhere,
+        Duration::from_secs(600),
+    )
+    .unwrap();
+    let status = client
+        .request(with_token(memif_request("t2"), &replayed))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    assert_eq!(h.service.core().connection_count(), 1);
+
+    let mut close = Request::new(answer);
+    nsc_token(&h, &channel)
+        .insert_into(close.metadata_mut())
+        .unwrap();
+    client.close(close).await.unwrap();
+    assert!(h.dp.is_empty());
+    assert_eq!(h.service.core().connection_count(), 0);
+}
+
+/// As `quiver run` starts it (its own runtime, the identity from `SPIFFE_ENDPOINT_SOCKET`):
+/// `NSM_LISTEN_ON=tcp://127.0.0.1:0` is served with mTLS on the port bound, which the
+/// configuration then names, and the health probe works over it with an SVID.
+#[test]
+fn the_nsm_handle_serves_tcp_with_an_identity() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(TD);
+    let (quiver_api, (_nsc_api, nsc_identity)) = runtime.block_on(async {
+        let quiver_svid = ca.issue(QUIVER_PATH, 1, in_a_year());
+        let quiver_api =
+            FakeWorkloadApi::start(dir.path(), "quiver-agent", ca.response(&quiver_svid));
+        let nsc_svid = ca.issue(NSC_PATH, 2, in_a_year());
+        (
+            quiver_api,
+            workload(dir.path(), "nsc-agent", &ca, &nsc_svid).await,
+        )
+    });
+    let cfg = NsmConfig {
+        listen_on: "tcp://127.0.0.1:0".into(),
+        spiffe_endpoint: Some(quiver_api.endpoint().to_string()),
+        ..NsmConfig::default()
+    };
+    let handle = NsmHandle::spawn(
+        cfg,
+        Arc::new(RecordingDp::default()),
+        Arc::new(StaticEndpoint("unix:///nowhere".into())),
+        1,
+    )
+    .unwrap();
+    let url = handle.core().cfg.listen_on.clone();
+    assert!(
+        url.starts_with("tcp://127.0.0.1:") && !url.ends_with(":0"),
+        "{url}"
+    );
+    let t = Duration::from_secs(10);
+    let serving = runtime
+        .block_on(ctl_api::nsm::health::check_with(
+            &url,
+            t,
+            Some(&nsc_identity),
+        ))
+        .unwrap();
+    assert_eq!(serving.len(), 2);
+    drop(handle);
+}
+
 #[test]
 fn plaintext_is_for_unix_sockets_only() {
     let cfg = NsmConfig {
-        listen_on: "tcp://127.0.0.1:5001".into(),
+        listen_on: "tcp://127.0.0.1:0".into(),
         ..NsmConfig::default()
+    };
+    let says_why = |err: &dyn std::fmt::Display| {
+        let err = err.to_string();
+        assert!(err.contains("plaintext is only for unix sockets"), "{err}");
+        assert!(err.contains("SPIFFE_ENDPOINT_SOCKET"), "{err}");
     };
     let err = bind_for(&cfg).unwrap_err();
     assert!(matches!(err, ServeError::PlaintextTcp(_)), "{err}");
-    assert!(err.to_string().contains("without TLS"), "{err}");
+    says_why(&err);
+    // Starting as `quiver run` does fails the same way, before anything listens.
+    let started = NsmHandle::spawn(
+        cfg.clone(),
+        Arc::new(RecordingDp::default()),
+        Arc::new(StaticEndpoint("unix:///nowhere".into())),
+        1,
+    );
+    let err = started
+        .err()
+        .expect("started on tcp:// without an identity");
+    assert!(matches!(err, ServeError::PlaintextTcp(_)), "{err}");
+    says_why(&err);
+
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
+    runtime.block_on(async {
+        // A TCP listener handed to the service or to the transport without an identity.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let service = NsmService::new(
+            cfg.clone(),
+            Arc::new(RecordingDp::default()),
+            Arc::new(StaticEndpoint("unix:///nowhere".into())),
+        );
+        let err = service.serve_on(listener, async {}).await.unwrap_err();
+        assert!(matches!(err, ServeError::PlaintextTcp(_)), "{err}");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (_reporter, health) = tonic_health::server::health_reporter();
+        let router = Server::builder().add_service(health);
+        let err = spiffe::serve(router, listener, None, async {})
+            .await
+            .unwrap_err();
+        assert!(matches!(err, spiffe::SpiffeError::PlaintextTcp(_)), "{err}");
+    });
     let dialed = runtime.block_on(dial_with(
         "tcp://127.0.0.1:5001",
         Duration::from_secs(1),
@@ -659,23 +869,29 @@ struct RegistryLog {
     unregistered: Vec<String>,
     /// The SPIFFE ID of each caller.
     callers: Vec<String>,
+    /// Each call (`register`, `find`, `unregister`) and the path token its metadata carried.
+    calls: Vec<(&'static str, Option<PathToken>)>,
     /// The fds callers had passed on their connection (grpcfd), by file.
     passed: Vec<ctl_api::grpcfd::InodeKey>,
 }
 
-/// nsmgr's registry: grants `expiry`, notes a registration that comes after its predecessor
-/// expired, keeps `Find` watches open until it goes down (then they fail, as a restarting
-/// nsmgr's connections do).
+/// nsmgr's registry: checks each call's path token as a hop does (signed by the TLS peer, for
+/// the registry's own SPIFFE ID; `PermissionDenied` otherwise), grants `expiry`, notes a
+/// registration that comes after its predecessor expired, answers a `Find` from what was
+/// registered and keeps `Find` watches open until it goes down (then they fail, as a
+/// restarting nsmgr's connections do).
 #[derive(Clone)]
 struct Registry {
+    own: SpiffeId,
     expiry: Arc<Mutex<Duration>>,
     log: Arc<Mutex<RegistryLog>>,
     down: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl Registry {
-    fn new(expiry: Duration) -> Registry {
+    fn new(expiry: Duration, identity: &Identity) -> Registry {
         Registry {
+            own: identity.spiffe_id(),
             expiry: Arc::new(Mutex::new(expiry)),
             log: Arc::default(),
             down: Arc::new(tokio::sync::watch::channel(false).0),
@@ -687,18 +903,21 @@ impl Registry {
         self.down.send_replace(true);
     }
 
-    fn caller<T>(&self, request: &Request<T>) -> Result<(), Status> {
+    fn caller<T>(&self, method: &'static str, request: &Request<T>) -> Result<(), Status> {
         if *self.down.borrow() {
             return Err(Status::unavailable("nsmgr is going down"));
         }
         let peer = PeerIdentity::from_request(request)
             .ok_or_else(|| Status::unauthenticated("no TLS peer"))?;
+        let verdict = tokens::verify_request(request, &self.own);
         let mut log = self.log.lock().unwrap();
         log.callers.push(peer.spiffe_id().to_string());
+        log.calls
+            .push((method, PathToken::from_metadata(request.metadata()).ok()));
         if let Some(info) = ctl_api::grpcfd::ConnectionInfo::from_request(request) {
             log.passed.extend(info.fds.keys());
         }
-        Ok(())
+        verdict.map(|_| ())
     }
 }
 
@@ -708,7 +927,7 @@ impl NetworkServiceEndpointRegistry for Registry {
         &self,
         request: Request<NetworkServiceEndpoint>,
     ) -> Result<Response<NetworkServiceEndpoint>, Status> {
-        self.caller(&request)?;
+        self.caller("register", &request)?;
         let mut nse = request.into_inner();
         let mut log = self.log.lock().unwrap();
         let now = Instant::now();
@@ -725,14 +944,36 @@ impl NetworkServiceEndpointRegistry for Registry {
     type FindStream =
         tokio_stream::wrappers::ReceiverStream<Result<NetworkServiceEndpointResponse, Status>>;
 
-    /// Only watches: open until the registry goes down, then failing.
+    /// A lookup answers the latest registration of the name asked for; a watch stays open
+    /// until the registry goes down, then fails.
     async fn find(
         &self,
         request: Request<NetworkServiceEndpointQuery>,
     ) -> Result<Response<Self::FindStream>, Status> {
-        self.caller(&request)?;
-        if !request.get_ref().watch {
-            return Err(Status::unimplemented("this registry only watches"));
+        self.caller("find", &request)?;
+        let query = request.into_inner();
+        if !query.watch {
+            let name = query.network_service_endpoint.unwrap_or_default().name;
+            let found = self
+                .log
+                .lock()
+                .unwrap()
+                .registrations
+                .iter()
+                .rev()
+                .find(|e| e.name == name)
+                .cloned();
+            let (tx, rx) = tokio::sync::mpsc::channel(1);
+            if let Some(nse) = found {
+                let answer = NetworkServiceEndpointResponse {
+                    network_service_endpoint: Some(nse),
+                    deleted: false,
+                };
+                tx.try_send(Ok(answer)).unwrap();
+            }
+            return Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(
+                rx,
+            )));
         }
         let (tx, rx) = tokio::sync::mpsc::channel(1);
         let mut down = self.down.subscribe();
@@ -751,7 +992,7 @@ impl NetworkServiceEndpointRegistry for Registry {
         &self,
         request: Request<NetworkServiceEndpoint>,
     ) -> Result<Response<()>, Status> {
-        self.caller(&request)?;
+        self.caller("unregister", &request)?;
         let name = request.into_inner().name;
         self.log.lock().unwrap().unregistered.push(name);
         Ok(Response::new(()))
@@ -792,27 +1033,81 @@ async fn wait_for(what: &str, within: Duration, mut cond: impl FnMut() -> bool) 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn register_find_and_unregister_carry_quivers_path_token_for_the_registry() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(TD);
+    let quiver_svid = ca.issue(QUIVER_PATH, 1, in_a_year());
+    let (_quiver_api, quiver) = workload(dir.path(), "quiver-agent", &ca, &quiver_svid).await;
+    let (_registry_api, registry_identity) = ca
+        .workload(dir.path(), "nsmgr-agent", REGISTRY_PATH, 2)
+        .await;
+    let socket = dir.path().join("nsm.io.sock");
+    let registry = Registry::new(Duration::from_secs(3600), &registry_identity);
+    let (_stop, _task) = start_registry(&socket, &registry_identity, registry.clone());
+    let cfg = NsmConfig {
+        name: "quiver-node-1".into(),
+        listen_on: "tcp://192.0.2.1:5001".into(),
+        connect_to: format!("unix://{}", socket.display()),
+        register: true,
+        identity: Some(quiver.clone()),
+        max_token_lifetime: Duration::from_secs(300),
+        ..NsmConfig::default()
+    };
+
+    registration::register(&cfg).await.unwrap();
+    let lookup = Connection {
+        network_service_endpoint_name: "quiver-node-1".into(),
+        ..Default::default()
+    };
+    let found = RegistryDiscovery::new(&cfg).find(&lookup).await.unwrap();
+    assert_eq!(found, "tcp://192.0.2.1:5001");
+    registration::unregister(&cfg).await;
+    assert_eq!(
+        registry.log.lock().unwrap().unregistered,
+        ["quiver-node-1".to_string()]
+    );
+
+    let calls = registry.log.lock().unwrap().calls.clone();
+    let methods: Vec<&str> = calls.iter().map(|(m, _)| *m).collect();
+    assert_eq!(methods, ["register", "find", "unregister"]);
+    let signer = peer_of(&quiver_svid);
+    for (method, token) in &calls {
+        let token = token
+            .as_ref()
+            .unwrap_or_else(|| panic!("{method}: no nsm-client-token"));
+        // Signed with Quiver's SVID, for the registry, with nsm-client-token-expires its exp.
+        let claims = tokens::verify(&token.token, &signer).unwrap();
+        assert_eq!(claims.sub, quiver_svid.spiffe_id, "{method}");
+        assert_eq!(
+            claims.aud,
+            [registry_identity.spiffe_id().to_string()],
+            "{method}"
+        );
+        let expires = token.expires.duration_since(UNIX_EPOCH).unwrap().as_secs() as i64;
+        assert_eq!(expires, claims.exp, "{method}");
+        let left = token.expires.duration_since(SystemTime::now()).unwrap();
+        assert!(left <= Duration::from_secs(300), "{method}: {left:?}");
+    }
+
+    // Without an identity (plaintext), no token is minted for registry calls.
+    let plain = ctl_api::nsm::secure::sign_call(None, None, Duration::from_secs(60), ()).unwrap();
+    assert!(plain.metadata().get(tokens::TOKEN_METADATA).is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registration_is_refreshed_before_expiry_renewed_after_a_registry_restart_and_removed_on_shutdown(
 ) {
     const EXPIRY: Duration = Duration::from_secs(6);
     let dir = tempfile::tempdir().unwrap();
     let ca = TestCa::new(TD);
-    let (_quiver_api, quiver) = workload(
-        dir.path(),
-        "quiver-agent",
-        &ca,
-        &ca.issue(QUIVER_PATH, 1, in_a_year()),
-    )
-    .await;
-    let (_registry_api, registry_identity) = workload(
-        dir.path(),
-        "nsmgr-agent",
-        &ca,
-        &ca.issue(REGISTRY_PATH, 2, in_a_year()),
-    )
-    .await;
+    let (_quiver_api, quiver) = ca
+        .workload(dir.path(), "quiver-agent", QUIVER_PATH, 1)
+        .await;
+    let (_registry_api, registry_identity) = ca
+        .workload(dir.path(), "nsmgr-agent", REGISTRY_PATH, 2)
+        .await;
     let socket = dir.path().join("nsm.io.sock");
-    let first = Registry::new(EXPIRY);
+    let first = Registry::new(EXPIRY, &registry_identity);
     let (stop_first, first_task) = start_registry(&socket, &registry_identity, first.clone());
 
     let listen_on = format!("unix://{}", dir.path().join("quiver.sock").display());
@@ -863,6 +1158,14 @@ async fn registration_is_refreshed_before_expiry_renewed_after_a_registry_restar
             .callers
             .iter()
             .all(|c| *c == quiver.spiffe_id().as_str()));
+        // Register and the watch (Find) of Quiver's entry carried its tokens (the registry
+        // refuses calls without a good one).
+        let methods: Vec<&str> = log.calls.iter().map(|(m, _)| *m).collect();
+        assert!(
+            methods.contains(&"register") && methods.contains(&"find"),
+            "{methods:?}"
+        );
+        assert!(log.calls.iter().all(|(_, t)| t.is_some()));
     }
 
     // From now on registrations last long: the next refresh is far beyond this test's
@@ -875,7 +1178,7 @@ async fn registration_is_refreshed_before_expiry_renewed_after_a_registry_restar
     first.go_down();
     stop_first.send(()).unwrap();
     first_task.await.unwrap();
-    let second = Registry::new(Duration::from_secs(3600));
+    let second = Registry::new(Duration::from_secs(3600), &registry_identity);
     let (_stop_second, _second_task) = start_registry(&socket, &registry_identity, second.clone());
     wait_for(
         "a registration after the restart",

@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use ctl_api::nsm::dataplane::{KernelSpec, MemifRole, MemifSpec};
 use ctl_api::nsm::endpoint::dial;
+use ctl_api::nsm::monitor::{EventStream, Monitor};
 use ctl_api::nsm::path::timestamp;
 use ctl_api::nsm::server::bind;
 use ctl_api::nsm::{
@@ -16,6 +17,9 @@ use ctl_api::nsm::{
     PortSpec, RegistryDiscovery, StaticEndpoint,
 };
 use ctl_api::proto::connection::monitor_connection_client::MonitorConnectionClient;
+use ctl_api::proto::connection::monitor_connection_server::{
+    MonitorConnection, MonitorConnectionServer,
+};
 use ctl_api::proto::connection::{
     Connection, ConnectionEvent, ConnectionEventType, Mechanism, MonitorScopeSelector, Path,
     PathSegment, State,
@@ -222,12 +226,70 @@ struct NseLog {
     closes: Vec<Connection>,
     /// Every event in order: "request <id>" / "close <id>".
     order: Vec<String>,
+    /// Requests that reached the gate (see `FakeNse::gate`).
+    gated: usize,
 }
 
 #[derive(Clone, Default)]
 struct FakeNse {
     log: Arc<Mutex<NseLog>>,
     refuse: Option<Code>,
+    /// Each Request waits here for a permit first.
+    gate: Option<Arc<tokio::sync::Semaphore>>,
+    /// What the endpoint publishes on its MonitorConnections (see `NseMonitor`).
+    monitor: Arc<Monitor>,
+}
+
+/// The endpoint's connection as it publishes it: its own segment's id and index.
+fn nse_side(answer: &Connection) -> Connection {
+    let mut c = answer.clone();
+    let path = c.path.as_mut().unwrap();
+    path.index += 1;
+    c.id = path.path_segments[path.index as usize].id.clone();
+    c
+}
+
+/// The endpoint's MonitorConnections: what `FakeNse` publishes, each stream cut (with an
+/// error) whenever the test breaks them.
+#[derive(Clone)]
+struct NseMonitor {
+    monitor: Arc<Monitor>,
+    /// Every selector subscribed with, in order.
+    subscribed: Arc<Mutex<Vec<MonitorScopeSelector>>>,
+    breaks: Arc<tokio::sync::watch::Sender<u64>>,
+}
+
+#[tonic::async_trait]
+impl MonitorConnection for NseMonitor {
+    type MonitorConnectionsStream = EventStream;
+
+    async fn monitor_connections(
+        &self,
+        request: Request<MonitorScopeSelector>,
+    ) -> Result<Response<EventStream>, Status> {
+        let selector = request.into_inner();
+        let mut events = self.monitor.subscribe(selector.clone());
+        let mut broken = self.breaks.subscribe();
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = broken.changed() => {
+                        let _ = tx.send(Err(Status::unavailable("the endpoint restarted"))).await;
+                        return;
+                    }
+                    ev = events.next() => {
+                        let Some(ev) = ev else { return };
+                        if tx.send(ev).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        self.subscribed.lock().unwrap().push(selector);
+        Ok(Response::new(EventStream::new(rx)))
+    }
 }
 
 const NS: &str = "file:///proc/self/ns/net";
@@ -238,6 +300,10 @@ impl NetworkService for FakeNse {
         &self,
         request: Request<NetworkServiceRequest>,
     ) -> Result<Response<Connection>, Status> {
+        if let Some(gate) = &self.gate {
+            self.log.lock().unwrap().gated += 1;
+            gate.acquire().await.unwrap().forget();
+        }
         let req = request.into_inner();
         let mut log = self.log.lock().unwrap();
         let mut conn = req.connection.clone().unwrap();
@@ -284,6 +350,7 @@ impl NetworkService for FakeNse {
                 ip.dst_ip_addrs = vec!["172.16.0.3/31".into()];
             }
         }
+        self.monitor.update(&nse_side(&conn));
         Ok(Response::new(conn))
     }
 
@@ -291,6 +358,9 @@ impl NetworkService for FakeNse {
         let conn = request.into_inner();
         let mut log = self.log.lock().unwrap();
         log.order.push(format!("close {}", conn.id));
+        if conn.path.is_some() {
+            self.monitor.delete(&nse_side(&conn));
+        }
         log.closes.push(conn);
         Ok(Response::new(()))
     }
@@ -305,6 +375,10 @@ struct Harness {
     channel: Channel,
     dp: Arc<FakeDp>,
     nse: Arc<Mutex<NseLog>>,
+    /// The endpoint's MonitorConnections.
+    nse_monitor: NseMonitor,
+    /// The endpoint's Requests' gate, with `Setup::gated`.
+    gate: Option<Arc<tokio::sync::Semaphore>>,
     core: Arc<Core>,
     registrations: Option<tokio::sync::mpsc::UnboundedReceiver<NetworkServiceEndpoint>>,
     _stop: Vec<tokio::sync::oneshot::Sender<()>>,
@@ -316,6 +390,10 @@ struct Setup {
     stale_owner: Option<&'static str>,
     /// Find the endpoint through a registry (which knows `nse-1`), and register there.
     registry: bool,
+    /// The endpoint serves MonitorConnections.
+    nse_monitor: bool,
+    /// Each endpoint Request waits for a permit of `Harness::gate`.
+    gated: bool,
 }
 
 const DEFAULT: Setup = Setup {
@@ -323,6 +401,8 @@ const DEFAULT: Setup = Setup {
     refuse: None,
     stale_owner: None,
     registry: false,
+    nse_monitor: true,
+    gated: false,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -385,11 +465,20 @@ async fn harness(setup: Setup) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let nse_sock = dir.path().join("nse.sock");
     let mut stop = Vec::new();
+    let gate = setup
+        .gated
+        .then(|| Arc::new(tokio::sync::Semaphore::new(0)));
     let nse = FakeNse {
         refuse: setup.refuse,
+        gate: gate.clone(),
         ..Default::default()
     };
     let log = nse.log.clone();
+    let nse_monitor = NseMonitor {
+        monitor: nse.monitor.clone(),
+        subscribed: Arc::default(),
+        breaks: Arc::new(tokio::sync::watch::Sender::new(0)),
+    };
     if setup.endpoint_reachable {
         let listener = tokio::net::UnixListener::bind(&nse_sock).unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -397,6 +486,11 @@ async fn harness(setup: Setup) -> Harness {
         tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(NetworkServiceServer::new(nse))
+                .add_optional_service(
+                    setup
+                        .nse_monitor
+                        .then(|| MonitorConnectionServer::new(nse_monitor.clone())),
+                )
                 .serve_with_incoming_shutdown(
                     tokio_stream::wrappers::UnixListenerStream::new(listener),
                     async {
@@ -455,6 +549,7 @@ async fn harness(setup: Setup) -> Harness {
             registry: cfg.connect_to.clone(),
             timeout: Duration::from_secs(10),
             identity: None,
+            max_token_lifetime: ctl_api::tokens::DEFAULT_MAX_TOKEN_LIFETIME,
         })
     } else {
         Arc::new(StaticEndpoint(nse_url))
@@ -474,6 +569,8 @@ async fn harness(setup: Setup) -> Harness {
         channel,
         dp,
         nse: log,
+        nse_monitor,
+        gate,
         core,
         registrations,
         _stop: stop,
@@ -507,6 +604,14 @@ impl Harness {
     }
     fn nse_order(&self) -> Vec<String> {
         self.nse.lock().unwrap().order.clone()
+    }
+    /// How many MonitorConnections streams the endpoint opened.
+    fn nse_subscriptions(&self) -> usize {
+        self.nse_monitor.subscribed.lock().unwrap().len()
+    }
+    /// Cuts every MonitorConnections stream of the endpoint (as a restart would).
+    fn break_nse_streams(&self) {
+        self.nse_monitor.breaks.send_modify(|n| *n += 1);
     }
     /// Nothing is left: no port, no cross-connect, no connection, nothing published.
     fn assert_no_state(&self, what: &str) {
@@ -1407,4 +1512,242 @@ async fn the_endpoint_is_found_in_the_registry_and_quiver_registers_there() {
     assert_eq!(err.code(), Code::NotFound, "{err:?}");
     assert!(h.dp.port("nsm-c2-client").is_none());
     assert_eq!(h.core.connection_count(), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Watching the next hop (the endpoint's MonitorConnections).
+
+/// Polls `cond` until it holds; fails after 60 s (a deadline only so that a broken test fails
+/// instead of hanging).
+async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !cond() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Requests `id` (MEMIF) and waits until Quiver watches the endpoint for it: Quiver's answer
+/// and its own segment id.
+async fn watched(h: &Harness, id: &str) -> (Connection, String) {
+    let before = h.nse_subscriptions();
+    let answer = h.request(memif_request(id)).await.unwrap();
+    until("Quiver watches the endpoint", || {
+        h.nse_subscriptions() > before
+    })
+    .await;
+    let own_id = segments(&answer)[1].1.clone();
+    (answer, own_id)
+}
+
+/// The endpoint's side of Quiver's connection `own_id`, as the endpoint publishes it.
+fn published_by_nse(h: &Harness, own_id: &str) -> Connection {
+    h.nse_monitor
+        .monitor
+        .get(&format!("nse-{own_id}"))
+        .expect("the endpoint published the connection")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_hop_closing_closes_the_connection_here_and_publishes_delete() {
+    let h = harness(DEFAULT).await;
+    let mut events = h.monitor(MonitorScopeSelector::default()).await;
+    next_event(&mut events).await;
+    let (_, own_id) = watched(&h, "c1").await;
+    assert_eq!(
+        next_event(&mut events).await.r#type,
+        ConnectionEventType::Update as i32
+    );
+    // Quiver watches only its own connection: its segment, by name and id.
+    assert_eq!(
+        h.nse_monitor.subscribed.lock().unwrap()[0].path_segments,
+        [PathSegment {
+            name: "quiver".into(),
+            id: own_id.clone(),
+            ..Default::default()
+        }]
+    );
+    assert_eq!(h.core.next_hop_stats().watches, 1);
+
+    // The endpoint closes its side (it went away, or its own caller closed it).
+    let gone = published_by_nse(&h, &own_id);
+    h.nse_monitor.monitor.delete(&gone);
+
+    let ev = next_event(&mut events).await;
+    assert_eq!(ev.r#type, ConnectionEventType::Delete as i32);
+    assert!(ev.connections.contains_key(&own_id), "{ev:?}");
+    h.assert_no_state("after the endpoint closed");
+    assert!(h.dp.removed().contains(&"nsm-c1-client".to_string()));
+    assert!(
+        h.nse.lock().unwrap().closes.is_empty(),
+        "no Close is sent to a next hop that closed already"
+    );
+    until("the watch ends", || h.core.next_hop_stats().watches == 0).await;
+    assert_eq!(h.core.next_hop_stats().deletes, 1);
+    // The connection can be Requested again.
+    h.request(memif_request("c1")).await.unwrap();
+    assert_eq!(h.core.connection_count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_next_hop_down_is_published_down_and_nothing_is_torn_down() {
+    let h = harness(DEFAULT).await;
+    let (_, own_id) = watched(&h, "c1").await;
+    let mut events = h.monitor(MonitorScopeSelector::default()).await;
+    next_event(&mut events).await;
+    let created = h.dp.created();
+
+    let mut down = published_by_nse(&h, &own_id);
+    down.state = State::Down as i32;
+    h.nse_monitor.monitor.update(&down);
+    let ev = next_event(&mut events).await;
+    assert_eq!(ev.r#type, ConnectionEventType::Update as i32);
+    assert_eq!(ev.connections[&own_id].state, State::Down as i32);
+    assert!(!h.core.summaries()[0].up);
+    // Nothing was torn down or closed.
+    assert_eq!(h.dp.created(), created);
+    assert!(h.dp.removed().is_empty());
+    assert_eq!(
+        h.dp.xc("nsm-c1-client"),
+        Some(Xc::L2("nsm-c1-endpoint".into()))
+    );
+    assert!(h.nse.lock().unwrap().closes.is_empty());
+
+    // UP again from the next hop: UP again here.
+    down.state = State::Up as i32;
+    h.nse_monitor.monitor.update(&down);
+    let ev = next_event(&mut events).await;
+    assert_eq!(ev.r#type, ConnectionEventType::Update as i32);
+    assert_eq!(ev.connections[&own_id].state, State::Up as i32);
+    assert_eq!(h.core.connection_count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_next_hop_stream_tears_nothing_down_and_is_watched_again() {
+    let h = harness(DEFAULT).await;
+    let (_, own_id) = watched(&h, "c1").await;
+    h.break_nse_streams();
+    until("Quiver watches the endpoint again", || {
+        h.nse_subscriptions() == 2
+    })
+    .await;
+    assert!(h.core.next_hop_stats().retries >= 1);
+    // Nothing torn down, nothing closed, still published UP.
+    assert!(h.core.holds("c1").await);
+    assert!(h.dp.removed().is_empty());
+    assert_eq!(h.dp.owners().unwrap(), ["c1"]);
+    assert!(h.nse.lock().unwrap().closes.is_empty());
+    assert_eq!(
+        h.core.monitor.get(&own_id).map(|c| c.state),
+        Some(State::Up as i32)
+    );
+    assert_eq!(h.core.next_hop_stats().watches, 1);
+    // The new stream is watched: a DELETE on it closes the connection.
+    h.nse_monitor.monitor.delete(&published_by_nse(&h, &own_id));
+    until("the connection is closed", || {
+        h.core.connection_count() == 0
+    })
+    .await;
+    h.assert_no_state("after the endpoint closed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_connection_is_watched_until_it_is_closed() {
+    let h = harness(DEFAULT).await;
+    let (a, _) = watched(&h, "a").await;
+    let (b, _) = watched(&h, "b").await;
+    assert_eq!(h.core.next_hop_stats().watches, 2);
+    // A refresh watches anew (one watch per generation): still one per connection.
+    h.request(refresh_of(&a, &memif_request("a").mechanism_preferences))
+        .await
+        .unwrap();
+    until("the refreshed connection is watched anew", || {
+        h.nse_subscriptions() == 3 && h.core.next_hop_stats().watches == 2
+    })
+    .await;
+    h.close(a).await.unwrap();
+    until("a's watch ends", || h.core.next_hop_stats().watches == 1).await;
+    h.close(b).await.unwrap();
+    until("every watch ends", || h.core.next_hop_stats().watches == 0).await;
+    h.assert_no_state("after both Closes");
+    // One Close each toward the endpoint: its DELETEs that followed changed nothing.
+    assert_eq!(h.nse.lock().unwrap().closes.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_of_an_older_generation_does_not_close_the_refreshed_connection() {
+    let h = Arc::new(
+        harness(Setup {
+            gated: true,
+            ..DEFAULT
+        })
+        .await,
+    );
+    let gate = h.gate.clone().unwrap();
+    gate.add_permits(1);
+    let (answer, own_id) = watched(&h, "c1").await;
+
+    // A refresh, held at the endpoint: Quiver holds the connection's lock meanwhile.
+    let refresh = {
+        let h = h.clone();
+        let req = refresh_of(&answer, &memif_request("c1").mechanism_preferences);
+        tokio::spawn(async move { h.request(req).await })
+    };
+    until("the refresh reaches the endpoint", || {
+        h.nse.lock().unwrap().gated == 2
+    })
+    .await;
+    // The endpoint had closed the connection just before (the refresh makes it again): the
+    // first generation's watch sees the DELETE and waits for the connection's lock.
+    h.nse_monitor.monitor.delete(&published_by_nse(&h, &own_id));
+    until("the old watch saw the DELETE", || {
+        h.core.next_hop_stats().deletes == 1
+    })
+    .await;
+    gate.add_permits(1);
+    let again = refresh.await.unwrap().unwrap();
+    assert_eq!(segments(&again), segments(&answer));
+    // The old watch ends once it has had the lock and found a newer generation.
+    until("the old watch ends", || {
+        h.core.next_hop_stats().watches == 1
+    })
+    .await;
+    assert!(
+        h.core.holds("c1").await,
+        "the refreshed connection was closed"
+    );
+    assert!(h.dp.removed().is_empty());
+    assert_eq!(h.dp.owners().unwrap(), ["c1"]);
+    assert_eq!(
+        h.core.monitor.get(&own_id).map(|c| c.state),
+        Some(State::Up as i32)
+    );
+    // The new generation is watched: a DELETE now closes it.
+    until("the refreshed connection is watched", || {
+        h.nse_subscriptions() == 2
+    })
+    .await;
+    h.nse_monitor.monitor.delete(&published_by_nse(&h, &own_id));
+    until("the connection is closed", || {
+        h.core.connection_count() == 0
+    })
+    .await;
+    h.assert_no_state("after the endpoint closed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_next_hop_without_monitor_connections_is_not_watched() {
+    let h = harness(Setup {
+        nse_monitor: false,
+        ..DEFAULT
+    })
+    .await;
+    h.request(memif_request("c1")).await.unwrap();
+    until("the watch gives up", || {
+        h.core.next_hop_stats().watches == 0
+    })
+    .await;
+    assert_eq!(h.core.next_hop_stats().retries, 0);
+    assert_eq!(h.core.connection_count(), 1);
+    assert!(h.dp.removed().is_empty());
 }

@@ -5,7 +5,6 @@
 mod spiffe_support;
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -15,12 +14,14 @@ use ctl_api::proto::spiffe_workload::spiffe_workload_api_client::SpiffeWorkloadA
 use ctl_api::proto::spiffe_workload::X509svidRequest;
 use ctl_api::spiffe::{
     self, connect_tls, connect_tls_with_config, serve, serve_tls, Identity, PeerChannel,
-    PeerIdentity, SpiffeServerCertVerifier, SvidResolver, X509Identity,
+    PeerIdentity,
 };
 use ctl_api::tokens::{
     self, PathToken, TokenClaims, DEFAULT_MAX_TOKEN_LIFETIME, EXPIRES_METADATA, TOKEN_METADATA,
 };
-use spiffe_support::{in_a_year, FakeWorkloadApi, TestCa, TestSvid};
+use spiffe_support::{
+    client_config_with, in_a_year, peer_of, workload, x509, FakeWorkloadApi, TestCa,
+};
 use tokio::net::UnixListener;
 use tokio::sync::mpsc;
 use tonic::metadata::MetadataMap;
@@ -52,6 +53,7 @@ fn start_server(dir: &Path, identity: &Identity) -> TestServer {
     let listener = UnixListener::bind(&path).unwrap();
     let (_reporter, health) = tonic_health::server::health_reporter();
     let (tx, seen) = mpsc::unbounded_channel();
+    let own = identity.spiffe_id();
     let interceptor = move |request: Request<()>| -> Result<Request<()>, Status> {
         let peer = PeerIdentity::from_request(&request)
             .cloned()
@@ -59,7 +61,7 @@ fn start_server(dir: &Path, identity: &Identity) -> TestServer {
         let token = request
             .metadata()
             .get(TOKEN_METADATA)
-            .map(|_| tokens::verify_request(&request));
+            .map(|_| tokens::verify_request(&request, &own));
         let verdict = token.clone();
         let _ = tx.send(Seen { peer, token });
         match verdict {
@@ -88,33 +90,6 @@ async fn check(channel: &PeerChannel, token: Option<&PathToken>) -> Result<(), S
         .map(|_| ())
 }
 
-/// A workload: its own Workload API serving `svid`, and the identity fetched from it.
-async fn workload(
-    dir: &Path,
-    name: &str,
-    ca: &TestCa,
-    svid: &TestSvid,
-) -> (FakeWorkloadApi, Identity) {
-    let api = FakeWorkloadApi::start(dir, name, ca.response(svid));
-    let identity = Identity::connect(api.endpoint()).await.unwrap();
-    (api, identity)
-}
-
-fn x509(ca: &TestCa, svid: &TestSvid) -> X509Identity {
-    X509Identity::from_der(
-        &svid.spiffe_id,
-        &svid.chain_der,
-        &svid.key_der,
-        &ca.bundle_der(),
-        &Default::default(),
-    )
-    .unwrap()
-}
-
-fn peer_of(svid: &TestSvid) -> PeerIdentity {
-    PeerIdentity::from_certificates(vec![svid.chain_der.clone().into()]).unwrap()
-}
-
 /// The server side and a connected client, both with SVIDs of one CA from the Workload API.
 struct Pair {
     _dir: tempfile::TempDir,
@@ -129,20 +104,12 @@ struct Pair {
 async fn pair() -> Pair {
     let dir = tempfile::tempdir().unwrap();
     let ca = TestCa::new(TD);
-    let (server_api, server_identity) = workload(
-        dir.path(),
-        "server-agent",
-        &ca,
-        &ca.issue(SERVER_PATH, 1, in_a_year()),
-    )
-    .await;
-    let (client_api, client_identity) = workload(
-        dir.path(),
-        "client-agent",
-        &ca,
-        &ca.issue(CLIENT_PATH, 2, in_a_year()),
-    )
-    .await;
+    let (server_api, server_identity) = ca
+        .workload(dir.path(), "server-agent", SERVER_PATH, 1)
+        .await;
+    let (client_api, client_identity) = ca
+        .workload(dir.path(), "client-agent", CLIENT_PATH, 2)
+        .await;
     let server = start_server(dir.path(), &server_identity);
     let channel = connect_tls(&server.uri, &client_identity).await.unwrap();
     Pair {
@@ -298,20 +265,9 @@ async fn a_client_with_a_certificate_from_another_ca_is_refused() {
 #[tokio::test]
 async fn a_client_without_a_certificate_is_refused() {
     let mut p = pair().await;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let algorithms = provider.signature_verification_algorithms;
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(SpiffeServerCertVerifier::new(
-            p.client_identity.clone(),
-            algorithms,
-        )))
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"h2".to_vec()];
+    let config = client_config_with(&p.client_identity, rustls::DEFAULT_VERSIONS, false);
     let refused = async {
-        let channel = connect_tls_with_config(&p.server.uri, Arc::new(config)).await?;
+        let channel = connect_tls_with_config(&p.server.uri, config).await?;
         check(&channel, None)
             .await
             .map_err(spiffe::SpiffeError::from)
@@ -330,19 +286,8 @@ async fn a_client_without_a_certificate_is_refused() {
 #[tokio::test]
 async fn tls_1_2_is_accepted() {
     let mut p = pair().await;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let algorithms = provider.signature_verification_algorithms;
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS12])
-        .unwrap()
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(SpiffeServerCertVerifier::new(
-            p.client_identity.clone(),
-            algorithms,
-        )))
-        .with_client_cert_resolver(Arc::new(SvidResolver::new(p.client_identity.clone())));
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    let channel = connect_tls_with_config(&p.server.uri, Arc::new(config))
+    let config = client_config_with(&p.client_identity, &[&rustls::version::TLS12], true);
+    let channel = connect_tls_with_config(&p.server.uri, config)
         .await
         .unwrap();
     check(&channel, None).await.unwrap();
@@ -355,13 +300,9 @@ async fn a_server_with_a_certificate_from_another_ca_is_refused_by_the_client() 
     let p = pair().await;
     let dir = tempfile::tempdir().unwrap();
     let rogue_ca = TestCa::new(TD);
-    let (_api, rogue) = workload(
-        dir.path(),
-        "rogue-agent",
-        &rogue_ca,
-        &rogue_ca.issue(SERVER_PATH, 3, in_a_year()),
-    )
-    .await;
+    let (_api, rogue) = rogue_ca
+        .workload(dir.path(), "rogue-agent", SERVER_PATH, 3)
+        .await;
     let rogue_server = start_server(dir.path(), &rogue);
     let err = connect_tls(&rogue_server.uri, &p.client_identity)
         .await
@@ -380,20 +321,12 @@ async fn a_server_with_a_certificate_from_another_ca_is_refused_by_the_client() 
 async fn a_rotated_certificate_is_presented_at_the_next_handshake() {
     let dir = tempfile::tempdir().unwrap();
     let ca = TestCa::new(TD);
-    let (server_api, mut server_identity) = workload(
-        dir.path(),
-        "server-agent",
-        &ca,
-        &ca.issue(SERVER_PATH, 1, in_a_year()),
-    )
-    .await;
-    let (_client_api, client_identity) = workload(
-        dir.path(),
-        "client-agent",
-        &ca,
-        &ca.issue(CLIENT_PATH, 2, in_a_year()),
-    )
-    .await;
+    let (server_api, mut server_identity) = ca
+        .workload(dir.path(), "server-agent", SERVER_PATH, 1)
+        .await;
+    let (_client_api, client_identity) = ca
+        .workload(dir.path(), "client-agent", CLIENT_PATH, 2)
+        .await;
     let server = start_server(dir.path(), &server_identity);
 
     let before = connect_tls(&server.uri, &client_identity).await.unwrap();
@@ -500,6 +433,58 @@ async fn a_path_token_with_the_wrong_sub_is_refused() {
         expires: SystemTime::now() + Duration::from_secs(600),
     };
     assert_refused(check(&p.channel, Some(&token)).await, "is not the TLS peer");
+}
+
+#[tokio::test]
+async fn a_path_token_minted_for_another_audience_is_refused() {
+    let p = pair().await;
+    // Signed by the client for another workload (a token taken from another hop and replayed
+    // here): signature, sub and exp are right, only aud is not.
+    let elsewhere = peer_of(
+        &p.ca
+            .issue("/ns/default/sa/another-forwarder", 9, in_a_year()),
+    );
+    let token = tokens::mint(
+        &p.client_identity.current(),
+        &elsewhere,
+        DEFAULT_MAX_TOKEN_LIFETIME,
+    )
+    .unwrap();
+    assert_refused(
+        check(&p.channel, Some(&token)).await,
+        &format!(
+            "does not include {}",
+            p.server_identity.spiffe_id().as_str()
+        ),
+    );
+    // No audience at all is no better.
+    let claims = TokenClaims {
+        sub: p.client_identity.spiffe_id().to_string(),
+        aud: vec![],
+        exp: (SystemTime::now() + Duration::from_secs(600))
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64,
+    };
+    let token = PathToken {
+        token: tokens::sign(&p.client_identity.current(), &claims).unwrap(),
+        expires: SystemTime::now() + Duration::from_secs(600),
+    };
+    assert_refused(check(&p.channel, Some(&token)).await, "aud");
+    // verify() alone reads such a token (it is well signed); verify_for() is the receiver's.
+    let server = p.channel.peer().unwrap();
+    let client = peer_of_identity(&p.client_identity);
+    assert!(tokens::verify(&token.token, &client).is_ok());
+    let err = tokens::verify_for(&token.token, &client, server.spiffe_id()).unwrap_err();
+    assert!(
+        matches!(err, tokens::TokenError::WrongAudience { .. }),
+        "{err}"
+    );
+}
+
+/// The peer a connection from `identity` shows.
+fn peer_of_identity(identity: &Identity) -> PeerIdentity {
+    PeerIdentity::from_certificates(identity.current().certificates().to_vec()).unwrap()
 }
 
 #[tokio::test]

@@ -60,7 +60,8 @@ enum CtlCommand {
     /// gRPC health (both SERVING) — for container health checks and Kubernetes probes.
     Health {
         /// The NSM listen socket to check instead of the admin socket (`/listen.on.sock` or
-        /// `unix:///listen.on.sock`).
+        /// `unix:///listen.on.sock`), or its TCP address (`tcp://host:port`, checked with mTLS:
+        /// the SVID from `SPIFFE_ENDPOINT_SOCKET`).
         #[arg(long)]
         nsm_socket: Option<String>,
         /// Seconds to wait for an answer.
@@ -444,11 +445,7 @@ fn status(s: ctl_api::admin::Status) -> String {
 
 /// `quiver ctl health --nsm-socket S`: both NSM services SERVING.
 fn nsm_health(socket: &str, timeout: u64, json: bool) -> Result<(), String> {
-    let url = if socket.starts_with("unix://") {
-        socket.to_string()
-    } else {
-        format!("unix://{socket}")
-    };
+    let url = nsm_url(socket);
     let serving =
         ctl_api::nsm::health::check_blocking(&url, std::time::Duration::from_secs(timeout))?;
     if json {
@@ -459,10 +456,26 @@ fn nsm_health(socket: &str, timeout: u64, json: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// `--nsm-socket` as a URL: `unix://` and `tcp://` ones as they are, a path as `unix://path`.
+fn nsm_url(socket: &str) -> String {
+    if socket.starts_with("unix://") || socket.starts_with("tcp://") {
+        socket.to_string()
+    } else {
+        format!("unix://{socket}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use clap::{CommandFactory, Parser};
+
+    #[test]
+    fn the_nsm_socket_is_a_path_or_a_unix_or_tcp_url() {
+        assert_eq!(nsm_url("/listen.on.sock"), "unix:///listen.on.sock");
+        assert_eq!(nsm_url("unix:///listen.on.sock"), "unix:///listen.on.sock");
+        assert_eq!(nsm_url("tcp://10.0.0.1:5001"), "tcp://10.0.0.1:5001");
+    }
 
     #[derive(Parser)]
     struct Cli {

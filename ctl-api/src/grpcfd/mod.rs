@@ -12,7 +12,7 @@
 
 mod stream;
 
-pub use stream::{FdSender, FdStream, ReceivedFds, MAX_RECEIVED_FDS};
+pub use stream::{FdSender, FdStream, ReceivedFds, ReceivedFdsRef, MAX_RECEIVED_FDS};
 
 use std::fmt;
 use std::os::fd::AsFd;
@@ -62,11 +62,15 @@ impl fmt::Display for InodeKey {
 }
 
 /// What tonic puts in the extensions of every request that came over an [`FdStream`]: the fds
-/// the client passed on this connection, and the client's verified identity under TLS.
+/// the client passed on this connection, the queue of fds to pass back to it, and the
+/// client's verified identity under TLS.
 #[derive(Clone, Debug)]
 pub struct ConnectionInfo {
     /// The fds received on the connection so far.
     pub fds: ReceivedFds,
+    /// The fds to pass back to the client: each goes with the next bytes written on the
+    /// connection (queue them before answering the call that names them).
+    pub sender: FdSender,
     /// The TLS peer; `None` on a plaintext connection.
     pub peer: Option<PeerIdentity>,
 }

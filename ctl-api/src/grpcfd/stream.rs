@@ -7,7 +7,7 @@ use std::io::{self, IoSlice, IoSliceMut};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{ready, Context, Poll};
 
 use nix::fcntl::{open, OFlag};
@@ -81,7 +81,22 @@ impl ReceivedFds {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// A handle that tells this table from others without keeping it (or its fds) alive.
+    pub fn downgrade(&self) -> ReceivedFdsRef {
+        ReceivedFdsRef(Arc::downgrade(&self.0))
+    }
+
+    /// Whether `other` is a handle on this table.
+    pub fn is(&self, other: &ReceivedFdsRef) -> bool {
+        std::ptr::eq(Arc::as_ptr(&self.0), other.0.as_ptr())
+    }
 }
+
+/// A [`ReceivedFds`] table's identity, from [`ReceivedFds::downgrade`]: it does not keep the
+/// table alive (nor is its address reused while the handle lives).
+#[derive(Clone, Debug, Default)]
+pub struct ReceivedFdsRef(Weak<Mutex<HashMap<InodeKey, OwnedFd>>>);
 
 impl fmt::Debug for ReceivedFds {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -165,9 +180,15 @@ impl FdStream {
 
     /// Wraps `io`; its writes carry the fds queued in `sender`.
     pub fn with_sender(io: UnixStream, sender: FdSender) -> FdStream {
+        FdStream::with_tables(io, sender, ReceivedFds::default())
+    }
+
+    /// Wraps `io`; its writes carry the fds queued in `sender`, the fds it receives go to
+    /// `received` (a table shared by every connection of a client's channel, say).
+    pub fn with_tables(io: UnixStream, sender: FdSender, received: ReceivedFds) -> FdStream {
         FdStream {
             io,
-            received: ReceivedFds::default(),
+            received,
             sender,
         }
     }
@@ -189,6 +210,7 @@ impl Connected for FdStream {
     fn connect_info(&self) -> ConnectionInfo {
         ConnectionInfo {
             fds: self.received.clone(),
+            sender: self.sender.clone(),
             peer: None,
         }
     }

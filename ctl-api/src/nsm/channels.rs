@@ -4,7 +4,9 @@
 //!
 //! - A channel is dialed with [`dial_peer`] on first use and kept while it is used; one idle
 //!   for [`IDLE`] is dropped (its connection closes), so an endpoint Quiver stopped talking to
-//!   holds no socket of Quiver's.
+//!   holds no socket of Quiver's. A channel carrying a long-lived stream (a next hop's
+//!   `MonitorConnections`, see [`Lease::hold`]) is kept while the stream lasts, so the calls
+//!   to that URL share its connection.
 //! - A channel dialed under one SVID is not reused once the identity rotated (the endpoint
 //!   checks that the path token and the TLS client certificate have the same key): the next
 //!   call dials again with the current SVID.
@@ -12,7 +14,7 @@
 //!   call dials again.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -32,6 +34,8 @@ struct Cached {
     last_used: Instant,
     /// Tells this channel from a later one for the same URL.
     serial: u64,
+    /// How many [`Hold`]s keep it.
+    holds: Arc<AtomicUsize>,
 }
 
 type Map = Mutex<HashMap<String, Cached>>;
@@ -48,6 +52,25 @@ pub struct Lease {
     /// closed an idle connection, and is worth one new dial.
     pub reused: bool,
     serial: u64,
+    holds: Arc<AtomicUsize>,
+}
+
+impl Lease {
+    /// Keeps the channel cached, used or not, until the returned [`Hold`] is dropped (for a
+    /// long-lived stream on it).
+    pub fn hold(&self) -> Hold {
+        self.holds.fetch_add(1, Ordering::Relaxed);
+        Hold(self.holds.clone())
+    }
+}
+
+/// Keeps a cached channel from being dropped as idle (see [`Lease::hold`]).
+pub struct Hold(Arc<AtomicUsize>);
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// The channels to endpoints, by URL (see the module docs).
@@ -78,10 +101,12 @@ impl Channels {
                 channel: c.channel.clone(),
                 reused: true,
                 serial: c.serial,
+                holds: c.holds.clone(),
             });
         }
         let channel = dial_peer(url, timeout, identity).await?;
         let serial = self.serial.fetch_add(1, Ordering::Relaxed);
+        let holds = Arc::new(AtomicUsize::new(0));
         lock(&self.map).insert(
             url.to_string(),
             Cached {
@@ -89,6 +114,7 @@ impl Channels {
                 svid,
                 last_used: Instant::now(),
                 serial,
+                holds: holds.clone(),
             },
         );
         tokio::spawn(evict_when_idle(
@@ -100,6 +126,7 @@ impl Channels {
             channel,
             reused: false,
             serial,
+            holds,
         })
     }
 
@@ -123,8 +150,8 @@ impl Channels {
     }
 }
 
-/// Removes the channel `serial` for `url` once it went unused for [`IDLE`]; ends early when it
-/// was replaced or forgotten, or the cache is gone.
+/// Removes the channel `serial` for `url` once it went unused for [`IDLE`] with no [`Hold`] on
+/// it; ends early when it was replaced or forgotten, or the cache is gone.
 async fn evict_when_idle(map: Weak<Map>, url: String, serial: u64) {
     let mut wait = IDLE;
     loop {
@@ -135,12 +162,12 @@ async fn evict_when_idle(map: Weak<Map>, url: String, serial: u64) {
             return;
         };
         let idle = c.last_used.elapsed();
-        if idle >= IDLE {
+        if idle >= IDLE && c.holds.load(Ordering::Relaxed) == 0 {
             // The connection closes once the last call on it is done.
             map.remove(&url);
             return;
         }
-        wait = IDLE - idle;
+        wait = if idle >= IDLE { IDLE } else { IDLE - idle };
     }
 }
 
@@ -209,6 +236,18 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert_eq!(accepted.load(Ordering::SeqCst), 2, "two dials in all");
+
+        // A held channel stays, used or not, until its hold goes. The clock is paused from
+        // here: sleeping runs every timer due before, the eviction checks included, in order.
+        let d = channels.get(&url, t, None).await.unwrap();
+        let hold = d.hold();
+        tokio::time::pause();
+        tokio::time::sleep(IDLE * 3).await;
+        assert_eq!(channels.len(), 1, "a held channel was dropped as idle");
+        drop(hold);
+        tokio::time::sleep(IDLE * 2).await;
+        assert!(channels.is_empty(), "the channel outlived its hold");
+        tokio::time::resume();
 
         // An unreachable URL is an error, and nothing is cached.
         let gone = format!("unix://{}", dir.join("nothing.sock").display());

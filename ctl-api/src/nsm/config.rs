@@ -34,7 +34,9 @@ pub struct NsmConfig {
     pub labels: HashMap<String, String>,
     /// `NSM_CONNECT_TO`: nsmgr's URL (the registry).
     pub connect_to: String,
-    /// `NSM_LISTEN_ON`: where the NSM services listen (`unix:///path`).
+    /// `NSM_LISTEN_ON`: where the NSM services listen: `unix:///path`, or `tcp://host:port`
+    /// (served with mTLS only: it needs [`NsmConfig::identity`]; see
+    /// [`super::server::bind_for`]).
     pub listen_on: String,
     /// `NSM_TUNNEL_IP`: the source address of tunnels (VXLAN), if set.
     pub tunnel_ip: Option<IpAddr>,

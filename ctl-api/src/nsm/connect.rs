@@ -6,7 +6,8 @@
 //! port, and the cross-connect. What is already right is left alone; what differs is torn down
 //! and rebuilt. If anything fails once the data path or the endpoint was touched, everything
 //! the connection owned is removed and the endpoint side is closed: a failed Request leaves
-//! no state.
+//! no state. After each successful Request Quiver watches the endpoint's MonitorConnections
+//! (`next_hop`): a Close or expiry on the far side closes the connection here too.
 
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,15 +23,20 @@ use super::dataplane::{
     PortSpec, VxlanSpec,
 };
 use super::endpoint::EndpointDiscovery;
+use super::fds::HeldFds;
 use super::mechanism::{self, ClientMechanism, EndpointMechanism};
 use super::monitor::Monitor;
 use super::path::{self, Position};
 use super::table::Table;
 use super::validate::{self, Payload, SidesIp};
 use super::vni::VniTable;
+use crate::grpcfd::ReceivedFds;
 use crate::proto::connection::{Connection, Mechanism, State};
 use crate::proto::networkservice::network_service_client::NetworkServiceClient;
 use crate::proto::networkservice::NetworkServiceRequest;
+
+mod next_hop;
+pub use next_hop::NextHopStats;
 
 /// How long Quiver waits for the endpoint to answer a Request or Close.
 pub const ENDPOINT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -50,6 +56,18 @@ enum CrossConnect {
     },
 }
 
+/// Why a connection is torn down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Teardown {
+    /// Close, or a reselect: the expiry timer is stopped; the endpoint is closed.
+    Close,
+    /// The expiry timer fired (the task tearing down: it must not abort itself); the endpoint
+    /// is closed.
+    Expired,
+    /// The next hop closed it (see `next_hop`): nothing is sent there again.
+    NextHopGone,
+}
+
 /// One connection as Quiver holds it.
 pub struct Entry {
     own_id: String,
@@ -65,6 +83,10 @@ pub struct Entry {
     /// The caller's connection id and path index, for the answer.
     caller: (String, u32),
     expiry: tokio::task::AbortHandle,
+    /// The watch of the endpoint (see `next_hop`), and whether it says DOWN.
+    next_hop: next_hop::NextHop,
+    /// The data path reported a port of it down.
+    link_down: bool,
 }
 
 /// One connection as `quiver ctl show connections` lists it.
@@ -105,6 +127,10 @@ pub struct Core {
     vnis: VniTable,
     /// One gRPC channel per endpoint URL, for the Requests and Closes sent there.
     channels: Channels,
+    /// The fds endpoints passed with their answers, held by connection (see `fds`).
+    answer_fds: HeldFds,
+    /// What the watches of next hops did (see `next_hop`).
+    next_hops: Arc<next_hop::Counters>,
 }
 
 fn dp_status(e: DataplaneError) -> Status {
@@ -171,6 +197,8 @@ impl Core {
             generation: AtomicU64::new(0),
             vnis: VniTable::default(),
             channels: Channels::default(),
+            answer_fds: HeldFds::default(),
+            next_hops: Arc::default(),
         }
     }
 
@@ -307,7 +335,7 @@ impl Core {
         if reselect {
             if let Some(old) = slot.take() {
                 tracing::info!(id, "reselect requested: closing the old connection first");
-                if let Err(e) = self.teardown(&id, old, true).await {
+                if let Err(e) = self.teardown(&id, old, Teardown::Close).await {
                     tracing::error!(id, error = %e, "cannot remove the old connection");
                 }
             }
@@ -328,6 +356,7 @@ impl Core {
                     tracing::error!(id, error = %err, "cannot remove what the connection owned");
                 }
                 self.vnis.release(&id);
+                self.answer_fds.release(&id);
                 if let Some((url, conn)) = endpoint {
                     self.close_endpoint(&url, conn).await;
                 }
@@ -466,7 +495,7 @@ impl Core {
                 url.starts_with("tcp://"),
             ),
         };
-        let answer = tryb!(self.request_endpoint(&url, request).await);
+        let (answer, passed) = tryb!(self.request_endpoint(&url, request).await);
         endpoint_hold = Some((url.clone(), answer.clone()));
         let ip = tryb!(validate::context(answer.context.as_ref()).map_err(|e| {
             Status::failed_precondition(format!(
@@ -474,8 +503,13 @@ impl Core {
                 e.message()
             ))
         }));
+        // inode:// URLs name fds the endpoint passed: read with those (`answer` is kept as is).
+        let (answer_mech, answer_fds) =
+            tryb!(self
+                .answer_fds
+                .resolve_answer(owner, &passed, answer.mechanism.as_ref()));
         let ep = tryb!(mechanism::endpoint_side(
-            answer.mechanism.as_ref(),
+            answer_mech.as_ref(),
             &suggested,
             tunnel.is_some()
         ));
@@ -604,6 +638,8 @@ impl Core {
         }
         let generation = self.generation.fetch_add(1, Ordering::Relaxed);
         let expiry = self.schedule_expiry(owner.to_string(), generation, position.expires);
+        self.answer_fds.keep_only(owner, &answer_fds);
+        let next_hop = self.watch_next_hop(owner, generation, &url, &position.own_id);
         Ok(Entry {
             own_id: position.own_id.clone(),
             generation,
@@ -615,6 +651,8 @@ impl Core {
             published,
             caller: (position.prev_id, position.prev_index),
             expiry,
+            next_hop,
+            link_down: false,
         })
     }
 
@@ -637,13 +675,22 @@ impl Core {
         ignore_not_found(self.dp(move |d| d.remove_port(&o, &port)).await)
     }
 
+    /// Requests the endpoint at `url`: its answer, and the fds passed on the channel (grpcfd;
+    /// Quiver's own `file://` URLs, if it offers any, go as `inode://` with their fds).
     async fn request_endpoint(
         &self,
         url: &str,
         request: NetworkServiceRequest,
-    ) -> Result<Connection, Status> {
-        self.call_endpoint(url, request, |channel, r| async move {
-            NetworkServiceClient::new(channel).request(r).await
+    ) -> Result<(Connection, ReceivedFds), Status> {
+        let unix = url.starts_with("unix://");
+        self.call_endpoint(url, request, |channel, mut r| async move {
+            if unix {
+                super::fds::pass_offered_files(channel.fds(), r.get_mut())?;
+            }
+            let answer = NetworkServiceClient::new(channel.channel())
+                .request(r)
+                .await?;
+            Ok(answer.map(|a| (a, channel.received().clone())))
         })
         .await
         .map_err(|s| Status::new(s.code(), format!("endpoint {url}: {}", s.message())))
@@ -657,7 +704,7 @@ impl Core {
     async fn call_endpoint<T, R, F, Fut>(&self, url: &str, msg: T, call: F) -> Result<R, Status>
     where
         T: super::secure::CarriesConnection + Clone,
-        F: Fn(tonic::transport::Channel, tonic::Request<T>) -> Fut,
+        F: Fn(crate::spiffe::PeerChannel, tonic::Request<T>) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<R>, Status>>,
     {
         let identity = self.cfg.identity.as_ref();
@@ -674,7 +721,7 @@ impl Core {
                 msg.clone(),
             )?;
             r.set_timeout(ENDPOINT_TIMEOUT);
-            match call(lease.channel.channel(), r).await {
+            match call(lease.channel.clone(), r).await {
                 Ok(answer) => return Ok(answer.into_inner()),
                 Err(s) if channels::transport_failure(&s) => {
                     self.channels.forget(url, &lease);
@@ -693,26 +740,32 @@ impl Core {
     /// expiry cleans up after an endpoint that cannot be reached).
     async fn close_endpoint(&self, url: &str, conn: Connection) {
         let close = self.call_endpoint(url, conn, |channel, r| async move {
-            NetworkServiceClient::new(channel).close(r).await
+            NetworkServiceClient::new(channel.channel()).close(r).await
         });
         if let Err(e) = close.await {
             tracing::warn!(url, error = %e, "Close toward the endpoint failed");
         }
     }
 
-    /// Removes everything of `entry` and closes it toward the endpoint.
-    async fn teardown(&self, owner: &str, entry: Entry, abort_expiry: bool) -> Result<(), Status> {
-        if abort_expiry {
+    /// Removes everything of `entry` and closes it toward the endpoint (unless it is gone there).
+    async fn teardown(&self, owner: &str, entry: Entry, why: Teardown) -> Result<(), Status> {
+        if why != Teardown::Expired {
             entry.expiry.abort();
         }
+        // The watch of the endpoint ends first: its DELETE after our Close is no news.
+        drop(entry.next_hop);
         // The endpoint's side and Quiver's are independent: both at once, both done before
         // the connection's lock is released.
         let o = owner.to_string();
-        let ((), removed) = tokio::join!(
-            self.close_endpoint(&entry.endpoint_url, entry.endpoint_conn.clone()),
-            self.dp(move |d| d.remove_owned(&o)),
-        );
+        let close = async {
+            if why != Teardown::NextHopGone {
+                self.close_endpoint(&entry.endpoint_url, entry.endpoint_conn.clone())
+                    .await
+            }
+        };
+        let ((), removed) = tokio::join!(close, self.dp(move |d| d.remove_owned(&o)));
         self.vnis.release(owner);
+        self.answer_fds.release(owner);
         self.monitor.delete(&entry.published);
         removed
     }
@@ -726,7 +779,7 @@ impl Core {
         let mut slot = self.table.lock(&conn.id).await;
         if let Some(entry) = slot.take() {
             tracing::info!(id = conn.id, "Close");
-            return self.teardown(&conn.id, entry, true).await;
+            return self.teardown(&conn.id, entry, Teardown::Close).await;
         }
         tracing::info!(id = conn.id, "Close of an unknown connection");
         if let Some(next) = self.next_hop_of_unknown(&conn) {
@@ -777,8 +830,7 @@ impl Core {
         if slot.as_ref().is_some_and(|e| e.generation == generation) {
             let entry = slot.take().expect("checked");
             tracing::info!(id = owner, "expired: closing");
-            // This task is the expiry timer: it must not abort itself.
-            if let Err(e) = self.teardown(owner, entry, false).await {
+            if let Err(e) = self.teardown(owner, entry, Teardown::Expired).await {
                 tracing::error!(id = owner, error = %e, "cannot remove an expired connection");
             }
         }
@@ -789,12 +841,9 @@ impl Core {
     pub async fn link_changed(&self, ev: LinkEvent) {
         let mut slot = self.table.lock(&ev.owner).await;
         let Some(entry) = slot.as_mut() else { return };
-        let state = if ev.up { State::Up } else { State::Down } as i32;
         tracing::info!(id = ev.owner, port = %ev.port, up = ev.up, reason = ev.reason, "link changed");
-        if entry.published.state != state {
-            entry.published.state = state;
-            self.monitor.update(&entry.published);
-        }
+        entry.link_down = !ev.up;
+        self.publish_state(entry);
     }
 }
 

@@ -35,7 +35,8 @@ impl EndpointDiscovery for StaticEndpoint {
 }
 
 /// The endpoint's URL from the registry: `Find` of `network_service_endpoint_name` on nsmgr
-/// (`NSM_CONNECT_TO`).
+/// (`NSM_CONNECT_TO`); with an identity the Find carries Quiver's path token for the registry
+/// (see [`super::secure::sign_call`]).
 #[derive(Debug, Clone)]
 pub struct RegistryDiscovery {
     /// The registry's URL.
@@ -44,6 +45,8 @@ pub struct RegistryDiscovery {
     pub timeout: Duration,
     /// Quiver's identity: the registry is dialed with mTLS when there is one.
     pub identity: Option<Identity>,
+    /// How long the path token of a Find is valid (`NSM_MAX_TOKEN_LIFETIME`).
+    pub max_token_lifetime: Duration,
 }
 
 impl RegistryDiscovery {
@@ -53,6 +56,7 @@ impl RegistryDiscovery {
             registry: cfg.connect_to.clone(),
             timeout: cfg.dial_timeout,
             identity: cfg.identity.clone(),
+            max_token_lifetime: cfg.max_token_lifetime,
         }
     }
 }
@@ -67,9 +71,8 @@ impl EndpointDiscovery for RegistryDiscovery {
                 ));
             }
             let lookup = async {
-                let channel =
-                    dial_with(&self.registry, self.timeout, self.identity.as_ref()).await?;
-                let mut client = NetworkServiceEndpointRegistryClient::new(channel);
+                let peer = dial_peer(&self.registry, self.timeout, self.identity.as_ref()).await?;
+                let mut client = NetworkServiceEndpointRegistryClient::new(peer.channel());
                 let query = NetworkServiceEndpointQuery {
                     network_service_endpoint: Some(NetworkServiceEndpoint {
                         name: name.clone(),
@@ -77,6 +80,12 @@ impl EndpointDiscovery for RegistryDiscovery {
                     }),
                     watch: false,
                 };
+                let query = super::secure::sign_call(
+                    self.identity.as_ref(),
+                    peer.peer().as_ref(),
+                    self.max_token_lifetime,
+                    query,
+                )?;
                 let mut stream = client.find(query).await?.into_inner();
                 while let Some(answer) = stream.next().await {
                     let answer = answer?;
@@ -85,7 +94,8 @@ impl EndpointDiscovery for RegistryDiscovery {
                     }
                     if let Some(nse) = answer.network_service_endpoint {
                         if nse.name == *name && !nse.url.is_empty() {
-                            return Ok(nse.url);
+                            // nsmgr may pass the endpoint's socket by fd (grpcfd).
+                            return super::fds::passed_socket_url(&nse.url, peer.received());
                         }
                     }
                 }

@@ -1,6 +1,6 @@
 //! The NSM v1 forwarder: `networkservice.NetworkService` (Request, Close),
-//! `connection.MonitorConnection` and health, served on a unix socket, as cmd-forwarder-vpp
-//! serves them (see `specs/nsm.md`).
+//! `connection.MonitorConnection` and health, served on a unix socket (or TCP, with mTLS), as
+//! cmd-forwarder-vpp serves them (see `specs/nsm.md`).
 //!
 //! - [`validate`], [`mechanism`], [`path`]: everything a Request is checked against before
 //!   anything is built, the choice of mechanism, Quiver's path segment, the monitor's selector.
@@ -11,7 +11,8 @@
 //!   Quiver receives and makes (mTLS itself is [`crate::spiffe`]'s).
 //! - [`table`], [`monitor`], [`connect`]: the connections (one lock per id), their events,
 //!   and the Request/Close/expiry state machine.
-//! - [`fds`]: `inode://` URLs resolved to the fds clients pass on the socket (grpcfd).
+//! - [`fds`]: `inode://` URLs resolved to the fds clients pass on the socket, and those
+//!   endpoints and the registry pass back to Quiver (grpcfd).
 //! - [`server`]: the gRPC services; [`config`]: the `NSM_*` environment; [`health`]: the
 //!   probe's check of a running server.
 //! - [`testing`]: a test endpoint (NSE) and a blocking client, for tests and benchmarks.

@@ -3,23 +3,26 @@
 //! its own socket), as cmd-forwarder-vpp does, registers again at 2/3 of the expiration nsmgr
 //! returns, and at once when nsmgr restarts or drops the entry (Quiver watches its own entry
 //! between refreshes); a failed registration is retried with backoff. It unregisters when the
-//! server stops. nsmgr is dialed with mTLS when Quiver has a SPIFFE identity. On a unix socket,
+//! server stops. nsmgr is dialed with mTLS when Quiver has a SPIFFE identity, and then every
+//! call (Register, the watch's Find, Unregister) carries Quiver's path token for nsmgr
+//! (`nsm-client-token`, aud = nsmgr's SPIFFE ID; see [`super::secure::sign_call`]). On a unix socket,
 //! the url is passed as NSM's grpcfd does: `inode://<dev>/<ino>` of Quiver's socket, its fd
 //! sent beside the call (see [`passed_endpoint`]).
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
-use tonic::transport::Channel;
 use tonic::Status;
 
 use super::config::NsmConfig;
 use super::endpoint::dial_peer;
 use super::path::system_time;
+use super::secure::sign_call;
 use crate::proto::registry::network_service_endpoint_registry_client::NetworkServiceEndpointRegistryClient;
 use crate::proto::registry::{
     NetworkServiceEndpoint, NetworkServiceEndpointQuery, NetworkServiceLabels,
 };
+use crate::spiffe::PeerChannel;
 
 /// The network service every forwarder registers under.
 pub const FORWARDER_SERVICE: &str = "forwarder";
@@ -46,10 +49,7 @@ pub fn endpoint(cfg: &NsmConfig) -> NetworkServiceEndpoint {
 /// the url is the socket's `inode://<dev>/<ino>` and its fd is queued to go with the call
 /// (grpcfd; nsmgr dials it through the fd). Otherwise, or if the socket cannot be opened, the
 /// `unix://` url itself.
-pub fn passed_endpoint(
-    cfg: &NsmConfig,
-    channel: &crate::spiffe::PeerChannel,
-) -> NetworkServiceEndpoint {
+pub fn passed_endpoint(cfg: &NsmConfig, channel: &PeerChannel) -> NetworkServiceEndpoint {
     let mut nse = endpoint(cfg);
     let socket = cfg
         .listen_on
@@ -74,12 +74,25 @@ pub async fn register(cfg: &NsmConfig) -> Result<Duration, Status> {
     register_on(cfg).await.map(|(next, _)| next)
 }
 
+/// A call to nsmgr on `channel`: with Quiver's path token for it when Quiver has an identity.
+fn registry_request<T>(
+    cfg: &NsmConfig,
+    channel: &PeerChannel,
+    msg: T,
+) -> Result<tonic::Request<T>, Status> {
+    sign_call(
+        cfg.identity.as_ref(),
+        channel.peer().as_ref(),
+        cfg.max_token_lifetime,
+        msg,
+    )
+}
+
 /// [`register`], also returning the channel to nsmgr.
-async fn register_on(cfg: &NsmConfig) -> Result<(Duration, Channel), Status> {
+async fn register_on(cfg: &NsmConfig) -> Result<(Duration, PeerChannel), Status> {
     let peer = dial_peer(&cfg.connect_to, cfg.dial_timeout, cfg.identity.as_ref()).await?;
-    let channel = peer.channel();
-    let mut client = NetworkServiceEndpointRegistryClient::new(channel.clone());
-    let mut req = tonic::Request::new(passed_endpoint(cfg, &peer));
+    let mut client = NetworkServiceEndpointRegistryClient::new(peer.channel());
+    let mut req = registry_request(cfg, &peer, passed_endpoint(cfg, &peer))?;
     req.set_timeout(cfg.dial_timeout * 4);
     let granted = client.register(req).await?.into_inner();
     let left = granted
@@ -87,7 +100,7 @@ async fn register_on(cfg: &NsmConfig) -> Result<(Duration, Channel), Status> {
         .as_ref()
         .and_then(system_time)
         .and_then(|t| t.duration_since(SystemTime::now()).ok());
-    Ok((left.map_or(DEFAULT_REFRESH, |d| d * 2 / 3), channel))
+    Ok((left.map_or(DEFAULT_REFRESH, |d| d * 2 / 3), peer))
 }
 
 /// Why [`watch_until`] returned.
@@ -102,16 +115,24 @@ enum Watched {
 /// `watch`): a watch that breaks means nsmgr restarted (or the connection to it went), a
 /// `deleted` answer for Quiver that nsmgr forgot it; either ends the wait early. A registry
 /// that does not watch (refuses, or ends the stream) leaves only the timer.
-async fn watch_until(cfg: &NsmConfig, channel: Channel, next: Duration) -> Watched {
+async fn watch_until(cfg: &NsmConfig, channel: PeerChannel, next: Duration) -> Watched {
     let due = tokio::time::sleep(next);
     tokio::pin!(due);
-    let mut client = NetworkServiceEndpointRegistryClient::new(channel);
+    let mut client = NetworkServiceEndpointRegistryClient::new(channel.channel());
     let query = NetworkServiceEndpointQuery {
         network_service_endpoint: Some(NetworkServiceEndpoint {
             name: cfg.name.clone(),
             ..Default::default()
         }),
         watch: true,
+    };
+    let query = match registry_request(cfg, &channel, query) {
+        Ok(query) => query,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot sign the watch of Quiver's entry: refreshing on time only");
+            due.await;
+            return Watched::Due;
+        }
     };
     let mut stream = tokio::select! {
         () = &mut due => return Watched::Due,
@@ -153,7 +174,7 @@ pub async fn unregister(cfg: &NsmConfig) {
     let unregister = async {
         let peer = dial_peer(&cfg.connect_to, cfg.dial_timeout, cfg.identity.as_ref()).await?;
         let mut client = NetworkServiceEndpointRegistryClient::new(peer.channel());
-        let mut req = tonic::Request::new(passed_endpoint(cfg, &peer));
+        let mut req = registry_request(cfg, &peer, passed_endpoint(cfg, &peer))?;
         req.set_timeout(cfg.dial_timeout * 4);
         client.unregister(req).await
     };

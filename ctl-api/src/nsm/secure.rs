@@ -1,9 +1,11 @@
 //! SPIFFE on NSM calls (see `specs/nsm.md`, Security): path tokens in and out.
 //!
 //! - Incoming Request/Close ([`accept`]): with an identity, the caller's `nsm-client-token` must
-//!   be signed by the key of the TLS peer's SVID and not expired ([`crate::tokens`]), or the
-//!   call is refused with `PermissionDenied` before anything is looked at; the token and its
-//!   expiry are then stamped into the caller's path segment (`path_segments[index]`).
+//!   be signed by the key of the TLS peer's SVID, have that peer's SPIFFE ID as `sub`, not be
+//!   expired and have Quiver's own SPIFFE ID in `aud` ([`crate::tokens`]), or the call is
+//!   refused with `PermissionDenied` (saying which check failed) before anything is looked at;
+//!   the token and its expiry are then stamped into the caller's path segment
+//!   (`path_segments[index]`).
 //!   Without an identity (plaintext), a token in the metadata is stamped unchecked.
 //! - Outgoing Request/Close ([`outgoing`], [`sign`]): with an identity, Quiver mints its own
 //!   token for the server it dialed (sub = own SPIFFE ID, aud = [the server's], exp = the
@@ -11,6 +13,9 @@
 //!   own segment (`path_segments[index]` of the outgoing connection) and in the metadata.
 //!   Without an identity nothing is minted: Quiver's segment keeps the caller's token (see
 //!   [`super::path::advance`]).
+//! - Registry calls (Register, Find, Unregister; [`sign_call`]): with an identity, a token for
+//!   the registry (aud = its SPIFFE ID from the TLS handshake) in the metadata, as every NSM hop
+//!   sends one.
 
 use std::time::Duration;
 
@@ -57,9 +62,11 @@ pub fn accept<T: CarriesConnection>(
     request: Request<T>,
 ) -> Result<T, Status> {
     let token = match identity {
-        Some(_) => Some(tokens::verify_request(&request).inspect_err(|e| {
-            tracing::warn!(error = %e.message(), "refused a call: bad path token");
-        })?),
+        Some(identity) => Some(
+            tokens::verify_request(&request, &identity.spiffe_id()).inspect_err(|e| {
+                tracing::warn!(error = %e.message(), "refused a call: bad path token");
+            })?,
+        ),
         // Plaintext: nothing to check a token against; pass on what the caller sent.
         None => PathToken::from_metadata(request.metadata()).ok(),
     };
@@ -78,16 +85,47 @@ pub fn sign<T: CarriesConnection>(
     max_lifetime: Duration,
     mut msg: T,
 ) -> Result<Request<T>, Status> {
-    let Some(identity) = identity else {
+    let Some(token) = mint_for(identity, peer, max_lifetime)? else {
         return Ok(Request::new(msg));
+    };
+    if let Some(segment) = current_segment(&mut msg) {
+        token.apply_to_segment(segment);
+    }
+    with_token(msg, &token)
+}
+
+/// Prepares an outgoing call without a path (the registry's Register, Find, Unregister) to
+/// `peer`: with an identity, Quiver's token for it (sub = own SPIFFE ID, aud = [peer's]) in
+/// `nsm-client-token` and `nsm-client-token-expires`; without one, the bare message.
+pub fn sign_call<T>(
+    identity: Option<&Identity>,
+    peer: Option<&PeerIdentity>,
+    max_lifetime: Duration,
+    msg: T,
+) -> Result<Request<T>, Status> {
+    match mint_for(identity, peer, max_lifetime)? {
+        Some(token) => with_token(msg, &token),
+        None => Ok(Request::new(msg)),
+    }
+}
+
+/// Quiver's token for `peer`, when it has an identity (then the channel must have a verified
+/// peer).
+fn mint_for(
+    identity: Option<&Identity>,
+    peer: Option<&PeerIdentity>,
+    max_lifetime: Duration,
+) -> Result<Option<PathToken>, Status> {
+    let Some(identity) = identity else {
+        return Ok(None);
     };
     let peer = peer.ok_or_else(|| {
         Status::internal("no verified server identity on an mTLS channel: cannot mint a token")
     })?;
-    let token = tokens::mint(&identity.current(), peer, max_lifetime)?;
-    if let Some(segment) = current_segment(&mut msg) {
-        token.apply_to_segment(segment);
-    }
+    Ok(Some(tokens::mint(&identity.current(), peer, max_lifetime)?))
+}
+
+fn with_token<T>(msg: T, token: &PathToken) -> Result<Request<T>, Status> {
     let mut request = Request::new(msg);
     token.insert_into(request.metadata_mut())?;
     Ok(request)

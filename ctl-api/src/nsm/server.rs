@@ -1,13 +1,14 @@
 //! The gRPC side: `networkservice.NetworkService`, `connection.MonitorConnection` and
-//! `grpc.health.v1.Health` on a unix socket: with SPIFFE mTLS when the configuration has an
-//! identity (each Request/Close's path token checked against the TLS peer first, see
-//! [`super::secure`]), in plaintext otherwise.
+//! `grpc.health.v1.Health` on a unix socket or a TCP address (`NSM_LISTEN_ON`): with SPIFFE
+//! mTLS when the configuration has an identity (each Request/Close's path token checked against
+//! the TLS peer first, see [`super::secure`]), in plaintext otherwise, which only a unix socket
+//! is served in (a `tcp://` address without an identity refuses to start).
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use tokio::net::UnixListener;
+use tokio::net::{TcpListener, UnixListener};
 use tonic::{Request, Response, Status};
 
 use super::config::NsmConfig;
@@ -22,19 +23,20 @@ use crate::proto::connection::monitor_connection_server::{
 use crate::proto::connection::{Connection, MonitorScopeSelector};
 use crate::proto::networkservice::network_service_server::{NetworkService, NetworkServiceServer};
 use crate::proto::networkservice::NetworkServiceRequest;
-use crate::spiffe::SpiffeError;
+use crate::spiffe::{Listener, SpiffeError};
 
 /// Why the server could not start or stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    /// `NSM_LISTEN_ON` is not a `unix://` URL.
-    #[error("cannot listen on {0:?}: only unix:///path is supported")]
+    /// `NSM_LISTEN_ON` is neither `unix:///path` nor `tcp://host:port`.
+    #[error("cannot listen on {0:?}: expected unix:///path or tcp://host:port")]
     BadListenUrl(String),
     /// `NSM_LISTEN_ON` is a TCP address and there is no SPIFFE identity: Quiver does not serve
     /// plaintext off the host.
     #[error(
-        "refusing to listen on {0:?} without TLS: plaintext is served on unix sockets only \
-         (set SPIFFE_ENDPOINT_SOCKET for mTLS; TCP listening is not supported yet either way)"
+        "refusing to listen on {0:?} without TLS: plaintext is only for unix sockets; a tcp:// \
+         NSM_LISTEN_ON needs a SPIFFE identity (set SPIFFE_ENDPOINT_SOCKET) and is served with \
+         mTLS"
     )]
     PlaintextTcp(String),
     /// The SPIFFE identity could not be had, or TLS could not be set up with it.
@@ -43,7 +45,7 @@ pub enum ServeError {
     /// The socket could not be bound.
     #[error("cannot listen on {path}: {source}")]
     Bind {
-        /// The socket path.
+        /// The socket path, or TCP address.
         path: PathBuf,
         /// Why.
         source: std::io::Error,
@@ -98,12 +100,18 @@ impl NsmService {
     }
 
     /// Removes what no connection owns, registers with nsmgr (when configured), then serves on
-    /// `listener` until `shutdown` completes.
+    /// `listener` (a unix socket, or a TCP address, which needs an identity) until `shutdown`
+    /// completes.
     pub async fn serve_on(
         self,
-        listener: UnixListener,
+        listener: impl Into<Listener>,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), ServeError> {
+        let listener = listener.into();
+        if let (Listener::Tcp(_), None) = (&listener, &self.core.cfg.identity) {
+            let url = listener.url().unwrap_or_else(|_| "tcp://".into());
+            return Err(ServeError::PlaintextTcp(url));
+        }
         if self.core.cfg.register {
             let cfg = self.core.cfg.clone();
             let registration = tokio::spawn(super::registration::keep_registered(cfg.clone()));
@@ -120,7 +128,7 @@ impl NsmService {
 
     async fn serve_inner(
         self,
-        listener: UnixListener,
+        listener: Listener,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), ServeError> {
         if self.core.cfg.reconcile_at_start {
@@ -161,8 +169,10 @@ impl NsmService {
 
     /// Binds `NSM_LISTEN_ON` (replacing a stale socket file) and serves until `shutdown`.
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), ServeError> {
-        let url = self.core.cfg.listen_on.clone();
         let listener = bind_for(&self.core.cfg)?;
+        let url = listener
+            .url()
+            .unwrap_or_else(|_| self.core.cfg.listen_on.clone());
         tracing::info!(
             url,
             name = self.core.cfg.name,
@@ -182,8 +192,10 @@ pub struct NsmHandle {
 
 impl NsmHandle {
     /// Starts a runtime with `threads` workers on a new thread, fetches the SPIFFE identity
-    /// (when `cfg.spiffe_endpoint` is set and `cfg.identity` is not), binds `NSM_LISTEN_ON`,
-    /// and serves there; returns once the socket is bound (or that failed).
+    /// (when `cfg.spiffe_endpoint` is set and `cfg.identity` is not), binds `NSM_LISTEN_ON`
+    /// (a `tcp://` address only with an identity: [`ServeError::PlaintextTcp`] otherwise), and
+    /// serves there; returns once the socket is bound (or that failed). With `tcp://…:0`,
+    /// [`Core::cfg`]'s `listen_on` becomes the port bound (and is what Quiver registers).
     pub fn spawn(
         cfg: NsmConfig,
         dp: Arc<dyn Dataplane>,
@@ -223,14 +235,20 @@ impl NsmHandle {
                 path: PathBuf::from("(tokio runtime)"),
                 source,
             })?;
-        let url = cfg.listen_on.clone();
         let (service, listener) = runtime.block_on(async {
             cfg.resolve_identity().await?;
             let listener = bind_for(&cfg)?;
+            if let Listener::Tcp(_) = listener {
+                cfg.listen_on = listener.url().map_err(|source| ServeError::Bind {
+                    path: PathBuf::from(&cfg.listen_on),
+                    source,
+                })?;
+            }
             let discovery = discovery(&cfg);
             Ok::<_, ServeError>((NsmService::new(cfg, dp, discovery), listener))
         })?;
         let core = service.core.clone();
+        let url = core.cfg.listen_on.clone();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("quiver-nsm".into())
@@ -279,14 +297,32 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// Binds `cfg.listen_on`: a `unix:///path` URL (see [`bind`]); a `tcp://` one is refused,
-/// with a plain reason when there is no identity to serve TLS with.
-pub fn bind_for(cfg: &NsmConfig) -> Result<UnixListener, ServeError> {
+/// Binds `cfg.listen_on`: a `unix:///path` URL (see [`bind`]), or a `tcp://host:port` one when
+/// `cfg` has an identity to serve mTLS with (without one: [`ServeError::PlaintextTcp`]; see
+/// [`bind_tcp`]). Call within a tokio runtime.
+pub fn bind_for(cfg: &NsmConfig) -> Result<Listener, ServeError> {
     let url = &cfg.listen_on;
-    if url.starts_with("tcp://") && cfg.identity.is_none() {
-        return Err(ServeError::PlaintextTcp(url.clone()));
+    match url.strip_prefix("tcp://") {
+        Some(_) if cfg.identity.is_none() => Err(ServeError::PlaintextTcp(url.clone())),
+        Some(_) => bind_tcp(url).map(Listener::Tcp),
+        None => bind(url).map(Listener::Unix),
     }
-    bind(url)
+}
+
+/// Binds a `tcp://host:port` URL (`host` an address, or a name resolved here; port 0: one the
+/// system picks, see [`Listener::url`]). Call within a tokio runtime.
+pub fn bind_tcp(url: &str) -> Result<TcpListener, ServeError> {
+    let addr = url
+        .strip_prefix("tcp://")
+        .filter(|a| !a.is_empty() && !a.contains('/'))
+        .ok_or_else(|| ServeError::BadListenUrl(url.to_string()))?;
+    let err = |source| ServeError::Bind {
+        path: PathBuf::from(url),
+        source,
+    };
+    let listener = std::net::TcpListener::bind(addr).map_err(err)?;
+    listener.set_nonblocking(true).map_err(err)?;
+    TcpListener::from_std(listener).map_err(err)
 }
 
 /// Binds a `unix:///path` URL: creates the directory, removes a stale socket first.

@@ -1,15 +1,23 @@
 //! Helpers for tests and benchmarks that have no tokio runtime of their own: an endpoint (NSE)
 //! that answers Requests with the mechanisms it is given, the nsmgrs between two nodes' forwarders
-//! (a relay), and a blocking client of the forwarder. Each runs its own runtime on its own thread.
+//! (a relay, MonitorConnections included), and a blocking client of the forwarder. Each runs its
+//! own runtime on its own thread.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tonic::{Request, Response, Status};
+use tonic::service::Routes;
+use tonic::{Request, Response, Status, Streaming};
 
 use super::endpoint::dial;
-use crate::proto::connection::{Connection, Mechanism, PathSegment};
+use crate::proto::connection::monitor_connection_client::MonitorConnectionClient;
+use crate::proto::connection::monitor_connection_server::{
+    MonitorConnection, MonitorConnectionServer,
+};
+use crate::proto::connection::{
+    Connection, ConnectionEvent, Mechanism, MonitorScopeSelector, PathSegment,
+};
 use crate::proto::networkservice::network_service_client::NetworkServiceClient;
 use crate::proto::networkservice::network_service_server::{NetworkService, NetworkServiceServer};
 use crate::proto::networkservice::NetworkServiceRequest;
@@ -21,6 +29,8 @@ pub struct EndpointLog {
     pub requests: Vec<NetworkServiceRequest>,
     /// Every Close.
     pub closes: Vec<Connection>,
+    /// Every MonitorConnections selector (a relay's).
+    pub monitors: Vec<MonitorScopeSelector>,
 }
 
 #[derive(Clone)]
@@ -28,6 +38,8 @@ struct Nse {
     name: String,
     answers: Vec<Mechanism>,
     log: Arc<Mutex<EndpointLog>>,
+    /// Pass the files of `file://` parameters by fd, named `inode://` (grpcfd).
+    pass_fds: bool,
 }
 
 #[tonic::async_trait]
@@ -36,6 +48,8 @@ impl NetworkService for Nse {
         &self,
         request: Request<NetworkServiceRequest>,
     ) -> Result<Response<Connection>, Status> {
+        let sender =
+            crate::grpcfd::ConnectionInfo::from_request(&request).map(|c| c.sender.clone());
         let req = request.into_inner();
         self.log
             .lock()
@@ -68,7 +82,14 @@ impl NetworkService for Nse {
             .iter()
             .find_map(|offer| self.answers.iter().find(|a| a.r#type == offer.r#type))
             .ok_or_else(|| Status::invalid_argument("no mechanism this endpoint serves"))?;
-        conn.mechanism = Some(answer.clone());
+        let mut answer = answer.clone();
+        if self.pass_fds {
+            let sender = sender.ok_or_else(|| Status::internal("no fd-passing connection"))?;
+            sender
+                .rewrite_file_urls(&mut answer.parameters)
+                .map_err(|e| Status::internal(format!("cannot pass a file: {e}")))?;
+        }
+        conn.mechanism = Some(answer);
         Ok(Response::new(conn))
     }
 
@@ -82,14 +103,14 @@ impl NetworkService for Nse {
     }
 }
 
-/// A NetworkService served on a unix socket by a thread of its own, until dropped.
+/// gRPC services served on a unix socket by a thread of its own, until dropped.
 struct Served {
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Served {
-    fn start<S: NetworkService>(socket: &Path, service: S) -> std::io::Result<Served> {
+    fn start(socket: &Path, routes: Routes) -> std::io::Result<Served> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
@@ -97,16 +118,11 @@ impl Served {
         let listener = runtime.block_on(async { tokio::net::UnixListener::bind(socket) })?;
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {
-            let served = runtime.block_on(
-                tonic::transport::Server::builder()
-                    .add_service(NetworkServiceServer::new(service))
-                    .serve_with_incoming_shutdown(
-                        tokio_stream::wrappers::UnixListenerStream::new(listener),
-                        async {
-                            let _ = rx.await;
-                        },
-                    ),
-            );
+            // Plaintext over fd-passing streams (grpcfd): handlers get the ConnectionInfo.
+            let router = tonic::transport::Server::builder().add_routes(routes);
+            let served = runtime.block_on(crate::spiffe::serve(router, listener, None, async {
+                let _ = rx.await;
+            }));
             if let Err(e) = served {
                 tracing::error!(error = %e, "test service stopped");
             }
@@ -139,15 +155,37 @@ pub struct TestEndpoint {
 impl TestEndpoint {
     /// Listens on `socket` (a path) and serves.
     pub fn start(socket: &Path, name: &str, answers: Vec<Mechanism>) -> std::io::Result<Self> {
+        Self::start_with(socket, name, answers, false)
+    }
+
+    /// [`Self::start`], answering as NSM's grpcfd does: each `file:///path` parameter of the
+    /// answer goes as the file's `inode://<dev>/<ino>`, its fd passed with the answer
+    /// (`SCM_RIGHTS` on Quiver's connection). An `inode://` URL in `answers` goes as it is,
+    /// with no fd.
+    pub fn start_passing_fds(
+        socket: &Path,
+        name: &str,
+        answers: Vec<Mechanism>,
+    ) -> std::io::Result<Self> {
+        Self::start_with(socket, name, answers, true)
+    }
+
+    fn start_with(
+        socket: &Path,
+        name: &str,
+        answers: Vec<Mechanism>,
+        pass_fds: bool,
+    ) -> std::io::Result<Self> {
         let log = Arc::new(Mutex::new(EndpointLog::default()));
         let nse = Nse {
             name: name.into(),
             answers,
             log: log.clone(),
+            pass_fds,
         };
         Ok(TestEndpoint {
             log,
-            _served: Served::start(socket, nse)?,
+            _served: Served::start(socket, Routes::new(NetworkServiceServer::new(nse)))?,
         })
     }
 
@@ -200,10 +238,31 @@ impl NetworkService for Relay {
     }
 }
 
-/// The nsmgrs between two forwarders on different nodes, for tests: relays Request and Close
-/// to `next` (the other node's forwarder), keeping only the REMOTE mechanism preferences, as
-/// nsmgr does for an endpoint registered behind another nsmgr. Records what it relayed.
-/// Stops when dropped.
+#[tonic::async_trait]
+impl MonitorConnection for Relay {
+    type MonitorConnectionsStream = Streaming<ConnectionEvent>;
+
+    async fn monitor_connections(
+        &self,
+        request: Request<MonitorScopeSelector>,
+    ) -> Result<Response<Self::MonitorConnectionsStream>, Status> {
+        let selector = request.into_inner();
+        self.log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .monitors
+            .push(selector.clone());
+        let channel = dial(&self.next, Duration::from_secs(5)).await?;
+        MonitorConnectionClient::new(channel)
+            .monitor_connections(selector)
+            .await
+    }
+}
+
+/// The nsmgrs between two forwarders on different nodes, for tests: relays Request, Close and
+/// MonitorConnections to `next` (the other node's forwarder), keeping only the REMOTE mechanism
+/// preferences, as nsmgr does for an endpoint registered behind another nsmgr. Records what it
+/// relayed. Stops when dropped.
 pub struct TestNsmgr {
     log: Arc<Mutex<EndpointLog>>,
     _served: Served,
@@ -217,9 +276,11 @@ impl TestNsmgr {
             next: next.into(),
             log: log.clone(),
         };
+        let routes = Routes::new(NetworkServiceServer::new(relay.clone()))
+            .add_service(MonitorConnectionServer::new(relay));
         Ok(TestNsmgr {
             log,
-            _served: Served::start(socket, relay)?,
+            _served: Served::start(socket, routes)?,
         })
     }
 
@@ -232,6 +293,7 @@ impl TestNsmgr {
 /// A blocking client of the forwarder's NetworkService.
 pub struct BlockingClient {
     runtime: tokio::runtime::Runtime,
+    channel: tonic::transport::Channel,
     client: NetworkServiceClient<tonic::transport::Channel>,
 }
 
@@ -245,7 +307,8 @@ impl BlockingClient {
         let channel = runtime.block_on(dial(url, Duration::from_secs(10)))?;
         Ok(BlockingClient {
             runtime,
-            client: NetworkServiceClient::new(channel),
+            client: NetworkServiceClient::new(channel.clone()),
+            channel,
         })
     }
 
@@ -261,5 +324,33 @@ impl BlockingClient {
     pub fn close(&mut self, conn: Connection) -> Result<(), Status> {
         let mut c = self.client.clone();
         self.runtime.block_on(c.close(conn)).map(|r| r.into_inner())
+    }
+
+    /// `MonitorConnections` of the forwarder: read it with [`BlockingClient::next_event`].
+    pub fn monitor(
+        &mut self,
+        selector: MonitorScopeSelector,
+    ) -> Result<Streaming<ConnectionEvent>, Status> {
+        let mut m = MonitorConnectionClient::new(self.channel.clone());
+        self.runtime
+            .block_on(m.monitor_connections(selector))
+            .map(|r| r.into_inner())
+    }
+
+    /// The next event of `events`, waiting at most `within`; `None` if none came or the
+    /// stream ended.
+    pub fn next_event(
+        &mut self,
+        events: &mut Streaming<ConnectionEvent>,
+        within: Duration,
+    ) -> Result<Option<ConnectionEvent>, Status> {
+        // The timer is made inside the runtime.
+        match self
+            .runtime
+            .block_on(async { tokio::time::timeout(within, events.message()).await })
+        {
+            Ok(r) => r,
+            Err(_) => Ok(None),
+        }
     }
 }

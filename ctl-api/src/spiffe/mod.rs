@@ -7,14 +7,16 @@
 //! - [`server_config`] / [`client_config`]: rustls configurations that present the current SVID
 //!   and verify the peer's as an X509-SVID of a trusted trust domain, any SPIFFE ID, no
 //!   hostname check, TLS 1.2 or 1.3.
-//! - [`serve_tls`] / [`serve`] and [`connect_tls`] / [`connect`]: tonic over unix sockets with
-//!   that TLS; servers find the client's [`PeerIdentity`] in request extensions, clients get it
-//!   from [`PeerChannel::peer`]. Path tokens built on them are in [`crate::tokens`].
+//! - [`serve_tls`] / [`serve`] and [`connect_tls`] / [`connect`]: tonic over unix sockets or
+//!   TCP ([`Listener`]) with that TLS (plaintext on unix sockets only); servers find the
+//!   client's [`PeerIdentity`] in request extensions, clients get it from
+//!   [`PeerChannel::peer`]. Path tokens built on them are in [`crate::tokens`].
 //!
 //! The Workload API protocol (`SpiffeWorkloadAPI`) is generated from `proto/workload.proto`
 //! into [`crate::proto::spiffe_workload`].
 
 mod id;
+mod listener;
 mod peer;
 mod svid;
 mod tls;
@@ -22,6 +24,7 @@ mod transport;
 mod workload;
 
 pub use id::{SpiffeId, SpiffeIdError};
+pub use listener::Listener;
 pub use peer::PeerIdentity;
 pub use svid::{TrustBundle, X509Identity};
 pub use tls::{
@@ -49,6 +52,12 @@ pub enum SpiffeError {
     /// The Workload API stream ended before sending an SVID.
     #[error("the Workload API stream ended")]
     StreamEnded,
+    /// A TCP address was to be served without an identity: plaintext is for unix sockets only.
+    #[error(
+        "refusing to serve {0} in plaintext: without a SPIFFE identity (SPIFFE_ENDPOINT_SOCKET) \
+         only unix sockets are served; TCP needs mTLS"
+    )]
+    PlaintextTcp(String),
     /// The identity source is gone: no more rotations will come.
     #[error("the SPIFFE identity source has stopped")]
     SourceClosed,

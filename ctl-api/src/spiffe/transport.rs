@@ -1,5 +1,6 @@
-//! tonic over unix sockets with SPIFFE mTLS: a TLS acceptor in front of a [`UnixListener`] for
-//! servers, a TLS connector dialing a unix socket for clients. tonic speaks plain HTTP/2 on top;
+//! tonic over unix sockets and TCP with SPIFFE mTLS: a TLS acceptor in front of a [`Listener`]
+//! (unix or TCP) for servers, a TLS connector dialing a unix socket or a TCP address for
+//! clients; plaintext on unix sockets only. tonic speaks plain HTTP/2 on top;
 //! the TLS is ours (rustls through tokio-rustls), so the peer's [`PeerIdentity`] reaches request
 //! extensions and client channels know whom they talk to.
 
@@ -13,7 +14,7 @@ use std::time::Duration;
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpStream, UnixListener, UnixStream};
+use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::mpsc;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
@@ -24,9 +25,10 @@ use tonic::transport::server::{Connected, Router};
 use tonic::transport::{Channel, Endpoint, Uri};
 use tower::{Layer, Service};
 
+use super::listener::Listener;
 use super::workload::unix_socket_path;
 use super::{client_config, server_config, Identity, PeerIdentity, SpiffeError};
-use crate::grpcfd::{ConnectionInfo, FdSender, FdStream};
+use crate::grpcfd::{ConnectionInfo, FdSender, FdStream, ReceivedFds};
 
 /// How long a TLS handshake may take before the connection is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -35,9 +37,9 @@ const INCOMING_BACKLOG: usize = 64;
 
 /// A TLS connection accepted by [`tls_incoming`]: tonic reads and writes through it, and puts
 /// its [`ConnectionInfo`] (the [`PeerIdentity`], and the fds the client passed under the TLS,
-/// see [`crate::grpcfd`]) in every request's extensions.
+/// see [`crate::grpcfd`]; none on TCP) in every request's extensions.
 pub struct SpiffeTlsStream {
-    inner: tokio_rustls::server::TlsStream<FdStream>,
+    inner: tokio_rustls::server::TlsStream<Dialed>,
     peer: PeerIdentity,
 }
 
@@ -52,8 +54,14 @@ impl Connected for SpiffeTlsStream {
     type ConnectInfo = ConnectionInfo;
 
     fn connect_info(&self) -> ConnectionInfo {
+        let (fds, sender) = match self.inner.get_ref().0 {
+            Dialed::Unix(stream) => (stream.received().clone(), stream.sender().clone()),
+            // No fds travel over TCP.
+            Dialed::Tcp(_) => Default::default(),
+        };
         ConnectionInfo {
-            fds: self.inner.get_ref().0.received().clone(),
+            fds,
+            sender,
             peer: Some(self.peer.clone()),
         }
     }
@@ -103,9 +111,10 @@ impl AsyncWrite for SpiffeTlsStream {
 /// or hostile client holds up no one); yields the ones whose client presented a valid SVID.
 /// Refused handshakes are logged. Stops accepting when the stream is dropped.
 pub fn tls_incoming(
-    listener: UnixListener,
+    listener: impl Into<Listener>,
     identity: &Identity,
 ) -> Result<ReceiverStream<io::Result<SpiffeTlsStream>>, SpiffeError> {
+    let listener = listener.into();
     let acceptor = TlsAcceptor::from(server_config(identity)?);
     let (tx, rx) = mpsc::channel(INCOMING_BACKLOG);
     tokio::spawn(async move {
@@ -115,7 +124,7 @@ pub fn tls_incoming(
                 () = tx.closed() => return,
             };
             let stream = match accepted {
-                Ok((stream, _)) => stream,
+                Ok(stream) => stream,
                 Err(e) => {
                     // Out of descriptors and the like: say so, let things settle, go on.
                     tracing::warn!(error = %e, "accept failed on the TLS gRPC socket");
@@ -140,8 +149,8 @@ pub fn tls_incoming(
     Ok(ReceiverStream::new(rx))
 }
 
-async fn handshake(acceptor: &TlsAcceptor, stream: UnixStream) -> io::Result<SpiffeTlsStream> {
-    let inner = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(FdStream::new(stream)))
+async fn handshake(acceptor: &TlsAcceptor, stream: Dialed) -> io::Result<SpiffeTlsStream> {
+    let inner = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream))
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))??;
     let certificates = inner
@@ -161,7 +170,7 @@ async fn handshake(acceptor: &TlsAcceptor, stream: UnixStream) -> io::Result<Spi
 /// client's [`PeerIdentity`] with [`PeerIdentity::from_request`].
 pub async fn serve_tls<L, ResBody>(
     router: Router<L>,
-    listener: UnixListener,
+    listener: impl Into<Listener>,
     identity: &Identity,
 ) -> Result<(), SpiffeError>
 where
@@ -177,12 +186,13 @@ where
 }
 
 /// Serves `router` on `listener` until `signal` completes: with SPIFFE mTLS when there is an
-/// identity, in plaintext when there is none (unix sockets only; see
-/// [`Identity::from_env`]). Either way the fds clients pass on the socket reach handlers in
-/// the [`ConnectionInfo`] of request extensions (see [`crate::grpcfd`]).
+/// identity, in plaintext when there is none (unix sockets only, see
+/// [`Identity::from_env`]: a TCP listener without an identity is
+/// [`SpiffeError::PlaintextTcp`]). Either way the fds clients pass on a unix socket reach
+/// handlers in the [`ConnectionInfo`] of request extensions (see [`crate::grpcfd`]).
 pub async fn serve<L, ResBody, F>(
     router: Router<L>,
-    listener: UnixListener,
+    listener: impl Into<Listener>,
     identity: Option<&Identity>,
     signal: F,
 ) -> Result<(), SpiffeError>
@@ -202,13 +212,19 @@ where
                 .serve_with_incoming_shutdown(tls_incoming(listener, identity)?, signal)
                 .await?
         }
-        None => {
-            use tokio_stream::StreamExt;
-            let incoming = UnixListenerStream::new(listener).map(|s| s.map(FdStream::new));
-            router
-                .serve_with_incoming_shutdown(incoming, signal)
-                .await?
-        }
+        None => match listener.into() {
+            Listener::Unix(listener) => {
+                use tokio_stream::StreamExt;
+                let incoming = UnixListenerStream::new(listener).map(|s| s.map(FdStream::new));
+                router
+                    .serve_with_incoming_shutdown(incoming, signal)
+                    .await?
+            }
+            Listener::Tcp(listener) => {
+                let addr = listener.local_addr()?;
+                return Err(SpiffeError::PlaintextTcp(format!("tcp://{addr}")));
+            }
+        },
     }
     Ok(())
 }
@@ -220,6 +236,7 @@ pub struct PeerChannel {
     channel: Channel,
     peer: Arc<Mutex<Option<PeerIdentity>>>,
     fds: FdSender,
+    received: ReceivedFds,
 }
 
 impl PeerChannel {
@@ -237,6 +254,14 @@ impl PeerChannel {
     /// channel writes (see [`crate::grpcfd`]). Queue them before the call that names them.
     pub fn fds(&self) -> &FdSender {
         &self.fds
+    }
+
+    /// The fds the server passed back (on a unix socket), on any connection of the channel:
+    /// they come with the bytes of the answers that name them, so they are here by the time
+    /// such an answer is. They close when the channel (every clone of it) is dropped, unless
+    /// taken out first.
+    pub fn received(&self) -> &ReceivedFds {
+        &self.received
     }
 }
 
@@ -257,14 +282,17 @@ pub async fn connect(uri: &str, identity: Option<&Identity>) -> Result<PeerChann
                 ))
             })?;
             let fds = FdSender::default();
-            let sender = fds.clone();
+            let received = ReceivedFds::default();
+            let (sender, table) = (fds.clone(), received.clone());
             // The URI only fills `:authority`; the connector ignores it.
             let channel = Endpoint::from_static("http://localhost")
                 .connect_with_connector(tower::service_fn(move |_: Uri| {
-                    let (path, sender) = (path.clone(), sender.clone());
+                    let (path, sender, table) = (path.clone(), sender.clone(), table.clone());
                     async move {
                         let stream = UnixStream::connect(path).await?;
-                        Ok::<_, io::Error>(TokioIo::new(FdStream::with_sender(stream, sender)))
+                        Ok::<_, io::Error>(TokioIo::new(FdStream::with_tables(
+                            stream, sender, table,
+                        )))
                     }
                 }))
                 .await?;
@@ -272,6 +300,7 @@ pub async fn connect(uri: &str, identity: Option<&Identity>) -> Result<PeerChann
                 channel,
                 peer: Arc::default(),
                 fds,
+                received,
             })
         }
     }
@@ -288,13 +317,14 @@ pub async fn connect_tls_with_config(
     let peer: Arc<Mutex<Option<PeerIdentity>>> = Arc::default();
     let seen = peer.clone();
     let fds = FdSender::default();
-    let sender = fds.clone();
+    let received = ReceivedFds::default();
+    let (sender, table) = (fds.clone(), received.clone());
     let channel = Endpoint::from_static("http://localhost")
         .connect_with_connector(tower::service_fn(move |_: Uri| {
             let (target, connector, seen) = (target.clone(), connector.clone(), seen.clone());
-            let sender = sender.clone();
+            let (sender, table) = (sender.clone(), table.clone());
             async move {
-                let stream = target.dial(sender).await?;
+                let stream = target.dial(sender, table).await?;
                 // No name is checked (SPIFFE IDs are) and no SNI is sent: any name will do.
                 let name = ServerName::try_from("localhost").map_err(io::Error::other)?;
                 let tls = connector.connect(name, stream).await?;
@@ -313,7 +343,12 @@ pub async fn connect_tls_with_config(
             }
         }))
         .await?;
-    Ok(PeerChannel { channel, peer, fds })
+    Ok(PeerChannel {
+        channel,
+        peer,
+        fds,
+        received,
+    })
 }
 
 /// Where a client dials.
@@ -335,12 +370,13 @@ impl Target {
         }
     }
 
-    /// Dials; a unix connection passes the fds queued in `fds` with its writes.
-    async fn dial(&self, fds: FdSender) -> io::Result<Dialed> {
+    /// Dials; a unix connection passes the fds queued in `fds` with its writes and puts
+    /// those it receives in `received`.
+    async fn dial(&self, fds: FdSender, received: ReceivedFds) -> io::Result<Dialed> {
         match self {
             Self::Unix(path) => {
                 let stream = UnixStream::connect(path).await?;
-                Ok(Dialed::Unix(FdStream::with_sender(stream, fds)))
+                Ok(Dialed::Unix(FdStream::with_tables(stream, fds, received)))
             }
             Self::Tcp(addr) => {
                 let stream = TcpStream::connect(addr.as_str()).await?;
@@ -351,8 +387,8 @@ impl Target {
     }
 }
 
-/// A dialed connection, under the client's TLS.
-enum Dialed {
+/// A unix or TCP connection under the TLS: dialed by a client, or accepted by a server.
+pub(super) enum Dialed {
     Unix(FdStream),
     Tcp(TcpStream),
 }

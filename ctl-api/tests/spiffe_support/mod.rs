@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use ctl_api::proto::spiffe_workload::spiffe_workload_api_server::{
     SpiffeWorkloadApi, SpiffeWorkloadApiServer,
@@ -13,6 +14,9 @@ use ctl_api::proto::spiffe_workload::{
     JwtBundlesRequest, JwtBundlesResponse, JwtsvidRequest, JwtsvidResponse, ValidateJwtsvidRequest,
     ValidateJwtsvidResponse, X509BundlesRequest, X509BundlesResponse, X509svid, X509svidRequest,
     X509svidResponse,
+};
+use ctl_api::spiffe::{
+    Identity, PeerIdentity, SpiffeServerCertVerifier, SvidResolver, X509Identity,
 };
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
@@ -110,6 +114,76 @@ impl TestCa {
 /// In a year: SVIDs that do not expire during a test.
 pub fn in_a_year() -> OffsetDateTime {
     OffsetDateTime::now_utc() + time::Duration::days(365)
+}
+
+/// A workload: its own Workload API in `dir` serving `svid`, and the identity fetched from it.
+pub async fn workload(
+    dir: &Path,
+    name: &str,
+    ca: &TestCa,
+    svid: &TestSvid,
+) -> (FakeWorkloadApi, Identity) {
+    let api = FakeWorkloadApi::start(dir, name, ca.response(svid));
+    let identity = Identity::connect(api.endpoint()).await.unwrap();
+    (api, identity)
+}
+
+impl TestCa {
+    /// A workload with an SVID of this CA for `path` (serial `serial`, valid a year) from its
+    /// own Workload API in `dir`: see [`workload`].
+    pub async fn workload(
+        &self,
+        dir: &Path,
+        name: &str,
+        path: &str,
+        serial: u64,
+    ) -> (FakeWorkloadApi, Identity) {
+        workload(dir, name, self, &self.issue(path, serial, in_a_year())).await
+    }
+}
+
+/// A SPIFFE client's TLS configuration built by hand (for what [`ctl_api::spiffe::client_config`]
+/// does not do): verifies the server's SVID with `identity`'s bundles, speaks `versions`, and
+/// presents `identity`'s SVID only when `present_svid`.
+pub fn client_config_with(
+    identity: &Identity,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+    present_svid: bool,
+) -> Arc<rustls::ClientConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let algorithms = provider.signature_verification_algorithms;
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(versions)
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(SpiffeServerCertVerifier::new(
+            identity.clone(),
+            algorithms,
+        )));
+    let mut config = if present_svid {
+        builder.with_client_cert_resolver(Arc::new(SvidResolver::new(identity.clone())))
+    } else {
+        builder.with_no_client_auth()
+    };
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Arc::new(config)
+}
+
+/// `svid` as an identity of one's own, without a Workload API (to sign tokens with).
+pub fn x509(ca: &TestCa, svid: &TestSvid) -> X509Identity {
+    X509Identity::from_der(
+        &svid.spiffe_id,
+        &svid.chain_der,
+        &svid.key_der,
+        &ca.bundle_der(),
+        &Default::default(),
+    )
+    .unwrap()
+}
+
+/// `svid` as the peer of a connection sees it (to verify its tokens with).
+pub fn peer_of(svid: &TestSvid) -> PeerIdentity {
+    PeerIdentity::from_certificates(vec![svid.chain_der.clone().into()]).unwrap()
 }
 
 /// A Workload API server on a unix socket; every FetchX509SVID stream gets the current response,
