@@ -40,8 +40,16 @@ fn kernel_request(id: &str, inode_url: &str) -> NetworkServiceRequest {
     }
 }
 
+/// The tests compare this process's whole fd table before and after, which a test running
+/// beside them in another thread would change: they run one at a time.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 fn a_namespace_passed_by_fd_gets_the_kernel_interface_and_its_fd_is_closed_after_close() {
+    let _one = one_at_a_time();
     if !require(
         "a_namespace_passed_by_fd_gets_the_kernel_interface",
         &Needs {
@@ -193,6 +201,7 @@ fn open_fds_when_connected(client: &mut BlockingClient) -> usize {
 
 #[test]
 fn the_endpoint_passes_its_namespace_by_fd_and_quiver_builds_its_interface_there() {
+    let _one = one_at_a_time();
     if !require(
         "the_endpoint_passes_its_namespace_by_fd",
         &Needs {
@@ -305,6 +314,7 @@ fn the_endpoint_passes_its_namespace_by_fd_and_quiver_builds_its_interface_there
 
 #[test]
 fn an_endpoint_naming_a_namespace_it_did_not_pass_is_refused_with_nothing_left() {
+    let _one = one_at_a_time();
     if !require(
         "an_endpoint_naming_a_namespace_it_did_not_pass_is_refused",
         &Needs {

@@ -332,8 +332,15 @@ impl TwoNodes {
     }
 }
 
+/// Each test builds namespaces, veths and forwarders named after the process: they run one at a time.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 fn frames_cross_two_forwarders_over_vxlan_and_close_cleans_both() {
+    let _one = one_at_a_time();
     let Some(mut t) = TwoNodes::with_traffic("frames_cross_two_forwarders_over_vxlan") else {
         return;
     };
@@ -348,6 +355,7 @@ fn frames_cross_two_forwarders_over_vxlan_and_close_cleans_both() {
 
 #[test]
 fn close_at_b_reaches_a_through_its_watch_and_cleans_both() {
+    let _one = one_at_a_time();
     let Some(mut t) = TwoNodes::with_traffic("close_at_b_reaches_a_through_its_watch") else {
         return;
     };
@@ -441,6 +449,7 @@ fn close_at_b_reaches_a_through_its_watch_and_cleans_both() {
 /// nothing; an owner's tunnel and its cross-connect go with the owner.
 #[test]
 fn tunnel_refusals_change_nothing_and_owners_remove_their_tunnels() {
+    let _one = one_at_a_time();
     let dir = TempDir::new("vxlan-api");
     let cfg = Config::parse(&format!(
         r#"

@@ -92,6 +92,10 @@ impl Dataplane for RecordingDp {
     fn watch_links(&self, _: LinkEvents) {}
 }
 
+/// The tests compare this process's whole fd table before and after, which a test running
+/// beside them in another thread would change: they run one at a time.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// How many of this process's fds (the server's included) refer to `key`.
 fn open_fds_of(key: InodeKey) -> usize {
     std::fs::read_dir("/proc/self/fd")
@@ -304,6 +308,7 @@ impl Harness {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_data_path_gets_the_passed_fd_which_closes_when_the_connection_expires() {
+    let _one = ONE_AT_A_TIME.lock().await;
     // The endpoint passes its "namespace" by fd too: both close at expiry.
     let files = tempfile::tempdir().unwrap();
     let (nse_url, nse_key) = endpoint_file(&files);
@@ -354,6 +359,7 @@ async fn the_data_path_gets_the_passed_fd_which_closes_when_the_connection_expir
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fds_passed_and_never_used_close_with_their_transport_connection() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let h = harness().await;
     let (used_path, used) = h.file("used");
     let (unused_path, unused) = h.file("unused");
@@ -410,6 +416,7 @@ fn netns_of(h: &Harness, owner: &str, port: &str) -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_endpoint_side_is_built_with_the_fd_the_endpoint_passed_until_close() {
+    let _one = ONE_AT_A_TIME.lock().await;
     // The endpoint's "namespace": a file of the test's, passed by fd with each answer.
     let files = tempfile::tempdir().unwrap();
     let (nse_url, nse_key) = endpoint_file(&files);
@@ -484,6 +491,7 @@ async fn the_endpoint_side_is_built_with_the_fd_the_endpoint_passed_until_close(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_endpoint_answer_naming_a_file_it_did_not_pass_is_refused_and_leaves_nothing() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let files = tempfile::tempdir().unwrap();
     let (_, nse_key) = endpoint_file(&files);
     // The endpoint names the file by inode:// and passes nothing.
@@ -527,6 +535,7 @@ async fn an_endpoint_answer_naming_a_file_it_did_not_pass_is_refused_and_leaves_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_endpoint_socket_the_registry_passes_by_fd_is_dialed() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let h = harness_with(Setup {
         nse_netns: "file:///proc/self/ns/net".into(),
         nse_passes_fds: false,
