@@ -185,6 +185,11 @@ pub trait TxSource {
         let _ = i;
         None
     }
+    /// Hints that frame `i` is copied soon (a source whose bytes are in another process's
+    /// memory fetches them ahead). `i` may be past the last frame. The default does nothing.
+    fn prefetch(&self, i: usize) {
+        let _ = i;
+    }
 }
 
 /// What a [`HoldSink`] did with a frame.
@@ -312,6 +317,14 @@ impl HeldFrames {
             s.offset.load(Ordering::Relaxed),
             (rl & 0xffff_ffff) as usize,
         ))
+    }
+
+    /// Hints the CPU to fetch the first bytes of held frame `token` (about to be copied).
+    #[inline]
+    pub fn prefetch(&self, token: u32) {
+        if let Some((region, at, _)) = self.frame(token) {
+            region.prefetch(at);
+        }
     }
 
     /// Length of the held frame `token` (0 if it is not held).
@@ -729,6 +742,9 @@ pub(crate) fn unconsumed(shared: &Shared, q: &Queue, role: Role) -> usize {
     }
 }
 
+/// How many frames ahead a transmit burst prefetches.
+const TX_PREFETCH_AHEAD: usize = 4;
+
 #[inline(never)]
 pub(crate) fn transmit(
     shared: &Shared,
@@ -771,6 +787,18 @@ pub(crate) fn transmit(
     // Counted once per burst, in registers meanwhile.
     let (mut tx_packets, mut tx_bytes) = (0u64, 0u64);
     'frames: for i in 0..src.frames() {
+        // A few frames ahead: their bytes (maybe in another peer's memory) and, as master, the
+        // buffer the slave posted for them, both last written by another core.
+        src.prefetch(i + TX_PREFETCH_AHEAD);
+        if role == Role::Master {
+            let ahead = cur.wrapping_add(TX_PREFETCH_AHEAD as u16);
+            if ahead.wrapping_sub(start) < avail {
+                let d = r.read_desc(ahead);
+                if let Some(reg) = shared.regions.get(usize::from(d.region)) {
+                    reg.prefetch(u64::from(d.offset));
+                }
+            }
+        }
         let len = src.frame_len(i);
         let too_many_slots = role == Role::Slave && len.div_ceil(bsize as usize) > usize::from(n);
         if len == 0 || len > MAX_FRAME || too_many_slots {
