@@ -18,11 +18,11 @@ use ctl_api::proto::connection::{Connection, State};
 use ctl_api::proto::connectioncontext::{ConnectionContext, IpContext};
 use ctl_api::proto::networkservice::network_service_client::NetworkServiceClient;
 use ctl_api::proto::networkservice::NetworkServiceRequest;
-use testkit::{require, wait_for, Needs};
+use testkit::wait_for;
 
 mod nsm_support;
 
-use nsm_support::{mech, nsc_connection, Netns, TempDir, TestForwarder, IP, PING};
+use nsm_support::{kernel_mech, nsc_connection, KernelTest, Netns, IP, PING};
 
 /// How many of this process's fds (the NSM server's included: it runs here) refer to `key`.
 fn open_fds_of(key: InodeKey) -> usize {
@@ -36,7 +36,16 @@ fn open_fds_of(key: InodeKey) -> usize {
 fn kernel_request(id: &str, inode_url: &str) -> NetworkServiceRequest {
     NetworkServiceRequest {
         connection: Some(nsc_connection(id, "fd")),
-        mechanism_preferences: vec![mech("KERNEL", &[("inodeURL", inode_url), ("name", "nsm0")])],
+        mechanism_preferences: kernel_mech(inode_url, "nsm0"),
+    }
+}
+
+/// The device and inode of namespace `ns`, as grpcfd names it.
+fn inode_key(ns: &Netns) -> InodeKey {
+    let m = std::fs::metadata(ns.path()).unwrap();
+    InodeKey {
+        dev: m.dev(),
+        ino: m.ino(),
     }
 }
 
@@ -50,49 +59,29 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 #[test]
 fn a_namespace_passed_by_fd_gets_the_kernel_interface_and_its_fd_is_closed_after_close() {
     let _one = one_at_a_time();
-    if !require(
+    let Some(KernelTest {
+        nsc,
+        nse,
+        dir,
+        quiver,
+    }) = KernelTest::start(
         "a_namespace_passed_by_fd_gets_the_kernel_interface",
-        &Needs {
-            root: true,
-            tools: &[IP],
-            ..Needs::default()
-        },
-    ) {
+        &[IP],
+        ["fdc", "fde", "nsm-grpcfd"],
+    )
+    else {
         return;
-    }
-    let nsc = Netns::new("fdc");
-    let nse = Netns::new("fde");
-    let dir = TempDir::new("nsm-grpcfd");
-    let nsc_key = {
-        let m = std::fs::metadata(nsc.path()).unwrap();
-        InodeKey {
-            dev: m.dev(),
-            ino: m.ino(),
-        }
     };
-
-    let quiver = TestForwarder::start("");
+    let nsc_key = inode_key(&nsc);
     let fwd = quiver.fwd.clone();
 
-    let nse_sock = dir.path().join("nse.sock");
     let endpoint = TestEndpoint::start(
-        &nse_sock,
+        &dir.join("nse.sock"),
         "nse",
-        vec![mech(
-            "KERNEL",
-            &[("inodeURL", &nse.url()), ("name", "nse0")],
-        )],
+        kernel_mech(&nse.url(), "nse0"),
     )
     .unwrap();
-    let listen = format!("unix://{}", dir.path().join("quiver.sock").display());
-    let dp = quiver.dataplane();
-    let server = quiver.serve(
-        dp.clone(),
-        "quiver",
-        &listen,
-        None,
-        format!("unix://{}", nse_sock.display()),
-    );
+    let (listen, dp, server) = quiver.serve_in(&dir);
 
     // The NSC: a plaintext channel on the unix socket that passes fds.
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -202,49 +191,29 @@ fn open_fds_when_connected(client: &mut BlockingClient) -> usize {
 #[test]
 fn the_endpoint_passes_its_namespace_by_fd_and_quiver_builds_its_interface_there() {
     let _one = one_at_a_time();
-    if !require(
+    let Some(KernelTest {
+        nsc,
+        nse,
+        dir,
+        quiver,
+    }) = KernelTest::start(
         "the_endpoint_passes_its_namespace_by_fd",
-        &Needs {
-            root: true,
-            tools: &[IP, PING],
-            ..Needs::default()
-        },
-    ) {
+        &[IP, PING],
+        ["fdac", "fdae", "nsm-grpcfd-answer"],
+    )
+    else {
         return;
-    }
-    let nsc = Netns::new("fdac");
-    let nse = Netns::new("fdae");
-    let dir = TempDir::new("nsm-grpcfd-answer");
-    let nse_key = {
-        let m = std::fs::metadata(nse.path()).unwrap();
-        InodeKey {
-            dev: m.dev(),
-            ino: m.ino(),
-        }
     };
-
-    let quiver = TestForwarder::start("");
+    let nse_key = inode_key(&nse);
     let fwd = quiver.fwd.clone();
     // The NSE answers with its namespace as `inode://…`, the fd passed with the answer.
-    let nse_sock = dir.path().join("nse.sock");
     let endpoint = TestEndpoint::start_passing_fds(
-        &nse_sock,
+        &dir.join("nse.sock"),
         "nse",
-        vec![mech(
-            "KERNEL",
-            &[("inodeURL", &nse.url()), ("name", "nsefa0")],
-        )],
+        kernel_mech(&nse.url(), "nsefa0"),
     )
     .unwrap();
-    let listen = format!("unix://{}", dir.path().join("quiver.sock").display());
-    let dp = quiver.dataplane();
-    let server = quiver.serve(
-        dp.clone(),
-        "quiver",
-        &listen,
-        None,
-        format!("unix://{}", nse_sock.display()),
-    );
+    let (listen, dp, server) = quiver.serve_in(&dir);
     let mut client = BlockingClient::connect(&listen).unwrap();
     let before = open_fds_when_connected(&mut client);
     assert_eq!(
@@ -267,10 +236,7 @@ fn the_endpoint_passes_its_namespace_by_fd_and_quiver_builds_its_interface_there
                 }),
                 ..nsc_connection(&id, "fd-answer")
             }),
-            mechanism_preferences: vec![mech(
-                "KERNEL",
-                &[("inodeURL", &nsc.url()), ("name", "nsmfa0")],
-            )],
+            mechanism_preferences: kernel_mech(&nsc.url(), "nsmfa0"),
         })
         .unwrap();
     assert_eq!(answer.state, State::Up as i32);
@@ -315,58 +281,36 @@ fn the_endpoint_passes_its_namespace_by_fd_and_quiver_builds_its_interface_there
 #[test]
 fn an_endpoint_naming_a_namespace_it_did_not_pass_is_refused_with_nothing_left() {
     let _one = one_at_a_time();
-    if !require(
+    let Some(KernelTest {
+        nsc,
+        nse,
+        dir,
+        quiver,
+    }) = KernelTest::start(
         "an_endpoint_naming_a_namespace_it_did_not_pass_is_refused",
-        &Needs {
-            root: true,
-            tools: &[IP],
-            ..Needs::default()
-        },
-    ) {
+        &[IP],
+        ["fdnc", "fdne", "nsm-grpcfd-nofd"],
+    )
+    else {
         return;
-    }
-    let nsc = Netns::new("fdnc");
-    let nse = Netns::new("fdne");
-    let dir = TempDir::new("nsm-grpcfd-nofd");
-    let nse_key = {
-        let m = std::fs::metadata(nse.path()).unwrap();
-        InodeKey {
-            dev: m.dev(),
-            ino: m.ino(),
-        }
     };
-    let quiver = TestForwarder::start("");
+    let nse_key = inode_key(&nse);
     let fwd = quiver.fwd.clone();
     // It names its namespace `inode://…` and passes no fd.
-    let nse_sock = dir.path().join("nse.sock");
     let endpoint = TestEndpoint::start(
-        &nse_sock,
+        &dir.join("nse.sock"),
         "nse",
-        vec![mech(
-            "KERNEL",
-            &[("inodeURL", &nse_key.to_string()), ("name", "nsefn0")],
-        )],
+        kernel_mech(&nse_key.to_string(), "nsefn0"),
     )
     .unwrap();
-    let listen = format!("unix://{}", dir.path().join("quiver.sock").display());
-    let dp = quiver.dataplane();
-    let server = quiver.serve(
-        dp.clone(),
-        "quiver",
-        &listen,
-        None,
-        format!("unix://{}", nse_sock.display()),
-    );
+    let (listen, dp, server) = quiver.serve_in(&dir);
     let mut client = BlockingClient::connect(&listen).unwrap();
     let before = open_fds_when_connected(&mut client);
     let id = format!("grpcfd-nofd-{}", std::process::id());
     let err = client
         .request(NetworkServiceRequest {
             connection: Some(nsc_connection(&id, "fd-answer")),
-            mechanism_preferences: vec![mech(
-                "KERNEL",
-                &[("inodeURL", &nsc.url()), ("name", "nsmfn0")],
-            )],
+            mechanism_preferences: kernel_mech(&nsc.url(), "nsmfn0"),
         })
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");

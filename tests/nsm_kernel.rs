@@ -9,50 +9,36 @@ use ctl_api::nsm::Dataplane;
 use ctl_api::proto::connection::{Connection, State};
 use ctl_api::proto::connectioncontext::{ConnectionContext, IpContext};
 use ctl_api::proto::networkservice::NetworkServiceRequest;
-use testkit::{require, wait_for, Needs};
+use testkit::wait_for;
 
 mod nsm_support;
 
-use nsm_support::{mech, nsc_connection, Netns, TempDir, TestForwarder, IP, PING};
+use nsm_support::{kernel_mech, nsc_connection, KernelTest, IP, PING};
 
 #[test]
 fn ping_crosses_quiver_between_nsc_and_nse_kernel_interfaces_and_close_leaves_nothing() {
-    if !require(
+    let Some(KernelTest {
+        nsc,
+        nse,
+        dir,
+        quiver,
+    }) = KernelTest::start(
         "ping_crosses_quiver_between_nsc_and_nse_kernel_interfaces",
-        &Needs {
-            root: true,
-            tools: &[IP, PING],
-            ..Needs::default()
-        },
-    ) {
+        &[IP, PING],
+        ["nsc", "nse", "nsm-e2e"],
+    )
+    else {
         return;
-    }
-    let nsc = Netns::new("nsc");
-    let nse = Netns::new("nse");
-    let dir = TempDir::new("nsm-e2e");
-
-    let quiver = TestForwarder::start("");
+    };
     let fwd = quiver.fwd.clone();
 
-    let nse_sock = dir.path().join("nse.sock");
     let endpoint = TestEndpoint::start(
-        &nse_sock,
+        &dir.join("nse.sock"),
         "nse",
-        vec![mech(
-            "KERNEL",
-            &[("inodeURL", &nse.url()), ("name", "nse0")],
-        )],
+        kernel_mech(&nse.url(), "nse0"),
     )
     .unwrap();
-    let listen = format!("unix://{}", dir.path().join("quiver.sock").display());
-    let dp = quiver.dataplane();
-    let server = quiver.serve(
-        dp.clone(),
-        "quiver",
-        &listen,
-        None,
-        format!("unix://{}", nse_sock.display()),
-    );
+    let (listen, dp, server) = quiver.serve_in(&dir);
     let mut client = BlockingClient::connect(&listen).unwrap();
 
     let id = format!("e2e-{}", std::process::id());
@@ -68,10 +54,7 @@ fn ping_crosses_quiver_between_nsc_and_nse_kernel_interfaces_and_close_leaves_no
             }),
             ..nsc_connection(&id, "ping")
         }),
-        mechanism_preferences: vec![mech(
-            "KERNEL",
-            &[("inodeURL", &nsc.url()), ("name", "nsm0")],
-        )],
+        mechanism_preferences: kernel_mech(&nsc.url(), "nsm0"),
     };
     let answer = client.request(request).unwrap();
     assert_eq!(answer.state, State::Up as i32);

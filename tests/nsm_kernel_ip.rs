@@ -11,7 +11,7 @@ use ctl_api::nsm::Dataplane;
 use ctl_api::proto::connection::{Connection, State};
 use ctl_api::proto::connectioncontext::{ConnectionContext, IpContext, Route};
 use ctl_api::proto::networkservice::NetworkServiceRequest;
-use testkit::{require, wait_for, Needs};
+use testkit::wait_for;
 
 /// The client's address, the endpoint's two (the first is the L3 cross-connect's next hop),
 /// and the gateway of the client's route to the second: nobody has that one.
@@ -22,7 +22,7 @@ const GATEWAY: &str = "10.74.0.254";
 
 mod nsm_support;
 
-use nsm_support::{mech, nsc_connection, Netns, TempDir, TestForwarder, IP, PING};
+use nsm_support::{kernel_mech, nsc_connection, KernelTest, IP, PING};
 
 fn mac_string(m: [u8; 6]) -> String {
     format!(
@@ -33,42 +33,28 @@ fn mac_string(m: [u8; 6]) -> String {
 
 #[test]
 fn ip_payload_pings_through_quiver_between_kernel_interfaces_and_close_leaves_nothing() {
-    if !require(
+    let Some(KernelTest {
+        nsc,
+        nse,
+        dir,
+        quiver,
+    }) = KernelTest::start(
         "ip_payload_pings_through_quiver_between_kernel_interfaces",
-        &Needs {
-            root: true,
-            tools: &[IP, PING],
-            ..Needs::default()
-        },
-    ) {
+        &[IP, PING],
+        ["nsc", "nse", "nsmip-e2e"],
+    )
+    else {
         return;
-    }
-    let nsc = Netns::new("nsc");
-    let nse = Netns::new("nse");
-    let dir = TempDir::new("nsmip-e2e");
-
-    let quiver = TestForwarder::start("");
+    };
     let fwd = quiver.fwd.clone();
 
-    let nse_sock = dir.path().join("nse.sock");
     let endpoint = TestEndpoint::start(
-        &nse_sock,
+        &dir.join("nse.sock"),
         "nse",
-        vec![mech(
-            "KERNEL",
-            &[("inodeURL", &nse.url()), ("name", "nse0")],
-        )],
+        kernel_mech(&nse.url(), "nse0"),
     )
     .unwrap();
-    let listen = format!("unix://{}", dir.path().join("quiver.sock").display());
-    let dp = quiver.dataplane();
-    let server = quiver.serve(
-        dp.clone(),
-        "quiver",
-        &listen,
-        None,
-        format!("unix://{}", nse_sock.display()),
-    );
+    let (listen, dp, server) = quiver.serve_in(&dir);
     let mut client = BlockingClient::connect(&listen).unwrap();
 
     let id = format!("e2e-ip-{}", std::process::id());
@@ -90,10 +76,7 @@ fn ip_payload_pings_through_quiver_between_kernel_interfaces_and_close_leaves_no
             }),
             ..nsc_connection(&id, "ping")
         }),
-        mechanism_preferences: vec![mech(
-            "KERNEL",
-            &[("inodeURL", &nsc.url()), ("name", "nsm0")],
-        )],
+        mechanism_preferences: kernel_mech(&nsc.url(), "nsm0"),
     };
     let answer = client.request(request.clone()).unwrap();
     assert_eq!(answer.state, State::Up as i32);

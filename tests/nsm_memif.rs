@@ -6,7 +6,7 @@
 //! intact. After Close no port, socket or cross-connect remains, and once the forwarder stops
 //! every buffer is back in the pool.
 
-use ctl_api::nsm::testing::{BlockingClient, TestEndpoint};
+use ctl_api::nsm::testing::BlockingClient;
 use ctl_api::proto::connection::State;
 use ctl_api::proto::networkservice::NetworkServiceRequest;
 use testkit::{require, wait_for, Needs};
@@ -14,8 +14,8 @@ use testkit::{require, wait_for, Needs};
 mod nsm_support;
 
 use nsm_support::{
-    link_up, mech, nsc_connection, traffic_example, traffic_report, Killed, Netns, TestForwarder,
-    IP,
+    link_up, mech, memif_endpoint, memif_sink, memif_source, nsc_connection, traffic_example,
+    traffic_report, Netns, TestForwarder, IP,
 };
 
 /// Frames the NSC sends.
@@ -44,35 +44,10 @@ fn every_frame_crosses_quiver_between_nsc_and_nse_memif_cnfs_and_close_leaves_no
 
     // The NSE's CNF: memif master on an abstract socket of its namespace, counting frames.
     let nse_socket = format!("@quiver-test-nse-{}", std::process::id());
-    let count = FRAMES.to_string();
-    let sink = Killed(Some(nse.spawn(
-        &traffic,
-        &[
-            "--rx",
-            &nse_socket,
-            "--rx-role",
-            "master",
-            "--count",
-            &count,
-            // Ends early when every frame came; otherwise bounds the wait.
-            "--duration",
-            "30s",
-            "--connect-timeout",
-            "60s",
-            "--json",
-        ],
-    )));
+    let sink = memif_sink(&traffic, &nse, &nse_socket, FRAMES);
 
     let nse_sock = dir.join("nse.sock");
-    let endpoint = TestEndpoint::start(
-        &nse_sock,
-        "nse",
-        vec![mech(
-            "MEMIF",
-            &[("inodeURL", &nse.url()), ("socketfile", &nse_socket)],
-        )],
-    )
-    .unwrap();
+    let endpoint = memif_endpoint(&nse_sock, &nse, &nse_socket);
     let listen = format!("unix://{}", dir.join("quiver.sock").display());
     let server = quiver.serve(
         quiver.dataplane(),
@@ -98,23 +73,7 @@ fn every_frame_crosses_quiver_between_nsc_and_nse_memif_cnfs_and_close_leaves_no
     });
 
     // The NSC's CNF: slave on the socket Quiver answered with, inside its own namespace.
-    let source = Killed(Some(nsc.spawn(
-        &traffic,
-        &[
-            "--tx",
-            &socket,
-            "--tx-role",
-            "slave",
-            "--count",
-            &count,
-            // Slow enough that no ring on the way fills (a full ring drops, by design).
-            "--rate",
-            "50k",
-            "--connect-timeout",
-            "60s",
-            "--json",
-        ],
-    )));
+    let source = memif_source(&traffic, &nsc, &socket, FRAMES, "50k");
     let sent = source.wait();
     assert!(sent.status.success(), "the NSC's traffic failed: {sent:?}");
     let received = sink.wait();

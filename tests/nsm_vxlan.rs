@@ -24,8 +24,8 @@ use testkit::{require, wait_for, Needs};
 mod nsm_support;
 
 use nsm_support::{
-    link_up, mech, nsc_connection, run, traffic_example, traffic_report, Killed, Netns, TempDir,
-    TestForwarder, IP,
+    link_up, mech, memif_endpoint, memif_sink, memif_source, nsc_connection, run, traffic_example,
+    traffic_report, Netns, TempDir, TestForwarder, IP,
 };
 
 /// Frames the NSC sends.
@@ -158,33 +158,9 @@ impl TwoNodes {
 
         // The NSE's CNF: memif master on an abstract socket of its namespace, counting frames.
         let nse_socket = format!("@quiver-test-vxlan-nse-{}", std::process::id());
-        let count = FRAMES.to_string();
-        let sink = Killed(Some(nse.spawn(
-            &traffic,
-            &[
-                "--rx",
-                &nse_socket,
-                "--rx-role",
-                "master",
-                "--count",
-                &count,
-                "--duration",
-                "30s",
-                "--connect-timeout",
-                "60s",
-                "--json",
-            ],
-        )));
+        let sink = memif_sink(&traffic, &nse, &nse_socket, FRAMES);
         let nse_sock = dir.join("nse.sock");
-        let endpoint = TestEndpoint::start(
-            &nse_sock,
-            "nse",
-            vec![mech(
-                "MEMIF",
-                &[("inodeURL", &nse.url()), ("socketfile", &nse_socket)],
-            )],
-        )
-        .unwrap();
+        let endpoint = memif_endpoint(&nse_sock, &nse, &nse_socket);
 
         // Node B's forwarder serves the NSE; the nsmgrs relay A's Requests to it; A serves the NSC.
         let b_listen = format!("unix://{}", dir.join("b.sock").display());
@@ -244,23 +220,7 @@ impl TwoNodes {
 
         // The NSC's CNF: slave on the socket A answered with, inside its own namespace.
         let socket = answer.mechanism.as_ref().unwrap().parameters["socketfile"].clone();
-        let source = Killed(Some(nsc.spawn(
-            &traffic,
-            &[
-                "--tx",
-                &socket,
-                "--tx-role",
-                "slave",
-                "--count",
-                &count,
-                // Slow enough that no ring on the way fills (a full ring drops, by design).
-                "--rate",
-                "20k",
-                "--connect-timeout",
-                "60s",
-                "--json",
-            ],
-        )));
+        let source = memif_source(&traffic, &nsc, &socket, FRAMES, "20k");
         let sent = source.wait();
         assert!(sent.status.success(), "the NSC's traffic failed: {sent:?}");
         let received = sink.wait();

@@ -12,13 +12,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use ctl_api::nsm::path::timestamp;
+use ctl_api::nsm::testing::TestEndpoint;
 use ctl_api::nsm::{NsmConfig, NsmHandle, StaticEndpoint};
 use ctl_api::proto::connection::{self, Connection, Mechanism, PathSegment};
 use dataplane::{BufferPool, BufferPoolConfig, HugepagePolicy, IdlePolicy, WorkerConfig};
 use drivers::LinkStatus;
 use quiver::control::nsm::ForwarderDataplane;
 use quiver::{Config, Forwarder, Housekeeping};
-use testkit::wait_for;
+use testkit::{require, wait_for, Needs};
 
 /// `ip` (iproute2).
 pub const IP: &str = "/usr/sbin/ip";
@@ -213,6 +214,70 @@ pub fn mech(ty: &str, params: &[(&str, &str)]) -> Mechanism {
     }
 }
 
+/// A KERNEL mechanism for interface `name` in the namespace `inode_url` names, as an endpoint
+/// offers it.
+pub fn kernel_mech(inode_url: &str, name: &str) -> Vec<Mechanism> {
+    vec![mech("KERNEL", &[("inodeURL", inode_url), ("name", name)])]
+}
+
+/// The NSE's memif CNF: `traffic` in `nse`, master on abstract socket `socket`, counting
+/// `frames` frames (it ends early when every frame came; otherwise 30 s bounds the wait).
+pub fn memif_sink(traffic: &Path, nse: &Netns, socket: &str, frames: u64) -> Killed {
+    let count = frames.to_string();
+    Killed(Some(nse.spawn(
+        traffic,
+        &[
+            "--rx",
+            socket,
+            "--rx-role",
+            "master",
+            "--count",
+            &count,
+            "--duration",
+            "30s",
+            "--connect-timeout",
+            "60s",
+            "--json",
+        ],
+    )))
+}
+
+/// The NSC's memif CNF: `traffic` in `nsc`, slave on socket `socket` (the one Quiver answered
+/// with), sending `frames` frames at `rate` (slow enough that no ring on the way fills: a full
+/// ring drops, by design).
+pub fn memif_source(traffic: &Path, nsc: &Netns, socket: &str, frames: u64, rate: &str) -> Killed {
+    let count = frames.to_string();
+    Killed(Some(nsc.spawn(
+        traffic,
+        &[
+            "--tx",
+            socket,
+            "--tx-role",
+            "slave",
+            "--count",
+            &count,
+            "--rate",
+            rate,
+            "--connect-timeout",
+            "60s",
+            "--json",
+        ],
+    )))
+}
+
+/// A test endpoint on `sock` answering with a MEMIF mechanism: socket `socket` in `nse`.
+pub fn memif_endpoint(sock: &Path, nse: &Netns, socket: &str) -> TestEndpoint {
+    TestEndpoint::start(
+        sock,
+        "nse",
+        vec![mech(
+            "MEMIF",
+            &[("inodeURL", &nse.url()), ("socketfile", socket)],
+        )],
+    )
+    .unwrap()
+}
+
 /// Whether port `port` of `fwd` has its link up.
 pub fn link_up(fwd: &Mutex<Forwarder>, port: &str) -> bool {
     fwd.lock()
@@ -240,6 +305,47 @@ pub fn nsc_connection(id: &str, service: &str) -> Connection {
             }],
         }),
         ..Default::default()
+    }
+}
+
+/// What the kernel-mechanism tests start from: the NSC's and the NSE's namespaces, a scratch
+/// directory and the forwarder.
+pub struct KernelTest {
+    /// The NSC's namespace.
+    pub nsc: Netns,
+    /// The NSE's namespace.
+    pub nse: Netns,
+    /// The scratch directory (sockets).
+    pub dir: TempDir,
+    /// The forwarder.
+    pub quiver: TestForwarder,
+}
+
+impl KernelTest {
+    /// Starts `test` as root with `tools`: namespaces tagged `nsc` and `nse`, a directory
+    /// tagged `dir`, the forwarder. `None` (the reason printed by [`require`]) when it cannot
+    /// run here.
+    pub fn start(
+        test: &str,
+        tools: &'static [&'static str],
+        [nsc, nse, dir]: [&str; 3],
+    ) -> Option<KernelTest> {
+        if !require(
+            test,
+            &Needs {
+                root: true,
+                tools,
+                ..Needs::default()
+            },
+        ) {
+            return None;
+        }
+        Some(KernelTest {
+            nsc: Netns::new(nsc),
+            nse: Netns::new(nse),
+            dir: TempDir::new(dir),
+            quiver: TestForwarder::start(""),
+        })
     }
 }
 
@@ -309,6 +415,22 @@ impl TestForwarder {
             1,
         )
         .unwrap()
+    }
+
+    /// Serves NSM as `quiver` on `dir`'s `quiver.sock` over a new data path, sending every
+    /// Request on to the endpoint on `dir`'s `nse.sock`: the URL it listens on, the data path
+    /// and the server.
+    pub fn serve_in(&self, dir: &TempDir) -> (String, Arc<ForwarderDataplane>, NsmHandle) {
+        let listen = format!("unix://{}", dir.join("quiver.sock").display());
+        let dp = self.dataplane();
+        let server = self.serve(
+            dp.clone(),
+            "quiver",
+            &listen,
+            None,
+            format!("unix://{}", dir.join("nse.sock").display()),
+        );
+        (listen, dp, server)
     }
 
     /// Stops the forwarder once nothing else holds it (drop the servers and data paths
