@@ -871,8 +871,19 @@ impl ControlLoop {
 
     /// Advances every handshake and hands out or withdraws queues on link changes.
     fn step(&mut self) {
-        for (_, m) in &mut self.masters {
-            if let Err(e) = m.poll() {
+        let ports = &mut self.ports;
+        for (key, m) in &mut self.masters {
+            // Queues go to the workers before the slave reads CONNECTED: it may transmit at
+            // once, and the frames it sends to another port must find that port's queues.
+            let up = m.poll_with(|iface| {
+                let id = iface.id();
+                let served =
+                    |e: &Endpoint| matches!(e, Endpoint::Master(k, i) if k == key && *i == id);
+                if let Some(managed) = ports.values_mut().find(|p| served(&p.endpoint)) {
+                    sync(&managed.port, &mut managed.view, iface);
+                }
+            });
+            if let Err(e) = up {
                 tracing::warn!(socket = %m.address(), "memif master: {e}");
             }
         }

@@ -122,6 +122,40 @@ fn frames_cross_between_two_memif_ports_on_two_workers_exactly_once() {
     });
 }
 
+/// A CNF may transmit the moment its link is up. By then Quiver's port is up on every worker,
+/// so frames from an already connected peer cross to it at once, none dropped as link-down.
+#[test]
+fn a_port_is_up_on_the_workers_before_its_peer_is_told_connected() {
+    let sock = socket("up_first");
+    let quiver = start(vec![
+        MemifPortConfig::new("memif0", Role::Master, sock.clone(), 0),
+        MemifPortConfig::new("memif1", Role::Master, sock.clone(), 1),
+    ]);
+    let mut a = Slave::new(sock.clone(), slave_config(0, Mode::Ethernet)).unwrap();
+    wait_for("memif0 up", 20, || {
+        a.poll().unwrap();
+        a.interface().is_up() && quiver.ports[0].link() == LinkStatus::Up
+    });
+    let mut b = Slave::new(sock.clone(), slave_config(1, Mode::Ethernet)).unwrap();
+    // Only b's own view is waited for, as a CNF would.
+    wait_for("memif1 up at its peer", 20, || {
+        b.poll().unwrap();
+        b.interface().is_up()
+    });
+    assert_eq!(quiver.ports[1].link(), LinkStatus::Up);
+    assert_eq!(quiver.ports[1].connected_queues(), WORKERS);
+    let bytes = cross(&mut a, &mut b, 200, |s| 60 + s as usize % 200);
+    let tx_link_down: u64 = quiver.ports[1]
+        .stats()
+        .detail
+        .iter()
+        .find(|(k, _)| k == "tx-link-down")
+        .map(|(_, v)| *v)
+        .expect("a tx-link-down counter");
+    assert_eq!(tx_link_down, 0);
+    assert_eq!(quiver.ports[1].stats().tx_bytes, bytes);
+}
+
 #[test]
 fn a_peer_that_leaves_takes_its_link_down_and_its_frames_are_counted_then_it_comes_back() {
     let (s0, s1) = (socket("relink0"), socket("relink1"));

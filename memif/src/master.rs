@@ -186,6 +186,14 @@ impl Master {
     /// Do all pending control work without blocking: accept connections, advance handshakes,
     /// notice disconnects. Errors on one connection only affect that connection.
     pub fn poll(&mut self) -> Result<(), Error> {
+        self.poll_with(|_| {})
+    }
+
+    /// [`Master::poll`], calling `on_up` with each interface that comes up, after its queues
+    /// exist and before the slave is told CONNECTED. An application that hands queues to other
+    /// threads does it there: the slave may transmit, and expects its frames to be taken, as
+    /// soon as it reads CONNECTED.
+    pub fn poll_with(&mut self, mut on_up: impl FnMut(&mut Interface)) -> Result<(), Error> {
         for _ in 0..ACCEPTS_PER_POLL {
             let Some(sock) = self.listener.accept()? else {
                 break;
@@ -224,7 +232,7 @@ impl Master {
                 };
                 let outcome = match r.into_message() {
                     Ok(None) => break,
-                    Ok(Some((m, fd))) => self.handle(ci, m, fd).map_err(|s| (s, true)),
+                    Ok(Some((m, fd))) => self.handle(ci, m, fd, &mut on_up).map_err(|s| (s, true)),
                     Err(ending) => Err(ending),
                 };
                 if let Err((reason, tell)) = outcome {
@@ -252,7 +260,13 @@ impl Master {
         }
     }
 
-    fn handle(&mut self, ci: usize, m: Msg, fd: Option<OwnedFd>) -> Result<(), String> {
+    fn handle(
+        &mut self,
+        ci: usize,
+        m: Msg,
+        fd: Option<OwnedFd>,
+        on_up: &mut impl FnMut(&mut Interface),
+    ) -> Result<(), String> {
         let conn = &mut self.conns[ci];
         if conn.connected {
             return Err(format!(
@@ -373,13 +387,14 @@ impl Master {
                     std::mem::take(&mut conn.regions),
                     self.interfaces[k].config.buffer_size,
                 );
-                let ours = FixedStr::new(&self.interfaces[k].config.name);
+                conn.connected = true;
+                let iface = &mut self.interfaces[k];
+                iface.set_up(c, name.to_string_lossy());
+                on_up(iface);
+                let ours = FixedStr::new(&iface.config.name);
                 conn.sock
                     .send(&Msg::Connected(ours), None)
-                    .map_err(|e| format!("send CONNECTED: {e}"))?;
-                conn.connected = true;
-                self.interfaces[k].set_up(c, name.to_string_lossy());
-                Ok(())
+                    .map_err(|e| format!("send CONNECTED: {e}"))
             }
             (Some(_), other) => Err(format!("unexpected message type {}", other.msg_type())),
         }

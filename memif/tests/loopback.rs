@@ -57,6 +57,32 @@ fn transfer(m: &mut Master, s: &mut Slave, id: u32, sizes: &[usize]) {
     assert_eq!(got, frames);
 }
 
+/// `Master::poll_with` hands an application the new connection's queues before the slave is
+/// told CONNECTED, so frames the slave sends the moment it is up find them in place.
+#[test]
+fn queues_are_handed_out_before_the_slave_reads_connected() {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let addr = sock_addr("up_before_connected");
+    let mut m = Master::bind(addr.clone(), MasterConfig::default()).unwrap();
+    m.add_interface(InterfaceConfig::new(4)).unwrap();
+    let mut s = Slave::new(addr, InterfaceConfig::new(4)).unwrap();
+    let mut handed = Vec::new();
+    wait_for("link up", 10, || {
+        m.poll_with(|iface| {
+            let fd = s.control_fd().expect("the slave is connecting");
+            let mut pfd = [PollFd::new(fd, PollFlags::POLLIN)];
+            let unread = poll(&mut pfd, PollTimeout::ZERO).unwrap();
+            handed.push((iface.id(), iface.detach_queues().is_some(), unread));
+        })
+        .unwrap();
+        s.poll().unwrap();
+        s.interface().is_up()
+    });
+    // Once, with the queues, and while nothing (CONNECTED included) waited for the slave.
+    assert_eq!(handed, [(4, true, 0)]);
+    assert!(m.interface(4).unwrap().is_up());
+}
+
 #[test]
 fn frames_both_ways_filesystem_socket() {
     let addr = sock_addr("fs_both_ways");
