@@ -597,17 +597,6 @@ impl TxSource for FromBuffers<'_> {
     }
 
     #[inline]
-    fn prefetch(&self, i: usize) {
-        if let Some(&bi) = self.packets.get(i) {
-            if let Some((source, token)) = self.buffers.external_ref(bi) {
-                if let Some(held) = self.held_frames(source) {
-                    held.prefetch(token);
-                }
-            }
-        }
-    }
-
-    #[inline]
     fn bytes_at(&self, i: usize, offset: usize) -> &[u8] {
         let mut off = offset + self.skip;
         for bi in self.buffers.chain(self.packets[i]) {

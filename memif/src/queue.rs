@@ -12,7 +12,7 @@
 //! [`HeldFrames`], its slot kept from the peer until released. A frame held from one peer can be
 //! transmitted to another ([`TxSource::held`]): one copy, region to region.
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -21,6 +21,10 @@ use nix::poll::{PollFd, PollFlags, PollTimeout};
 use crate::interface::{Counters, Role, MAX_FRAME};
 use crate::region::Region;
 use crate::ring::{Desc, Ring, RingRef, DESC_FLAG_NEXT};
+
+mod transmit;
+
+pub(crate) use transmit::{transmit, unconsumed};
 
 /// Most descriptors one received frame may span.
 pub const MAX_SEGMENTS: usize = 256;
@@ -185,11 +189,6 @@ pub trait TxSource {
         let _ = i;
         None
     }
-    /// Hints that frame `i` is copied soon (a source whose bytes are in another process's
-    /// memory fetches them ahead). `i` may be past the last frame. The default does nothing.
-    fn prefetch(&self, i: usize) {
-        let _ = i;
-    }
 }
 
 /// What a [`HoldSink`] did with a frame.
@@ -319,14 +318,6 @@ impl HeldFrames {
         ))
     }
 
-    /// Hints the CPU to fetch the first bytes of held frame `token` (about to be copied).
-    #[inline]
-    pub fn prefetch(&self, token: u32) {
-        if let Some((region, at, _)) = self.frame(token) {
-            region.prefetch(at);
-        }
-    }
-
     /// Length of the held frame `token` (0 if it is not held).
     pub fn len(&self, token: u32) -> usize {
         self.frame(token).map_or(0, |(_, _, len)| len)
@@ -338,24 +329,6 @@ impl HeldFrames {
         match self.frame(token) {
             Some((region, at, len)) if offset.checked_add(dst.len()).is_some_and(|e| e <= len) => {
                 region.copy_out(at + offset as u64, dst)
-            }
-            _ => false,
-        }
-    }
-
-    /// Copies `len` bytes from `offset` of the held frame `token` into `dst` at `dst_offset`
-    /// (another peer's region); false, copying nothing, when a range is out of bounds.
-    fn copy_into(
-        &self,
-        token: u32,
-        offset: usize,
-        dst: &Region,
-        dst_offset: u64,
-        len: usize,
-    ) -> bool {
-        match self.frame(token) {
-            Some((region, at, flen)) if offset.checked_add(len).is_some_and(|e| e <= flen) => {
-                region.copy_to(at + offset as u64, dst, dst_offset, len)
             }
             _ => false,
         }
@@ -726,209 +699,6 @@ fn check_desc(
         offset,
         len: length,
     })
-}
-
-/// Send the frames of `src` on `q`, in order, until the ring is full. Returns how many frames
-/// were taken (sent, or dropped and counted in `tx_dropped`); the caller keeps the rest.
-/// Slots a slave put on its transmit ring that the master has not consumed yet (0 for a master,
-/// whose transmit ring holds buffers the slave posted, and without a ring).
-pub(crate) fn unconsumed(shared: &Shared, q: &Queue, role: Role) -> usize {
-    match (role, shared.ring(q)) {
-        (Role::Slave, Some(r)) => {
-            let in_flight = q.idx.wrapping_sub(r.tail().load(Ordering::Acquire));
-            usize::from(in_flight.min(r.size()))
-        }
-        _ => 0,
-    }
-}
-
-/// How many frames ahead a transmit burst prefetches.
-const TX_PREFETCH_AHEAD: usize = 4;
-
-#[inline(never)]
-pub(crate) fn transmit(
-    shared: &Shared,
-    q: &mut Queue,
-    role: Role,
-    counters: &mut Counters,
-    src: &(impl TxSource + ?Sized),
-    held_copies: &mut u64,
-) -> usize {
-    let Some(r) = shared.ring(q) else {
-        return 0;
-    };
-    let n = r.size();
-    let bsize = shared.buffer_size;
-    let start = q.idx;
-    let mut cur = start;
-    // Slots we may fill: slave = free slots (N - in flight); master = buffers posted.
-    let avail = match role {
-        Role::Slave => {
-            let in_flight = cur.wrapping_sub(r.tail().load(Ordering::Acquire));
-            if in_flight > n {
-                counters.ring_index_overrun += 1;
-                0
-            } else {
-                n - in_flight
-            }
-        }
-        Role::Master => {
-            let posted = r.head().load(Ordering::Acquire).wrapping_sub(cur);
-            if posted > n {
-                counters.ring_index_overrun += 1;
-                n
-            } else {
-                posted
-            }
-        }
-    };
-    let end = start.wrapping_add(avail);
-    let mut sent = 0;
-    // Counted once per burst, in registers meanwhile.
-    let (mut tx_packets, mut tx_bytes) = (0u64, 0u64);
-    'frames: for i in 0..src.frames() {
-        // A few frames ahead: their bytes (maybe in another peer's memory) and, as master, the
-        // buffer the slave posted for them, both last written by another core.
-        src.prefetch(i + TX_PREFETCH_AHEAD);
-        if role == Role::Master {
-            let ahead = cur.wrapping_add(TX_PREFETCH_AHEAD as u16);
-            if ahead.wrapping_sub(start) < avail {
-                let d = r.read_desc(ahead);
-                if let Some(reg) = shared.regions.get(usize::from(d.region)) {
-                    reg.prefetch(u64::from(d.offset));
-                }
-            }
-        }
-        let len = src.frame_len(i);
-        let too_many_slots = role == Role::Slave && len.div_ceil(bsize as usize) > usize::from(n);
-        if len == 0 || len > MAX_FRAME || too_many_slots {
-            counters.tx_dropped += 1;
-            sent += 1;
-            continue;
-        }
-        let pkt_start = cur;
-        let mut done = 0usize;
-        while done < len {
-            if cur == end {
-                let whole_ring = end.wrapping_sub(pkt_start) == n;
-                cur = pkt_start;
-                if whole_ring {
-                    // It would not fit even in an empty ring: drop it rather than block.
-                    counters.tx_dropped += 1;
-                    sent += 1;
-                    continue 'frames;
-                }
-                break 'frames;
-            }
-            let slot = cur & (n - 1);
-            match role {
-                Role::Slave => {
-                    let take = (len - done).min(bsize as usize);
-                    let off = q.buf_base + u64::from(slot) * u64::from(bsize);
-                    let ok = shared
-                        .regions
-                        .first()
-                        .is_some_and(|r0| copy_piece(r0, off, src, i, done, take, held_copies));
-                    done += take;
-                    r.write_desc(
-                        cur,
-                        Desc {
-                            flags: if done < len { DESC_FLAG_NEXT } else { 0 },
-                            region: 0,
-                            length: if ok { take as u32 } else { 0 },
-                            offset: off as u32,
-                            metadata: 0,
-                        },
-                    );
-                }
-                Role::Master => {
-                    // The slave posted this buffer: check its copy before writing into it.
-                    let d = r.read_desc(cur);
-                    let dst = shared.regions.get(usize::from(d.region));
-                    let take = (len - done).min(d.length as usize);
-                    let ok = take > 0
-                        && dst.is_some_and(|reg| {
-                            reg.contains(u64::from(d.offset), u64::from(d.length))
-                                && copy_piece(
-                                    reg,
-                                    u64::from(d.offset),
-                                    src,
-                                    i,
-                                    done,
-                                    take,
-                                    held_copies,
-                                )
-                        });
-                    if !ok {
-                        match dst {
-                            None => counters.bad_desc_region += 1,
-                            Some(_) if take == 0 => counters.bad_desc_zero_length += 1,
-                            Some(_) => counters.bad_desc_offset += 1,
-                        }
-                        // Release the slot as an empty descriptor; the frame is lost.
-                        r.write_flags_len(cur, 0, d.region, 0);
-                        cur = cur.wrapping_add(1);
-                        counters.tx_dropped += 1;
-                        sent += 1;
-                        continue 'frames;
-                    }
-                    done += take;
-                    let flags = if done < len { DESC_FLAG_NEXT } else { 0 };
-                    r.write_flags_len(cur, flags, d.region, take as u32);
-                }
-            }
-            cur = cur.wrapping_add(1);
-        }
-        tx_packets += 1;
-        tx_bytes += len as u64;
-        sent += 1;
-    }
-    counters.tx_packets += tx_packets;
-    counters.tx_bytes += tx_bytes;
-    if cur != start {
-        q.idx = cur;
-        match role {
-            Role::Slave => r.head().store(cur, Ordering::Release),
-            Role::Master => r.tail().store(cur, Ordering::Release),
-        }
-        std::sync::atomic::fence(Ordering::SeqCst);
-        if !r.interrupts_masked() && fd_ready(q.eventfd.as_fd(), PollFlags::POLLOUT) {
-            let _ = nix::unistd::write(&q.eventfd, &1u64.to_ne_bytes());
-        }
-    }
-    sent
-}
-
-/// Copy `take` bytes of frame `i` from `from` into `region` at `at`: straight from another
-/// peer's memory when the frame is held there (counted in `held_copies`), else piece by piece
-/// from [`TxSource::bytes_at`].
-#[inline(always)]
-fn copy_piece(
-    region: &Region,
-    at: u64,
-    src: &(impl TxSource + ?Sized),
-    i: usize,
-    from: usize,
-    take: usize,
-    held_copies: &mut u64,
-) -> bool {
-    if let Some((held, token, start)) = src.held(i) {
-        // Out of the held frame's range (its window moved past it): read it the other way.
-        if held.copy_into(token, start + from, region, at, take) {
-            *held_copies += u64::from(from == 0);
-            return true;
-        }
-    }
-    let mut copied = 0;
-    while copied < take {
-        let bytes = src.bytes_at(i, from + copied);
-        let k = bytes.len().min(take - copied);
-        if k == 0 || !region.copy_in(at + copied as u64, &bytes[..k]) {
-            return false;
-        }
-        copied += k;
-    }
-    true
 }
 
 /// Slave receive ring: post every free buffer (slot s always uses buffer s) and publish head.
