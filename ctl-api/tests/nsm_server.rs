@@ -257,6 +257,9 @@ struct NseMonitor {
     /// Every selector subscribed with, in order.
     subscribed: Arc<Mutex<Vec<MonitorScopeSelector>>>,
     breaks: Arc<tokio::sync::watch::Sender<u64>>,
+    /// While set, each subscription waits for a permit first (counted in `waiting`).
+    hold: Arc<Mutex<Option<Arc<tokio::sync::Semaphore>>>>,
+    waiting: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 #[tonic::async_trait]
@@ -268,6 +271,12 @@ impl MonitorConnection for NseMonitor {
         request: Request<MonitorScopeSelector>,
     ) -> Result<Response<EventStream>, Status> {
         let selector = request.into_inner();
+        let hold = self.hold.lock().unwrap().clone();
+        if let Some(gate) = hold {
+            self.waiting
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            gate.acquire().await.unwrap().forget();
+        }
         let mut events = self.monitor.subscribe(selector.clone());
         let mut broken = self.breaks.subscribe();
         let (tx, rx) = tokio::sync::mpsc::channel(64);
@@ -478,6 +487,8 @@ async fn harness(setup: Setup) -> Harness {
         monitor: nse.monitor.clone(),
         subscribed: Arc::default(),
         breaks: Arc::new(tokio::sync::watch::Sender::new(0)),
+        hold: Arc::default(),
+        waiting: Arc::default(),
     };
     if setup.endpoint_reachable {
         let listener = tokio::net::UnixListener::bind(&nse_sock).unwrap();
@@ -1733,6 +1744,52 @@ async fn a_delete_of_an_older_generation_does_not_close_the_refreshed_connection
     })
     .await;
     h.assert_no_state("after the endpoint closed");
+}
+
+/// The next hop closes the connection after answering a refresh and before Quiver's watch of
+/// the refreshed generation is subscribed: no DELETE reaches a watch, but the new stream's
+/// first event lacks the connection, and that closes it here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_between_a_refresh_and_its_watch_still_closes_the_connection() {
+    let h = harness(DEFAULT).await;
+    let (answer, own_id) = watched(&h, "c1").await;
+    let mut events = h.monitor(MonitorScopeSelector::default()).await;
+    next_event(&mut events).await;
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    *h.nse_monitor.hold.lock().unwrap() = Some(gate.clone());
+    h.request(refresh_of(
+        &answer,
+        &memif_request("c1").mechanism_preferences,
+    ))
+    .await
+    .unwrap();
+    assert_eq!(
+        next_event(&mut events).await.r#type,
+        ConnectionEventType::Update as i32
+    );
+    until("the refreshed generation's watch is subscribing", || {
+        h.nse_monitor
+            .waiting
+            .load(std::sync::atomic::Ordering::SeqCst)
+            == 1
+    })
+    .await;
+    // The previous generation's watch has stopped; the endpoint closes its side now.
+    until("one watch left", || h.core.next_hop_stats().watches == 1).await;
+    h.nse_monitor.monitor.delete(&published_by_nse(&h, &own_id));
+    assert!(h.core.holds("c1").await);
+    gate.add_permits(1);
+
+    let ev = next_event(&mut events).await;
+    assert_eq!(ev.r#type, ConnectionEventType::Delete as i32);
+    assert!(ev.connections.contains_key(&own_id), "{ev:?}");
+    until("the watch ends", || h.core.next_hop_stats().watches == 0).await;
+    assert_eq!(h.core.next_hop_stats().deletes, 1);
+    h.assert_no_state("after the endpoint closed");
+    assert!(
+        h.nse.lock().unwrap().closes.is_empty(),
+        "no Close is sent to a next hop that closed already"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,9 +20,13 @@
 //!   timeout).
 //! - UPDATE with state DOWN: the connection is published DOWN (nothing is torn down); UP
 //!   again once the next hop says UP and no link of the connection is down.
+//! - A connection absent from the INITIAL_STATE_TRANSFER of a generation's first stream was
+//!   closed by the next hop after it answered the Request and before the watch began (a
+//!   DELETE no watch saw: the previous generation's watch stopped at the refresh). It is
+//!   closed here as for a DELETE.
 //! - A stream that breaks (the next hop restarted) or cannot be opened tears nothing down: the
 //!   watch subscribes again, with backoff, until the connection is closed or refreshed.
-//!   A connection absent from a new stream's first event is left alone too (after a restart
+//!   A connection absent from a later stream's first event is left alone (after a restart
 //!   the next hop knows nothing until the next refresh). A next hop that does not serve
 //!   `MonitorConnections` (Unimplemented) is not watched.
 
@@ -54,7 +58,7 @@ pub struct NextHopStats {
     /// Watches with their stream open now (the next hop has them subscribed).
     pub streaming: usize,
     /// DELETEs of a watched connection received (acted on, or found to be of an older
-    /// generation of it).
+    /// generation of it), and connections missing from the first event of their first stream.
     pub deletes: u64,
     /// Subscriptions made again after a stream broke or could not be opened.
     pub retries: u64,
@@ -268,6 +272,8 @@ async fn watch(core: Weak<Core>, t: Target, mut stopped: oneshot::Receiver<()>, 
     let mut backoff = FIRST_RETRY;
     // What this watch last told the connection (it starts UP): only a change takes its lock.
     let mut told_up = true;
+    // Until the first stream's first event: the next hop's view right after the Request.
+    let mut first = true;
     loop {
         let step = tokio::select! {
             biased;
@@ -280,6 +286,23 @@ async fn watch(core: Weak<Core>, t: Target, mut stopped: oneshot::Receiver<()>, 
         match step {
             Step::Event(ev) => {
                 backoff = FIRST_RETRY;
+                let initial = ev.r#type == ConnectionEventType::InitialStateTransfer as i32;
+                let missing = || {
+                    !ev.connections
+                        .values()
+                        .any(|conn| matches_selector(conn, &t.selector))
+                };
+                if std::mem::take(&mut first) && initial && missing() {
+                    tracing::info!(
+                        id = t.owner,
+                        url = t.url,
+                        "the next hop no longer has the connection it answered"
+                    );
+                    c.next_hops.deletes.fetch_add(1, Ordering::SeqCst);
+                    drop(sub.take());
+                    c.next_hop_closed(&t.owner, t.generation).await;
+                    return;
+                }
                 let ours = ev
                     .connections
                     .values()
@@ -305,6 +328,7 @@ async fn watch(core: Weak<Core>, t: Target, mut stopped: oneshot::Receiver<()>, 
                 }
             }
             Step::Broken(s, lease) => {
+                first = false;
                 if let Some(lease) = lease.filter(|_| channels::transport_failure(&s)) {
                     c.channels.forget(&t.url, &lease);
                 }
