@@ -6,7 +6,8 @@
 //! The other way: the NSE answers with its namespace as `inode://…`, passing the fd back on
 //! Quiver's connection to it; Quiver builds the endpoint's interface there (ping crosses),
 //! holds the fd until Close; an answer naming a namespace no fd came for is refused with
-//! nothing left.
+//! nothing left. The same for a MEMIF endpoint: Quiver's memif slave reaches the NSE's
+//! abstract socket inside the namespace passed by fd, and frames flow to the NSE's CNF.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path as FsPath;
@@ -22,7 +23,10 @@ use testkit::wait_for;
 
 mod nsm_support;
 
-use nsm_support::{kernel_mech, nsc_connection, KernelTest, Netns, IP, PING};
+use nsm_support::{
+    kernel_mech, link_up, mech, memif_sink, memif_source, nsc_connection, traffic_example,
+    traffic_report, KernelTest, Netns, IP, PING,
+};
 
 /// How many of this process's fds (the NSM server's included: it runs here) refer to `key`.
 fn open_fds_of(key: InodeKey) -> usize {
@@ -269,6 +273,89 @@ fn the_endpoint_passes_its_namespace_by_fd_and_quiver_builds_its_interface_there
     wait_for("the fds to be back to where they were", 10, || {
         open_fds() == before
     });
+
+    drop(client);
+    drop(server);
+    drop(endpoint);
+    drop(dp);
+    drop(fwd);
+    quiver.stop();
+}
+
+#[test]
+fn a_memif_endpoint_passes_its_namespace_by_fd_and_frames_reach_its_cnf() {
+    const FRAMES: u64 = 5_000;
+    let _one = one_at_a_time();
+    let Some(KernelTest {
+        nsc,
+        nse,
+        dir,
+        quiver,
+    }) = KernelTest::start(
+        "a_memif_endpoint_passes_its_namespace_by_fd",
+        &[IP],
+        ["fdmc", "fdme", "nsm-grpcfd-memif"],
+    )
+    else {
+        return;
+    };
+    let traffic = traffic_example();
+    let nse_key = inode_key(&nse);
+    let fwd = quiver.fwd.clone();
+    // The NSE's CNF: memif master on an abstract socket of its namespace, counting frames.
+    let nse_socket = format!("@quiver-test-fd-nse-{}", std::process::id());
+    let sink = memif_sink(&traffic, &nse, &nse_socket, FRAMES);
+    // Its gRPC side answers with that socket and its namespace as `inode://…`, fd passed.
+    let endpoint = TestEndpoint::start_passing_fds(
+        &dir.join("nse.sock"),
+        "nse",
+        vec![mech(
+            "MEMIF",
+            &[("inodeURL", &nse.url()), ("socketfile", &nse_socket)],
+        )],
+    )
+    .unwrap();
+    let (listen, dp, server) = quiver.serve_in(&dir);
+    let mut client = BlockingClient::connect(&listen).unwrap();
+
+    let id = format!("grpcfd-memif-{}", std::process::id());
+    let answer = client
+        .request(NetworkServiceRequest {
+            connection: Some(nsc_connection(&id, "fd-memif")),
+            mechanism_preferences: vec![mech("MEMIF", &[("inodeURL", &nsc.url())])],
+        })
+        .unwrap();
+    assert_eq!(answer.state, State::Up as i32);
+    assert!(
+        open_fds_of(nse_key) >= 1,
+        "Quiver holds the NSE's namespace while the connection lives"
+    );
+    let endpoint_port = format!("nsm-{id}-endpoint");
+    wait_for("Quiver's memif to the NSE to come up", 60, || {
+        link_up(&fwd, &endpoint_port)
+    });
+    let socket = answer.mechanism.as_ref().unwrap().parameters["socketfile"].clone();
+    let sent = memif_source(&traffic, &nsc, &socket, FRAMES, "50k").wait();
+    assert!(sent.status.success(), "the NSC's traffic failed: {sent:?}");
+    let received = sink.wait();
+    let (tx, rx) = (traffic_report(&sent), traffic_report(&received));
+    let why = format!("NSC: {tx}\nNSE: {rx}");
+    assert_eq!(tx["sent"], FRAMES, "{why}");
+    assert!(rx["unique"].as_u64().unwrap() > FRAMES / 2, "{why}");
+    for k in ["duplicated", "reordered", "corrupted", "foreign"] {
+        assert_eq!(rx[k], 0, "{k}: {why}");
+    }
+
+    client.close(answer).unwrap();
+    let closes = endpoint.log().closes;
+    assert_eq!(closes.len(), 1, "closed toward the endpoint");
+    assert_eq!(
+        closes[0].mechanism.as_ref().unwrap().parameters["inodeURL"],
+        nse_key.to_string(),
+        "with the endpoint's own answer"
+    );
+    assert!(fwd.lock().unwrap().ports().is_empty(), "no port left");
+    assert_eq!(open_fds_of(nse_key), 0, "the NSE's namespace fd is closed");
 
     drop(client);
     drop(server);
