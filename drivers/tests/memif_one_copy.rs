@@ -189,6 +189,35 @@ fn an_l2_cross_connect_between_memif_ports_copies_each_frame_once() {
     assert_eq!(quiver.pool.free_count(), quiver.pool.capacity() as usize);
 }
 
+/// A receiver posting buffers smaller than the sender's frames: each frame, held in the
+/// sender's memory, is copied straight into several of the receiver's buffers (a chain), once.
+#[test]
+fn a_held_frame_larger_than_the_receivers_buffers_is_copied_into_a_chain() {
+    const TEST: &str = "small_bufs";
+    let mut quiver = start(TEST, |f, i| {
+        f.cross_connect(i[0], i[1]).unwrap();
+        f.cross_connect(i[1], i[0]).unwrap();
+    });
+    let mut a = slave(TEST, 0);
+    let mut small = slave_config(1, Mode::Ethernet);
+    small.buffer_size = 512;
+    let mut b = Slave::new(socket(TEST), small).unwrap();
+    connect(&quiver, &mut [&mut a, &mut b]);
+
+    const N: u32 = 1000;
+    let len_of = |s: u32| [60usize, 511, 512, 513, 1514, 2048][s as usize % 6];
+    let seq_of = |f: &[u8]| u32::from_be_bytes(f[15..19].try_into().unwrap());
+    let make = |q, s| l2_frame(q, s, len_of(s));
+    send_and_check(&mut a, &mut b, N, make, make, seq_of);
+    let total = u64::from(N) * WORKERS as u64;
+    let p1 = &quiver.ports[1];
+    assert_eq!(p1.stats().tx_packets, total);
+    assert_eq!(p1.stats().tx_dropped, 0);
+    assert_eq!(detail(p1, "tx-peer-to-peer"), total);
+    assert_eq!(quiver.pool.materialised_count(), 0);
+    quiver.stop();
+}
+
 /// An IPv4/UDP frame to Quiver's memif0 for 10.1.0.2, with sequence `seq` in the payload.
 fn ip4_frame(to_mac: [u8; 6], q: u8, seq: u32, len: usize) -> Vec<u8> {
     let mut f = l2_frame(q, seq, len);

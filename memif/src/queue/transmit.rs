@@ -21,6 +21,8 @@ use crate::ring::{Desc, RingRef, DESC_FLAG_NEXT};
 
 /// How many frames ahead a burst looks up and prefetches (a power of two).
 const AHEAD: usize = 4;
+/// How many descriptors ahead a master's burst prefetches the ring (four cache lines).
+const DESC_AHEAD: u16 = 16;
 
 /// Where the bytes of a held frame to send are: from byte `at` of `region`, `len` of them.
 #[derive(Clone, Copy)]
@@ -145,7 +147,9 @@ fn transmit_as<const MASTER: bool>(
     'frames: for i in 0..ahead.frames {
         let held = ahead.next(i);
         if MASTER {
-            // The buffer the slave posted a few frames ahead, last written by its core.
+            // The buffer the slave posted a few frames ahead, last written by its core: its
+            // descriptor was prefetched further ahead still, so reading it does not stall.
+            r.prefetch_desc(cur.wrapping_add(DESC_AHEAD));
             let far = cur.wrapping_add(AHEAD as u16);
             if far.wrapping_sub(start) < avail {
                 let d = r.read_desc(far);
@@ -160,6 +164,18 @@ fn transmit_as<const MASTER: bool>(
             counters.tx_dropped += 1;
             sent += 1;
             continue;
+        }
+        if MASTER && cur != end {
+            if let Some(h) = held.filter(|h| len <= h.len) {
+                if held_to_posted(shared, r, cur, h, len) {
+                    cur = cur.wrapping_add(1);
+                    tx_packets += 1;
+                    tx_bytes += len as u64;
+                    from_held += 1;
+                    sent += 1;
+                    continue;
+                }
+            }
         }
         let pkt_start = cur;
         let mut done = 0usize;
@@ -210,7 +226,7 @@ fn transmit_as<const MASTER: bool>(
             }
             cur = cur.wrapping_add(1);
         }
-        from_held += u64::from(held.is_some_and(|h| h.len >= len));
+        from_held += u64::from(held.is_some_and(|h| len <= h.len));
         tx_packets += 1;
         tx_bytes += len as u64;
         sent += 1;
@@ -231,6 +247,27 @@ fn transmit_as<const MASTER: bool>(
         }
     }
     sent
+}
+
+/// As master, the common case: held frame `h` (its first `len` bytes) into the one buffer the
+/// slave posted at `cur`, when that buffer is valid and large enough; false (nothing written)
+/// otherwise, for the general path to handle.
+#[inline(always)]
+fn held_to_posted(shared: &Shared, r: RingRef<'_>, cur: u16, h: HeldBytes<'_>, len: usize) -> bool {
+    let d = r.read_desc(cur);
+    let fits = len <= d.length as usize;
+    let copied = fits
+        && shared
+            .regions
+            .get(usize::from(d.region))
+            .is_some_and(|reg| {
+                let at = u64::from(d.offset);
+                reg.contains(at, u64::from(d.length)) && h.region.copy_to(h.at, reg, at, len)
+            });
+    if copied {
+        r.write_flags_len(cur, 0, d.region, len as u32);
+    }
+    copied
 }
 
 /// Why a buffer a slave posted could not be filled.
