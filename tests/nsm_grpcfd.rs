@@ -7,7 +7,8 @@
 //! Quiver's connection to it; Quiver builds the endpoint's interface there (ping crosses),
 //! holds the fd until Close; an answer naming a namespace no fd came for is refused with
 //! nothing left. The same for a MEMIF endpoint: Quiver's memif slave reaches the NSE's
-//! abstract socket inside the namespace passed by fd, and frames flow to the NSE's CNF.
+//! abstract socket inside the namespace passed by fd, or (NSM's filesystem form) the socket
+//! file passed by fd, and frames flow to the NSE's CNF.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path as FsPath;
@@ -282,8 +283,38 @@ fn the_endpoint_passes_its_namespace_by_fd_and_quiver_builds_its_interface_there
     quiver.stop();
 }
 
+/// How a MEMIF endpoint names its socket in its answer.
+#[derive(Clone, Copy)]
+enum MemifAnswer {
+    /// An abstract `socketfile` in the namespace named by `inodeURL`.
+    AbstractInNamespace,
+    /// NSM's filesystem form: `inodeURL` names the socket file itself.
+    SocketFile,
+}
+
 #[test]
 fn a_memif_endpoint_passes_its_namespace_by_fd_and_frames_reach_its_cnf() {
+    memif_endpoint_by_fd(
+        "a_memif_endpoint_passes_its_namespace_by_fd",
+        ["fdmc", "fdme", "nsm-grpcfd-memif"],
+        MemifAnswer::AbstractInNamespace,
+    );
+}
+
+#[test]
+fn a_memif_endpoint_passes_its_socket_file_by_fd_and_frames_reach_its_cnf() {
+    memif_endpoint_by_fd(
+        "a_memif_endpoint_passes_its_socket_file_by_fd",
+        ["fdsc", "fdse", "nsm-grpcfd-memif-file"],
+        MemifAnswer::SocketFile,
+    );
+}
+
+/// The NSE's memif CNF counts frames from the NSC's; the NSE's gRPC side answers with its
+/// socket as `form` says, the file named `inode://…` and its fd passed back. Quiver's memif
+/// slave reaches the socket through that fd, frames arrive intact, and the fd is closed after
+/// Close.
+fn memif_endpoint_by_fd(test: &str, tags: [&str; 3], form: MemifAnswer) {
     const FRAMES: u64 = 5_000;
     let _one = one_at_a_time();
     let Some(KernelTest {
@@ -291,30 +322,40 @@ fn a_memif_endpoint_passes_its_namespace_by_fd_and_frames_reach_its_cnf() {
         nse,
         dir,
         quiver,
-    }) = KernelTest::start(
-        "a_memif_endpoint_passes_its_namespace_by_fd",
-        &[IP],
-        ["fdmc", "fdme", "nsm-grpcfd-memif"],
-    )
+    }) = KernelTest::start(test, &[IP], tags)
     else {
         return;
     };
     let traffic = traffic_example();
-    let nse_key = inode_key(&nse);
     let fwd = quiver.fwd.clone();
-    // The NSE's CNF: memif master on an abstract socket of its namespace, counting frames.
-    let nse_socket = format!("@quiver-test-fd-nse-{}", std::process::id());
-    let sink = memif_sink(&traffic, &nse, &nse_socket, FRAMES);
-    // Its gRPC side answers with that socket and its namespace as `inode://…`, fd passed.
-    let endpoint = TestEndpoint::start_passing_fds(
-        &dir.join("nse.sock"),
-        "nse",
-        vec![mech(
-            "MEMIF",
-            &[("inodeURL", &nse.url()), ("socketfile", &nse_socket)],
-        )],
-    )
-    .unwrap();
+    // The NSE's CNF: memif master, counting frames.
+    let (sink, answer, passed) = match form {
+        MemifAnswer::AbstractInNamespace => {
+            let socket = format!("@quiver-test-fd-nse-{}", std::process::id());
+            let sink = memif_sink(&traffic, &nse, &socket, FRAMES);
+            let answer = [("inodeURL", nse.url()), ("socketfile", socket)];
+            (sink, answer.to_vec(), inode_key(&nse))
+        }
+        MemifAnswer::SocketFile => {
+            let path = dir.join("nse-memif.sock");
+            let sink = memif_sink(&traffic, &nse, &path.display().to_string(), FRAMES);
+            wait_for("the NSE's memif socket", 30, || path.exists());
+            let m = std::fs::metadata(&path).unwrap();
+            let key = InodeKey {
+                dev: m.dev(),
+                ino: m.ino(),
+            };
+            (
+                sink,
+                vec![("inodeURL", format!("file://{}", path.display()))],
+                key,
+            )
+        }
+    };
+    let answer: Vec<(&str, &str)> = answer.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let endpoint =
+        TestEndpoint::start_passing_fds(&dir.join("nse.sock"), "nse", vec![mech("MEMIF", &answer)])
+            .unwrap();
     let (listen, dp, server) = quiver.serve_in(&dir);
     let mut client = BlockingClient::connect(&listen).unwrap();
 
@@ -327,8 +368,8 @@ fn a_memif_endpoint_passes_its_namespace_by_fd_and_frames_reach_its_cnf() {
         .unwrap();
     assert_eq!(answer.state, State::Up as i32);
     assert!(
-        open_fds_of(nse_key) >= 1,
-        "Quiver holds the NSE's namespace while the connection lives"
+        open_fds_of(passed) >= 1,
+        "Quiver holds the file the NSE passed while the connection lives"
     );
     let endpoint_port = format!("nsm-{id}-endpoint");
     wait_for("Quiver's memif to the NSE to come up", 60, || {
@@ -351,11 +392,11 @@ fn a_memif_endpoint_passes_its_namespace_by_fd_and_frames_reach_its_cnf() {
     assert_eq!(closes.len(), 1, "closed toward the endpoint");
     assert_eq!(
         closes[0].mechanism.as_ref().unwrap().parameters["inodeURL"],
-        nse_key.to_string(),
+        passed.to_string(),
         "with the endpoint's own answer"
     );
     assert!(fwd.lock().unwrap().ports().is_empty(), "no port left");
-    assert_eq!(open_fds_of(nse_key), 0, "the NSE's namespace fd is closed");
+    assert_eq!(open_fds_of(passed), 0, "the fd the NSE passed is closed");
 
     drop(client);
     drop(server);

@@ -322,6 +322,12 @@ fn local_offers(client_type: &str, ifname: &str) -> Vec<Mechanism> {
     }
 }
 
+/// Whether `path` is a unix socket (following links: `/proc/self/fd/<n>` of a passed fd too).
+fn is_socket(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_socket())
+}
+
 /// Reads the mechanism the endpoint answered with. Anything Quiver did not offer, or without
 /// the parameters Quiver needs, is refused (`FailedPrecondition`: the endpoint's fault);
 /// a namespace that does not exist is `NotFound`.
@@ -368,18 +374,37 @@ pub fn endpoint_side(
         }
     };
     Ok(match m.r#type.as_str() {
-        MEMIF => {
-            let socket = p
-                .get(SOCKETFILE)
-                .filter(|s| !s.is_empty())
-                .ok_or_else(|| {
-                    Status::failed_precondition(format!("{what}: socketfile is missing"))
-                })?
-                .clone();
-            // An abstract socket lives in a namespace: it must be named.
-            let netns = netns(socket.starts_with('@'))?;
-            EndpointMechanism::Memif { netns, socket, mtu }
-        }
+        MEMIF => match p.get(SOCKETFILE).filter(|s| !s.is_empty()) {
+            Some(socket) => {
+                // An abstract socket lives in a namespace: it must be named.
+                let netns = netns(socket.starts_with('@'))?;
+                EndpointMechanism::Memif {
+                    netns,
+                    socket: socket.clone(),
+                    mtu,
+                }
+            }
+            // NSM's filesystem form: `inodeURL` names the memif socket file itself (by path, or
+            // by the fd passed with the answer), reached from Quiver's own namespace.
+            None => {
+                let path = netns(false)?.ok_or_else(|| {
+                    Status::failed_precondition(format!(
+                        "{what}: neither socketfile nor inodeURL is given"
+                    ))
+                })?;
+                if !is_socket(&path) {
+                    return Err(Status::failed_precondition(format!(
+                        "{what}: socketfile is missing and inodeURL {} is not a socket",
+                        path.display()
+                    )));
+                }
+                EndpointMechanism::Memif {
+                    netns: None,
+                    socket: path.to_string_lossy().into_owned(),
+                    mtu,
+                }
+            }
+        },
         _ => EndpointMechanism::Kernel {
             netns: netns(true)?.unwrap_or_default(),
             ifname: p
@@ -613,5 +638,33 @@ mod tests {
             );
         }
         assert!(endpoint_side(None, "x", false).is_err());
+    }
+
+    /// NSM's filesystem form of MEMIF: `inodeURL` names the socket file, and no `socketfile`.
+    #[test]
+    fn an_endpoint_may_name_its_memif_socket_file_by_inode_url() {
+        let dir = std::env::temp_dir().join(format!("quiver-mech-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sock = dir.join("memif.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        let url = format!("file://{}", sock.display());
+        let m = mech(LOCAL, MEMIF, &[(INODE_URL, &url)]);
+        assert_eq!(
+            endpoint_side(Some(&m), "x", false).unwrap(),
+            EndpointMechanism::Memif {
+                netns: None,
+                socket: sock.display().to_string(),
+                mtu: None
+            }
+        );
+        // A file that is not a socket (a namespace, say) is refused.
+        let plain = dir.join("plain");
+        std::fs::write(&plain, b"").unwrap();
+        let url = format!("file://{}", plain.display());
+        let bad = endpoint_side(Some(&mech(LOCAL, MEMIF, &[(INODE_URL, &url)])), "x", false);
+        let status = bad.unwrap_err();
+        assert_eq!(status.code(), Code::FailedPrecondition);
+        assert!(status.message().contains("is not a socket"), "{status:?}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
