@@ -258,14 +258,7 @@ fn the_endpoint_passes_its_namespace_by_fd_and_quiver_builds_its_interface_there
         nsc.ping("10.73.0.2")
     });
 
-    client.close(answer).unwrap();
-    let closes = endpoint.log().closes;
-    assert_eq!(closes.len(), 1, "closed toward the endpoint");
-    assert_eq!(
-        closes[0].mechanism.as_ref().unwrap().parameters["inodeURL"],
-        nse_key.to_string(),
-        "with the endpoint's own answer"
-    );
+    close_with_the_endpoints_answer(&mut client, answer, &endpoint, nse_key);
     assert!(!nse.has_link("nsefa0"), "the endpoint's interface is gone");
     assert!(!nsc.has_link("nsmfa0"), "the client's interface is gone");
     assert!(fwd.lock().unwrap().ports().is_empty(), "no port left");
@@ -281,6 +274,24 @@ fn the_endpoint_passes_its_namespace_by_fd_and_quiver_builds_its_interface_there
     drop(dp);
     drop(fwd);
     quiver.stop();
+}
+
+/// Closes `answer`; the endpoint sees one Close, with its own answer: the file it passed still
+/// named `inode://…` (`key`), as it wrote it.
+fn close_with_the_endpoints_answer(
+    client: &mut BlockingClient,
+    answer: Connection,
+    endpoint: &TestEndpoint,
+    key: InodeKey,
+) {
+    client.close(answer).unwrap();
+    let closes = endpoint.log().closes;
+    assert_eq!(closes.len(), 1, "closed toward the endpoint");
+    assert_eq!(
+        closes[0].mechanism.as_ref().unwrap().parameters["inodeURL"],
+        key.to_string(),
+        "with the endpoint's own answer"
+    );
 }
 
 /// How a MEMIF endpoint names its socket in its answer.
@@ -387,14 +398,7 @@ fn memif_endpoint_by_fd(test: &str, tags: [&str; 3], form: MemifAnswer) {
         assert_eq!(rx[k], 0, "{k}: {why}");
     }
 
-    client.close(answer).unwrap();
-    let closes = endpoint.log().closes;
-    assert_eq!(closes.len(), 1, "closed toward the endpoint");
-    assert_eq!(
-        closes[0].mechanism.as_ref().unwrap().parameters["inodeURL"],
-        passed.to_string(),
-        "with the endpoint's own answer"
-    );
+    close_with_the_endpoints_answer(&mut client, answer, &endpoint, passed);
     assert!(fwd.lock().unwrap().ports().is_empty(), "no port left");
     assert_eq!(open_fds_of(passed), 0, "the fd the NSE passed is closed");
 
