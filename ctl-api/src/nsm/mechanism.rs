@@ -330,7 +330,7 @@ fn is_socket(path: &std::path::Path) -> bool {
 
 /// Reads the mechanism the endpoint answered with. Anything Quiver did not offer, or without
 /// the parameters Quiver needs, is refused (`FailedPrecondition`: the endpoint's fault);
-/// a namespace that does not exist is `NotFound`.
+/// a namespace or memif socket file that does not exist is `NotFound`.
 pub fn endpoint_side(
     m: Option<&Mechanism>,
     suggested_ifname: &str,
@@ -387,7 +387,14 @@ pub fn endpoint_side(
             // NSM's filesystem form: `inodeURL` names the memif socket file itself (by path, or
             // by the fd passed with the answer), reached from Quiver's own namespace.
             None => {
-                let path = netns(false)?.ok_or_else(|| {
+                let named = netns(false).map_err(|e| match e.code() {
+                    tonic::Code::NotFound => Status::not_found(format!(
+                        "{what}: the memif socket {} does not exist",
+                        p.get(INODE_URL).map_or("", String::as_str)
+                    )),
+                    _ => e,
+                })?;
+                let path = named.ok_or_else(|| {
                     Status::failed_precondition(format!(
                         "{what}: neither socketfile nor inodeURL is given"
                     ))
@@ -665,6 +672,12 @@ mod tests {
         let status = bad.unwrap_err();
         assert_eq!(status.code(), Code::FailedPrecondition);
         assert!(status.message().contains("is not a socket"), "{status:?}");
+        // A socket file that is not there is NotFound, named as a socket.
+        let url = format!("file://{}", dir.join("gone.sock").display());
+        let gone = endpoint_side(Some(&mech(LOCAL, MEMIF, &[(INODE_URL, &url)])), "x", false);
+        let status = gone.unwrap_err();
+        assert_eq!(status.code(), Code::NotFound);
+        assert!(status.message().contains("memif socket"), "{status:?}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
