@@ -523,9 +523,6 @@ impl<S: RxSink + ?Sized> HoldSink for CopyingSink<'_, S> {
     }
 }
 
-/// How many descriptors ahead a receive burst prefetches the ring (four cache lines).
-const RX_DESC_AHEAD: u16 = 16;
-
 /// [`receive`], where `hold` (a detached queue's [`HeldFrames`]) lets the sink keep frames in
 /// the peer's memory: their slots are given back to the peer only once released, in ring order.
 #[allow(clippy::too_many_arguments)]
@@ -583,7 +580,7 @@ fn receive_holding(
         let chain_start = cur;
         // Descriptors the peer's core wrote: fetched a few cache lines ahead, so reading them
         // does not stall.
-        r.prefetch_desc(cur.wrapping_add(RX_DESC_AHEAD));
+        r.prefetch_desc_ahead(cur);
         let d = r.read_desc(cur);
         let one: [Segment; 1];
         let total: usize;

@@ -17,6 +17,8 @@ pub const DESC_FLAG_NEXT: u16 = 1;
 pub const HEADER_SIZE: u64 = 128;
 /// Size of one descriptor.
 pub const DESC_SIZE: u64 = 16;
+/// How far ahead of the descriptor in use a burst prefetches the ring: four cache lines.
+pub const DESC_PREFETCH_AHEAD: u16 = 16;
 /// Largest log2 ring size accepted.
 pub const MAX_LOG2_RING_SIZE: u8 = 14;
 
@@ -217,11 +219,13 @@ impl RingRef<'_> {
         Desc::default()
     }
 
-    /// Hints the CPU to fetch the descriptor for free-running index `idx` (its cache line,
-    /// four descriptors, last written by the peer's core) without waiting for it.
+    /// Hints the CPU to fetch the descriptor [`DESC_PREFETCH_AHEAD`] places after free-running
+    /// index `idx` (its cache line holds four, last written by the peer's core), so that a
+    /// burst walking the ring from `idx` does not wait for them.
     #[inline(always)]
-    pub fn prefetch_desc(&self, idx: u16) {
-        self.region.prefetch(self.desc_off(idx));
+    pub fn prefetch_desc_ahead(&self, idx: u16) {
+        self.region
+            .prefetch(self.desc_off(idx.wrapping_add(DESC_PREFETCH_AHEAD)));
     }
 
     /// Volatile write of a whole descriptor (two 8-byte stores).

@@ -220,7 +220,8 @@ pub fn kernel_mech(inode_url: &str, name: &str) -> Vec<Mechanism> {
     vec![mech("KERNEL", &[("inodeURL", inode_url), ("name", name)])]
 }
 
-/// The NSE's memif CNF: `traffic` in `nse`, master on abstract socket `socket`, counting
+/// The NSE's memif CNF: `traffic` in `nse`, master on socket `socket` (`@name` abstract, in
+/// `nse`, or a filesystem path), counting
 /// `frames` frames (it ends early when every frame came; otherwise 30 s bounds the wait).
 pub fn memif_sink(traffic: &Path, nse: &Netns, socket: &str, frames: u64) -> Killed {
     let count = frames.to_string();

@@ -21,8 +21,6 @@ use crate::ring::{Desc, RingRef, DESC_FLAG_NEXT};
 
 /// How many frames ahead a burst looks up and prefetches (a power of two).
 const AHEAD: usize = 4;
-/// How many descriptors ahead a master's burst prefetches the ring (four cache lines).
-const DESC_AHEAD: u16 = 16;
 
 /// Where the bytes of a held frame to send are: from byte `at` of `region`, `len` of them.
 #[derive(Clone, Copy)]
@@ -149,7 +147,7 @@ fn transmit_as<const MASTER: bool>(
         if MASTER {
             // The buffer the slave posted a few frames ahead, last written by its core: its
             // descriptor was prefetched further ahead still, so reading it does not stall.
-            r.prefetch_desc(cur.wrapping_add(DESC_AHEAD));
+            r.prefetch_desc_ahead(cur);
             let far = cur.wrapping_add(AHEAD as u16);
             if far.wrapping_sub(start) < avail {
                 let d = r.read_desc(far);
