@@ -310,7 +310,7 @@ pub(super) fn check_prerequisites() -> Result<(), String> {
     for tool in [TESTPMD, "stdbuf"] {
         if !found(tool) {
             return Err(format!(
-                "{tool} not found (scripts/setup-host installs Debian's `dpdk`)"
+                "{tool} not found (scripts/setup-host installs Debian's `dpdk-dev`)"
             ));
         }
     }
