@@ -1430,24 +1430,66 @@ events.cancel()
 print("python client: ok")
 "#;
 
+/// A Python with grpcio and grpcio-tools: a virtual environment (Debian's python3 and
+/// python3-venv, packages from PyPI) made once per target directory.
+fn grpcio_python() -> Result<std::path::PathBuf, String> {
+    let venv = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("grpcio-venv");
+    let python = venv.join("bin/python");
+    let ready = venv.join("ready");
+    if ready.exists() {
+        return Ok(python);
+    }
+    let run = |cmd: &mut std::process::Command, what: &str| -> Result<(), String> {
+        let out = cmd
+            .output()
+            .map_err(|e| format!("{what} could not run: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "{what} failed:\n{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(())
+    };
+    run(
+        std::process::Command::new("/usr/bin/python3")
+            .args(["-m", "venv"])
+            .arg(&venv),
+        "/usr/bin/python3 -m venv (Debian's python3-venv)",
+    )?;
+    run(
+        std::process::Command::new(&python).args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "grpcio",
+            "grpcio-tools",
+        ]),
+        "pip install grpcio grpcio-tools (from PyPI)",
+    )?;
+    std::fs::write(&ready, b"").map_err(|e| e.to_string())?;
+    Ok(python)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_grpcio_client_requests_and_closes() {
-    let python = std::process::Command::new("python3")
-        .args(["-c", "import grpc, grpc_tools"])
-        .output();
-    if !python.as_ref().is_ok_and(|o| o.status.success()) {
-        let why = "python3 with grpcio and grpcio-tools is not installed (pip install grpcio grpcio-tools)";
-        assert!(
-            std::env::var("QUIVER_REQUIRE_SYSTEM_TESTS").as_deref() != Ok("1"),
-            "QUIVER_REQUIRE_SYSTEM_TESTS=1 but {why}"
-        );
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "skipping python_grpcio_client_requests_and_closes: {why}"
-        );
-        return;
-    }
+    let python = match grpcio_python() {
+        Ok(python) => python,
+        Err(why) => {
+            assert!(
+                std::env::var("QUIVER_REQUIRE_SYSTEM_TESTS").as_deref() != Ok("1"),
+                "QUIVER_REQUIRE_SYSTEM_TESTS=1 but {why}"
+            );
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipping python_grpcio_client_requests_and_closes: {why}"
+            );
+            return;
+        }
+    };
     let h = harness(DEFAULT).await;
     let stubs = tempfile::tempdir().unwrap();
     let script = stubs.path().join("client.py");
@@ -1462,7 +1504,7 @@ async fn python_grpcio_client_requests_and_closes() {
             sock.display().to_string(),
         ];
         tokio::task::spawn_blocking(move || {
-            std::process::Command::new("python3")
+            std::process::Command::new(python)
                 .args(args)
                 .output()
                 .unwrap()
