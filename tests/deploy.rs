@@ -6,9 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use testkit::{require, Needs};
-
-const PYTHON: &str = "/usr/bin/python3";
+use testkit::{require, Needs, SYSTEM_PYTHON as PYTHON};
 
 fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy")
@@ -17,30 +15,8 @@ fn deploy_dir() -> PathBuf {
 /// A virtual environment with kubernetes-validate, made once per target directory.
 fn venv_python() -> PathBuf {
     let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kubernetes-validate-venv");
-    let python = venv.join("bin/python");
-    let ready = venv.join("ready");
-    if !ready.exists() {
-        check(
-            Command::new(PYTHON)
-                .args(["-m", "venv"])
-                .arg(&venv)
-                .output(),
-        );
-        check(
-            Command::new(&python)
-                .args([
-                    "-m",
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "kubernetes-validate",
-                    "pyyaml",
-                ])
-                .output(),
-        );
-        std::fs::write(&ready, b"").unwrap();
-    }
-    python
+    testkit::python_venv(&venv, &["kubernetes-validate", "pyyaml"])
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn check(out: std::io::Result<Output>) -> Output {

@@ -1430,52 +1430,10 @@ events.cancel()
 print("python client: ok")
 "#;
 
-/// A Python with grpcio and grpcio-tools: a virtual environment (Debian's python3 and
-/// python3-venv, packages from PyPI) made once per target directory.
-fn grpcio_python() -> Result<std::path::PathBuf, String> {
-    let venv = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("grpcio-venv");
-    let python = venv.join("bin/python");
-    let ready = venv.join("ready");
-    if ready.exists() {
-        return Ok(python);
-    }
-    let run = |cmd: &mut std::process::Command, what: &str| -> Result<(), String> {
-        let out = cmd
-            .output()
-            .map_err(|e| format!("{what} could not run: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "{what} failed:\n{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        Ok(())
-    };
-    run(
-        std::process::Command::new("/usr/bin/python3")
-            .args(["-m", "venv"])
-            .arg(&venv),
-        "/usr/bin/python3 -m venv (Debian's python3-venv)",
-    )?;
-    run(
-        std::process::Command::new(&python).args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "grpcio",
-            "grpcio-tools",
-        ]),
-        "pip install grpcio grpcio-tools (from PyPI)",
-    )?;
-    std::fs::write(&ready, b"").map_err(|e| e.to_string())?;
-    Ok(python)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_grpcio_client_requests_and_closes() {
-    let python = match grpcio_python() {
+    let venv = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("grpcio-venv");
+    let python = match testkit::python_venv(&venv, &["grpcio", "grpcio-tools"]) {
         Ok(python) => python,
         Err(why) => {
             assert!(

@@ -287,6 +287,13 @@ impl HeldFrames {
     }
 
     fn hold(&self, token: u32, seg: Segment) {
+        self.hold_uncounted(token, seg);
+        bump_single(&self.taken);
+    }
+
+    /// [`HeldFrames::hold`] for a burst that counts its frames once ([`HeldFrames::count_taken`]).
+    #[inline(always)]
+    fn hold_uncounted(&self, token: u32, seg: Segment) {
         let Some(s) = self.slots.get(token as usize) else {
             return;
         };
@@ -296,7 +303,12 @@ impl HeldFrames {
             Ordering::Relaxed,
         );
         s.held.store(true, Ordering::Release);
-        bump_single(&self.taken);
+    }
+
+    /// Counts `n` frames held by [`HeldFrames::hold_uncounted`].
+    fn count_taken(&self, n: u64) {
+        let t = &self.taken;
+        t.store(t.load(Ordering::Relaxed) + n, Ordering::Relaxed);
     }
 
     /// The held frame `token`: (region, offset, length), or `None` if it is not held.
@@ -523,6 +535,51 @@ impl<S: RxSink + ?Sized> HoldSink for CopyingSink<'_, S> {
     }
 }
 
+/// Where received descriptor `d` of ring slot `slot` points, as (region, offset): a slave's own
+/// receive buffers are at fixed places (the master's offset and region are ignored: it may
+/// only set length and flags).
+#[inline(always)]
+fn desc_place(shared: &Shared, q: &Queue, role: Role, d: &Desc, slot: u16) -> (u16, u64) {
+    match role {
+        Role::Master => (d.region, u64::from(d.offset)),
+        Role::Slave => (
+            0,
+            q.buf_base + u64::from(slot) * u64::from(shared.buffer_size),
+        ),
+    }
+}
+
+/// How many slots from `q.idx` on the peer has published for us to receive, `unreleased` of
+/// the ring's slots being still held here. An index claiming more than the ring can hold is
+/// counted in `ring_index_overrun` and cut to what it can.
+#[inline(always)]
+fn rx_window(
+    r: RingRef<'_>,
+    q: &Queue,
+    role: Role,
+    unreleased: u16,
+    counters: &mut Counters,
+) -> u16 {
+    let n = r.size();
+    // The producer's index: head on S2M (master rx), tail on M2S (slave rx).
+    let (produced, limit) = match role {
+        Role::Master => (
+            r.head().load(Ordering::Acquire),
+            n.saturating_sub(unreleased),
+        ),
+        Role::Slave => (
+            r.tail().load(Ordering::Acquire),
+            q.posted.wrapping_sub(q.idx).min(n),
+        ),
+    };
+    let avail = produced.wrapping_sub(q.idx);
+    if avail > limit {
+        counters.ring_index_overrun += 1;
+        return limit;
+    }
+    avail
+}
+
 /// [`receive`], where `hold` (a detached queue's [`HeldFrames`]) lets the sink keep frames in
 /// the peer's memory: their slots are given back to the peer only once released, in ring order.
 #[allow(clippy::too_many_arguments)]
@@ -543,39 +600,14 @@ fn receive_holding(
     let n = r.size();
     // Slots received but still held: the peer cannot have refilled them yet.
     let unreleased = hold.as_ref().map_or(0, |h| q.idx.wrapping_sub(h.released));
-    // The producer's index: head on S2M (master rx), tail on M2S (slave rx).
-    let (produced, limit) = match role {
-        Role::Master => (
-            r.head().load(Ordering::Acquire),
-            n.saturating_sub(unreleased),
-        ),
-        Role::Slave => (
-            r.tail().load(Ordering::Acquire),
-            q.posted.wrapping_sub(q.idx).min(n),
-        ),
-    };
-    let mut avail = produced.wrapping_sub(q.idx);
-    if avail > limit {
-        counters.ring_index_overrun += 1;
-        avail = limit;
-    }
+    let avail = rx_window(r, q, role, unreleased, counters);
     let start = q.idx;
     let end = start.wrapping_add(avail);
     let mut cur = start;
     let mut delivered = 0;
     let mut rx_bytes = 0u64;
     let segments = &mut scratch.segments;
-    // Where descriptor `slot` of a frame points: a slave's own receive buffers are at fixed
-    // places (the master's offset and region are ignored: it may only set length and flags).
-    let place = |d: &Desc, slot: u16| -> (u16, u64) {
-        match role {
-            Role::Master => (d.region, u64::from(d.offset)),
-            Role::Slave => (
-                0,
-                q.buf_base + u64::from(slot) * u64::from(shared.buffer_size),
-            ),
-        }
-    };
+    let place = |d: &Desc, slot: u16| desc_place(shared, q, role, d, slot);
     while cur != end && delivered < max {
         let chain_start = cur;
         // Descriptors the peer's core wrote: fetched a few cache lines ahead, so reading them
@@ -678,6 +710,69 @@ fn receive_holding(
         }
     }
     delivered
+}
+
+/// A frame received by [`RxQueue::receive_held`]: held in the peer's memory under `token` (in
+/// the queue's [`HeldFrames`]), `len` bytes long.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HeldRx {
+    /// The token naming the frame in its [`HeldFrames`].
+    pub token: u32,
+    /// The frame's length in bytes.
+    pub len: u32,
+}
+
+/// The common case of [`receive_holding`] in a tight loop: one-descriptor frames of at most
+/// `max_len` bytes, each checked and held, into `out`. Stops before the first frame that is
+/// chained or longer (left in the ring for the general path); bad descriptors are counted and
+/// skipped, as there.
+#[inline(never)]
+fn receive_held(
+    shared: &Shared,
+    q: &mut Queue,
+    role: Role,
+    counters: &mut Counters,
+    out: &mut [HeldRx],
+    max_len: u32,
+    h: &mut HoldState,
+) -> usize {
+    let Some(r) = shared.ring(q) else {
+        return 0;
+    };
+    let n = r.size();
+    let avail = rx_window(r, q, role, q.idx.wrapping_sub(h.released), counters);
+    let end = q.idx.wrapping_add(avail);
+    let mut cur = q.idx;
+    let mut k = 0;
+    let mut rx_bytes = 0u64;
+    while cur != end && k < out.len() {
+        r.prefetch_desc_ahead(cur);
+        let d = r.read_desc(cur);
+        if d.flags & DESC_FLAG_NEXT != 0 || d.length > max_len {
+            break;
+        }
+        let slot = cur & (n - 1);
+        let (region, at) = desc_place(shared, q, role, &d, slot);
+        cur = cur.wrapping_add(1);
+        match check_desc(shared, region, at, d.length, 0) {
+            Ok(seg) => {
+                h.frames.hold_uncounted(u32::from(slot), seg);
+                out[k] = HeldRx {
+                    token: u32::from(slot),
+                    len: seg.len,
+                };
+                rx_bytes += u64::from(seg.len);
+                k += 1;
+            }
+            Err(b) => count_bad(counters, b),
+        }
+    }
+    h.frames.count_taken(k as u64);
+    counters.rx_packets += k as u64;
+    counters.rx_bytes += rx_bytes;
+    q.idx = cur;
+    reclaim(shared, q, role, h);
+    k
 }
 
 fn check_desc(
@@ -856,6 +951,33 @@ impl RxQueue {
             max,
             sink,
             self.hold.as_mut(),
+        );
+        self.counters.add(&delta);
+        n
+    }
+
+    /// The fast path of [`RxQueue::receive_holding`] for a receiver that keeps every frame it
+    /// can: holds up to `out.len()` one-descriptor frames of at most `max_len` bytes in the
+    /// peer's memory and describes them in `out`; returns how many. It stops before a frame
+    /// it cannot hold (chained, or longer), which [`RxQueue::receive_holding`] then takes;
+    /// bad descriptors are counted and skipped. 0 before [`RxQueue::enable_holding`]. Also
+    /// gives back the slots of frames released since the last call.
+    pub fn receive_held(&mut self, out: &mut [HeldRx], max_len: u32) -> usize {
+        let Some(h) = self.hold.as_mut() else {
+            return 0;
+        };
+        if !self.shared.is_live() {
+            return 0;
+        }
+        let mut delta = Counters::default();
+        let n = receive_held(
+            &self.shared,
+            &mut self.q,
+            self.role,
+            &mut delta,
+            out,
+            max_len,
+            h,
         );
         self.counters.add(&delta);
         n

@@ -264,3 +264,72 @@ fn held_frames_stay_readable_after_their_sender_leaves_until_released() {
     );
     assert_eq!(held.bad_releases(), 1);
 }
+
+/// `receive_held`, the fast path: it holds one-descriptor frames up to its length limit and
+/// stops before any other frame, which `receive_holding` then takes; order is kept and every
+/// slot goes back once released.
+fn the_fast_path_stops_at_what_it_cannot_hold(master_receives: bool, test: &str) {
+    let (m, s) = connect_pair(sock_addr(test));
+    let mut p = Pair {
+        m,
+        s,
+        master_receives,
+    };
+    let mut rx = p.receiver_queue();
+    let mut out = [memif::HeldRx::default(); 64];
+    assert_eq!(rx.receive_held(&mut out, 1024), 0, "nothing before holding");
+    let held = rx.enable_holding();
+    // Held; too long for the limit; chained (5000 bytes span three 2048-byte buffers); held.
+    let frames = vec![frame(1, 100), frame(2, 1500), frame(3, 5000), frame(4, 60)];
+    let slots_used = 1 + 1 + 3 + 1;
+    assert_eq!(p.send(&frames), frames.len());
+    wait_for("the first frame", 10, || {
+        rx.receive_held(&mut out, 1024) > 0
+    });
+    assert_eq!(out[0].len, 100);
+    assert_eq!(held_bytes(&held, out[0].token, 100), frames[0]);
+    let mut tokens = vec![out[0].token];
+    assert_eq!(
+        rx.receive_held(&mut out, 1024),
+        0,
+        "stops before a frame longer than the limit"
+    );
+    let mut sink = Holder::default();
+    assert_eq!(rx.receive_holding(1, &mut sink), 1);
+    assert_eq!(sink.held.len(), 1, "the long frame, held the general way");
+    assert_eq!(held_bytes(&held, sink.held[0].0, 1500), frames[1]);
+    tokens.push(sink.held[0].0);
+    assert_eq!(
+        rx.receive_held(&mut out, 1024),
+        0,
+        "stops before a chained frame"
+    );
+    assert_eq!(rx.receive_holding(1, &mut sink), 1);
+    assert_eq!(sink.copied, frames[2..3], "the chained frame, copied");
+    assert_eq!(rx.receive_held(&mut out, 1024), 1);
+    assert_eq!(held_bytes(&held, out[0].token, 60), frames[3]);
+    tokens.push(out[0].token);
+    assert_eq!(held.in_flight(), 3);
+    assert_eq!(rx.receive_held(&mut out, 1024), 0, "the ring is empty");
+    // The sender has SLOTS - slots_used free slots until the held frames go back.
+    let fill: Vec<Vec<u8>> = (0..SLOTS as u32).map(|k| frame(100 + k, 64)).collect();
+    held.release_many(&tokens);
+    assert_eq!(held.in_flight(), 0);
+    rx.give_back();
+    assert_eq!(
+        p.send(&fill),
+        SLOTS,
+        "every slot back ({slots_used} were used)"
+    );
+    assert_eq!(held.bad_releases(), 0);
+}
+
+#[test]
+fn a_master_fast_path_holds_what_it_can_and_leaves_the_rest() {
+    the_fast_path_stops_at_what_it_cannot_hold(true, "hold_fast_master");
+}
+
+#[test]
+fn a_slave_fast_path_holds_what_it_can_and_leaves_the_rest() {
+    the_fast_path_stops_at_what_it_cannot_hold(false, "hold_fast_slave");
+}

@@ -5,12 +5,15 @@
 //! - [`wait_for`]: wait on a condition with a deadline (never a bare sleep).
 //! - [`interrupt`]: stop a child process the way Ctrl-C does, killing it if it lingers.
 //! - [`TestPmd`]: DPDK's `dpdk-testpmd` as a peer we did not write, always `--no-pci`.
+//! - [`python_venv`]: a Python with packages from PyPI, for independent Python peers.
 
+mod python;
 mod testpmd;
 
 use std::process::{Child, ExitStatus};
 use std::time::{Duration, Instant};
 
+pub use python::{python_venv, SYSTEM_PYTHON};
 pub use testpmd::{TestPmd, TESTPMD};
 
 /// What a system test needs.
