@@ -1,7 +1,8 @@
 //! Helpers for Quiver's system tests (dev-dependency only).
 //!
 //! - [`require`]: decide whether a test needing root, tools or hugepages runs; a missing
-//!   prerequisite skips it with a printed reason, or fails it when `QUIVER_REQUIRE_SYSTEM_TESTS=1`.
+//!   prerequisite skips it with a printed reason, or fails it when `QUIVER_REQUIRE_SYSTEM_TESTS=1`
+//!   ([`unavailable`] does the same for a reason found another way).
 //! - [`wait_for`]: wait on a condition with a deadline (never a bare sleep).
 //! - [`interrupt`]: stop a child process the way Ctrl-C does, killing it if it lingers.
 //! - [`TestPmd`]: DPDK's `dpdk-testpmd` as a peer we did not write, always `--no-pci`.
@@ -65,12 +66,19 @@ pub fn require(test: &str, needs: &Needs) -> bool {
     let Some(why) = missing(needs) else {
         return true;
     };
+    unavailable(test, &why);
+    false
+}
+
+/// For a test that cannot run because of `why` (a prerequisite [`Needs`] does not describe):
+/// prints why on the real stderr, for the test to return — or panics when
+/// `QUIVER_REQUIRE_SYSTEM_TESTS=1`.
+pub fn unavailable(test: &str, why: &str) {
     if std::env::var("QUIVER_REQUIRE_SYSTEM_TESTS").as_deref() == Ok("1") {
         panic!("{test}: QUIVER_REQUIRE_SYSTEM_TESTS=1 but {why}");
     }
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "skipping {test}: {why}");
-    false
 }
 
 /// Calls `step` until it returns true, yielding between calls; panics after `secs` seconds.
