@@ -14,8 +14,9 @@
 //! source itself asks [`WorkerBuffers::external`]; any other is handed materialised buffers
 //! (see [`WorkerBuffers::materialise`]).
 //!
-//! Which buffers are external is recorded in a per-worker bitmap, not in the metadata (nodes
-//! rewrite `flags`), and the source and token in the first bytes of the buffer's headroom.
+//! Which buffers are external, with their source and token, is recorded in a per-worker table
+//! indexed by buffer, not in the metadata (nodes own it) nor in the buffer's own area (one more
+//! cache line per packet for every pass that asks).
 //! External buffers never leave the worker that received them (Quiver hands no buffer between
 //! workers).
 //!
@@ -61,19 +62,53 @@ pub trait ExternalSource: Send + Sync {
     fn as_any(&self) -> &dyn Any;
 }
 
-/// Bytes at the start of an external buffer's headroom naming its frame: source id, token,
-/// length (three native-endian `u32`s).
-pub(crate) const REF_BYTES: usize = 12;
-const _: () = assert!(REF_BYTES <= super::MIN_HEADROOM as usize);
+/// The frame an external buffer carries: the source's id, the frame's token in it, and the
+/// frame's length when attached (what a materialisation copies).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ExternalRef {
+    pub(crate) source: u32,
+    pub(crate) token: u32,
+    pub(crate) len: u16,
+}
+
+/// Source ids an [`ExternalRef`] can name: the packed entry keeps 16 bits for `source + 1`.
+const MAX_SOURCES: u32 = u16::MAX as u32;
+
+impl ExternalRef {
+    /// The table entry for this ref (never 0, which means "not external"); `None` when the
+    /// source id does not fit.
+    #[inline(always)]
+    fn pack(self) -> Option<u64> {
+        (self.source < MAX_SOURCES).then(|| {
+            (u64::from(self.source + 1) << 48) | (u64::from(self.len) << 32) | u64::from(self.token)
+        })
+    }
+
+    /// The ref a non-zero table entry holds.
+    #[inline(always)]
+    fn unpack(entry: u64) -> Option<ExternalRef> {
+        (entry != 0).then(|| ExternalRef {
+            source: (entry >> 48) as u32 - 1,
+            token: entry as u32,
+            len: (entry >> 32) as u16,
+        })
+    }
+}
 
 /// One worker's external buffers.
+///
+/// Which buffers are external, and their frames, are kept in a table beside the buffers (one
+/// `u64` per buffer of the pool), not in the buffers: nodes own the metadata, and the table of
+/// a burst's buffers spans a few cache lines where a ref kept in each buffer would touch one
+/// more line per packet on every pass that asks.
 #[derive(Default)]
 pub(crate) struct ExternalState {
     /// Registered sources by id.
     sources: Vec<Option<Arc<dyn ExternalSource>>>,
-    /// One bit per buffer of the pool: external. Empty until the first source registers.
-    marks: Box<[Cell<u64>]>,
-    /// How many bits are set.
+    /// Per buffer of the pool: 0, or its [`ExternalRef`] packed. Empty until the first source
+    /// registers.
+    refs: Box<[Cell<u64>]>,
+    /// How many entries are set.
     live: Cell<u32>,
 }
 
@@ -84,34 +119,39 @@ impl ExternalState {
         self.live.get() != 0
     }
 
-    /// Whether buffer `bi` is external.
-    #[inline]
-    pub(crate) fn is_marked(&self, bi: u32) -> bool {
-        self.marks
-            .get(bi as usize / 64)
-            .is_some_and(|w| w.get() & (1 << (bi % 64)) != 0)
+    /// Buffer `bi`'s frame, if it is external.
+    #[inline(always)]
+    pub(crate) fn get(&self, bi: u32) -> Option<ExternalRef> {
+        ExternalRef::unpack(self.refs.get(bi as usize)?.get())
     }
 
-    /// Records `bi` as external; false if the source table is not set up.
-    pub(crate) fn mark(&self, bi: u32) -> bool {
-        let Some(w) = self.marks.get(bi as usize / 64) else {
+    /// Whether buffer `bi` is external.
+    #[inline(always)]
+    pub(crate) fn is_marked(&self, bi: u32) -> bool {
+        self.refs.get(bi as usize).is_some_and(|e| e.get() != 0)
+    }
+
+    /// Records `bi` (not external) as carrying frame `r`; false, changing nothing, when the
+    /// table is not set up or the source id does not fit.
+    #[inline]
+    pub(crate) fn attach(&self, bi: u32, r: ExternalRef) -> bool {
+        let (Some(e), Some(packed)) = (self.refs.get(bi as usize), r.pack()) else {
             return false;
         };
-        let bit = 1 << (bi % 64);
-        if w.get() & bit == 0 {
-            w.set(w.get() | bit);
+        if e.get() == 0 {
             self.live.set(self.live.get() + 1);
         }
+        e.set(packed);
         true
     }
 
-    /// Forgets that `bi` is external (it must be).
-    #[inline]
-    pub(crate) fn unmark(&self, bi: u32) {
-        if let Some(w) = self.marks.get(bi as usize / 64) {
-            w.set(w.get() & !(1 << (bi % 64)));
-            self.live.set(self.live.get() - 1);
-        }
+    /// Forgets that `bi` is external and returns its frame (`None` if it was not external).
+    #[inline(always)]
+    pub(crate) fn detach(&self, bi: u32) -> Option<ExternalRef> {
+        let e = self.refs.get(bi as usize)?;
+        let r = ExternalRef::unpack(e.replace(0))?;
+        self.live.set(self.live.get() - 1);
+        Some(r)
     }
 
     /// How many buffers are external.
@@ -128,10 +168,8 @@ impl ExternalState {
     /// Registers `source` for a pool of `buffers` buffers; returns its id. Sources that
     /// retired are forgotten first, and their ids reused.
     pub(crate) fn register(&mut self, source: Arc<dyn ExternalSource>, buffers: u32) -> u32 {
-        if self.marks.is_empty() {
-            self.marks = (0..(buffers as usize).div_ceil(64))
-                .map(|_| Cell::new(0))
-                .collect();
+        if self.refs.is_empty() {
+            self.refs = (0..buffers).map(|_| Cell::new(0)).collect();
         }
         self.prune();
         match self.sources.iter().position(Option::is_none) {
@@ -160,45 +198,14 @@ impl ExternalState {
     }
 }
 
-/// Reads the (source, token, length) an external buffer's headroom starts with.
-///
-/// # Safety
-/// `area` must point at a buffer's area (headroom then data), at least [`REF_BYTES`] long.
-#[inline]
-pub(crate) unsafe fn read_ref(area: *const u8) -> (u32, u32, u32) {
-    // SAFETY: the caller guarantees REF_BYTES readable bytes; unaligned reads.
-    unsafe {
-        (
-            area.cast::<u32>().read_unaligned(),
-            area.add(4).cast::<u32>().read_unaligned(),
-            area.add(8).cast::<u32>().read_unaligned(),
-        )
-    }
-}
-
-/// Writes the (source, token, length) at the start of a buffer's headroom.
-///
-/// # Safety
-/// `area` must point at a buffer's area, at least [`REF_BYTES`] long, that nothing else
-/// references.
-#[inline]
-pub(crate) unsafe fn write_ref(area: *mut u8, source: u32, token: u32, len: u32) {
-    // SAFETY: as the caller guarantees; unaligned writes.
-    unsafe {
-        area.cast::<u32>().write_unaligned(source);
-        area.add(4).cast::<u32>().write_unaligned(token);
-        area.add(8).cast::<u32>().write_unaligned(len);
-    }
-}
-
 /// Materialises external buffer `bi` whose area starts at `area`: copies its frame to
-/// `area + headroom`, releases it and unmarks the buffer. Returns whether the copy worked
-/// (if not, the bytes are zeroes: the frame's source is gone or refused).
+/// `area + headroom`, releases it and forgets that the buffer was external. Returns whether the
+/// copy worked (if not, the bytes are zeroes: the frame's source is gone or refused); false,
+/// doing nothing, when `bi` is not external.
 ///
 /// # Safety
-/// `bi` must be marked in `ext`; `area` must point at its area, `headroom + data size` long,
-/// with no live reference into it; the attached length fits after the headroom (checked when
-/// attached).
+/// `area` must point at buffer `bi`'s area, `headroom + data size` long, with no live
+/// reference into it.
 #[cold]
 #[inline(never)]
 pub(crate) unsafe fn materialise(
@@ -207,16 +214,18 @@ pub(crate) unsafe fn materialise(
     area: *mut u8,
     headroom: u16,
 ) -> bool {
-    // SAFETY: the caller's contract (an area has at least MIN_HEADROOM > REF_BYTES bytes).
-    let (source, token, len) = unsafe { read_ref(area) };
-    // SAFETY: `headroom + len` is within the area (checked by `attach_external`), and nothing
-    // references the area (the caller's contract); the ref bytes lie before `headroom`.
-    let dst = unsafe { std::slice::from_raw_parts_mut(area.add(headroom as usize), len as usize) };
-    ext.unmark(bi);
-    let ok = match ext.source(source) {
+    let Some(r) = ext.detach(bi) else {
+        return false;
+    };
+    // SAFETY: `attach_external` accepted `len` only when it fits the data size after the
+    // headroom, so the slice is within the area, which nothing references (the caller's
+    // contract).
+    let dst =
+        unsafe { std::slice::from_raw_parts_mut(area.add(headroom as usize), usize::from(r.len)) };
+    let ok = match ext.source(r.source) {
         Some(s) => {
-            let ok = s.copy_out(token, dst);
-            s.release(token);
+            let ok = s.copy_out(r.token, dst);
+            s.release(r.token);
             ok
         }
         None => false,
@@ -341,5 +350,63 @@ mod tests {
         assert_eq!(w.register_external(Arc::new(Fake::default())), src);
         drop(w);
         assert_eq!(pool.free_count(), 64);
+    }
+
+    #[test]
+    fn the_table_keeps_each_buffers_frame_exactly_and_refuses_a_source_it_cannot_name() {
+        let ext = ExternalState {
+            refs: (0..4).map(|_| Cell::new(0)).collect(),
+            ..Default::default()
+        };
+        let extremes = [
+            ExternalRef {
+                source: 0,
+                token: 0,
+                len: 0,
+            },
+            ExternalRef {
+                source: MAX_SOURCES - 1,
+                token: u32::MAX,
+                len: u16::MAX,
+            },
+            ExternalRef {
+                source: 7,
+                token: 0x8000_0001,
+                len: 60,
+            },
+        ];
+        for (bi, r) in extremes.iter().enumerate() {
+            assert!(ext.attach(bi as u32, *r));
+        }
+        assert_eq!(ext.live(), 3);
+        for (bi, r) in extremes.iter().enumerate() {
+            assert_eq!(ext.get(bi as u32), Some(*r));
+        }
+        // Attaching again replaces, without counting the buffer twice.
+        assert!(ext.attach(
+            2,
+            ExternalRef {
+                source: 1,
+                token: 5,
+                len: 9
+            }
+        ));
+        assert_eq!(ext.live(), 3);
+        // A source id the entry cannot hold, or a buffer beyond the pool: refused, unchanged.
+        assert!(!ext.attach(
+            3,
+            ExternalRef {
+                source: MAX_SOURCES,
+                token: 1,
+                len: 1
+            }
+        ));
+        assert!(!ext.attach(4, extremes[2]));
+        assert_eq!((ext.get(3), ext.get(4), ext.live()), (None, None, 3));
+        assert_eq!(ext.detach(1), Some(extremes[1]));
+        assert_eq!(
+            (ext.detach(1), ext.is_marked(1), ext.live()),
+            (None, false, 2)
+        );
     }
 }

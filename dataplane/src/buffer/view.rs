@@ -108,9 +108,8 @@ impl BufferView<'_> {
     fn materialise_if_external(&self, meta: *mut BufferMeta, bi: u32) {
         if let Some((ext, pool)) = self.external {
             if ext.any() && ext.is_marked(bi) {
-                // SAFETY: `bi` is in bounds (its metadata pointer was checked) and marked, so
-                // its area (after the 64-byte metadata) holds its ref and nothing references
-                // the area; the attached length fits after the headroom.
+                // SAFETY: `bi` is in bounds (its metadata pointer was checked) and external, so
+                // nothing references its area (after the 64-byte metadata).
                 unsafe { external::materialise(ext, bi, meta.cast::<u8>().add(64), self.headroom) };
                 pool.note_materialised();
             }

@@ -4,7 +4,7 @@ use crate::memory::prefetch;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use super::external::{self, ExternalSource, ExternalState};
+use super::external::{self, ExternalRef, ExternalSource, ExternalState};
 use super::meta::{flags, BufferMeta, INVALID_INDEX};
 use super::pool::{BufferPool, Layout, PoolExhausted};
 use super::view::BufferView;
@@ -397,20 +397,17 @@ impl WorkerBuffers {
     }
 
     /// Makes `bi` (a buffer just allocated) an external-payload buffer: its packet is the `len`
-    /// bytes of frame `token` of source `source`, not copied (see [`ExternalSource`]). The window is set as for a received packet. False,
-    /// changing nothing, when `len` does not fit in one buffer or `source` is not registered:
-    /// copy the frame instead.
+    /// bytes of frame `token` of source `source`, not copied (see [`ExternalSource`]). The
+    /// window is set as for a received packet. False, changing nothing, when `len` does not fit
+    /// in one buffer or `source` is not registered (or beyond the 65,534 sources a worker can
+    /// name at once): copy the frame instead.
     pub fn attach_external(&mut self, bi: u32, source: u32, token: u32, len: u16) -> bool {
         if len > self.data_size() || self.external.source(source).is_none() {
             return false;
         }
-        let area = self.area_ptr(bi);
-        if !self.external.mark(bi) {
+        if !self.external.attach(bi, ExternalRef { source, token, len }) {
             return false;
         }
-        // SAFETY: `area` is this owned buffer's area (MIN_HEADROOM > REF_BYTES long); nothing
-        // references it (no accessor hands out an external buffer's bytes).
-        unsafe { external::write_ref(area, source, token, u32::from(len)) };
         let headroom = self.layout.headroom;
         let meta = self.meta_mut(bi);
         meta.data_offset = headroom;
@@ -423,11 +420,7 @@ impl WorkerBuffers {
     /// `data_offset - headroom` on (the window moved by metadata-only changes).
     #[inline]
     pub fn external(&self, bi: u32) -> Option<(&Arc<dyn ExternalSource>, u32)> {
-        if !self.external.any() || !self.external.is_marked(bi) {
-            return None;
-        }
-        // SAFETY: a marked buffer's area starts with its ref (written by `attach_external`).
-        let (source, token, _) = unsafe { external::read_ref(self.area_ptr(bi)) };
+        let (source, token) = self.external_ref(bi)?;
         self.external.source(source).map(|s| (s, token))
     }
 
@@ -435,12 +428,10 @@ impl WorkerBuffers {
     /// looks the source up once per burst ([`WorkerBuffers::external_source`]).
     #[inline]
     pub fn external_ref(&self, bi: u32) -> Option<(u32, u32)> {
-        if !self.external.any() || !self.external.is_marked(bi) {
+        if !self.external.any() {
             return None;
         }
-        // SAFETY: a marked buffer's area starts with its ref (written by `attach_external`).
-        let (source, token, _) = unsafe { external::read_ref(self.area_ptr(bi)) };
-        Some((source, token))
+        self.external.get(bi).map(|r| (r.source, r.token))
     }
 
     /// The registered external source `id` (see [`WorkerBuffers::external_ref`]).
@@ -470,8 +461,7 @@ impl WorkerBuffers {
     #[inline(always)]
     fn materialise_if_external(&self, bi: u32) {
         if self.external.any() && self.external.is_marked(bi) {
-            // SAFETY: `bi` is marked, so its area holds its ref and no reference into the area
-            // was ever handed out; the attached length fits after the headroom.
+            // SAFETY: `bi` is external, so no reference into its area was ever handed out.
             unsafe {
                 external::materialise(&self.external, bi, self.area_ptr(bi), self.layout.headroom)
             };
@@ -497,10 +487,7 @@ impl WorkerBuffers {
                 if bi >= self.layout.count {
                     break;
                 }
-                if self.external.is_marked(bi) {
-                    // SAFETY: marked, so the area starts with the buffer's ref.
-                    let (source, token, _) = unsafe { external::read_ref(self.area_ptr(bi)) };
-                    self.external.unmark(bi);
+                if let Some(ExternalRef { source, token, .. }) = self.external.detach(bi) {
                     if source != batch_source || len == BATCH {
                         flush(batch_source, &batch[..len]);
                         (batch_source, len) = (source, 0);
