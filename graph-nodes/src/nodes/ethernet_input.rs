@@ -172,7 +172,13 @@ impl Node<ForwardingState> for EthernetInput {
         let mut buffers = cx.buffers.view();
         for (i, &bi) in bis.iter().enumerate() {
             if let Some(&ahead) = bis.get(i + PREFETCH_AHEAD) {
-                buffers.prefetch(ahead);
+                // Frames of an L2 interface (the one of the frames just before, usually the
+                // same) are not read: their metadata is enough.
+                if cache.l2 {
+                    buffers.prefetch_meta(ahead);
+                } else {
+                    buffers.prefetch(ahead);
+                }
             }
             let rx = buffers.meta_mut(bi).rx_interface;
             cache.update(state, rx);
