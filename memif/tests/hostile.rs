@@ -9,10 +9,14 @@ use std::sync::atomic::Ordering;
 
 use common::{frame, sock_addr, wait_for};
 use memif::msg::{AddRegion, AddRing, FixedStr, Init, Msg, RING_FLAG_S2M, VERSION};
+use memif::queue::{Hold, HoldSink, Taken};
 use memif::region::Region;
 use memif::ring::{ring_stride, Desc, Ring, DESC_FLAG_NEXT};
 use memif::socket::{ControlSocket, Received};
-use memif::{InterfaceConfig, LinkState, Master, MasterConfig, Mode, Slave, SocketAddress};
+use memif::{
+    HeldRx, InterfaceConfig, LinkState, Master, MasterConfig, Mode, PeerFrame, Slave,
+    SocketAddress, TxSource,
+};
 use nix::sys::eventfd::EventFd;
 
 const LOG2: u8 = 4;
@@ -723,4 +727,116 @@ fn slave_with_wrong_secret_learns_the_reason() {
         matches!(s.interface().link(), LinkState::Down(r) if r.contains("incorrect secret"))
     });
     assert!(!m.interface(3).unwrap().is_up());
+}
+
+/// Frames held in the peer's memory, sent from there (as a memif cross-connect sends them).
+struct HeldSource<'a> {
+    held: &'a memif::queue::HeldFrames,
+    frames: &'a [(u32, usize)],
+}
+
+impl TxSource for HeldSource<'_> {
+    fn frames(&self) -> usize {
+        self.frames.len()
+    }
+    fn frame_len(&self, i: usize) -> usize {
+        self.frames[i].1
+    }
+    fn bytes_at(&self, _i: usize, _offset: usize) -> &[u8] {
+        panic!("a held frame must be copied from where it is held")
+    }
+    fn held(&self, i: usize) -> Option<(&memif::queue::HeldFrames, u32, usize)> {
+        Some((self.held, self.frames[i].0, 0))
+    }
+}
+
+/// Holds the one frame it is offered a hold for.
+struct HoldOne(Option<(u32, usize)>);
+
+impl HoldSink for HoldOne {
+    fn take(&mut self, frame: &PeerFrame<'_>, hold: Option<Hold>) -> Taken {
+        match (hold, self.0) {
+            (Some(h), None) => {
+                self.0 = Some((h.token(), frame.len()));
+                Taken::Held
+            }
+            _ => Taken::NoRoom,
+        }
+    }
+}
+
+#[test]
+fn descriptors_rewritten_after_they_were_received_are_not_followed() {
+    let mut st = Setup::new("rewritten", InterfaceConfig::new(1));
+    let raw = RawSlave::connect(&mut st, 1);
+    let queues = st.m.interface_mut(1).unwrap().detach_queues().unwrap();
+    let (mut rx, mut tx) = (
+        queues.rx.into_iter().next().unwrap(),
+        queues.tx.into_iter().next().unwrap(),
+    );
+    let held = rx.enable_holding();
+    let (a, b) = (frame(1, 64), frame(2, 200));
+    raw.publish(&[raw.good_desc(1, &a), raw.good_desc(2, &b)], 0);
+    // Frame a taken by the fast path, frame b by the general one: both kept as checked.
+    let mut fast = [HeldRx::default(); 1];
+    assert_eq!(rx.receive_held(&mut fast, BSIZE as u32), 1);
+    let mut general = HoldOne(None);
+    assert_eq!(rx.receive_holding(8, &mut general), 1);
+    let kept = [(fast[0].token, fast[0].len as usize), general.0.unwrap()];
+    // The peer rewrites both descriptors: another region, an offset past the region's end,
+    // the largest length, a chain.
+    let s2m = raw.s2m.at(&raw.region);
+    for slot in 0..2 {
+        s2m.write_desc(
+            slot,
+            Desc {
+                flags: DESC_FLAG_NEXT,
+                region: 9,
+                length: u32::MAX,
+                offset: 0xFFFF_FF00,
+                metadata: 0,
+            },
+        );
+    }
+    assert_eq!(kept.map(|(t, _)| held.len(t)), [64, 200]);
+    let mut copy = vec![0; 200];
+    assert!(held.copy_out(kept[1].0, 0, &mut copy));
+    assert_eq!(copy, b);
+    // Sent on as a cross-connect sends them: copied from the ranges checked at receive.
+    let m2s = Ring::new(&raw.region, ring_stride(LOG2), LOG2).unwrap();
+    let posted = m2s.at(&raw.region);
+    for slot in 0..2u16 {
+        posted.write_desc(
+            slot,
+            Desc {
+                flags: 0,
+                region: 0,
+                length: BSIZE as u32,
+                offset: (BUF_BASE + (8 + u64::from(slot)) * BSIZE) as u32,
+                metadata: 0,
+            },
+        );
+    }
+    posted.head().store(2, Ordering::Release);
+    let report = tx.transmit_report(&HeldSource {
+        held: &held,
+        frames: &kept,
+    });
+    assert_eq!((report.taken, report.sent, report.held_copies), (2, 2, 2));
+    assert_eq!(posted.tail().load(Ordering::Acquire), 2);
+    for (slot, f) in [(0u16, &a), (1, &b)] {
+        let d = posted.read_desc(slot);
+        assert_eq!(d.length as usize, f.len());
+        let mut got = vec![0; f.len()];
+        assert!(raw.region.copy_out(u64::from(d.offset), &mut got));
+        assert_eq!(&got, f, "slot {slot}: the frame as it was received");
+    }
+    // Released: both slots go back to the peer; nothing was counted bad.
+    held.release_many(&kept.map(|(t, _)| t));
+    rx.give_back();
+    assert_eq!(s2m.tail().load(Ordering::Acquire), 2);
+    assert_eq!(st.m.interface(1).unwrap().bad_descriptors(), 0);
+    assert_eq!(held.in_flight(), 0);
+    st.check_good();
+    drop(raw.sock);
 }
