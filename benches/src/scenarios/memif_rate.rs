@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use super::host_state;
+
 const TESTPMD: &str = "dpdk-testpmd";
 /// Hugepages the two testpmd processes need together (8192 mbufs each, with margin).
 const HUGEPAGES_NEEDED: u64 = 128;
@@ -345,41 +347,63 @@ pub fn run(quick: bool) -> Result<String, String> {
         "memif-rate: 64 B one way, sender on CPU {}, receiver on CPU {}; {rounds} round(s) of {secs} s",
         cpus.0, cpus.1
     );
-    let (mut us, mut them, mut last) = (Vec::new(), Vec::new(), Value::Null);
-    for round in 1..=rounds {
-        let (o, report) = ours(&traffic, cpus, secs)?;
-        let r = reference(cpus, secs)?;
-        eprintln!(
-            "  round {round}: memif crate {:.2} Mpps ({:.1} rx cycles/frame), testpmd {:.2} Mpps ({:.1} rx cycles/frame)",
-            o.mpps, o.cycles_per_packet, r.mpps, r.cycles_per_packet
-        );
-        us.push(o);
-        them.push(r);
-        last = report;
-    }
-    let pick = |v: &[Sample], f: fn(&Sample) -> f64| median(&v.iter().map(f).collect::<Vec<_>>());
-    let (our_mpps, our_cycles) = (pick(&us, |s| s.mpps), pick(&us, |s| s.cycles_per_packet));
-    let (ref_mpps, ref_cycles) = (
-        pick(&them, |s| s.mpps),
-        pick(&them, |s| s.cycles_per_packet),
+    let host_state::Alternated {
+        ours: us,
+        theirs: them,
+        state,
+    } = host_state::alternate(
+        cpus,
+        rounds,
+        host_state::EXTRA_ROUNDS,
+        || ours(&traffic, cpus, secs),
+        || reference(cpus, secs),
+        |round, o, r| {
+            eprintln!(
+                "  round {round}: memif crate {:.2} Mpps ({:.1} rx cycles/frame) [{}], testpmd {:.2} Mpps ({:.1} rx cycles/frame) [{}]",
+                o.value.0.mpps,
+                o.value.0.cycles_per_packet,
+                o.describe(),
+                r.value.mpps,
+                r.value.cycles_per_packet,
+                r.describe()
+            )
+        },
+    )?;
+    let ours_in_state = host_state::in_state(&us, state);
+    let theirs_in_state = host_state::in_state(&them, state);
+    let pick =
+        |v: &[&Sample], f: fn(&Sample) -> f64| median(&v.iter().map(|s| f(s)).collect::<Vec<_>>());
+    let our_samples: Vec<&Sample> = ours_in_state.iter().map(|x| &x.0).collect();
+    let (our_mpps, our_cycles) = (
+        pick(&our_samples, |s| s.mpps),
+        pick(&our_samples, |s| s.cycles_per_packet),
     );
+    let (ref_mpps, ref_cycles) = (
+        pick(&theirs_in_state, |s| s.mpps),
+        pick(&theirs_in_state, |s| s.cycles_per_packet),
+    );
+    // The tool's own report of the last sample compared.
+    let last = ours_in_state.last().map_or(Value::Null, |x| x.1.clone());
+    let sample = |s: &Sample| json!({"mpps": s.mpps, "cycles_per_packet": s.cycles_per_packet});
     Ok(json!({
         "scenario": "memif-rate",
         "frame_size": 64,
         "seconds_per_round": secs,
         "cpus": [cpus.0, cpus.1],
-        "packets": us.iter().map(|s| s.packets).sum::<u64>(),
+        "host_state": host_state::state_name(state),
+        "figures_from": "the median of each side's samples taken in host_state (all samples when none in common)",
+        "packets": us.iter().map(|p| p.value.0.packets).sum::<u64>(),
         "mpps": our_mpps,
         "cycles_per_packet": our_cycles,
         "tx_cycles_per_packet": last["tx_busy_cycles_per_packet"],
         "lost": last["lost"],
         "tsc_hz": last["tsc_hz"],
-        "samples": us.iter().map(|s| json!({"mpps": s.mpps, "cycles_per_packet": s.cycles_per_packet})).collect::<Vec<_>>(),
+        "samples": us.iter().map(|p| p.annotate(sample(&p.value.0))).collect::<Vec<_>>(),
         "reference": {
             "name": "dpdk-testpmd txonly (net_memif client) -> dpdk-testpmd rxonly (net_memif server), 64 B, same CPUs, same run; cycles from record-core-cycles",
             "mpps": ref_mpps,
             "cycles_per_packet": ref_cycles,
-            "samples": them.iter().map(|s| json!({"mpps": s.mpps, "cycles_per_packet": s.cycles_per_packet})).collect::<Vec<_>>(),
+            "samples": them.iter().map(|p| p.annotate(sample(&p.value))).collect::<Vec<_>>(),
         },
         "ratio": our_mpps / ref_mpps,
         "cycles_ratio": our_cycles / ref_cycles,

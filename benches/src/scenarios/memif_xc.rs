@@ -9,6 +9,7 @@
 //! forwarder's busy cycles per packet — Quiver's from its own counters (the summary it prints
 //! when stopped), testpmd's from `set record-core-cycles on`.
 
+use std::cell::Cell;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -17,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use super::host_state::{self, Probed};
 use super::memif_rate::{
     build_traffic, check_prerequisites, median, number_after, release_artifact, two_cpus, Sample,
     TestPmd,
@@ -228,14 +230,14 @@ const RETRIES: u32 = 2;
 /// says how many rounds were run again.
 fn with_retry<T>(
     who: &str,
-    retried: &mut u32,
+    retried: &Cell<u32>,
     mut round: impl FnMut() -> Result<T, String>,
 ) -> Result<T, String> {
     loop {
         match round() {
             Ok(v) => return Ok(v),
-            Err(e) if *retried < RETRIES => {
-                *retried += 1;
+            Err(e) if retried.get() < RETRIES => {
+                retried.set(retried.get() + 1);
                 let first = e.lines().next().unwrap_or_default();
                 eprintln!("  a {who} round failed ({first}); running it again");
             }
@@ -256,47 +258,72 @@ pub fn run(quick: bool) -> Result<String, String> {
         "memif-xc: 64 B, traffic tool on CPU {}, forwarder on CPU {}; {rounds} round(s) of {secs} s",
         cpus.0, cpus.1
     );
-    let (mut us, mut them) = (Vec::new(), Vec::new());
-    let mut lost = (0u64, 0u64);
-    let mut retried = 0;
-    for round in 1..=rounds {
-        let (o, ro) = with_retry("quiver", &mut retried, || ours(&quiver, &tool, cpus, secs))?;
-        let (r, rr) = with_retry("testpmd", &mut retried, || reference(&tool, cpus, secs))?;
-        lost.0 += ro["lost"].as_u64().unwrap_or(0);
-        lost.1 += rr["lost"].as_u64().unwrap_or(0);
-        eprintln!(
-            "  round {round}: quiver {:.2} Mpps ({:.1} busy cycles/packet), testpmd {:.2} Mpps ({:.1} cycles/packet)",
-            o.mpps, o.cycles_per_packet, r.mpps, r.cycles_per_packet
-        );
-        us.push(o);
-        them.push(r);
-    }
-    let pick = |v: &[Sample], f: fn(&Sample) -> f64| median(&v.iter().map(f).collect::<Vec<_>>());
+    let retried = Cell::new(0);
+    let host_state::Alternated {
+        ours: us,
+        theirs: them,
+        state,
+    } = host_state::alternate(
+        cpus,
+        rounds,
+        host_state::EXTRA_ROUNDS,
+        || with_retry("quiver", &retried, || ours(&quiver, &tool, cpus, secs)),
+        || with_retry("testpmd", &retried, || reference(&tool, cpus, secs)),
+        |round, o, r| {
+            eprintln!(
+                "  round {round}: quiver {:.2} Mpps ({:.1} busy cycles/packet) [{}], testpmd {:.2} Mpps ({:.1} cycles/packet) [{}]",
+                o.value.0.mpps,
+                o.value.0.cycles_per_packet,
+                o.describe(),
+                r.value.0.mpps,
+                r.value.0.cycles_per_packet,
+                r.describe()
+            )
+        },
+    )?;
+    let lost = |v: &[Probed<(Sample, Value)>]| {
+        v.iter()
+            .map(|p| p.value.1["lost"].as_u64().unwrap_or(0))
+            .sum::<u64>()
+    };
+    let pick = |v: &[Probed<(Sample, Value)>], f: fn(&Sample) -> f64| {
+        median(
+            &host_state::in_state(v, state)
+                .iter()
+                .map(|x| f(&x.0))
+                .collect::<Vec<_>>(),
+        )
+    };
     let (our_mpps, our_cycles) = (pick(&us, |s| s.mpps), pick(&us, |s| s.cycles_per_packet));
     let (ref_mpps, ref_cycles) = (
         pick(&them, |s| s.mpps),
         pick(&them, |s| s.cycles_per_packet),
     );
-    let samples = |v: &[Sample]| {
+    let samples = |v: &[Probed<(Sample, Value)>]| {
         v.iter()
-            .map(|s| json!({"mpps": s.mpps, "cycles_per_packet": s.cycles_per_packet, "packets": s.packets}))
+            .map(|p| {
+                let s = &p.value.0;
+                p.annotate(json!({"mpps": s.mpps, "cycles_per_packet": s.cycles_per_packet, "packets": s.packets}))
+            })
             .collect::<Vec<_>>()
     };
     Ok(json!({
         "scenario": "memif-xc",
         "frame_size": 64,
         "seconds_per_round": secs,
-        "rounds_run_again": retried,
+        "rounds_run_again": retried.get(),
+        "host_state": host_state::state_name(state),
+        "figures_from": "the median of each side's samples taken in host_state (all samples when none in common)",
         "cpus": [cpus.0, cpus.1],
         "mpps": our_mpps,
         "cycles_per_packet": our_cycles,
-        "lost": lost.0,
+        "lost": lost(&us),
         "samples": samples(&us),
         "reference": {
             "name": "dpdk-testpmd io forwarding between two net_memif servers, same traffic tool, same CPUs, same run; cycles from record-core-cycles",
             "mpps": ref_mpps,
             "cycles_per_packet": ref_cycles,
-            "lost": lost.1,
+            "lost": lost(&them),
             "samples": samples(&them),
         },
         "ratio": our_mpps / ref_mpps,

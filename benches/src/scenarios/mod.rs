@@ -5,6 +5,7 @@ pub mod ctl_churn;
 pub mod dispatch;
 pub mod dpdk;
 pub mod graphs;
+pub mod host_state;
 pub mod lpm;
 pub mod memif_rate;
 pub mod memif_xc;
