@@ -835,6 +835,8 @@ fn descriptors_rewritten_after_they_were_received_are_not_followed() {
     held.release_many(&kept.map(|(t, _)| t));
     rx.give_back();
     assert_eq!(s2m.tail().load(Ordering::Acquire), 2);
+    let c = st.m.interface(1).unwrap().counters();
+    assert_eq!((c.rx_packets, c.tx_packets), (2, 2));
     assert_eq!(st.m.interface(1).unwrap().bad_descriptors(), 0);
     assert_eq!(held.in_flight(), 0);
     st.check_good();
