@@ -9,7 +9,7 @@
 //! naming a file it did not pass is refused with nothing left. A registry that passes the
 //! endpoint's socket by fd gets it dialed.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
@@ -402,8 +402,38 @@ fn endpoint_file(dir: &tempfile::TempDir) -> (String, InodeKey) {
 }
 
 /// How many fds this process has open.
-fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").unwrap().count()
+/// This process's open fds: (number, what it refers to), without the one the listing itself
+/// opens.
+fn fd_table() -> BTreeSet<(String, PathBuf)> {
+    let listing = PathBuf::from(format!("/proc/{}/fd", std::process::id()));
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let target = std::fs::read_link(e.path()).ok()?;
+            Some((e.file_name().to_string_lossy().into_owned(), target))
+        })
+        .filter(|(_, target)| *target != listing)
+        .collect()
+}
+
+/// Waits until the fd table is `before` again; fails naming the fds opened since and still
+/// open, and those of `before` closed since.
+async fn wait_for_fds_as_before(before: &BTreeSet<(String, PathBuf)>) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = fd_table();
+        if now == *before {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the fds are not back to where they were: still open {:?}, closed {:?}",
+            now.difference(before).collect::<Vec<_>>(),
+            before.difference(&now).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 /// The namespace path of the KERNEL port `port` of connection `owner`.
@@ -430,7 +460,14 @@ async fn the_endpoint_side_is_built_with_the_fd_the_endpoint_passed_until_close(
     let client_url = format!("file://{}", client_ns.display());
     let channel = ctl_api::spiffe::connect(&h.listen_on, None).await.unwrap();
     let mut client = NetworkServiceClient::new(channel.channel());
-    let before = open_fds();
+    // One refused round trip first: the server has then accepted the connection, whose fds
+    // belong in `before`.
+    let e = client
+        .request(NetworkServiceRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    let before = fd_table();
     assert_eq!(open_fds_of(nse_key), 0);
 
     let answer = client
@@ -481,10 +518,7 @@ async fn the_endpoint_side_is_built_with_the_fd_the_endpoint_passed_until_close(
     assert!(h.dp.kernel.lock().unwrap().is_empty(), "no port left");
     assert_eq!(open_fds_of(nse_key), 0, "the endpoint's fd closed at Close");
     // Quiver's channel to the endpoint idles out too: every fd is back.
-    wait_for("the fds to be back to where they were", || {
-        open_fds() == before
-    })
-    .await;
+    wait_for_fds_as_before(&before).await;
     drop(client);
     drop(channel);
 }
@@ -504,7 +538,14 @@ async fn an_endpoint_answer_naming_a_file_it_did_not_pass_is_refused_and_leaves_
     let (client_ns, _) = h.file("client-netns");
     let channel = ctl_api::spiffe::connect(&h.listen_on, None).await.unwrap();
     let mut client = NetworkServiceClient::new(channel.channel());
-    let before = open_fds();
+    // One refused round trip first: the server has then accepted the connection, whose fds
+    // belong in `before`.
+    let e = client
+        .request(NetworkServiceRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    let before = fd_table();
     let e = client
         .request(request(
             "n1",
@@ -525,10 +566,7 @@ async fn an_endpoint_answer_naming_a_file_it_did_not_pass_is_refused_and_leaves_
     let log = h.nse.log();
     assert_eq!(log.requests.len(), 1);
     assert_eq!(log.closes.len(), 1, "the endpoint's connection was closed");
-    wait_for("the fds to be back to where they were", || {
-        open_fds() == before
-    })
-    .await;
+    wait_for_fds_as_before(&before).await;
     drop(client);
     drop(channel);
 }
