@@ -417,6 +417,20 @@ fn fd_table() -> BTreeSet<(String, PathBuf)> {
         .collect()
 }
 
+/// [`fd_table`] once `client`'s connection to Quiver is accepted on both sides: after one
+/// refused Request (no connection: InvalidArgument, nothing built), since the server may accept
+/// a connection after the client has it.
+async fn fd_table_when_connected(
+    client: &mut NetworkServiceClient<tonic::transport::Channel>,
+) -> BTreeSet<(String, PathBuf)> {
+    let e = client
+        .request(NetworkServiceRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    fd_table()
+}
+
 /// Waits until the fd table is `before` again; fails naming the fds opened since and still
 /// open, and those of `before` closed since.
 async fn wait_for_fds_as_before(before: &BTreeSet<(String, PathBuf)>) {
@@ -460,14 +474,7 @@ async fn the_endpoint_side_is_built_with_the_fd_the_endpoint_passed_until_close(
     let client_url = format!("file://{}", client_ns.display());
     let channel = ctl_api::spiffe::connect(&h.listen_on, None).await.unwrap();
     let mut client = NetworkServiceClient::new(channel.channel());
-    // One refused round trip first: the server has then accepted the connection, whose fds
-    // belong in `before`.
-    let e = client
-        .request(NetworkServiceRequest::default())
-        .await
-        .unwrap_err();
-    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
-    let before = fd_table();
+    let before = fd_table_when_connected(&mut client).await;
     assert_eq!(open_fds_of(nse_key), 0);
 
     let answer = client
@@ -538,14 +545,7 @@ async fn an_endpoint_answer_naming_a_file_it_did_not_pass_is_refused_and_leaves_
     let (client_ns, _) = h.file("client-netns");
     let channel = ctl_api::spiffe::connect(&h.listen_on, None).await.unwrap();
     let mut client = NetworkServiceClient::new(channel.channel());
-    // One refused round trip first: the server has then accepted the connection, whose fds
-    // belong in `before`.
-    let e = client
-        .request(NetworkServiceRequest::default())
-        .await
-        .unwrap_err();
-    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
-    let before = fd_table();
+    let before = fd_table_when_connected(&mut client).await;
     let e = client
         .request(request(
             "n1",
