@@ -106,9 +106,17 @@ fn open_fds_of(key: InodeKey) -> usize {
 }
 
 async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    wait_until(what, || if cond() { Ok(()) } else { Err(()) }).await;
+}
+
+/// Polls `check` until it passes (10 s at most); a failure shows its last `Err`.
+async fn wait_until<E: std::fmt::Debug>(what: &str, mut check: impl FnMut() -> Result<(), E>) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+    while let Err(why) = check() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {why:?}"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
@@ -434,20 +442,18 @@ async fn fd_table_when_connected(
 /// Waits until the fd table is `before` again; fails naming the fds opened since and still
 /// open, and those of `before` closed since.
 async fn wait_for_fds_as_before(before: &BTreeSet<(String, PathBuf)>) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    wait_until("the fds to be back to where they were", || {
         let now = fd_table();
         if now == *before {
-            return;
+            return Ok(());
         }
-        assert!(
-            Instant::now() < deadline,
-            "the fds are not back to where they were: still open {:?}, closed {:?}",
+        Err(format!(
+            "still open {:?}, closed {:?}",
             now.difference(before).collect::<Vec<_>>(),
             before.difference(&now).collect::<Vec<_>>()
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+        ))
+    })
+    .await;
 }
 
 /// The namespace path of the KERNEL port `port` of connection `owner`.

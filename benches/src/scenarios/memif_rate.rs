@@ -347,11 +347,7 @@ pub fn run(quick: bool) -> Result<String, String> {
         "memif-rate: 64 B one way, sender on CPU {}, receiver on CPU {}; {rounds} round(s) of {secs} s",
         cpus.0, cpus.1
     );
-    let host_state::Alternated {
-        ours: us,
-        theirs: them,
-        state,
-    } = host_state::alternate(
+    let runs = host_state::alternate(
         cpus,
         rounds,
         host_state::EXTRA_ROUNDS,
@@ -369,6 +365,7 @@ pub fn run(quick: bool) -> Result<String, String> {
             )
         },
     )?;
+    let (us, them, state) = (runs.ours, runs.theirs, runs.state);
     let ours_in_state = host_state::in_state(&us, state);
     let theirs_in_state = host_state::in_state(&them, state);
     let pick =

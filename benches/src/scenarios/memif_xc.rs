@@ -259,11 +259,7 @@ pub fn run(quick: bool) -> Result<String, String> {
         cpus.0, cpus.1
     );
     let retried = Cell::new(0);
-    let host_state::Alternated {
-        ours: us,
-        theirs: them,
-        state,
-    } = host_state::alternate(
+    let runs = host_state::alternate(
         cpus,
         rounds,
         host_state::EXTRA_ROUNDS,
@@ -281,6 +277,7 @@ pub fn run(quick: bool) -> Result<String, String> {
             )
         },
     )?;
+    let (us, them, state) = (runs.ours, runs.theirs, runs.state);
     let lost = |v: &[Probed<(Sample, Value)>]| {
         v.iter()
             .map(|p| p.value.1["lost"].as_u64().unwrap_or(0))
