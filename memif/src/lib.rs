@@ -28,7 +28,7 @@ pub use interface::{
 };
 pub use master::{Master, MasterConfig};
 pub use msg::Mode;
-pub use queue::{HeldRx, PeerFrame, RxQueue, RxSink, TxQueue, TxReport, TxSource};
+pub use queue::{Forwarded, HeldRx, PeerFrame, RxQueue, RxSink, TxQueue, TxReport, TxSource};
 pub use slave::Slave;
 pub use socket::SocketAddress;
 

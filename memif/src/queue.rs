@@ -11,6 +11,8 @@
 //! one-descriptor frame stays in the peer's memory, named by a token of the queue's
 //! [`HeldFrames`], its slot kept from the peer until released. A frame held from one peer can be
 //! transmitted to another ([`TxSource::held`]): one copy, region to region.
+//! [`RxQueue::forward_to`] does both in one call for a cross-connect: held frames go straight
+//! to another connection's transmit queue and are released, never more than its ring can take.
 
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -22,8 +24,10 @@ use crate::interface::{Counters, Role, MAX_FRAME};
 use crate::region::Region;
 use crate::ring::{Desc, Ring, RingRef, DESC_FLAG_NEXT};
 
+mod forward;
 mod transmit;
 
+pub use forward::{Forwarded, MAX_FORWARD_BURST};
 pub(crate) use transmit::{transmit, unconsumed};
 
 /// Most descriptors one received frame may span.
@@ -364,8 +368,18 @@ impl HeldFrames {
     /// [`HeldFrames::release`] of each of `tokens`, counted and checked for retirement once
     /// for the whole batch (a transmit burst frees its frames together).
     pub fn release_many(&self, tokens: &[u32]) {
+        self.release_each(tokens.iter().copied());
+    }
+
+    /// [`HeldFrames::release_many`] of a burst received by [`RxQueue::receive_held`].
+    pub fn release_frames(&self, frames: &[HeldRx]) {
+        self.release_each(frames.iter().map(|f| f.token));
+    }
+
+    #[inline(always)]
+    fn release_each(&self, tokens: impl Iterator<Item = u32>) {
         let (mut returned, mut bad) = (0, 0);
-        for &token in tokens {
+        for token in tokens {
             match self.slots.get(token as usize) {
                 Some(s) if s.held.load(Ordering::Relaxed) => {
                     s.held.store(false, Ordering::Release);
@@ -871,6 +885,8 @@ pub struct RxQueue {
     scratch: RxScratch,
     counters: Arc<SharedCounters>,
     hold: Option<HoldState>,
+    /// Room for one [`RxQueue::forward_to`] burst (allocated with the hold).
+    burst: Vec<HeldRx>,
 }
 
 impl Drop for RxQueue {
@@ -905,6 +921,7 @@ impl RxQueue {
             scratch: RxScratch::new(),
             counters,
             hold: None,
+            burst: Vec::new(),
         }
     }
 
@@ -920,6 +937,7 @@ impl RxQueue {
             frames: frames.clone(),
             released: self.q.idx,
         });
+        self.burst = vec![HeldRx::default(); MAX_FORWARD_BURST];
         frames
     }
 

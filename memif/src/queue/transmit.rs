@@ -87,6 +87,38 @@ pub(crate) fn unconsumed(shared: &Shared, q: &Queue, role: Role) -> usize {
     }
 }
 
+/// Slots a transmit from ring index `cur` may fill now: a slave's free slots (ring size less
+/// those in flight), a master's buffers the slave posted. `Err` (with what is safe to use) when
+/// the peer's index is impossible: a master then fills the whole ring at most, a slave nothing.
+#[inline(always)]
+fn fillable(r: RingRef<'_>, cur: u16, master: bool) -> Result<u16, u16> {
+    let n = r.size();
+    if master {
+        let posted = r.head().load(Ordering::Acquire).wrapping_sub(cur);
+        if posted > n {
+            Err(n)
+        } else {
+            Ok(posted)
+        }
+    } else {
+        let in_flight = cur.wrapping_sub(r.tail().load(Ordering::Acquire));
+        if in_flight > n {
+            Err(0)
+        } else {
+            Ok(n - in_flight)
+        }
+    }
+}
+
+/// Ring slots a transmit on `q` could fill now (0 without a ring): one frame each when the
+/// frames fit one buffer.
+pub(crate) fn room(shared: &Shared, q: &Queue, role: Role) -> usize {
+    shared.ring(q).map_or(0, |r| {
+        let (Ok(slots) | Err(slots)) = fillable(r, q.idx, role == Role::Master);
+        usize::from(slots)
+    })
+}
+
 /// Sends the frames of `src` on `q`, in order, until the ring is full. Returns how many frames
 /// were taken (sent, or dropped and counted in `tx_dropped`); the caller keeps the rest.
 /// Frames copied straight from another peer's memory are counted in `held_copies`.
@@ -119,22 +151,11 @@ fn transmit_as<const MASTER: bool>(
     let bsize = shared.buffer_size;
     let start = q.idx;
     let mut cur = start;
-    // Slots we may fill: slave = free slots (N - in flight); master = buffers posted.
-    let avail = if MASTER {
-        let posted = r.head().load(Ordering::Acquire).wrapping_sub(cur);
-        if posted > n {
+    let avail = match fillable(r, start, MASTER) {
+        Ok(slots) => slots,
+        Err(slots) => {
             counters.ring_index_overrun += 1;
-            n
-        } else {
-            posted
-        }
-    } else {
-        let in_flight = cur.wrapping_sub(r.tail().load(Ordering::Acquire));
-        if in_flight > n {
-            counters.ring_index_overrun += 1;
-            0
-        } else {
-            n - in_flight
+            slots
         }
     };
     let end = start.wrapping_add(avail);
