@@ -26,7 +26,7 @@ pub use counters::{NodeRuntime, RuntimeSnapshot, WorkerRuntime};
 pub use frame::{Frame, FRAME_SIZE};
 pub use graph::{Context, Graph, GraphBuilder, GraphError, GraphHandle, ERROR_DROP};
 pub use node::{ErrorSpec, Next, Node, NodeKind, NodeSpec};
-pub use port::{PortInput, PortsInput, RxQueue, TxQueue, PORT_INPUT};
+pub use port::{CutThrough, PortInput, PortsInput, RxQueue, TxQueue, PORT_INPUT};
 pub use snapshot::{Epochs, Published, Reader};
 pub use worker::{
     keep_off_worker_cores, CommandError, Dataplane, IdlePolicy, StartError, WorkerCommand,

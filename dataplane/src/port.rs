@@ -13,6 +13,39 @@ pub trait RxQueue: Send {
     /// indices to `out`, and returns how many. Each packet's `rx_interface` may be left unset:
     /// the input node stamps it.
     fn receive(&mut self, buffers: &mut WorkerBuffers, out: &mut [u32]) -> usize;
+
+    /// Pairs this queue with `tx`, another port's transmit queue on the same worker, for
+    /// [`RxQueue::forward`]: true when the driver can move frames between the two without
+    /// Quiver buffers (two memif queues can), false (the default, nothing changed) otherwise.
+    /// Replaces an earlier pairing.
+    fn pair(&mut self, tx: &mut dyn TxQueue) -> bool {
+        let _ = tx;
+        false
+    }
+
+    /// Undoes [`RxQueue::pair`].
+    fn unpair(&mut self) {}
+
+    /// When paired: sends up to `max` of the frames that arrived straight to the paired
+    /// transmit queue, bypassing the graph, and tells what it did. `None` when not paired or
+    /// when the pair cannot forward now (the other side is down or gone): the caller then
+    /// receives as usual, and the graph handles the frames.
+    fn forward(&mut self, buffers: &mut WorkerBuffers, max: usize) -> Option<CutThrough> {
+        let _ = (buffers, max);
+        None
+    }
+}
+
+/// What one [`RxQueue::forward`] burst did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CutThrough {
+    /// Frames received and handed to the paired transmit queue.
+    pub packets: usize,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Whether frames the cut-through cannot take wait at the head of the queue: the caller
+    /// receives them as usual.
+    pub more: bool,
 }
 
 /// One transmit queue of a port, owned by one worker.
@@ -26,6 +59,12 @@ pub trait TxQueue: Send {
     /// materialises them first ([`WorkerBuffers::materialise`]).
     fn copies_external(&self) -> bool {
         false
+    }
+
+    /// The queue as `Any`, so that a driver's [`RxQueue::pair`] can recognise a queue of its
+    /// own kind. `None` (the default): it pairs with nothing.
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        None
     }
 }
 
@@ -77,11 +116,31 @@ pub const PORT_INPUT: &str = "port-input";
 /// a list of queues), each burst stamped with its port's interface index and sent to the next
 /// node. Queues are attached and detached at run time, between loop passes, by worker commands
 /// (see [`crate::Dataplane::command`]); per-port receive counters are the ports' own.
+///
+/// A queue may also be cut through to another port's transmit queue
+/// ([`PortsInput::cut_through`]): what it receives then goes straight there, bypassing the
+/// graph (counted as this node's packets and by the caller's counter), except while this node
+/// is traced or a capture is on, when the graph sees every packet as usual.
 pub struct PortsInput {
     name: String,
     next: String,
-    queues: Vec<(u32, Box<dyn RxQueue>)>,
+    queues: Vec<Attached>,
     capture: crate::capture::CaptureTap,
+}
+
+/// A receive queue polled by [`PortsInput`].
+struct Attached {
+    interface: u32,
+    queue: Box<dyn RxQueue>,
+    cut_through: Option<CutThroughTo>,
+}
+
+/// Where an attached queue's frames go when they bypass the graph.
+struct CutThroughTo {
+    /// The interface whose transmit queue the receive queue is paired with.
+    to: u32,
+    /// Told (packets, bytes) of each burst.
+    count: Box<dyn FnMut(u64, u64) + Send>,
 }
 
 impl PortsInput {
@@ -106,23 +165,85 @@ impl PortsInput {
     /// Starts polling `queue` for interface `interface`; returns `false` (and drops `queue`)
     /// when that interface already has a queue here.
     pub fn attach(&mut self, interface: u32, queue: Box<dyn RxQueue>) -> bool {
-        if self.queues.iter().any(|(i, _)| *i == interface) {
+        if self.queues.iter().any(|a| a.interface == interface) {
             return false;
         }
-        self.queues.push((interface, queue));
+        self.queues.push(Attached {
+            interface,
+            queue,
+            cut_through: None,
+        });
         true
     }
 
     /// Stops polling interface `interface`'s queue and hands it back (to be dropped on this
-    /// worker's thread).
+    /// worker's thread), its cut-through ended.
     pub fn detach(&mut self, interface: u32) -> Option<Box<dyn RxQueue>> {
-        let k = self.queues.iter().position(|(i, _)| *i == interface)?;
-        Some(self.queues.remove(k).1)
+        let k = self.queues.iter().position(|a| a.interface == interface)?;
+        let mut a = self.queues.remove(k);
+        a.queue.unpair();
+        Some(a.queue)
     }
 
     /// The interfaces whose queues are polled, in polling order.
     pub fn interfaces(&self) -> impl Iterator<Item = u32> + '_ {
-        self.queues.iter().map(|(i, _)| *i)
+        self.queues.iter().map(|a| a.interface)
+    }
+
+    /// Sends what interface `from` receives straight to `tx`, interface `to`'s transmit queue
+    /// on this worker, without Quiver buffers or the graph, when the two drivers can
+    /// ([`RxQueue::pair`]); `count` is told the packets and bytes of each burst. Returns
+    /// whether the cut-through is on; when false nothing changed (an earlier cut-through of
+    /// `from` stays). End it before `to`'s transmit queue goes away
+    /// ([`PortsInput::end_cut_throughs_to`]).
+    pub fn cut_through(
+        &mut self,
+        from: u32,
+        to: u32,
+        tx: &mut dyn TxQueue,
+        count: Box<dyn FnMut(u64, u64) + Send>,
+    ) -> bool {
+        let Some(a) = self.queues.iter_mut().find(|a| a.interface == from) else {
+            return false;
+        };
+        if !a.queue.pair(tx) {
+            return false;
+        }
+        a.cut_through = Some(CutThroughTo { to, count });
+        true
+    }
+
+    /// Ends interface `from`'s cut-through: its frames go through the graph again. Returns
+    /// whether it had one.
+    pub fn end_cut_through(&mut self, from: u32) -> bool {
+        match self.queues.iter_mut().find(|a| a.interface == from) {
+            Some(a) if a.cut_through.is_some() => {
+                a.cut_through = None;
+                a.queue.unpair();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Ends every cut-through to interface `to`; returns how many there were.
+    pub fn end_cut_throughs_to(&mut self, to: u32) -> usize {
+        let mut ended = 0;
+        for a in &mut self.queues {
+            if a.cut_through.as_ref().is_some_and(|c| c.to == to) {
+                a.cut_through = None;
+                a.queue.unpair();
+                ended += 1;
+            }
+        }
+        ended
+    }
+
+    /// The cut-throughs on: (receiving interface, transmitting interface).
+    pub fn cut_throughs(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        self.queues
+            .iter()
+            .filter_map(|a| a.cut_through.as_ref().map(|c| (a.interface, c.to)))
     }
 }
 
@@ -136,7 +257,25 @@ impl<S> Node<S> for PortsInput {
 
     fn process(&mut self, cx: &mut Context<'_, S>, frame: &mut Frame) -> usize {
         let mut produced = 0;
-        for (interface, queue) in &mut self.queues {
+        // A trace or a capture sees every packet: nothing bypasses the graph meanwhile.
+        let bypass = self.capture.is_empty() && !cx.traces_input();
+        for Attached {
+            interface,
+            queue,
+            cut_through,
+        } in &mut self.queues
+        {
+            if let Some(c) = cut_through.as_mut().filter(|_| bypass) {
+                if let Some(f) = queue.forward(cx.buffers, crate::FRAME_SIZE) {
+                    if f.packets > 0 {
+                        (c.count)(f.packets as u64, f.bytes);
+                        produced += f.packets;
+                    }
+                    if !f.more {
+                        continue;
+                    }
+                }
+            }
             let n = queue.receive(cx.buffers, frame.spare_mut());
             if n == 0 {
                 continue;
@@ -168,6 +307,18 @@ impl<Q: RxQueue + ?Sized> RxQueue for Box<Q> {
     fn receive(&mut self, buffers: &mut WorkerBuffers, out: &mut [u32]) -> usize {
         (**self).receive(buffers, out)
     }
+
+    fn pair(&mut self, tx: &mut dyn TxQueue) -> bool {
+        (**self).pair(tx)
+    }
+
+    fn unpair(&mut self) {
+        (**self).unpair()
+    }
+
+    fn forward(&mut self, buffers: &mut WorkerBuffers, max: usize) -> Option<CutThrough> {
+        (**self).forward(buffers, max)
+    }
 }
 
 impl<Q: TxQueue + ?Sized> TxQueue for Box<Q> {
@@ -177,5 +328,9 @@ impl<Q: TxQueue + ?Sized> TxQueue for Box<Q> {
 
     fn copies_external(&self) -> bool {
         (**self).copies_external()
+    }
+
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        (**self).as_any_mut()
     }
 }

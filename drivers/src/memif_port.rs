@@ -29,8 +29,9 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use crossbeam_utils::atomic::AtomicCell;
 use dataplane::buffer::ExternalSource;
-use dataplane::{RxQueue, TxQueue, WorkerBuffers};
+use dataplane::{CutThrough, RxQueue, TxQueue, WorkerBuffers};
 use memif::queue::{HeldFrames, Hold, HoldSink, Taken};
 use memif::{
     Interface, InterfaceConfig, Master, MasterConfig, Mode, PeerFrame, Role, Slave, SocketAddress,
@@ -134,6 +135,8 @@ struct QueueCounters {
     rx_copied: AtomicU64,
     /// Frames received without a copy and not released yet, as of the queue's last poll.
     rx_held: AtomicU64,
+    /// Frames received and sent straight to the cross-connected memif port (no Quiver buffer).
+    rx_cut_through: AtomicU64,
     /// Frames copied straight from another memif peer's memory into this one's.
     tx_peer_to_peer: AtomicU64,
     tx_packets: AtomicU64,
@@ -232,11 +235,16 @@ impl Port for MemifPort {
                 held_rx: [memif::HeldRx::default(); 256],
                 source: None,
                 retiring: Vec::new(),
+                paired: None,
             }),
             tx: Box::new(MemifTx {
-                slots: slots.clone(),
-                seen: 0,
-                queue: None,
+                home: Arc::new(TxHome {
+                    slots: slots.clone(),
+                    state: AtomicCell::new(Some(Box::new(TxState {
+                        seen: 0,
+                        queue: None,
+                    }))),
+                }),
                 skip: if ip { ETH_HEADER } else { 0 },
             }),
         })
@@ -247,9 +255,11 @@ impl Port for MemifPort {
         let mut no_buffer = 0;
         let (mut link_down, mut too_short) = (0, 0);
         let (mut zero_copy, mut copied, mut held, mut p2p) = (0, 0, 0, 0);
+        let mut cut_through = 0;
         for w in &self.workers {
             let c = &w.counters;
             zero_copy += c.rx_zero_copy.load(Ordering::Relaxed);
+            cut_through += c.rx_cut_through.load(Ordering::Relaxed);
             copied += c.rx_copied.load(Ordering::Relaxed);
             held += c.rx_held.load(Ordering::Relaxed);
             p2p += c.tx_peer_to_peer.load(Ordering::Relaxed);
@@ -274,6 +284,7 @@ impl Port for MemifPort {
             ("rx-zero-copy".into(), zero_copy),
             ("rx-copied".into(), copied),
             ("rx-held".into(), held),
+            ("rx-cut-through".into(), cut_through),
             ("tx-peer-to-peer".into(), p2p),
             ("tx-link-down".into(), link_down),
             ("tx-too-short".into(), too_short),
@@ -315,6 +326,8 @@ struct MemifRx {
     /// Held frames of earlier connections still in flight: forgotten by the worker's buffers
     /// once all are released.
     retiring: Vec<Arc<HeldFrames>>,
+    /// The transmit queue of the memif port this one is cut through to ([`RxQueue::pair`]).
+    paired: Option<Arc<TxHome>>,
 }
 
 /// A memif queue's held frames as the source of Quiver's external-payload buffers.
@@ -356,10 +369,11 @@ impl MemifRx {
             self.source = Some((id, held));
         }
     }
-}
 
-impl RxQueue for MemifRx {
-    fn receive(&mut self, buffers: &mut WorkerBuffers, out: &mut [u32]) -> usize {
+    /// Picks up a new queue from the control thread, and lets go of the memory of old
+    /// connections whose frames are all released.
+    #[inline]
+    fn refresh(&mut self, buffers: &mut WorkerBuffers) {
         if let Some(q) = self.slots.rx.take_if_changed(&mut self.seen) {
             self.switch(buffers, q);
         }
@@ -370,6 +384,61 @@ impl RxQueue for MemifRx {
                 buffers.prune_external();
             }
         }
+    }
+}
+
+impl RxQueue for MemifRx {
+    /// Pairs with another memif port's transmit queue when both are in ETHERNET mode (IP
+    /// mode adds or strips a header, which needs a Quiver buffer).
+    fn pair(&mut self, tx: &mut dyn TxQueue) -> bool {
+        let Some(tx) = tx.as_any_mut().and_then(|t| t.downcast_mut::<MemifTx>()) else {
+            return false;
+        };
+        if self.ip_header.is_some() || tx.skip != 0 {
+            return false;
+        }
+        self.paired = Some(tx.home.clone());
+        true
+    }
+
+    fn unpair(&mut self) {
+        self.paired = None;
+    }
+
+    /// Held frames straight into the paired port's peer ([`memif::RxQueue::forward_to`]):
+    /// never more than its ring takes, so a slow peer there holds frames back here instead
+    /// of losing them. Not while that port is down (its transmit queue drops and counts, as
+    /// the graph path does) or gone.
+    fn forward(&mut self, buffers: &mut WorkerBuffers, max: usize) -> Option<CutThrough> {
+        self.paired.as_ref()?;
+        self.refresh(buffers);
+        let home = self.paired.as_ref()?;
+        let q = self.queue.as_mut()?;
+        let (_, held) = self.source.as_ref()?;
+        let mut tx = home.state.take()?;
+        tx.refresh(&home.slots);
+        let done = tx.live_queue().map(|txq| q.forward_to(txq, max));
+        home.state.store(Some(tx));
+        let f = done?;
+        let c = &self.slots.counters;
+        bump(&c.rx_packets, f.received as u64);
+        bump(&c.rx_bytes, f.bytes);
+        bump(&c.rx_zero_copy, f.received as u64);
+        bump(&c.rx_cut_through, f.received as u64);
+        c.rx_held.store(held.in_flight(), Ordering::Relaxed);
+        let t = &home.slots.counters;
+        bump(&t.tx_packets, f.sent);
+        bump(&t.tx_bytes, f.sent_bytes);
+        bump(&t.tx_peer_to_peer, f.sent);
+        Some(CutThrough {
+            packets: f.received,
+            bytes: f.bytes,
+            more: f.more,
+        })
+    }
+
+    fn receive(&mut self, buffers: &mut WorkerBuffers, out: &mut [u32]) -> usize {
+        self.refresh(buffers);
         let Some(q) = self.queue.as_mut() else {
             return 0;
         };
@@ -548,22 +617,65 @@ impl IntoBuffers<'_> {
 
 /// A worker's transmit queue of a memif port.
 struct MemifTx {
-    slots: Arc<WorkerSlots>,
-    seen: u64,
-    queue: Option<memif::TxQueue>,
+    home: Arc<TxHome>,
     /// Bytes of Ethernet header left out (IP mode).
     skip: usize,
 }
 
-impl TxQueue for MemifTx {
-    fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[u32]) -> usize {
-        if let Some(q) = self.slots.tx.take_if_changed(&mut self.seen) {
+/// Where a worker's memif transmit queue lives: used by the port's `interface-output` and by
+/// a receive queue cut through to the port ([`MemifRx::forward`]), both on the worker's
+/// thread, each taking the state for the length of one call and putting it back (an atomic
+/// swap each way, never a wait). Empty once the [`MemifTx`] is dropped.
+struct TxHome {
+    slots: Arc<WorkerSlots>,
+    state: AtomicCell<Option<Box<TxState>>>,
+}
+
+// The swap is one atomic instruction, not crossbeam's lock-based fallback.
+const _: () = assert!(AtomicCell::<Option<Box<TxState>>>::is_lock_free());
+
+/// A worker's memif transmit queue, as handed over by the control thread.
+struct TxState {
+    seen: u64,
+    queue: Option<memif::TxQueue>,
+}
+
+impl TxState {
+    /// Picks up a new queue (or none) from the control thread.
+    #[inline]
+    fn refresh(&mut self, slots: &WorkerSlots) {
+        if let Some(q) = slots.tx.take_if_changed(&mut self.seen) {
             self.queue = q;
         }
-        let c = &self.slots.counters;
-        let live = self.queue.as_ref().is_some_and(|q| q.is_live());
-        let Some(q) = self.queue.as_mut().filter(|_| live) else {
+    }
+
+    /// The queue, while its connection is up.
+    #[inline]
+    fn live_queue(&mut self) -> Option<&mut memif::TxQueue> {
+        self.queue.as_mut().filter(|q| q.is_live())
+    }
+}
+
+impl Drop for MemifTx {
+    fn drop(&mut self) {
+        // A receive queue still cut through to this one finds nothing and leaves its frames
+        // to the graph from now on.
+        drop(self.home.state.take());
+    }
+}
+
+impl TxQueue for MemifTx {
+    fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[u32]) -> usize {
+        let home = &*self.home;
+        let c = &home.slots.counters;
+        // Always here between calls: only a call on this worker's thread takes it.
+        let mut state = home.state.take();
+        if let Some(s) = state.as_mut() {
+            s.refresh(&home.slots);
+        }
+        let Some(q) = state.as_mut().and_then(|s| s.live_queue()) else {
             // Link down: the frames are dropped here, counted, not left to look like a full ring.
+            home.state.store(state);
             bump(&c.tx_link_down, packets.len() as u64);
             buffers.free(packets);
             return packets.len();
@@ -581,12 +693,17 @@ impl TxQueue for MemifTx {
         bump(&c.tx_bytes, report.bytes);
         bump(&c.tx_too_short, src.short.get());
         bump(&c.tx_peer_to_peer, report.held_copies);
+        home.state.store(state);
         buffers.free(&packets[..n]);
         n
     }
 
     fn copies_external(&self) -> bool {
         true
+    }
+
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
     }
 }
 

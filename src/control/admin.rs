@@ -396,10 +396,17 @@ impl AdminBackend for ForwarderAdmin {
         for i in fw.interfaces() {
             let a = i.index;
             if let Some(b) = fw.cross_connect_of(a).filter(|&b| a < b) {
+                let cut = f.cut_throughs();
+                let path = if cut.contains(&(a, b)) && cut.contains(&(b, a)) {
+                    "cut-through"
+                } else {
+                    "graph"
+                };
                 out.push(pb::CrossConnect {
                     a: i.name.clone(),
                     b: name(b),
                     kind: "l2".into(),
+                    path: path.into(),
                     ..Default::default()
                 });
             }
@@ -413,6 +420,7 @@ impl AdminBackend for ForwarderAdmin {
                         .map(|p| Ipv4Addr::from(p).to_string())
                         .unwrap_or_default(),
                     peer_b: Ipv4Addr::from(peer_b).to_string(),
+                    path: "graph".into(),
                 });
             }
         }

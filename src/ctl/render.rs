@@ -345,14 +345,20 @@ pub fn neighbors_json(r: &pb::ShowNeighborsReply) -> Value {
 
 /// `show cross-connects`.
 pub fn cross_connects(r: &pb::ShowCrossConnectsReply) -> String {
-    let mut t = Table::new(&["A", "B", "Kind", "Peers"]);
+    let mut t = Table::new(&["A", "B", "Kind", "Path", "Peers"]);
     for x in &r.cross_connects {
         let peers = if x.kind == "l3" {
             format!("{} ↔ {}", x.peer_a, x.peer_b)
         } else {
             String::new()
         };
-        t.row(vec![x.a.clone(), x.b.clone(), x.kind.clone(), peers]);
+        t.row(vec![
+            x.a.clone(),
+            x.b.clone(),
+            x.kind.clone(),
+            x.path.clone(),
+            peers,
+        ]);
     }
     t.render()
 }
@@ -363,7 +369,7 @@ pub fn cross_connects_json(r: &pb::ShowCrossConnectsReply) -> Value {
         r.cross_connects
             .iter()
             .map(|x| {
-                json!({"a": x.a, "b": x.b, "kind": x.kind, "peer_a": x.peer_a, "peer_b": x.peer_b})
+                json!({"a": x.a, "b": x.b, "kind": x.kind, "path": x.path, "peer_a": x.peer_a, "peer_b": x.peer_b})
             })
             .collect(),
     )
@@ -773,13 +779,14 @@ mod tests {
                 kind: "l3".into(),
                 peer_a: "10.0.0.2".into(),
                 peer_b: "10.0.1.2".into(),
+                path: "graph".into(),
             }],
         });
         assert!(
             x.lines()
                 .nth(1)
                 .unwrap()
-                .ends_with("l3    10.0.0.2 ↔ 10.0.1.2"),
+                .ends_with("l3    graph  10.0.0.2 ↔ 10.0.1.2"),
             "{x}"
         );
         let c = connections(&pb::ShowConnectionsReply::default());

@@ -14,6 +14,7 @@
 //! [`Owned`]; `dpdk_ports`: the EAL and DPDK ports (feature `dpdk`).
 
 mod capture;
+mod cut_through;
 mod dpdk_ports;
 mod error;
 mod open;
@@ -81,6 +82,8 @@ pub struct Forwarder {
     dpdk: Option<dpdk_ports::Dpdk>,
     /// Packet captures (`quiver ctl capture`), their files closed when the forwarder stops.
     captures: capture::Captures,
+    /// Cut-throughs on (receiving, transmitting interface): see `cut_through`.
+    cut_throughs: Vec<(IfIndex, IfIndex)>,
 }
 
 /// The buffer pool layout `cfg` needs: with DPDK ports, room in front of every buffer for the
@@ -167,7 +170,7 @@ impl Forwarder {
             b.build().map_err(|e| e.to_string())
         })
         .map_err(|e| e.to_string())?;
-        Ok(Forwarder {
+        let mut forwarder = Forwarder {
             dataplane,
             forwarding,
             ports,
@@ -179,7 +182,11 @@ impl Forwarder {
             memif,
             dpdk,
             captures: capture::Captures::default(),
-        })
+            cut_throughs: Vec::new(),
+        };
+        // The configured cross-connects' cut-throughs.
+        forwarder.commit().map_err(|e| e.to_string())?;
+        Ok(forwarder)
     }
 
     /// The running data plane.
@@ -225,11 +232,6 @@ impl Forwarder {
             let t = self.tunnels.iter().find(|t| t.interface == i)?;
             Some(t.name.as_str())
         })
-    }
-
-    fn commit(&mut self) -> Result<(), ForwarderError> {
-        self.forwarding.commit(&self.dataplane)?;
-        Ok(())
     }
 
     fn record(&mut self, owner: Option<&str>, object: Owned) {

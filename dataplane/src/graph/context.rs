@@ -163,6 +163,13 @@ impl<'a, S> Context<'a, S> {
         }
     }
 
+    /// For input nodes: whether `trace add` asked for this node (so every packet it produces
+    /// should go through the graph, to be traced).
+    #[inline(always)]
+    pub fn traces_input(&self) -> bool {
+        self.rt.trace.armed_node == Some(self.node)
+    }
+
     fn shared_trace(&self) -> &'a crate::trace::TraceShared {
         &self.shared.trace
     }

@@ -28,7 +28,9 @@ impl XconnectStats {
         }
     }
 
-    fn add(&self, rx: u32, packets: u64, bytes: u64) {
+    /// Counts `packets` (of `bytes`) cross-connected from interface `rx`. Only the worker
+    /// owning these counters calls it (its `l2-xconnect`, or a cut-through on its behalf).
+    pub fn add(&self, rx: u32, packets: u64, bytes: u64) {
         if let Some([p, b]) = self.counts.get(rx as usize) {
             bump(p, packets);
             bump(b, bytes);
@@ -122,5 +124,9 @@ impl Node<ForwardingState> for L2Xconnect {
             cx.enqueue_frame(OUTPUT, frame);
         }
         n
+    }
+
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
     }
 }

@@ -1,0 +1,101 @@
+//! Cut-throughs: each direction of an L2 cross-connect between two ETHERNET-mode memif ports
+//! is done by the ports' own queues. On every worker, `port-input` hands what one port
+//! receives straight to the other's transmit queue ([`PortsInput::cut_through`]): the frame is
+//! copied once, from one peer's buffer into the other's, with no Quiver buffer and no graph
+//! node in between. The cross-connect's counters and both ports' counters count it as the
+//! graph would (the port's `rx-cut-through` tells how many went this way).
+//!
+//! While `port-input` is traced or any capture is on, the graph sees every packet: the
+//! cut-through steps aside on its own, burst by burst. Here the forwarder keeps the workers'
+//! cut-throughs in line with its cross-connects: on every commit, those no longer wanted end
+//! before the new configuration is published (no frame bypasses a cross-connect that is gone)
+//! and new ones start after it.
+
+use graph_nodes::nodes::L2Xconnect;
+
+use super::*;
+
+/// Worker command: interface `from`'s frames straight to interface `to`'s transmit queue
+/// (`on`), or through the graph again. A worker without a transmit queue for `to`, or whose
+/// queues cannot pair, keeps using the graph.
+fn cut_through_command(from: IfIndex, to: IfIndex, on: bool) -> WorkerCommand<ForwardingState> {
+    Box::new(move |w| {
+        let graph = &mut w.graph;
+        if !on {
+            if let Some(input) = graph.node_mut::<PortsInput>(PORT_INPUT) {
+                input.end_cut_through(from);
+            }
+            return Ok(());
+        }
+        let stats = graph
+            .node_mut::<L2Xconnect>(names::L2_XCONNECT)
+            .ok_or("the graph has no l2-xconnect node")?
+            .stats();
+        let output = graph
+            .node_mut::<InterfaceOutput>(names::INTERFACE_OUTPUT)
+            .ok_or("the graph has no interface-output node")?;
+        let Some(mut tx) = output.detach(to) else {
+            return Ok(());
+        };
+        if let Some(input) = graph.node_mut::<PortsInput>(PORT_INPUT) {
+            let count = Box::new(move |packets, bytes| stats.add(from, packets, bytes));
+            input.cut_through(from, to, &mut *tx, count);
+        }
+        if let Some(output) = graph.node_mut::<InterfaceOutput>(names::INTERFACE_OUTPUT) {
+            drop(output.attach(to, tx));
+        }
+        Ok(())
+    })
+}
+
+impl Forwarder {
+    /// The cut-throughs the configuration calls for: (receiving, transmitting) interface, both
+    /// ways of every L2 cross-connect between two ETHERNET-mode memif ports.
+    fn wanted_cut_throughs(&self) -> Vec<(IfIndex, IfIndex)> {
+        let ethernet_memif: Vec<IfIndex> = self
+            .ports
+            .iter()
+            .zip(&self.sections)
+            .filter(|(_, s)| matches!(s, PortSection::Memif(m) if m.mode == MemifMode::Ethernet))
+            .map(|(p, _)| p.interface)
+            .collect();
+        ethernet_memif
+            .iter()
+            .filter_map(|&a| {
+                let b = self.forwarding.cross_connect_of(a)?;
+                ethernet_memif.contains(&b).then_some((a, b))
+            })
+            .collect()
+    }
+
+    /// Publishes the forwarding configuration, the workers' cut-throughs following it: those
+    /// it no longer calls for end first, new ones start once it is published.
+    pub(super) fn commit(&mut self) -> Result<(), ForwarderError> {
+        let wanted = self.wanted_cut_throughs();
+        let gone: Vec<(IfIndex, IfIndex)> = self
+            .cut_throughs
+            .iter()
+            .filter(|c| !wanted.contains(c))
+            .copied()
+            .collect();
+        for &(from, to) in &gone {
+            self.dataplane
+                .command(|_| cut_through_command(from, to, false))?;
+            self.cut_throughs.retain(|&c| c != (from, to));
+        }
+        self.forwarding.commit(&self.dataplane)?;
+        for (from, to) in wanted {
+            if !self.cut_throughs.contains(&(from, to)) {
+                self.dataplane
+                    .command(|_| cut_through_command(from, to, true))?;
+                self.cut_throughs.push((from, to));
+            }
+        }
+        Ok(())
+    }
+
+    /// The cut-throughs on (receiving, transmitting interface), as the workers were told.
+    pub fn cut_throughs(&self) -> &[(IfIndex, IfIndex)] {
+        &self.cut_throughs
+    }
+}
