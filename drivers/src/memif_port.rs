@@ -17,6 +17,12 @@
 //! straight into its own peer's (`tx-peer-to-peer`); any other frame from the Quiver buffer.
 //! Chained frames and IP mode (which adds a header) copy on receive (`rx-copied`).
 //!
+//! Cut-through: a receive queue paired with another memif port's transmit queue
+//! ([`RxQueue::pair`]) forwards straight to it ([`RxQueue::forward`], with
+//! [`memif::RxQueue::forward_to`]): no Quiver buffer at all, counted as `rx-cut-through`. The
+//! transmit queue then has two users on the worker, `interface-output` and the paired receive
+//! queue; it lives in a `TxHome` each takes it from for one call.
+//!
 //! In IP mode the peer sends bare IP packets: a receive adds an Ethernet header (to the port's
 //! MAC, ethertype from the IP version) so the graph sees what it always sees, and a transmit
 //! leaves the Ethernet header out.
