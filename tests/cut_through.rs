@@ -261,3 +261,41 @@ fn a_peer_that_stops_reading_holds_frames_back_in_the_senders_ring_without_loss(
     assert_eq!(cut_through_count(&q, "memif0"), N as u64);
     q.check_running();
 }
+
+#[test]
+fn frames_towards_a_peer_that_left_are_counted_and_it_finds_the_cut_through_when_back() {
+    let dir = Scratch::new("cut-through-reconnect");
+    let memif_socket = dir.path("memif.sock");
+    let mut q = Quiver::start(&dir, &config(&memif_socket), &[]);
+    let mut a = Cnf::connect(&memif_socket, 0);
+    let mut b = Cnf::connect(&memif_socket, 1);
+    wait_for("both CNFs' links", 30, || a.is_up() & b.is_up());
+    q.wait_log("memif link up port=memif1");
+    through(&mut a, &mut b, &frames(0..100));
+    assert_eq!(cut_through_count(&q, "memif0"), 100);
+
+    // b leaves: what a sends meanwhile is dropped at memif1, counted as the link being down.
+    drop(b);
+    wait_for("memif1 down", 30, || {
+        interface(&q, "memif1")["link"] != "up"
+    });
+    a.send(&frames(100..110));
+    wait_for("the frames counted as dropped", 30, || {
+        a.poll();
+        interface(&q, "memif1")["detail"]["tx-link-down"] == 10
+    });
+    let m0 = interface(&q, "memif0");
+    assert_eq!(
+        m0["rx_packets"], 110,
+        "received, then dropped towards the absent peer"
+    );
+
+    // b comes back: the cut-through carries a's frames again.
+    let mut b = Cnf::connect(&memif_socket, 1);
+    wait_for("b back", 30, || b.is_up());
+    wait_for("memif1 up", 30, || interface(&q, "memif1")["link"] == "up");
+    through(&mut a, &mut b, &frames(110..1110));
+    assert_eq!(cut_through_count(&q, "memif0"), 1100);
+    assert_eq!(path_of(&q, "memif0"), "cut-through");
+    q.check_running();
+}
