@@ -60,28 +60,35 @@ impl Peer {
 
 impl Loop {
     fn new(test: &str, forwarder_slave_on_b: bool) -> Loop {
+        Loop::with_b_buffers(test, forwarder_slave_on_b, 2048)
+    }
+
+    /// [`Loop::new`], B's buffers (the slave's on B) `b_buffer` bytes long.
+    fn with_b_buffers(test: &str, forwarder_slave_on_b: bool, b_buffer: u32) -> Loop {
+        let b_config = || {
+            let mut c = config(2);
+            c.buffer_size = b_buffer;
+            c
+        };
         let fwd_addr = sock_addr(&format!("{test}-fwd"));
         let mut fwd = Master::bind(fwd_addr.clone(), MasterConfig::default()).unwrap();
         fwd.add_interface(config(1)).unwrap();
-        let a = Slave::new(fwd_addr.clone(), config(1)).unwrap();
-        let (b, fwd_b) = if forwarder_slave_on_b {
+        let mut a = Slave::new(fwd_addr.clone(), config(1)).unwrap();
+        let (mut b, mut fwd_b) = if forwarder_slave_on_b {
             let b_addr: SocketAddress = sock_addr(&format!("{test}-b"));
             let mut m = Master::bind(b_addr.clone(), MasterConfig::default()).unwrap();
-            m.add_interface(config(2)).unwrap();
+            m.add_interface(b_config()).unwrap();
             (
                 Peer::Master(m),
-                Some(Slave::new(b_addr, config(2)).unwrap()),
+                Some(Slave::new(b_addr, b_config()).unwrap()),
             )
         } else {
             fwd.add_interface(config(2)).unwrap();
             (
-                Peer::Slave(Box::new(Slave::new(fwd_addr, config(2)).unwrap())),
+                Peer::Slave(Box::new(Slave::new(fwd_addr, b_config()).unwrap())),
                 None,
             )
         };
-        let mut b = b;
-        let mut fwd_b = fwd_b;
-        let mut a = a;
         wait_for("both links up", 10, || {
             fwd.poll().unwrap();
             a.poll().unwrap();
@@ -265,4 +272,41 @@ fn nothing_is_taken_from_a_once_b_goes_down() {
     assert_eq!(l.send(&[frame(2, 64)]), 1);
     assert_eq!(l.rx.forward_to(&mut l.tx, 256), Forwarded::default());
     assert_eq!(l.rx.ready(), 1, "the frame waits in A's ring");
+}
+
+/// Frames longer than B's buffers are chained across several of them there.
+fn frames_longer_than_the_other_sides_buffers_are_chained(forwarder_slave_on_b: bool, test: &str) {
+    let mut l = Loop::with_b_buffers(test, forwarder_slave_on_b, 512);
+    let frames = vec![
+        frame(1, 100),
+        frame(2, 1500),
+        frame(3, 60),
+        frame(4, 2048),
+        frame(5, 512),
+    ];
+    assert_eq!(l.send(&frames), frames.len());
+    let mut f = Forwarded::default();
+    wait_for("all forwarded", 10, || {
+        let g = l.rx.forward_to(&mut l.tx, 256);
+        f.received += g.received;
+        f.sent += g.sent;
+        f.received == frames.len()
+    });
+    assert_eq!(f.sent, frames.len() as u64);
+    let mut got = Vec::new();
+    wait_for("all at B", 10, || {
+        got.extend(l.received(256));
+        got.len() >= frames.len()
+    });
+    assert!(got == frames, "in order and intact");
+}
+
+#[test]
+fn frames_longer_than_a_slaves_posted_buffers_are_chained_into_them() {
+    frames_longer_than_the_other_sides_buffers_are_chained(false, "fwd_long_m");
+}
+
+#[test]
+fn frames_longer_than_the_forwarders_own_buffers_are_chained_into_them() {
+    frames_longer_than_the_other_sides_buffers_are_chained(true, "fwd_long_s");
 }

@@ -842,3 +842,123 @@ fn descriptors_rewritten_after_they_were_received_are_not_followed() {
     st.check_good();
     drop(raw.sock);
 }
+
+/// The good interface's (id 2) queues, detached from the master, the receive one holding.
+fn good_queues(st: &mut Setup) -> (memif::RxQueue, memif::TxQueue) {
+    let q = st.m.interface_mut(2).unwrap().detach_queues().unwrap();
+    let mut rx = q.rx.into_iter().next().unwrap();
+    rx.enable_holding();
+    (rx, q.tx.into_iter().next().unwrap())
+}
+
+#[test]
+fn forwarding_from_a_hostile_peer_skips_its_bad_descriptors_and_passes_the_rest() {
+    let mut st = Setup::new("fwd_from_raw", InterfaceConfig::new(1));
+    let raw = RawSlave::connect(&mut st, 1);
+    let q = st.m.interface_mut(1).unwrap().detach_queues().unwrap();
+    let mut from_raw = q.rx.into_iter().next().unwrap();
+    from_raw.enable_holding();
+    let (_, mut to_good) = good_queues(&mut st);
+    let good = [frame(1, 64), frame(2, 700), frame(3, 1500)];
+    let mut bad_region = raw.good_desc(1, &[1; 64]);
+    bad_region.region = 9;
+    let mut past_the_end = raw.good_desc(3, &[1; 64]);
+    past_the_end.offset = (REGION_SIZE - 10) as u32;
+    raw.publish(
+        &[
+            raw.good_desc(0, &good[0]),
+            bad_region,
+            raw.good_desc(2, &good[1]),
+            past_the_end,
+            raw.good_desc(4, &good[2]),
+        ],
+        0,
+    );
+    let f = from_raw.forward_to(&mut to_good, 256);
+    assert_eq!((f.received, f.sent, f.more), (3, 3, false));
+    let mut got = Vec::new();
+    wait_for("the good frames at the good peer", 10, || {
+        st.good
+            .interface_mut()
+            .rx_burst(0, 16, &mut |p: &[u8]| got.push(p.to_vec()));
+        got.len() >= 3
+    });
+    assert_eq!(got, good, "the good frames, in order, intact");
+    let c = st.m.interface(1).unwrap().counters();
+    assert_eq!((c.bad_desc_region, c.bad_desc_offset), (1, 1));
+    // Every slot back with the raw peer, the bad ones too.
+    let s2m = raw.s2m.at(&raw.region);
+    assert_eq!(s2m.tail().load(Ordering::Acquire), 5);
+    assert!(st.m.interface(1).unwrap().is_up());
+}
+
+#[test]
+fn forwarding_into_bad_buffers_a_hostile_peer_posted_loses_only_those_frames() {
+    let mut st = Setup::new("fwd_to_raw", InterfaceConfig::new(1));
+    let raw = RawSlave::connect(&mut st, 1);
+    let q = st.m.interface_mut(1).unwrap().detach_queues().unwrap();
+    let mut to_raw = q.tx.into_iter().next().unwrap();
+    let (mut from_good, _) = good_queues(&mut st);
+    // The raw peer posts four buffers: good, past its region's end, good, in a region that
+    // does not exist.
+    let m2s = Ring::new(&raw.region, ring_stride(LOG2), LOG2).unwrap();
+    let posted = m2s.at(&raw.region);
+    let buffer = |slot: u64| Desc {
+        flags: 0,
+        region: 0,
+        length: BSIZE as u32,
+        offset: (BUF_BASE + (8 + slot) * BSIZE) as u32,
+        metadata: 0,
+    };
+    let mut past_the_end = buffer(1);
+    past_the_end.offset = (REGION_SIZE - 100) as u32;
+    let mut no_region = buffer(3);
+    no_region.region = 7;
+    for (slot, d) in [buffer(0), past_the_end, buffer(2), no_region]
+        .into_iter()
+        .enumerate()
+    {
+        posted.write_desc(slot as u16, d);
+    }
+    posted.head().store(4, Ordering::Release);
+    let frames = [frame(1, 64), frame(2, 300), frame(3, 64), frame(4, 90)];
+    let refs: Vec<&[u8]> = frames.iter().map(|f| &f[..]).collect();
+    assert_eq!(st.good.interface_mut().tx_burst(0, &refs), 4);
+    let mut f = memif::Forwarded::default();
+    wait_for("the frames forwarded", 10, || {
+        let g = from_good.forward_to(&mut to_raw, 256);
+        f.received += g.received;
+        f.taken += g.taken;
+        f.sent += g.sent;
+        f.received == 4
+    });
+    assert_eq!((f.taken, f.sent), (4, 2), "two lost to the bad buffers");
+    assert_eq!(
+        posted.tail().load(Ordering::Acquire),
+        4,
+        "every buffer handed back"
+    );
+    for (slot, sent) in [
+        (0u16, Some(&frames[0])),
+        (1, None),
+        (2, Some(&frames[2])),
+        (3, None),
+    ] {
+        let d = posted.read_desc(slot);
+        match sent {
+            Some(f) => {
+                assert_eq!(d.length as usize, f.len());
+                let mut v = vec![0; f.len()];
+                assert!(raw.region.copy_out(u64::from(d.offset), &mut v));
+                assert_eq!(&v, f, "slot {slot}");
+            }
+            None => assert_eq!(d.length, 0, "a bad buffer goes back empty"),
+        }
+    }
+    let c = st.m.interface(1).unwrap().counters();
+    assert_eq!(
+        (c.bad_desc_offset, c.bad_desc_region, c.tx_dropped),
+        (1, 1, 2)
+    );
+    assert!(st.m.interface(1).unwrap().is_up());
+}

@@ -4,8 +4,9 @@
 //! forwarder's own memory, and a frame leaves its receive slot only when the other ring has
 //! taken it.
 
-use super::{receive_held, HeldFrames, HeldRx, RxQueue, TxQueue, TxSource};
-use crate::interface::Counters;
+use super::{receive_held, transmit, HeldFrames, HeldRx, RxQueue, TxQueue, TxSource};
+use crate::interface::{Counters, Role};
+use crate::ring::{Desc, DESC_FLAG_NEXT};
 
 /// Most frames one [`RxQueue::forward_to`] burst moves.
 pub const MAX_FORWARD_BURST: usize = 256;
@@ -58,31 +59,64 @@ impl TxSource for HeldBurst<'_> {
 }
 
 impl RxQueue {
-    /// Forwards up to `max` frames (at most [`MAX_FORWARD_BURST`]) to `tx`: one-descriptor
-    /// frames are held where this queue's peer wrote them, copied straight into the buffers of
-    /// `tx`'s peer, and released. It never receives more frames than `tx`'s ring can take now,
-    /// so when the other peer falls behind the frames wait here (the sender sees its ring
-    /// fill) instead of being dropped. It stops before a chained frame
-    /// ([`Forwarded::more`]); bad descriptors are counted and skipped as by every receive.
+    /// Forwards up to `max` frames (at most [`MAX_FORWARD_BURST`]) to `tx`: each frame is
+    /// copied straight from the buffer this queue's peer wrote into one `tx`'s peer posted
+    /// (or, for a slave, its own), and its slot given back. It never receives more frames than
+    /// `tx`'s ring can take now, so when the other peer falls behind the frames wait here (the
+    /// sender sees its ring fill) instead of being dropped. It stops before a chained frame
+    /// ([`Forwarded::more`]); bad descriptors are counted and skipped as by every receive, and
+    /// bad buffers posted by `tx`'s peer as by every transmit.
     ///
-    /// Needs [`RxQueue::enable_holding`] (receives nothing before). Counts the received frames
-    /// on this queue's interface and the sent ones on `tx`'s, as the separate calls would.
+    /// Needs [`RxQueue::enable_holding`] (receives nothing before): frames held earlier keep
+    /// their slots from the peer until released, as always. Counts the received frames on
+    /// this queue's interface and the sent ones on `tx`'s, as the separate calls would.
     pub fn forward_to(&mut self, tx: &mut TxQueue, max: usize) -> Forwarded {
-        let Some(h) = self.hold.as_mut() else {
-            return Forwarded::default();
-        };
-        if !self.shared.is_live() || !tx.is_live() {
+        if self.hold.is_none() || !self.shared.is_live() || !tx.is_live() {
             return Forwarded::default();
         }
         let room = tx.room();
         let want = max.min(room).min(MAX_FORWARD_BURST);
         let ready = usize::from(super::rx_ready(&self.shared, &self.q, self.role));
         if want == 0 || ready == 0 {
-            // Slots of frames released since the last burst still go back to the peer.
-            super::reclaim(&self.shared, &mut self.q, self.role, h);
+            if let Some(h) = self.hold.as_mut() {
+                // Slots of frames released since the last burst still go back to the peer.
+                super::reclaim(&self.shared, &mut self.q, self.role, h);
+            }
             return Forwarded::default();
         }
         let want = want.min(ready);
+        let direct = match tx.role {
+            Role::Master => forward_direct::<true>(self, tx, want),
+            Role::Slave => forward_direct::<false>(self, tx, want),
+        };
+        let mut f = Forwarded {
+            received: direct.frames,
+            bytes: direct.bytes,
+            taken: direct.frames,
+            sent: direct.frames as u64,
+            sent_bytes: direct.bytes,
+            more: false,
+        };
+        if direct.slots < want && super::rx_ready(&self.shared, &self.q, self.role) > 0 {
+            // What the direct loop does not take (a frame for several of the other peer's
+            // buffers, a bad buffer posted there, a chained frame) the general way.
+            let g = self.forward_held(tx, want - direct.slots);
+            f.received += g.received;
+            f.bytes += g.bytes;
+            f.taken += g.taken;
+            f.sent += g.sent;
+            f.sent_bytes += g.sent_bytes;
+            f.more = g.more;
+        }
+        f
+    }
+
+    /// The general forward: up to `want` frames held, sent with [`TxQueue::transmit_report`]
+    /// (which chains and checks as for any source), then released.
+    fn forward_held(&mut self, tx: &mut TxQueue, want: usize) -> Forwarded {
+        let Some(h) = self.hold.as_mut() else {
+            return Forwarded::default();
+        };
         let mut delta = Counters::default();
         let received = receive_held(
             &self.shared,
@@ -112,6 +146,162 @@ impl RxQueue {
             more: received < want && super::rx_ready(&self.shared, &self.q, self.role) > 0,
         }
     }
+}
+
+/// What [`forward_direct`] did.
+struct Direct {
+    /// Receive slots consumed: frames forwarded and bad descriptors skipped.
+    slots: usize,
+    frames: usize,
+    bytes: u64,
+}
+
+/// How many frames ahead the direct loop prefetches both ends' buffers.
+const AHEAD: u16 = 8;
+
+/// The common case of a forward in one pass over both rings: each one-descriptor frame,
+/// checked, is copied into the next buffer of `tx`'s ring (posted by its slave, when `tx` is
+/// a master; its own, when a slave) when it fits that one buffer and the buffer is good; the
+/// first frame that does not stops the loop, left in the ring for the general path. Up to
+/// `want` receive slots, which the caller made sure `tx` has room for.
+#[inline(never)]
+fn forward_direct<const TX_MASTER: bool>(
+    rx: &mut RxQueue,
+    tx: &mut TxQueue,
+    want: usize,
+) -> Direct {
+    let mut done = Direct {
+        slots: 0,
+        frames: 0,
+        bytes: 0,
+    };
+    let (Some(h), Some(ra), Some(rb)) = (
+        rx.hold.as_mut(),
+        rx.shared.ring(&rx.q),
+        tx.shared.ring(&tx.q),
+    ) else {
+        return done;
+    };
+    let mut rxc = Counters::default();
+    let unreleased = rx.q.idx.wrapping_sub(h.released);
+    let rx_avail = super::rx_window(ra, &rx.q, rx.role, unreleased, &mut rxc);
+    let mut txc = Counters::default();
+    let tx_avail = match transmit::fillable(rb, tx.q.idx, TX_MASTER) {
+        Ok(n) => n,
+        Err(n) => {
+            txc.ring_index_overrun += 1;
+            n
+        }
+    };
+    let n = want.min(usize::from(rx_avail)).min(usize::from(tx_avail)) as u16;
+    let (rx_shared, tx_shared) = (&*rx.shared, &*tx.shared);
+    let tx_slots = rb.size();
+    let tx_bsize = tx_shared.buffer_size;
+    let own_buffers = tx_shared.regions.first();
+    let (mut rcur, mut tcur) = (rx.q.idx, tx.q.idx);
+    let mut k = 0u16;
+    while k < n {
+        ra.prefetch_desc_ahead(rcur);
+        if TX_MASTER {
+            rb.prefetch_desc_ahead(tcur);
+        }
+        if k + AHEAD < n {
+            // Both ends' buffers a few frames ahead: last written (or read) by other cores.
+            let ahead = rcur.wrapping_add(AHEAD);
+            let d = ra.read_desc(ahead);
+            let (region, at) =
+                super::desc_place(rx_shared, &rx.q, rx.role, &d, ahead & (ra.size() - 1));
+            if let Some(r) = rx_shared.regions.get(usize::from(region)) {
+                r.prefetch(at);
+            }
+            let t_ahead = tcur.wrapping_add(AHEAD);
+            if TX_MASTER {
+                let p = rb.read_desc(t_ahead);
+                if let Some(r) = tx_shared.regions.get(usize::from(p.region)) {
+                    r.prefetch(u64::from(p.offset));
+                }
+            } else if let Some(r) = own_buffers {
+                r.prefetch(
+                    tx.q.buf_base + u64::from(t_ahead & (tx_slots - 1)) * u64::from(tx_bsize),
+                );
+            }
+        }
+        let d = ra.read_desc(rcur);
+        if d.flags & DESC_FLAG_NEXT != 0 {
+            break;
+        }
+        let (region, at) = super::desc_place(rx_shared, &rx.q, rx.role, &d, rcur & (ra.size() - 1));
+        let seg = match super::check_desc(rx_shared, region, at, d.length, 0) {
+            Ok(seg) => seg,
+            Err(bad) => {
+                // Skipped, its slot given back with the others.
+                super::count_bad(&mut rxc, bad);
+                rcur = rcur.wrapping_add(1);
+                k += 1;
+                continue;
+            }
+        };
+        let Some(src) = rx_shared.regions.get(usize::from(seg.region)) else {
+            break;
+        };
+        let len = seg.len;
+        let copied = if TX_MASTER {
+            let p = rb.read_desc(tcur);
+            let ok = len <= p.length
+                && tx_shared
+                    .regions
+                    .get(usize::from(p.region))
+                    .is_some_and(|dst| {
+                        let to = u64::from(p.offset);
+                        dst.contains(to, u64::from(p.length))
+                            && src.copy_to(seg.offset, dst, to, len as usize)
+                    });
+            if ok {
+                rb.write_flags_len(tcur, 0, p.region, len);
+            }
+            ok
+        } else {
+            let to = tx.q.buf_base + u64::from(tcur & (tx_slots - 1)) * u64::from(tx_bsize);
+            let ok = len <= tx_bsize
+                && own_buffers.is_some_and(|dst| src.copy_to(seg.offset, dst, to, len as usize));
+            if ok {
+                rb.write_desc(
+                    tcur,
+                    Desc {
+                        flags: 0,
+                        region: 0,
+                        length: len,
+                        offset: to as u32,
+                        metadata: 0,
+                    },
+                );
+            }
+            ok
+        };
+        if !copied {
+            // Not a one-buffer case (or a bad posted buffer): the general path takes it.
+            break;
+        }
+        rcur = rcur.wrapping_add(1);
+        tcur = tcur.wrapping_add(1);
+        k += 1;
+        done.frames += 1;
+        done.bytes += u64::from(len);
+    }
+    done.slots = usize::from(k);
+    rxc.rx_packets += done.frames as u64;
+    rxc.rx_bytes += done.bytes;
+    rx.counters.add(&rxc);
+    txc.tx_packets += done.frames as u64;
+    txc.tx_bytes += done.bytes;
+    tx.counters.add(&txc);
+    if done.frames > 0 {
+        transmit::publish(rb, &mut tx.q, tcur, TX_MASTER);
+    }
+    rx.q.idx = rcur;
+    // The slots just forwarded (never held) go back to the peer, after any still held.
+    super::reclaim(rx_shared, &mut rx.q, rx.role, h);
+    done
 }
 
 impl TxQueue {

@@ -91,7 +91,7 @@ pub(crate) fn unconsumed(shared: &Shared, q: &Queue, role: Role) -> usize {
 /// those in flight), a master's buffers the slave posted. `Err` (with what is safe to use) when
 /// the peer's index is impossible: a master then fills the whole ring at most, a slave nothing.
 #[inline(always)]
-fn fillable(r: RingRef<'_>, cur: u16, master: bool) -> Result<u16, u16> {
+pub(super) fn fillable(r: RingRef<'_>, cur: u16, master: bool) -> Result<u16, u16> {
     let n = r.size();
     if master {
         let posted = r.head().load(Ordering::Acquire).wrapping_sub(cur);
@@ -254,18 +254,25 @@ fn transmit_as<const MASTER: bool>(
     counters.tx_bytes += tx_bytes;
     *held_copies += from_held;
     if cur != start {
-        q.idx = cur;
-        if MASTER {
-            r.tail().store(cur, Ordering::Release);
-        } else {
-            r.head().store(cur, Ordering::Release);
-        }
-        std::sync::atomic::fence(Ordering::SeqCst);
-        if !r.interrupts_masked() && fd_ready(q.eventfd.as_fd(), PollFlags::POLLOUT) {
-            let _ = nix::unistd::write(&q.eventfd, &1u64.to_ne_bytes());
-        }
+        publish(r, q, cur, MASTER);
     }
     sent
+}
+
+/// Hands the slots up to free-running index `cur` to the peer (a master's tail, a slave's
+/// head) and wakes it unless it masked interrupts.
+#[inline]
+pub(super) fn publish(r: RingRef<'_>, q: &mut Queue, cur: u16, master: bool) {
+    q.idx = cur;
+    if master {
+        r.tail().store(cur, Ordering::Release);
+    } else {
+        r.head().store(cur, Ordering::Release);
+    }
+    std::sync::atomic::fence(Ordering::SeqCst);
+    if !r.interrupts_masked() && fd_ready(q.eventfd.as_fd(), PollFlags::POLLOUT) {
+        let _ = nix::unistd::write(&q.eventfd, &1u64.to_ne_bytes());
+    }
 }
 
 /// As master, the common case: held frame `h` (its first `len` bytes) into the one buffer the
