@@ -465,10 +465,16 @@ fn reclaim(shared: &Shared, q: &mut Queue, role: Role, h: &mut HoldState) {
     if b == h.released {
         return;
     }
+    give_back_to(r, q, role, h, b, shared.buffer_size);
+}
+
+/// Gives back to the peer every slot before free-running index `b` (none of them held).
+#[inline]
+fn give_back_to(r: RingRef<'_>, q: &mut Queue, role: Role, h: &mut HoldState, b: u16, bsize: u32) {
     h.released = b;
     match role {
         Role::Master => r.tail().store(b, Ordering::Release),
-        Role::Slave => refill_upto(r, q, shared.buffer_size, b),
+        Role::Slave => refill_upto(r, q, bsize, b),
     }
 }
 

@@ -184,6 +184,9 @@ fn forward_direct<const TX_MASTER: bool>(
     };
     let mut rxc = Counters::default();
     let unreleased = rx.q.idx.wrapping_sub(h.released);
+    // Nothing held (the usual case when only this path receives): the slots go back at the
+    // end without looking at each one.
+    let none_held = unreleased == 0;
     let rx_avail = super::rx_window(ra, &rx.q, rx.role, unreleased, &mut rxc);
     let mut txc = Counters::default();
     let tx_avail = match transmit::fillable(rb, tx.q.idx, TX_MASTER) {
@@ -300,7 +303,13 @@ fn forward_direct<const TX_MASTER: bool>(
     }
     rx.q.idx = rcur;
     // The slots just forwarded (never held) go back to the peer, after any still held.
-    super::reclaim(rx_shared, &mut rx.q, rx.role, h);
+    if none_held {
+        if rcur != h.released {
+            super::give_back_to(ra, &mut rx.q, rx.role, h, rcur, rx_shared.buffer_size);
+        }
+    } else {
+        super::reclaim(rx_shared, &mut rx.q, rx.role, h);
+    }
     done
 }
 
