@@ -238,7 +238,7 @@ fn quiver_ctl_shows_and_changes_a_running_quiver() {
     let xc = q.json(&["show", "cross-connects"]);
     assert_eq!(
         xc,
-        serde_json::json!([{"a": "memif2", "b": "memif3", "kind": "l2", "peer_a": "", "peer_b": ""}])
+        serde_json::json!([{"a": "memif2", "b": "memif3", "kind": "l2", "path": "cut-through", "peer_a": "", "peer_b": ""}])
     );
     let ifs = q.json(&["show", "interfaces"]);
     assert_eq!(one(&ifs, "name", "memif2")["mode"], "l2");

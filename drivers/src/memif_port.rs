@@ -411,10 +411,10 @@ impl RxQueue for MemifRx {
         self.paired = None;
     }
 
-    /// Held frames straight into the paired port's peer ([`memif::RxQueue::forward_to`]):
-    /// never more than its ring takes, so a slow peer there holds frames back here instead
-    /// of losing them. Not while that port is down (its transmit queue drops and counts, as
-    /// the graph path does) or gone.
+    /// Frames straight from this port's peer into the paired port's
+    /// ([`memif::RxQueue::forward_to`]): never more than its ring takes, so a slow peer there
+    /// holds frames back here instead of losing them. Not while that port is down (its
+    /// transmit queue drops and counts, as the graph path does) or gone.
     fn forward(&mut self, buffers: &mut WorkerBuffers, max: usize) -> Option<CutThrough> {
         self.paired.as_ref()?;
         self.refresh(buffers);
