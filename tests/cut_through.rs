@@ -10,7 +10,7 @@ mod support;
 use std::path::Path;
 
 use serde_json::Value;
-use support::{one, Cnf, Quiver, Scratch};
+use support::{cnfs, one, trace_paths, Cnf, Quiver, Scratch};
 use testkit::wait_for;
 
 /// memif0 ↔ memif1 (ETHERNET, cross-connected), and memif2 (IP mode) ↔ memif3, which cannot
@@ -106,11 +106,7 @@ fn memif_ports_cross_connected_pass_frames_peer_to_peer_and_step_aside_for_trace
     let dir = Scratch::new("cut-through");
     let memif_socket = dir.path("memif.sock");
     let mut q = Quiver::start(&dir, &config(&memif_socket), &[]);
-    let mut a = Cnf::connect(&memif_socket, 0);
-    let mut b = Cnf::connect(&memif_socket, 1);
-    wait_for("both CNFs' links", 30, || a.is_up() & b.is_up());
-    q.wait_log("memif link up port=memif0");
-    q.wait_log("memif link up port=memif1");
+    let (mut a, mut b) = cnfs(&mut q, &memif_socket);
     assert_eq!(path_of(&q, "memif0"), "cut-through");
     assert_eq!(
         path_of(&q, "memif2"),
@@ -141,15 +137,9 @@ fn memif_ports_cross_connected_pass_frames_peer_to_peer_and_step_aside_for_trace
     q.json(&["trace", "add", "port-input", "5"]);
     through(&mut a, &mut b, &frames(10_000..10_005));
     let trace = q.json(&["show", "trace"]);
-    let packets = trace.as_array().unwrap();
-    assert_eq!(packets.len(), 5, "{trace:#}");
-    for p in packets {
-        let nodes: Vec<&str> = p["nodes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|n| n.as_str().unwrap())
-            .collect();
+    let paths = trace_paths(&trace);
+    assert_eq!(paths.len(), 5, "{trace:#}");
+    for nodes in paths {
         assert_eq!(
             nodes[..4],
             [
@@ -158,7 +148,7 @@ fn memif_ports_cross_connected_pass_frames_peer_to_peer_and_step_aside_for_trace
                 "l2-xconnect",
                 "interface-output"
             ],
-            "{p:#}"
+            "{trace:#}"
         );
     }
     assert_eq!(cut_through_count(&q, "memif0"), 2000);
@@ -214,11 +204,7 @@ fn a_peer_that_stops_reading_holds_frames_back_in_the_senders_ring_without_loss(
     let dir = Scratch::new("cut-through-backpressure");
     let memif_socket = dir.path("memif.sock");
     let mut q = Quiver::start(&dir, &config(&memif_socket), &[]);
-    let mut a = Cnf::connect(&memif_socket, 0);
-    let mut b = Cnf::connect(&memif_socket, 1);
-    wait_for("both CNFs' links", 30, || a.is_up() & b.is_up());
-    q.wait_log("memif link up port=memif0");
-    q.wait_log("memif link up port=memif1");
+    let (mut a, mut b) = cnfs(&mut q, &memif_socket);
     assert_eq!(path_of(&q, "memif0"), "cut-through");
 
     // b reads nothing: memif1's ring fills (b posted a ring of buffers), then a's: once
@@ -267,10 +253,7 @@ fn frames_towards_a_peer_that_left_are_counted_and_it_finds_the_cut_through_when
     let dir = Scratch::new("cut-through-reconnect");
     let memif_socket = dir.path("memif.sock");
     let mut q = Quiver::start(&dir, &config(&memif_socket), &[]);
-    let mut a = Cnf::connect(&memif_socket, 0);
-    let mut b = Cnf::connect(&memif_socket, 1);
-    wait_for("both CNFs' links", 30, || a.is_up() & b.is_up());
-    q.wait_log("memif link up port=memif1");
+    let (mut a, mut b) = cnfs(&mut q, &memif_socket);
     through(&mut a, &mut b, &frames(0..100));
     assert_eq!(cut_through_count(&q, "memif0"), 100);
 

@@ -397,6 +397,23 @@ impl Cnf {
     }
 }
 
+/// The nodes each packet of `show trace --json` went through, packet by packet.
+pub fn trace_paths(trace: &Value) -> Vec<Vec<&str>> {
+    trace
+        .as_array()
+        .expect("a JSON array")
+        .iter()
+        .map(|p| {
+            p["nodes"]
+                .as_array()
+                .expect("a packet's nodes")
+                .iter()
+                .map(|n| n.as_str().unwrap())
+                .collect()
+        })
+        .collect()
+}
+
 /// The entries of a JSON array whose `key` is `value`.
 pub fn entries<'a>(v: &'a Value, key: &str, value: &str) -> Vec<&'a Value> {
     v.as_array()
