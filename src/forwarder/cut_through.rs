@@ -15,34 +15,37 @@ use graph_nodes::nodes::L2Xconnect;
 
 use super::*;
 
-/// Worker command: interface `from`'s frames straight to interface `to`'s transmit queue
-/// (`on`), or through the graph again. A worker without a transmit queue for `to`, or whose
-/// queues cannot pair, keeps using the graph.
-fn cut_through_command(from: IfIndex, to: IfIndex, on: bool) -> WorkerCommand<ForwardingState> {
+/// Worker command: for each (from, to, on), interface `from`'s frames straight to interface
+/// `to`'s transmit queue (`on`), or through the graph again; one command for a commit's
+/// changes, so the control plane waits for the workers once. A worker without a transmit
+/// queue for `to`, or whose queues cannot pair, keeps using the graph.
+fn cut_through_command(changes: Vec<(IfIndex, IfIndex, bool)>) -> WorkerCommand<ForwardingState> {
     Box::new(move |w| {
         let graph = &mut w.graph;
-        if !on {
-            if let Some(input) = graph.node_mut::<PortsInput>(PORT_INPUT) {
-                input.end_cut_through(from);
+        for &(from, to, on) in &changes {
+            if !on {
+                if let Some(input) = graph.node_mut::<PortsInput>(PORT_INPUT) {
+                    input.end_cut_through(from);
+                }
+                continue;
             }
-            return Ok(());
-        }
-        let stats = graph
-            .node_mut::<L2Xconnect>(names::L2_XCONNECT)
-            .ok_or("the graph has no l2-xconnect node")?
-            .stats();
-        let output = graph
-            .node_mut::<InterfaceOutput>(names::INTERFACE_OUTPUT)
-            .ok_or("the graph has no interface-output node")?;
-        let Some(mut tx) = output.detach(to) else {
-            return Ok(());
-        };
-        if let Some(input) = graph.node_mut::<PortsInput>(PORT_INPUT) {
-            let count = Box::new(move |packets, bytes| stats.add(from, packets, bytes));
-            input.cut_through(from, to, &mut *tx, count);
-        }
-        if let Some(output) = graph.node_mut::<InterfaceOutput>(names::INTERFACE_OUTPUT) {
-            drop(output.attach(to, tx));
+            let stats = graph
+                .node_mut::<L2Xconnect>(names::L2_XCONNECT)
+                .ok_or("the graph has no l2-xconnect node")?
+                .stats();
+            let output = graph
+                .node_mut::<InterfaceOutput>(names::INTERFACE_OUTPUT)
+                .ok_or("the graph has no interface-output node")?;
+            let Some(mut tx) = output.detach(to) else {
+                continue;
+            };
+            if let Some(input) = graph.node_mut::<PortsInput>(PORT_INPUT) {
+                let count = Box::new(move |packets, bytes| stats.add(from, packets, bytes));
+                input.cut_through(from, to, &mut *tx, count);
+            }
+            if let Some(output) = graph.node_mut::<InterfaceOutput>(names::INTERFACE_OUTPUT) {
+                drop(output.attach(to, tx));
+            }
         }
         Ok(())
     })
@@ -72,24 +75,24 @@ impl Forwarder {
     /// it no longer calls for end first, new ones start once it is published.
     pub(super) fn commit(&mut self) -> Result<(), ForwarderError> {
         let wanted = self.wanted_cut_throughs();
-        let gone: Vec<(IfIndex, IfIndex)> = self
-            .cut_throughs
-            .iter()
-            .filter(|c| !wanted.contains(c))
-            .copied()
-            .collect();
-        for &(from, to) in &gone {
+        let (kept, gone): (Vec<_>, Vec<_>) =
+            self.cut_throughs.iter().partition(|c| wanted.contains(c));
+        if !gone.is_empty() {
+            let ends: Vec<_> = gone.iter().map(|&(from, to)| (from, to, false)).collect();
             self.dataplane
-                .command(|_| cut_through_command(from, to, false))?;
-            self.cut_throughs.retain(|&c| c != (from, to));
+                .command(|_| cut_through_command(ends.clone()))?;
+            self.cut_throughs = kept;
         }
         self.forwarding.commit(&self.dataplane)?;
-        for (from, to) in wanted {
-            if !self.cut_throughs.contains(&(from, to)) {
-                self.dataplane
-                    .command(|_| cut_through_command(from, to, true))?;
-                self.cut_throughs.push((from, to));
-            }
+        let starts: Vec<_> = wanted
+            .iter()
+            .filter(|c| !self.cut_throughs.contains(c))
+            .map(|&(from, to)| (from, to, true))
+            .collect();
+        if !starts.is_empty() {
+            self.dataplane
+                .command(|_| cut_through_command(starts.clone()))?;
+            self.cut_throughs = wanted;
         }
         Ok(())
     }
