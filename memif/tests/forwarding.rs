@@ -310,3 +310,32 @@ fn frames_longer_than_a_slaves_posted_buffers_are_chained_into_them() {
 fn frames_longer_than_the_forwarders_own_buffers_are_chained_into_them() {
     frames_longer_than_the_other_sides_buffers_are_chained(true, "fwd_long_s");
 }
+
+#[test]
+fn long_frames_that_no_longer_fit_the_other_ring_are_counted_as_dropped() {
+    // B's 16 slots of 512 bytes hold five 1500-byte frames (three slots each).
+    let mut l = Loop::with_b_buffers("fwd_long_full", false, 512);
+    let frames: Vec<Vec<u8>> = (0..SLOTS as u32).map(|k| frame(k, 1500)).collect();
+    assert_eq!(l.send(&frames), SLOTS);
+    let mut f = Forwarded::default();
+    wait_for("A's frames taken", 10, || {
+        let g = l.rx.forward_to(&mut l.tx, 256);
+        f.received += g.received;
+        f.taken += g.taken;
+        f.sent += g.sent;
+        f.received == SLOTS
+    });
+    assert_eq!((f.taken, f.sent), (5, 5));
+    let b_side = l.fwd.interface(2).unwrap().counters();
+    assert_eq!(
+        (b_side.tx_packets, b_side.tx_dropped),
+        (5, SLOTS as u64 - 5),
+        "every frame sent or counted"
+    );
+    let mut got = Vec::new();
+    wait_for("the five at B", 10, || {
+        got.extend(l.received(256));
+        got.len() >= 5
+    });
+    assert!(got == frames[..5], "the first five, intact");
+}

@@ -65,7 +65,9 @@ impl RxQueue {
     /// `tx`'s ring can take now, so when the other peer falls behind the frames wait here (the
     /// sender sees its ring fill) instead of being dropped. It stops before a chained frame
     /// ([`Forwarded::more`]); bad descriptors are counted and skipped as by every receive, and
-    /// bad buffers posted by `tx`'s peer as by every transmit.
+    /// bad buffers posted by `tx`'s peer as by every transmit. Room is counted in ring slots,
+    /// so frames that each need several of `tx`'s buffers may not all fit: those are dropped
+    /// and counted in `tx`'s `tx_dropped` (as a full ring would drop them).
     ///
     /// Needs [`RxQueue::enable_holding`] (receives nothing before): frames held earlier keep
     /// their slots from the peer until released, as always. Counts the received frames on
@@ -136,6 +138,15 @@ impl RxQueue {
         h.frames.release_frames(burst);
         // Slots of the frames just released go back to the peer now, not a burst later.
         super::reclaim(&self.shared, &mut self.q, self.role, h);
+        // Frames spanning several of the other side's buffers may not all have fitted: those
+        // are lost, counted as dropped there (a full ring), never silently.
+        let refused = received - report.taken.min(received);
+        if refused > 0 {
+            tx.counters.add(&Counters {
+                tx_dropped: refused as u64,
+                ..Counters::default()
+            });
+        }
         Forwarded {
             received,
             bytes: delta.rx_bytes,
