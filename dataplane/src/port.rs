@@ -2,6 +2,9 @@
 //! input node that polls a receive queue. Drivers (DPDK, AF_PACKET, memif, TAP) implement the two
 //! traits; nodes never see sockets or devices.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
 use crate::buffer::WorkerBuffers;
 use crate::frame::Frame;
 use crate::graph::Context;
@@ -141,6 +144,9 @@ struct CutThroughTo {
     to: u32,
     /// Told (packets, bytes) of each burst.
     count: Box<dyn FnMut(u64, u64) + Send>,
+    /// Cleared by the control side to end the cut-through: seen at the next burst, as a new
+    /// configuration snapshot is (no command, no wait).
+    on: Arc<AtomicBool>,
 }
 
 impl PortsInput {
@@ -192,9 +198,10 @@ impl PortsInput {
 
     /// Sends what interface `from` receives straight to `tx`, interface `to`'s transmit queue
     /// on this worker, without Quiver buffers or the graph, when the two drivers can
-    /// ([`RxQueue::pair`]); `count` is told the packets and bytes of each burst. Returns
-    /// whether the cut-through is on; when false nothing changed (an earlier cut-through of
-    /// `from` stays). End it before `to`'s transmit queue goes away
+    /// ([`RxQueue::pair`]), for as long as `on` stays set (clearing it ends the cut-through
+    /// from the next burst, without a worker command); `count` is told the packets and bytes
+    /// of each burst. Returns whether the cut-through is on; when false nothing changed (an
+    /// earlier cut-through of `from` stays). End it before `to`'s transmit queue goes away
     /// ([`PortsInput::end_cut_throughs_to`]).
     pub fn cut_through(
         &mut self,
@@ -202,6 +209,7 @@ impl PortsInput {
         to: u32,
         tx: &mut dyn TxQueue,
         count: Box<dyn FnMut(u64, u64) + Send>,
+        on: Arc<AtomicBool>,
     ) -> bool {
         let Some(a) = self.queues.iter_mut().find(|a| a.interface == from) else {
             return false;
@@ -209,7 +217,7 @@ impl PortsInput {
         if !a.queue.pair(tx) {
             return false;
         }
-        a.cut_through = Some(CutThroughTo { to, count });
+        a.cut_through = Some(CutThroughTo { to, count, on });
         true
     }
 
@@ -265,6 +273,14 @@ impl<S> Node<S> for PortsInput {
             cut_through,
         } in &mut self.queues
         {
+            if cut_through
+                .as_ref()
+                .is_some_and(|c| !c.on.load(Ordering::Acquire))
+            {
+                // Ended by the control side: through the graph from now on.
+                *cut_through = None;
+                queue.unpair();
+            }
             if let Some(c) = cut_through.as_mut().filter(|_| bypass) {
                 if let Some(f) = queue.forward(cx.buffers, crate::FRAME_SIZE) {
                     if f.packets > 0 {

@@ -8,27 +8,28 @@
 //! While `port-input` is traced or any capture is on, the graph sees every packet: the
 //! cut-through steps aside on its own, burst by burst. Here the forwarder keeps the workers'
 //! cut-throughs in line with its cross-connects: on every commit, those no longer wanted end
-//! before the new configuration is published (no frame bypasses a cross-connect that is gone)
-//! and new ones start after it.
+//! with the new configuration (their flag is cleared before it is published, so a worker that
+//! sees it sees the cut-through ended: no frame of a later pass bypasses a cross-connect that is
+//! gone, and no worker command is waited for), and new ones start after it, in one command.
+
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use graph_nodes::nodes::L2Xconnect;
 
 use super::*;
 
-/// Worker command: for each (from, to, on), interface `from`'s frames straight to interface
-/// `to`'s transmit queue (`on`), or through the graph again; one command for a commit's
-/// changes, so the control plane waits for the workers once. A worker without a transmit
-/// queue for `to`, or whose queues cannot pair, keeps using the graph.
-fn cut_through_command(changes: Vec<(IfIndex, IfIndex, bool)>) -> WorkerCommand<ForwardingState> {
+/// Worker command: interface `from`'s frames straight to interface `to`'s transmit queue,
+/// for each (from, to) of a commit's new cut-throughs, each for as long as its flag stays
+/// set (one command for the commit, so the control plane waits for the workers once). A
+/// worker without a transmit queue for `to`, or whose queues cannot pair, keeps using the
+/// graph.
+fn cut_through_command(
+    starts: Vec<(IfIndex, IfIndex, Arc<AtomicBool>)>,
+) -> WorkerCommand<ForwardingState> {
     Box::new(move |w| {
         let graph = &mut w.graph;
-        for &(from, to, on) in &changes {
-            if !on {
-                if let Some(input) = graph.node_mut::<PortsInput>(PORT_INPUT) {
-                    input.end_cut_through(from);
-                }
-                continue;
-            }
+        for (from, to, on) in &starts {
+            let (from, to) = (*from, *to);
             let stats = graph
                 .node_mut::<L2Xconnect>(names::L2_XCONNECT)
                 .ok_or("the graph has no l2-xconnect node")?
@@ -41,7 +42,7 @@ fn cut_through_command(changes: Vec<(IfIndex, IfIndex, bool)>) -> WorkerCommand<
             };
             if let Some(input) = graph.node_mut::<PortsInput>(PORT_INPUT) {
                 let count = Box::new(move |packets, bytes| stats.add(from, packets, bytes));
-                input.cut_through(from, to, &mut *tx, count);
+                input.cut_through(from, to, &mut *tx, count, on.clone());
             }
             if let Some(output) = graph.node_mut::<InterfaceOutput>(names::INTERFACE_OUTPUT) {
                 drop(output.attach(to, tx));
@@ -75,30 +76,36 @@ impl Forwarder {
     /// it no longer calls for end first, new ones start once it is published.
     pub(super) fn commit(&mut self) -> Result<(), ForwarderError> {
         let wanted = self.wanted_cut_throughs();
-        let (kept, gone): (Vec<_>, Vec<_>) =
-            self.cut_throughs.iter().partition(|c| wanted.contains(c));
-        if !gone.is_empty() {
-            let ends: Vec<_> = gone.iter().map(|&(from, to)| (from, to, false)).collect();
-            self.dataplane
-                .command(|_| cut_through_command(ends.clone()))?;
-            self.cut_throughs = kept;
-        }
+        // Those no longer wanted end with their flag, cleared before the configuration is
+        // published: a worker that sees the new configuration sees the flag cleared too.
+        self.cut_throughs.retain(|(pair, on)| {
+            let keep = wanted.contains(pair);
+            if !keep {
+                on.store(false, Ordering::Release);
+            }
+            keep
+        });
         self.forwarding.commit(&self.dataplane)?;
         let starts: Vec<_> = wanted
-            .iter()
-            .filter(|c| !self.cut_throughs.contains(c))
-            .map(|&(from, to)| (from, to, true))
+            .into_iter()
+            .filter(|p| !self.cut_throughs.iter().any(|(q, _)| q == p))
+            .map(|(from, to)| (from, to, Arc::new(AtomicBool::new(true))))
             .collect();
         if !starts.is_empty() {
-            self.dataplane
-                .command(|_| cut_through_command(starts.clone()))?;
-            self.cut_throughs = wanted;
+            let started = self
+                .dataplane
+                .command(|_| cut_through_command(starts.clone()));
+            // Kept even when a worker failed: the others may have started, and the next
+            // commit must be able to end them.
+            self.cut_throughs
+                .extend(starts.into_iter().map(|(from, to, on)| ((from, to), on)));
+            started?;
         }
         Ok(())
     }
 
     /// The cut-throughs on (receiving, transmitting interface), as the workers were told.
-    pub fn cut_throughs(&self) -> &[(IfIndex, IfIndex)] {
-        &self.cut_throughs
+    pub fn cut_throughs(&self) -> Vec<(IfIndex, IfIndex)> {
+        self.cut_throughs.iter().map(|(pair, _)| *pair).collect()
     }
 }

@@ -82,8 +82,9 @@ pub struct Forwarder {
     dpdk: Option<dpdk_ports::Dpdk>,
     /// Packet captures (`quiver ctl capture`), their files closed when the forwarder stops.
     captures: capture::Captures,
-    /// Cut-throughs on (receiving, transmitting interface): see `cut_through`.
-    cut_throughs: Vec<(IfIndex, IfIndex)>,
+    /// Cut-throughs on (receiving, transmitting interface), each with the flag that ends it:
+    /// see `cut_through`.
+    cut_throughs: Vec<((IfIndex, IfIndex), Arc<std::sync::atomic::AtomicBool>)>,
 }
 
 /// The buffer pool layout `cfg` needs: with DPDK ports, room in front of every buffer for the
