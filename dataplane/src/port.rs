@@ -187,7 +187,7 @@ impl PortsInput {
     pub fn detach(&mut self, interface: u32) -> Option<Box<dyn RxQueue>> {
         let k = self.queues.iter().position(|a| a.interface == interface)?;
         let mut a = self.queues.remove(k);
-        a.queue.unpair();
+        a.end_cut_through();
         Some(a.queue)
     }
 
@@ -221,37 +221,21 @@ impl PortsInput {
         true
     }
 
-    /// Ends interface `from`'s cut-through: its frames go through the graph again. Returns
-    /// whether it had one.
-    pub fn end_cut_through(&mut self, from: u32) -> bool {
-        match self.queues.iter_mut().find(|a| a.interface == from) {
-            Some(a) if a.cut_through.is_some() => {
-                a.cut_through = None;
-                a.queue.unpair();
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// Ends every cut-through to interface `to`; returns how many there were.
-    pub fn end_cut_throughs_to(&mut self, to: u32) -> usize {
-        let mut ended = 0;
+    /// Ends every cut-through to interface `to` (its transmit queue is about to go).
+    pub fn end_cut_throughs_to(&mut self, to: u32) {
         for a in &mut self.queues {
             if a.cut_through.as_ref().is_some_and(|c| c.to == to) {
-                a.cut_through = None;
-                a.queue.unpair();
-                ended += 1;
+                a.end_cut_through();
             }
         }
-        ended
     }
+}
 
-    /// The cut-throughs on: (receiving interface, transmitting interface).
-    pub fn cut_throughs(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
-        self.queues
-            .iter()
-            .filter_map(|a| a.cut_through.as_ref().map(|c| (a.interface, c.to)))
+impl Attached {
+    /// Its frames go through the graph again.
+    fn end_cut_through(&mut self) {
+        self.cut_through = None;
+        self.queue.unpair();
     }
 }
 
@@ -267,20 +251,19 @@ impl<S> Node<S> for PortsInput {
         let mut produced = 0;
         // A trace or a capture sees every packet: nothing bypasses the graph meanwhile.
         let bypass = self.capture.is_empty() && !cx.traces_input();
-        for Attached {
-            interface,
-            queue,
-            cut_through,
-        } in &mut self.queues
-        {
-            if cut_through
+        for a in &mut self.queues {
+            if a.cut_through
                 .as_ref()
                 .is_some_and(|c| !c.on.load(Ordering::Acquire))
             {
-                // Ended by the control side: through the graph from now on.
-                *cut_through = None;
-                queue.unpair();
+                // Ended by the control side.
+                a.end_cut_through();
             }
+            let Attached {
+                interface,
+                queue,
+                cut_through,
+            } = a;
             if let Some(c) = cut_through.as_mut().filter(|_| bypass) {
                 if let Some(f) = queue.forward(cx.buffers, crate::FRAME_SIZE) {
                     if f.packets > 0 {

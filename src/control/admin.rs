@@ -392,11 +392,11 @@ impl AdminBackend for ForwarderAdmin {
                 .map(|x| x.name.clone())
                 .unwrap_or_default()
         };
+        let cut = f.cut_throughs();
         let mut out = Vec::new();
         for i in fw.interfaces() {
             let a = i.index;
             if let Some(b) = fw.cross_connect_of(a).filter(|&b| a < b) {
-                let cut = f.cut_throughs();
                 let path = if cut.contains(&(a, b)) && cut.contains(&(b, a)) {
                     "cut-through"
                 } else {
