@@ -434,3 +434,69 @@ fn an_af_packet_interface_is_added_and_deleted_at_run_time() {
     q.json(&["interface", "del", "host0"]);
     assert!(entries(&q.json(&["show", "interfaces"]), "name", "host0").is_empty());
 }
+
+/// An operator's own tool on the admin socket: Python grpcio with its default settings, stubs
+/// generated from `quiver_admin.proto` at test time. grpcio puts the percent-encoded socket path
+/// in `:authority`; Quiver must answer anyway, successes and refusals alike.
+const PYTHON_ADMIN_CLIENT: &str = r#"
+import importlib.resources, os, sys
+out, protodir, sock = sys.argv[1:4]
+from grpc_tools import protoc
+include = str(importlib.resources.files("grpc_tools") / "_proto")
+rc = protoc.main(["protoc", "-I" + protodir, "-I" + include, "--python_out=" + out,
+                  "--grpc_python_out=" + out, os.path.join(protodir, "quiver_admin.proto")])
+assert rc == 0, "protoc failed"
+sys.path.insert(0, out)
+import grpc
+import quiver_admin_pb2 as pb, quiver_admin_pb2_grpc as rpc
+
+admin = rpc.AdminStub(grpc.insecure_channel("unix:" + sock))
+names = sorted(i.name for i in admin.ShowInterfaces(pb.Empty(), timeout=30).interfaces)
+print("interfaces:", ",".join(names))
+try:
+    admin.DeleteRoute(pb.DeleteRouteRequest(prefix="10.99.0.0/16"), timeout=30)
+    sys.exit("deleting a missing route succeeded")
+except grpc.RpcError as e:
+    print("refused:", e.code().name, e.details())
+"#;
+
+#[test]
+fn python_grpcio_with_default_settings_uses_the_admin_socket() {
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("grpcio-venv");
+    let python = match testkit::python_venv(&venv, &["grpcio", "grpcio-tools"]) {
+        Ok(python) => python,
+        Err(why) => {
+            testkit::unavailable(
+                "python_grpcio_with_default_settings_uses_the_admin_socket",
+                &why,
+            );
+            return;
+        }
+    };
+    let dir = Scratch::new("python-admin");
+    let admin = dir.path("admin.sock");
+    let _q = Quiver::start_at(&dir, "python", &config(&dir.path("m.sock")), &admin);
+    let script = dir.path("client.py");
+    std::fs::write(&script, PYTHON_ADMIN_CLIENT).unwrap();
+    let stubs = dir.path("stubs");
+    std::fs::create_dir_all(&stubs).unwrap();
+    let proto = Path::new(env!("CARGO_MANIFEST_DIR")).join("ctl-api/proto");
+    let out = Command::new(python)
+        .arg(&script)
+        .arg(&stubs)
+        .arg(&proto)
+        .arg(&admin)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the Python client failed:\n{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("interfaces: memif0,memif1"), "{stdout}");
+    assert!(
+        stdout.contains("refused: NOT_FOUND no route 10.99.0.0/16"),
+        "{stdout}"
+    );
+}

@@ -1383,9 +1383,9 @@ sys.path.insert(0, out)
 import grpc
 import connection_pb2, connection_pb2_grpc, networkservice_pb2, networkservice_pb2_grpc
 
-# grpcio puts the socket path in :authority, which hyper's h2 (under tonic) refuses as not an
-# authority; NSM's Go clients send "localhost", as this does.
-channel = grpc.insecure_channel("unix://" + sock, options=[("grpc.default_authority", "localhost")])
+# grpcio's defaults, as a user has them: it puts the (percent-encoded) socket path in
+# :authority, which Quiver accepts on a unix socket.
+channel = grpc.insecure_channel("unix://" + sock)
 ns = networkservice_pb2_grpc.NetworkServiceStub(channel)
 monitor = connection_pb2_grpc.MonitorConnectionStub(channel)
 

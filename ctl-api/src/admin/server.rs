@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status};
 
 use super::{
@@ -154,7 +155,9 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Result<(), String> {
     let listener = tokio::net::UnixListener::from_std(listener).map_err(|e| e.to_string())?;
-    let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+    // Clients of any gRPC stack: grpcio and grpc-java put the socket path in :authority.
+    let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener)
+        .map(|s| s.map(crate::authority::LenientAuthority::new));
     tonic::transport::Server::builder()
         .add_service(AdminService::new(Service { backend }))
         .serve_with_incoming_shutdown(incoming, shutdown)

@@ -28,6 +28,7 @@ use tower::{Layer, Service};
 use super::listener::Listener;
 use super::workload::unix_socket_path;
 use super::{client_config, server_config, Identity, PeerIdentity, SpiffeError};
+use crate::authority::LenientAuthority;
 use crate::grpcfd::{ConnectionInfo, FdSender, FdStream, ReceivedFds};
 
 /// How long a TLS handshake may take before the connection is dropped.
@@ -189,7 +190,8 @@ where
 /// identity, in plaintext when there is none (unix sockets only, see
 /// [`Identity::from_env`]: a TCP listener without an identity is
 /// [`SpiffeError::PlaintextTcp`]). Either way the fds clients pass on a unix socket reach
-/// handlers in the [`ConnectionInfo`] of request extensions (see [`crate::grpcfd`]).
+/// handlers in the [`ConnectionInfo`] of request extensions (see [`crate::grpcfd`]), and a
+/// request's `:authority` may be anything (see [`crate::authority`]).
 pub async fn serve<L, ResBody, F>(
     router: Router<L>,
     listener: impl Into<Listener>,
@@ -208,14 +210,17 @@ where
 {
     match identity {
         Some(identity) => {
+            use tokio_stream::StreamExt;
+            let incoming = tls_incoming(listener, identity)?.map(|s| s.map(LenientAuthority::new));
             router
-                .serve_with_incoming_shutdown(tls_incoming(listener, identity)?, signal)
+                .serve_with_incoming_shutdown(incoming, signal)
                 .await?
         }
         None => match listener.into() {
             Listener::Unix(listener) => {
                 use tokio_stream::StreamExt;
-                let incoming = UnixListenerStream::new(listener).map(|s| s.map(FdStream::new));
+                let incoming = UnixListenerStream::new(listener)
+                    .map(|s| s.map(|s| LenientAuthority::new(FdStream::new(s))));
                 router
                     .serve_with_incoming_shutdown(incoming, signal)
                     .await?
