@@ -259,8 +259,10 @@ fn run_ports(
         }
         Ok(())
     })?;
-    drop(nsm);
+    // Readers first, then the services: nothing may hold the forwarder when it stops.
+    drop(connections);
     drop(metrics);
+    drop(nsm);
     let fwd = quiver::control::admin::stop(admin, fwd)?;
     let elapsed = clock.started.elapsed();
     let interfaces = fwd.format_interfaces();

@@ -43,10 +43,15 @@ impl ConnectionSlot {
     }
 }
 
-/// What `quiver ctl show connections` lists: the connections of the NSM service `nsm` runs.
+/// What `quiver ctl show connections` lists: the connections of the NSM service `nsm` runs,
+/// none once it has stopped. A reader: it holds the service weakly, so that stopping NSM lets
+/// go of everything the service holds (the forwarder among it).
 pub fn nsm_connections(nsm: &ctl_api::nsm::NsmHandle) -> ConnectionSource {
-    let core = nsm.core().clone();
+    let core = Arc::downgrade(nsm.core());
     Box::new(move || {
+        let Some(core) = core.upgrade() else {
+            return Vec::new();
+        };
         core.summaries()
             .into_iter()
             .map(|c| pb::Connection {
@@ -156,16 +161,33 @@ pub fn lock(forwarder: &Mutex<Forwarder>) -> MutexGuard<'_, Forwarder> {
     forwarder.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// How long [`stop`] waits for a reader still finishing a look (the NSM link watcher polls
+/// every 100 ms) to let go of the forwarder.
+const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Stops the admin service (waiting for calls in progress) and returns the forwarder, no
-/// longer shared.
+/// longer shared. Every other service must have been stopped first.
 pub fn stop(
     admin: Option<AdminServer>,
-    forwarder: Arc<Mutex<Forwarder>>,
+    mut forwarder: Arc<Mutex<Forwarder>>,
 ) -> Result<Forwarder, String> {
     drop(admin);
-    Arc::try_unwrap(forwarder)
-        .map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
-        .map_err(|_| "the forwarder is still shared after the control plane stopped".to_string())
+    let deadline = std::time::Instant::now() + RELEASE_WAIT;
+    loop {
+        match Arc::try_unwrap(forwarder) {
+            Ok(m) => return Ok(m.into_inner().unwrap_or_else(|p| p.into_inner())),
+            Err(shared) if std::time::Instant::now() < deadline => {
+                forwarder = shared;
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err(shared) => {
+                return Err(format!(
+                    "the forwarder is still shared ({} holders) after the control plane stopped",
+                    Arc::strong_count(&shared)
+                ))
+            }
+        }
+    }
 }
 
 fn admin_error(e: ForwarderError) -> AdminError {

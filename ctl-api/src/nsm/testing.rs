@@ -1,7 +1,7 @@
 //! Helpers for tests and benchmarks that have no tokio runtime of their own: an endpoint (NSE)
 //! that answers Requests with the mechanisms it is given, the nsmgrs between two nodes' forwarders
-//! (a relay, MonitorConnections included), and a blocking client of the forwarder. Each runs its
-//! own runtime on its own thread.
+//! (a relay, MonitorConnections included), nsmgr's registry as a forwarder registers with, and a
+//! blocking client of the forwarder. Each runs its own runtime on its own thread.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -21,6 +21,12 @@ use crate::proto::connection::{
 use crate::proto::networkservice::network_service_client::NetworkServiceClient;
 use crate::proto::networkservice::network_service_server::{NetworkService, NetworkServiceServer};
 use crate::proto::networkservice::NetworkServiceRequest;
+use crate::proto::registry::network_service_endpoint_registry_server::{
+    NetworkServiceEndpointRegistry, NetworkServiceEndpointRegistryServer,
+};
+use crate::proto::registry::{
+    NetworkServiceEndpoint, NetworkServiceEndpointQuery, NetworkServiceEndpointResponse,
+};
 
 /// What a [`TestEndpoint`] saw, in order.
 #[derive(Debug, Default, Clone)]
@@ -352,5 +358,80 @@ impl BlockingClient {
             Ok(r) => r,
             Err(_) => Ok(None),
         }
+    }
+}
+
+/// What a [`TestRegistry`] was asked, in order: `register <name>` and `unregister <name>`.
+pub type RegistryLog = Arc<Mutex<Vec<String>>>;
+
+#[derive(Clone)]
+struct Registry {
+    log: RegistryLog,
+}
+
+#[tonic::async_trait]
+impl NetworkServiceEndpointRegistry for Registry {
+    async fn register(
+        &self,
+        request: Request<NetworkServiceEndpoint>,
+    ) -> Result<Response<NetworkServiceEndpoint>, Status> {
+        let mut nse = request.into_inner();
+        self.note(format!("register {}", nse.name));
+        let expires = std::time::SystemTime::now() + Duration::from_secs(60);
+        nse.expiration_time = Some(prost_types::Timestamp::from(expires));
+        Ok(Response::new(nse))
+    }
+
+    type FindStream = tokio_stream::Empty<Result<NetworkServiceEndpointResponse, Status>>;
+
+    async fn find(
+        &self,
+        _: Request<NetworkServiceEndpointQuery>,
+    ) -> Result<Response<Self::FindStream>, Status> {
+        Ok(Response::new(tokio_stream::empty()))
+    }
+
+    async fn unregister(
+        &self,
+        request: Request<NetworkServiceEndpoint>,
+    ) -> Result<Response<()>, Status> {
+        self.note(format!("unregister {}", request.into_inner().name));
+        Ok(Response::new(()))
+    }
+}
+
+impl Registry {
+    fn note(&self, what: String) {
+        self.log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(what);
+    }
+}
+
+/// nsmgr's registry as a forwarder sees it, for tests: records each Register and Unregister
+/// (answering a registration with an expiry a minute away), finds nothing. Stops when dropped.
+pub struct TestRegistry {
+    log: RegistryLog,
+    _served: Served,
+}
+
+impl TestRegistry {
+    /// Listens on `socket` (a path) and serves.
+    pub fn start(socket: &Path) -> std::io::Result<Self> {
+        let log = RegistryLog::default();
+        let registry = Registry { log: log.clone() };
+        Ok(TestRegistry {
+            log,
+            _served: Served::start(
+                socket,
+                Routes::new(NetworkServiceEndpointRegistryServer::new(registry)),
+            )?,
+        })
+    }
+
+    /// What it was asked so far.
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }

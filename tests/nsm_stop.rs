@@ -1,0 +1,66 @@
+//! `quiver run --nsm` stops the way a DaemonSet pod must: on SIGINT or SIGTERM it withdraws its
+//! registration from nsmgr, stops its workers, finds every buffer back in the pool and exits 0
+//! (Kubernetes records any other exit as a failure).
+
+mod support;
+
+use nix::sys::signal::Signal;
+use support::{memif_pair_config, Quiver, Scratch};
+use testkit::wait_for;
+
+use ctl_api::nsm::testing::TestRegistry;
+
+fn stops_cleanly_on(signal: Signal) {
+    let name = format!("stop-{}", signal.as_str().to_lowercase());
+    let dir = Scratch::new(&name);
+    let registry_socket = dir.path("nsmgr.sock");
+    let registry = TestRegistry::start(&registry_socket).unwrap();
+    let config = memif_pair_config(&dir.path("memif.sock"), "[stats]\ninterval_secs = 0");
+    let nsm = format!("unix://{}", dir.path("nsm.sock").display());
+    let registry_url = format!("unix://{}", registry_socket.display());
+    let q = Quiver::spawn_with(&dir, &name, &config, &dir.path("admin.sock"), |c| {
+        c.arg("--nsm")
+            .env("NSM_LISTEN_ON", &nsm)
+            .env("NSM_CONNECT_TO", &registry_url)
+            .env("NSM_NAME", &name)
+            .env_remove("SPIFFE_ENDPOINT_SOCKET");
+    });
+    let registered = format!("register {name}");
+    wait_for("the forwarder's registration", 30, || {
+        registry.log().contains(&registered)
+    });
+    // Serving too: a show over the admin socket answers.
+    let ifs = q.json(&["show", "interfaces"]);
+    support::one(&ifs, "name", "memif0");
+
+    let pid = nix::unistd::Pid::from_raw(q.child.id() as i32);
+    nix::sys::signal::kill(pid, signal).unwrap();
+    let stdout = q.stdout.clone();
+    let (status, log) = q.wait_exit();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "quiver exited {status} on {signal}:\n{log}"
+    );
+    let printed = stdout.lock().unwrap().clone();
+    assert!(
+        printed.contains("buffers: 0 in use after stop"),
+        "the stop's summary is missing or counts buffers in use:\n{printed}\n{log}"
+    );
+    assert_eq!(
+        registry.log().last().map(String::as_str),
+        Some(format!("unregister {name}").as_str()),
+        "the registration was not withdrawn last: {:?}",
+        registry.log()
+    );
+}
+
+#[test]
+fn sigint_stops_an_nsm_forwarder_with_exit_status_0() {
+    stops_cleanly_on(Signal::SIGINT);
+}
+
+#[test]
+fn sigterm_stops_an_nsm_forwarder_with_exit_status_0() {
+    stops_cleanly_on(Signal::SIGTERM);
+}
