@@ -248,12 +248,11 @@ impl Forwarder {
     }
 
     /// Control-side housekeeping, called often (every few milliseconds): applies what the data
-    /// path learned (ARP), publishes it, and frees retired state.
+    /// path learned (ARP), publishes it through the one commit path every change takes, and
+    /// frees retired state.
     pub fn housekeeping(&mut self) -> Result<(), String> {
         if self.forwarding.take_events() > 0 {
-            self.forwarding
-                .commit(&self.dataplane)
-                .map_err(|e| e.to_string())?;
+            self.commit().map_err(|e| e.to_string())?;
         }
         self.dataplane.reclaim();
         Ok(())
