@@ -3,8 +3,6 @@
 //! of the `.proto` files under `proto/`.
 
 pub mod admin;
-pub mod authority;
-pub mod grpcfd;
 pub mod nsm;
 pub mod proto;
 pub mod spiffe;

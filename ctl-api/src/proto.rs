@@ -4,25 +4,7 @@
 
 #![allow(missing_docs, clippy::all)]
 
-/// `package connectioncontext`: addresses, routes, neighbours, MTU of a connection.
-pub mod connectioncontext {
-    tonic::include_proto!("connectioncontext");
-}
-
-/// `package connection`: connections, mechanisms, paths, and the monitor service.
-pub mod connection {
-    tonic::include_proto!("connection");
-}
-
-/// `package networkservice`: Request and Close.
-pub mod networkservice {
-    tonic::include_proto!("networkservice");
-}
-
-/// `package registry`: the endpoint registry (Quiver is its client).
-pub mod registry {
-    tonic::include_proto!("registry");
-}
+pub use nsm_proto::{connection, connectioncontext, networkservice, registry};
 
 /// `package quiver.admin`: Quiver's own admin API, served for `quiver ctl`.
 pub mod quiver_admin {

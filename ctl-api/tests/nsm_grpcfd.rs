@@ -16,7 +16,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use ctl_api::grpcfd::InodeKey;
 use ctl_api::nsm::dataplane::{KernelSpec, MemifSpec};
 use ctl_api::nsm::path::timestamp;
 use ctl_api::nsm::server::bind;
@@ -34,6 +33,7 @@ use ctl_api::proto::registry::network_service_endpoint_registry_server::{
 use ctl_api::proto::registry::{
     NetworkServiceEndpoint, NetworkServiceEndpointQuery, NetworkServiceEndpointResponse,
 };
+use grpc_unix::InodeKey;
 use tonic::{Request, Response, Status};
 
 /// Records the namespace path of each KERNEL port, by port name.
@@ -270,7 +270,7 @@ impl NetworkServiceEndpointRegistry for PassingRegistry {
         &self,
         request: Request<NetworkServiceEndpointQuery>,
     ) -> Result<Response<Self::FindStream>, Status> {
-        let sender = ctl_api::grpcfd::ConnectionInfo::from_request(&request)
+        let sender = ctl_api::spiffe::ConnectionInfo::from_request(&request)
             .expect("served over fd-passing streams")
             .sender
             .clone();

@@ -457,7 +457,7 @@ async fn a_namespace_fd_passed_under_mtls_resolves_inode_urls_until_close() {
         .fds()
         .send_file(FsPath::new("/proc/self/ns/net"))
         .unwrap();
-    let unknown = ctl_api::grpcfd::InodeKey {
+    let unknown = grpc_unix::InodeKey {
         dev: key.dev,
         ino: key.ino ^ 0x5a5a,
     };
@@ -872,7 +872,7 @@ struct RegistryLog {
     /// Each call (`register`, `find`, `unregister`) and the path token its metadata carried.
     calls: Vec<(&'static str, Option<PathToken>)>,
     /// The fds callers had passed on their connection (grpcfd), by file.
-    passed: Vec<ctl_api::grpcfd::InodeKey>,
+    passed: Vec<grpc_unix::InodeKey>,
 }
 
 /// nsmgr's registry: checks each call's path token as a hop does (signed by the TLS peer, for
@@ -914,7 +914,7 @@ impl Registry {
         log.callers.push(peer.spiffe_id().to_string());
         log.calls
             .push((method, PathToken::from_metadata(request.metadata()).ok()));
-        if let Some(info) = ctl_api::grpcfd::ConnectionInfo::from_request(request) {
+        if let Some(info) = ctl_api::spiffe::ConnectionInfo::from_request(request) {
             log.passed.extend(info.fds.keys());
         }
         verdict.map(|_| ())
@@ -1145,7 +1145,7 @@ async fn registration_is_refreshed_before_expiry_renewed_after_a_registry_restar
         );
         // Its socket, passed by fd (grpcfd) and named by inode.
         let socket = std::fs::metadata(listen_on.strip_prefix("unix://").unwrap()).unwrap();
-        let key = ctl_api::grpcfd::InodeKey {
+        let key = grpc_unix::InodeKey {
             dev: std::os::unix::fs::MetadataExt::dev(&socket),
             ino: std::os::unix::fs::MetadataExt::ino(&socket),
         };

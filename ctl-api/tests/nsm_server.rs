@@ -1495,7 +1495,7 @@ async fn the_endpoint_is_found_in_the_registry_and_quiver_registers_there() {
     assert_eq!(me.network_service_labels["forwarder"].labels["p2p"], "true");
     // By fd (grpcfd): the inode of Quiver's socket.
     let socket = std::fs::metadata(h._dir.path().join("quiver.sock")).unwrap();
-    let key = ctl_api::grpcfd::InodeKey {
+    let key = grpc_unix::InodeKey {
         dev: std::os::unix::fs::MetadataExt::dev(&socket),
         ino: std::os::unix::fs::MetadataExt::ino(&socket),
     };

@@ -157,7 +157,7 @@ pub async fn serve(
     let listener = tokio::net::UnixListener::from_std(listener).map_err(|e| e.to_string())?;
     // Clients of any gRPC stack: grpcio and grpc-java put the socket path in :authority.
     let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener)
-        .map(|s| s.map(crate::authority::LenientAuthority::new));
+        .map(|s| s.map(grpc_unix::LenientAuthority::new));
     tonic::transport::Server::builder()
         .add_service(AdminService::new(Service { backend }))
         .serve_with_incoming_shutdown(incoming, shutdown)

@@ -30,10 +30,10 @@ use super::path::{self, Position};
 use super::table::Table;
 use super::validate::{self, Payload, SidesIp};
 use super::vni::VniTable;
-use crate::grpcfd::ReceivedFds;
 use crate::proto::connection::{Connection, Mechanism, State};
 use crate::proto::networkservice::network_service_client::NetworkServiceClient;
 use crate::proto::networkservice::NetworkServiceRequest;
+use grpc_unix::ReceivedFds;
 
 mod next_hop;
 pub use next_hop::NextHopStats;

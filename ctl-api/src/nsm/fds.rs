@@ -1,4 +1,4 @@
-//! NSM's recvfd on Quiver's server side (see [`crate::grpcfd`] for the transport): the
+//! NSM's recvfd on Quiver's server side (see [`grpc_unix`] for the transport): the
 //! `inode://<dev>/<ino>` URLs in a Request's mechanism parameters become
 //! `file:///proc/self/fd/<n>` of an fd the client passed on its connection, before the
 //! Request is looked at; the answer carries the client's URLs back.
@@ -23,9 +23,9 @@ use tokio_stream::StreamExt;
 use tonic::Status;
 
 use super::connect::Core;
-use crate::grpcfd::{FdSender, InodeKey, ReceivedFds, ReceivedFdsRef};
 use crate::proto::connection::{Connection, ConnectionEventType, Mechanism, MonitorScopeSelector};
 use crate::proto::networkservice::NetworkServiceRequest;
+use grpc_unix::{FdSender, InodeKey, ReceivedFds, ReceivedFdsRef};
 
 /// The URL scheme resolved.
 const INODE: &str = "inode://";

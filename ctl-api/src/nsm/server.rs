@@ -353,7 +353,7 @@ impl NetworkService for NsmService {
         &self,
         request: Request<NetworkServiceRequest>,
     ) -> Result<Response<Connection>, Status> {
-        let received = crate::grpcfd::ConnectionInfo::from_request(&request).map(|c| c.fds.clone());
+        let received = crate::spiffe::ConnectionInfo::from_request(&request).map(|c| c.fds.clone());
         // The path token first: a refused call changes nothing.
         let mut req = super::secure::accept(self.core.cfg.identity.as_ref(), request)?;
         // inode:// URLs name fds passed on this connection (grpcfd).

@@ -55,7 +55,7 @@ impl NetworkService for Nse {
         request: Request<NetworkServiceRequest>,
     ) -> Result<Response<Connection>, Status> {
         let sender =
-            crate::grpcfd::ConnectionInfo::from_request(&request).map(|c| c.sender.clone());
+            crate::spiffe::ConnectionInfo::from_request(&request).map(|c| c.sender.clone());
         let req = request.into_inner();
         self.log
             .lock()

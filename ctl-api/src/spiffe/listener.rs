@@ -1,13 +1,14 @@
 //! What a gRPC server listens on: a unix socket (plaintext or SPIFFE mTLS; fds passed beside
-//! the bytes, see [`crate::grpcfd`]) or a TCP address (SPIFFE mTLS only: plaintext never leaves
+//! the bytes, see [`grpc_unix::FdStream`]) or a TCP address (SPIFFE mTLS only: plaintext never leaves
 //! the host).
 
 use std::io;
 
 use tokio::net::{TcpListener, UnixListener};
 
+use grpc_unix::FdStream;
+
 use super::transport::Dialed;
-use crate::grpcfd::FdStream;
 
 /// A bound listening socket for [`super::serve`] and [`super::tls_incoming`].
 #[derive(Debug)]

@@ -15,6 +15,7 @@
 //! The Workload API protocol (`SpiffeWorkloadAPI`) is generated from `proto/workload.proto`
 //! into [`crate::proto::spiffe_workload`].
 
+mod connection;
 mod id;
 mod listener;
 mod peer;
@@ -23,6 +24,7 @@ mod tls;
 mod transport;
 mod workload;
 
+pub use connection::ConnectionInfo;
 pub use id::{SpiffeId, SpiffeIdError};
 pub use listener::Listener;
 pub use peer::PeerIdentity;

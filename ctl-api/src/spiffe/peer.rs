@@ -12,7 +12,7 @@ use super::svid::{leaf_info, LeafInfo};
 use super::SpiffeError;
 
 /// The verified peer of a connection. On the server side, tonic puts it in every request's
-/// extensions ([`PeerIdentity::from_request`]); on the client side, [`super::PeerChannel::peer`]
+/// extensions ([`PeerIdentity::from_request`], in `connection.rs`); on the client side, [`super::PeerChannel::peer`]
 /// returns it. Cheap to clone.
 #[derive(Clone)]
 pub struct PeerIdentity(Arc<Inner>);
@@ -35,13 +35,6 @@ impl PeerIdentity {
                 leaf_info(c).map_err(|e| SpiffeError::InvalidSvid(format!("peer SVID: {e}")))
             })?;
         Ok(Self(Arc::new(Inner { leaf, certificates })))
-    }
-
-    /// The peer of the connection a request came on, when it came over [`super::serve_tls`].
-    pub fn from_request<T>(request: &tonic::Request<T>) -> Option<&PeerIdentity> {
-        request.extensions().get::<PeerIdentity>().or_else(|| {
-            crate::grpcfd::ConnectionInfo::from_request(request).and_then(|c| c.peer.as_ref())
-        })
     }
 
     /// The peer's SPIFFE ID (the URI SAN of its leaf certificate).

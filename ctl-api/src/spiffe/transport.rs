@@ -25,11 +25,12 @@ use tonic::transport::server::{Connected, Router};
 use tonic::transport::{Channel, Endpoint, Uri};
 use tower::{Layer, Service};
 
+use grpc_unix::{FdSender, FdStream, LenientAuthority, ReceivedFds};
+
+use super::connection::{ConnectionInfo, PlainUnix};
 use super::listener::Listener;
 use super::workload::unix_socket_path;
 use super::{client_config, server_config, Identity, PeerIdentity, SpiffeError};
-use crate::authority::LenientAuthority;
-use crate::grpcfd::{ConnectionInfo, FdSender, FdStream, ReceivedFds};
 
 /// How long a TLS handshake may take before the connection is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -38,7 +39,7 @@ const INCOMING_BACKLOG: usize = 64;
 
 /// A TLS connection accepted by [`tls_incoming`]: tonic reads and writes through it, and puts
 /// its [`ConnectionInfo`] (the [`PeerIdentity`], and the fds the client passed under the TLS,
-/// see [`crate::grpcfd`]; none on TCP) in every request's extensions.
+/// see [`grpc_unix::FdStream`]; none on TCP) in every request's extensions.
 pub struct SpiffeTlsStream {
     inner: tokio_rustls::server::TlsStream<Dialed>,
     peer: PeerIdentity,
@@ -190,8 +191,8 @@ where
 /// identity, in plaintext when there is none (unix sockets only, see
 /// [`Identity::from_env`]: a TCP listener without an identity is
 /// [`SpiffeError::PlaintextTcp`]). Either way the fds clients pass on a unix socket reach
-/// handlers in the [`ConnectionInfo`] of request extensions (see [`crate::grpcfd`]), and a
-/// request's `:authority` may be anything (see [`crate::authority`]).
+/// handlers in the [`ConnectionInfo`] of request extensions (see [`grpc_unix::FdStream`]), and a
+/// request's `:authority` may be anything (see [`grpc_unix::LenientAuthority`]).
 pub async fn serve<L, ResBody, F>(
     router: Router<L>,
     listener: impl Into<Listener>,
@@ -220,7 +221,7 @@ where
             Listener::Unix(listener) => {
                 use tokio_stream::StreamExt;
                 let incoming = UnixListenerStream::new(listener)
-                    .map(|s| s.map(|s| LenientAuthority::new(FdStream::new(s))));
+                    .map(|s| s.map(|s| LenientAuthority::new(PlainUnix(FdStream::new(s)))));
                 router
                     .serve_with_incoming_shutdown(incoming, signal)
                     .await?
@@ -256,7 +257,7 @@ impl PeerChannel {
     }
 
     /// The fds to pass to the server (on a unix socket): each goes with the next bytes the
-    /// channel writes (see [`crate::grpcfd`]). Queue them before the call that names them.
+    /// channel writes (see [`grpc_unix::FdStream`]). Queue them before the call that names them.
     pub fn fds(&self) -> &FdSender {
         &self.fds
     }

@@ -15,9 +15,8 @@ use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, Ms
 use nix::sys::stat::Mode;
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::UnixStream;
-use tonic::transport::server::Connected;
 
-use super::{ConnectionInfo, InodeKey};
+use crate::inode::InodeKey;
 
 /// The most fds one connection may have received and not yet handed over: more are closed
 /// on arrival (and logged), so that a client cannot exhaust Quiver's descriptors.
@@ -201,18 +200,6 @@ impl FdStream {
     /// The queue whose fds go with this stream's writes.
     pub fn sender(&self) -> &FdSender {
         &self.sender
-    }
-}
-
-impl Connected for FdStream {
-    type ConnectInfo = ConnectionInfo;
-
-    fn connect_info(&self) -> ConnectionInfo {
-        ConnectionInfo {
-            fds: self.received.clone(),
-            sender: self.sender.clone(),
-            peer: None,
-        }
     }
 }
 
