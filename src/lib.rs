@@ -10,4 +10,4 @@ pub mod forwarder;
 pub mod metrics;
 
 pub use config::Config;
-pub use forwarder::{Forwarder, ForwarderError, Housekeeping, Owned, PortEntry, TunnelEntry};
+pub use forwarder::{Forwarder, ForwarderError, Owned, PortEntry, TunnelEntry};

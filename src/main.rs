@@ -2,12 +2,13 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use dataplane::{BufferPool, Dataplane, RuntimeSnapshot, WorkerConfig};
 use graph_nodes::{FibConfig, LocalState};
+use quiver::control::owner::ConfigOwner;
 use quiver::{demo, Config, Forwarder};
 
 mod ctl;
@@ -229,20 +230,24 @@ fn run_ports(
     nsm: Option<ctl_api::nsm::NsmConfig>,
     metrics: Option<std::net::TcpListener>,
 ) -> Result<(), String> {
-    let fwd = Arc::new(Mutex::new(Forwarder::start(cfg, workers, pool.clone())?));
+    let owner = ConfigOwner::start(
+        Forwarder::start(cfg, workers, pool.clone())?,
+        quiver::control::owner::HOUSEKEEPING_PERIOD,
+    );
+    let control = owner.control();
     let connections = quiver::control::admin::ConnectionSlot::default();
-    let admin = quiver::control::admin::start_with(&fwd, admin_socket, connections.clone())?;
+    let admin = quiver::control::admin::start_with(&control, admin_socket, connections.clone())?;
     let nsm = nsm
-        .map(|c| quiver::control::nsm::start(&fwd, c))
+        .map(|c| quiver::control::nsm::start(&control, c))
         .transpose()?;
     if let Some(nsm) = &nsm {
         connections.set(quiver::control::admin::nsm_connections(nsm));
     }
     let metrics = metrics
-        .map(|l| quiver::metrics::start(&fwd, l, nsm.as_ref().map(|_| connections.clone())))
+        .map(|l| quiver::metrics::start(&control, l, nsm.as_ref().map(|_| connections.clone())))
         .transpose()?;
     tracing::info!(
-        ports = quiver::control::admin::lock(&fwd).ports().len(),
+        ports = control.view().ports.len(),
         workers = workers.cores.len(),
         "forwarding"
     );
@@ -250,20 +255,21 @@ fn run_ports(
         last: (Instant::now(), 0),
     };
     clock.run(|report| {
-        let mut fwd = quiver::control::admin::lock(&fwd);
-        fwd.housekeeping()?;
+        owner.check()?;
         if report {
-            println!("{}", meter.line(clock.started, fwd.tx_packets()));
-            println!("{}", fwd.format_interfaces());
-            println!("{}", fwd.dataplane().runtime().format_runtime(false));
+            let view = control.view();
+            println!("{}", meter.line(clock.started, view.tx_packets()));
+            println!("{}", view.format_interfaces());
+            println!("{}", control.dataplane().runtime().format_runtime(false));
         }
         Ok(())
     })?;
-    // Readers first, then the services: nothing may hold the forwarder when it stops.
+    // The services first (NSM unregisters), then the owner gives the forwarder back.
     drop(connections);
     drop(metrics);
     drop(nsm);
-    let fwd = quiver::control::admin::stop(admin, fwd)?;
+    drop(admin);
+    let fwd = owner.stop()?;
     let elapsed = clock.started.elapsed();
     let interfaces = fwd.format_interfaces();
     let packets = fwd.tx_packets();

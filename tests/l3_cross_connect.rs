@@ -3,12 +3,13 @@
 //! reaches an address that no route of Quiver's covers (so only the cross-connect can carry it),
 //! and the replies come back with their TTL decremented once.
 
+use std::net::Ipv4Addr;
 use std::process::{Command, Output};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dataplane::{BufferPool, BufferPoolConfig, HugepagePolicy, IdlePolicy, WorkerConfig};
-use quiver::{Config, Forwarder, ForwarderError, Housekeeping, Owned};
+use quiver::control::owner::{Applied, Change, ConfigOwner, Control};
+use quiver::{Config, Forwarder, ForwarderError, Owned};
 use testkit::{require, wait_for, Needs};
 
 const IP: &str = "/usr/sbin/ip";
@@ -91,7 +92,7 @@ impl Drop for Side {
     }
 }
 
-fn error_count(f: &Forwarder, node: &str, name: &str) -> u64 {
+fn error_count(f: &Control, node: &str, name: &str) -> u64 {
     f.dataplane()
         .runtime()
         .workers
@@ -130,52 +131,56 @@ fn ping_crosses_an_l3_cross_connect_between_two_namespaces_with_the_ttl_decremen
         cores: (0..2).map(|w| w % cores).collect(),
         idle: IdlePolicy::ADAPTIVE,
     };
-    let f = Forwarder::start(&cfg, &workers, pool.clone()).unwrap();
-    let f = Arc::new(Mutex::new(f));
-    // The control plane's housekeeping runs beside the API calls, as in the daemon.
-    let housekeeping = Housekeeping::spawn(f.clone(), Duration::from_millis(1));
+    // Owned as in the daemon: changes go to the owner, which runs housekeeping (ARP) between
+    // them.
+    let owner = ConfigOwner::start(
+        Forwarder::start(&cfg, &workers, pool.clone()).unwrap(),
+        Duration::from_millis(1),
+    );
+    let f = owner.control();
 
-    let owner = Some("nsm-connection-1");
-    {
-        let mut f = f.lock().unwrap();
-        for (name, side) in [("pa", &a), ("pb", &b)] {
-            let section = Config::parse(&format!(
-                "[[port]]\nname = \"{name}\"\ntype = \"af_packet\"\ninterface = \"{}\"\n",
-                side.root
-            ))
-            .unwrap()
-            .port
-            .remove(0);
-            f.add_port(&section, owner).unwrap();
-        }
-        // Quiver's side of each link answers ARP for the namespaces' gateways and asks for
-        // the peers' MACs from these addresses.
-        f.add_address("pa", "10.71.1.254".parse().unwrap(), 24, owner)
-            .unwrap();
-        f.add_address("pb", "10.71.2.254".parse().unwrap(), 24, owner)
-            .unwrap();
-        assert!(matches!(
-            f.l3_cross_connect(
-                "pa",
-                "pa",
-                "10.71.2.1".parse().unwrap(),
-                "10.71.1.1".parse().unwrap(),
-                owner
-            ),
-            Err(ForwarderError::InvalidArgument(_))
-        ));
-        f.l3_cross_connect(
-            "pa",
-            "pb",
-            "10.71.2.1".parse().unwrap(),
-            "10.71.1.1".parse().unwrap(),
-            owner,
-        )
+    let conn = Some("nsm-connection-1".to_string());
+    for (name, side) in [("pa", &a), ("pb", &b)] {
+        let port = Config::parse(&format!(
+            "[[port]]\nname = \"{name}\"\ntype = \"af_packet\"\ninterface = \"{}\"\n",
+            side.root
+        ))
+        .unwrap()
+        .port
+        .remove(0);
+        f.apply(Change::AddPort {
+            port,
+            owner: conn.clone(),
+        })
         .unwrap();
-        assert!(f
-            .owned_by("nsm-connection-1")
-            .contains(&Owned::L3CrossConnect("pa".into(), "pb".into())));
     }
+    // Quiver's side of each link answers ARP for the namespaces' gateways and asks for the
+    // peers' MACs from these addresses.
+    for (port, ip) in [("pa", "10.71.1.254"), ("pb", "10.71.2.254")] {
+        f.apply(Change::AddAddress {
+            port: port.into(),
+            ip: ip.parse().unwrap(),
+            len: 24,
+            owner: conn.clone(),
+        })
+        .unwrap();
+    }
+    let l3xc = |a: &str, b: &str| Change::L3CrossConnect {
+        a: a.into(),
+        b: b.into(),
+        peer_b: "10.71.2.1".parse::<Ipv4Addr>().unwrap(),
+        peer_a: "10.71.1.1".parse::<Ipv4Addr>().unwrap(),
+        owner: conn.clone(),
+    };
+    assert!(matches!(
+        f.apply(l3xc("pa", "pa")),
+        Err(ForwarderError::InvalidArgument(_))
+    ));
+    f.apply(l3xc("pa", "pb")).unwrap();
+    assert!(f
+        .view()
+        .owned_by("nsm-connection-1")
+        .contains(&Owned::L3CrossConnect("pa".into(), "pb".into())));
 
     // The first echoes may be spent while both sides resolve their neighbours.
     let mut reply = String::new();
@@ -187,7 +192,6 @@ fn ping_crosses_an_l3_cross_connect_between_two_namespaces_with_the_ttl_decremen
     // b answered with TTL 64; Quiver decremented it once on the way back.
     assert!(reply.contains("ttl=63"), "{reply}");
     {
-        let f = f.lock().unwrap();
         let l3xc: u64 = f
             .dataplane()
             .runtime()
@@ -200,26 +204,27 @@ fn ping_crosses_an_l3_cross_connect_between_two_namespaces_with_the_ttl_decremen
         assert_eq!(error_count(&f, "ip4-lookup", "no-route"), 0);
     }
     // And on the way there: an echo with TTL 1 expires in Quiver instead of reaching b.
-    let expired = error_count(&f.lock().unwrap(), "ip4-rewrite", "ttl-expired");
+    let expired = error_count(&f, "ip4-rewrite", "ttl-expired");
     let (ok, out) = a.ping("192.168.71.1", 1);
     assert!(!ok, "{out}");
     wait_for("the TTL-1 echo counted as expired", 10, || {
-        error_count(&f.lock().unwrap(), "ip4-rewrite", "ttl-expired") > expired
+        error_count(&f, "ip4-rewrite", "ttl-expired") > expired
     });
 
     // Closing the connection removes the cross-connect, addresses and ports.
+    let removed = f.apply(Change::RemoveOwned {
+        owner: "nsm-connection-1".into(),
+    });
+    assert_eq!(removed, Ok(Applied::Removed(5)));
     {
-        let mut f = f.lock().unwrap();
-        assert_eq!(f.remove_owned("nsm-connection-1").unwrap(), 5);
-        assert!(f.ports().is_empty());
-        assert_eq!(f.forwarding().interfaces().count(), 0);
-        assert_eq!(f.forwarding().routes().len(), 0);
+        let v = f.view();
+        assert!(v.ports().is_empty());
+        assert!(v.interfaces.is_empty());
+        assert!(v.routes.is_empty());
     }
     let (ok, _) = a.ping("192.168.71.1", 64);
     assert!(!ok, "nothing carries the ping any more");
 
-    housekeeping.stop().unwrap();
-    let f = Arc::try_unwrap(f).ok().unwrap().into_inner().unwrap();
-    f.stop();
+    owner.stop().unwrap().stop();
     assert_eq!(pool.free_count(), start_free);
 }

@@ -118,7 +118,7 @@ fn a_namespace_passed_by_fd_gets_the_kernel_interface_and_its_fd_is_closed_after
             .contains(&format!("no file descriptor was passed for {unknown}")),
         "{err:?}"
     );
-    assert!(fwd.lock().unwrap().ports().is_empty(), "no port built");
+    assert!(fwd.view().ports().is_empty(), "no port built");
     assert!(!nsc.has_link("nsm0"));
     assert!(
         endpoint.log().requests.is_empty(),
@@ -144,7 +144,7 @@ fn a_namespace_passed_by_fd_gets_the_kernel_interface_and_its_fd_is_closed_after
         "the client's interface is in the namespace passed by fd"
     );
     assert!(nse.has_link("nse0"), "the endpoint's interface");
-    assert_eq!(fwd.lock().unwrap().ports().len(), 2);
+    assert_eq!(fwd.view().ports().len(), 2);
     assert!(
         open_fds_of(nsc_key) >= 1,
         "Quiver holds the passed fd while the connection lives"
@@ -163,7 +163,7 @@ fn a_namespace_passed_by_fd_gets_the_kernel_interface_and_its_fd_is_closed_after
 
     rt.block_on(client.close(refreshed)).unwrap();
     assert!(!nsc.has_link("nsm0"), "the client's interface is gone");
-    assert!(fwd.lock().unwrap().ports().is_empty(), "no port left");
+    assert!(fwd.view().ports().is_empty(), "no port left");
     // The channel is still open: the fd closed with the NSM connection, not the transport.
     wait_for("the passed namespace fd to be closed", 10, || {
         open_fds_of(nsc_key) == 0
@@ -261,7 +261,7 @@ fn the_endpoint_passes_its_namespace_by_fd_and_quiver_builds_its_interface_there
     close_with_the_endpoints_answer(&mut client, answer, &endpoint, nse_key);
     assert!(!nse.has_link("nsefa0"), "the endpoint's interface is gone");
     assert!(!nsc.has_link("nsmfa0"), "the client's interface is gone");
-    assert!(fwd.lock().unwrap().ports().is_empty(), "no port left");
+    assert!(fwd.view().ports().is_empty(), "no port left");
     assert_eq!(open_fds_of(nse_key), 0, "the NSE's namespace fd is closed");
     // Quiver's channel to the endpoint idles out: every fd is back.
     wait_for("the fds to be back to where they were", 10, || {
@@ -399,7 +399,7 @@ fn memif_endpoint_by_fd(test: &str, tags: [&str; 3], form: MemifAnswer) {
     }
 
     close_with_the_endpoints_answer(&mut client, answer, &endpoint, passed);
-    assert!(fwd.lock().unwrap().ports().is_empty(), "no port left");
+    assert!(fwd.view().ports().is_empty(), "no port left");
     assert_eq!(open_fds_of(passed), 0, "the fd the NSE passed is closed");
 
     drop(client);
@@ -454,7 +454,7 @@ fn an_endpoint_naming_a_namespace_it_did_not_pass_is_refused_with_nothing_left()
     );
     assert!(!nsc.has_link("nsmfn0"), "the client's interface is gone");
     assert!(!nse.has_link("nsefn0"));
-    assert!(fwd.lock().unwrap().ports().is_empty(), "no port left");
+    assert!(fwd.view().ports().is_empty(), "no port left");
     assert!(!dp.owners().unwrap().contains(&id), "no tagged veth left");
     assert_eq!(endpoint.log().closes.len(), 1, "closed toward the endpoint");
     wait_for("the fds to be back to where they were", 10, || {

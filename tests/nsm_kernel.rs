@@ -61,13 +61,13 @@ fn ping_crosses_quiver_between_nsc_and_nse_kernel_interfaces_and_close_leaves_no
     assert_eq!(answer.id, id);
     assert!(nsc.has_link("nsm0"), "the client's interface");
     assert!(nse.has_link("nse0"), "the endpoint's interface");
-    assert_eq!(fwd.lock().unwrap().ports().len(), 2);
+    assert_eq!(fwd.view().ports().len(), 2);
 
     // The first echoes may go while the neighbours resolve.
     wait_for("a ping from the NSC to the NSE through Quiver", 30, || {
         nsc.ping("10.72.0.2")
     });
-    let forwarded: u64 = fwd.lock().unwrap().tx_packets();
+    let forwarded: u64 = fwd.view().tx_packets();
     assert!(
         forwarded >= 2,
         "Quiver carried the echo and its reply: {forwarded}"
@@ -77,11 +77,8 @@ fn ping_crosses_quiver_between_nsc_and_nse_kernel_interfaces_and_close_leaves_no
     assert_eq!(endpoint.log().closes.len(), 1, "closed toward the endpoint");
     assert!(!nsc.has_link("nsm0"), "the client's interface is gone");
     assert!(!nse.has_link("nse0"), "the endpoint's interface is gone");
-    assert!(fwd.lock().unwrap().ports().is_empty(), "no port left");
-    assert!(
-        fwd.lock().unwrap().owned_by(&id).is_empty(),
-        "no object left"
-    );
+    assert!(fwd.view().ports().is_empty(), "no port left");
+    assert!(fwd.view().owned_by(&id).is_empty(), "no object left");
     assert!(!dp.owners().unwrap().contains(&id), "no tagged veth left");
     assert!(!nsc.ping("10.72.0.2"));
 

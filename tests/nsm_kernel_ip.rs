@@ -85,7 +85,7 @@ fn ip_payload_pings_through_quiver_between_kernel_interfaces_and_close_leaves_no
     assert!(nse.has_link("nse0"), "the endpoint's interface");
     let port_mac = |side: &str| {
         let name = format!("nsm-{id}-{side}");
-        let f = fwd.lock().unwrap();
+        let f = fwd.view();
         let p = f.port(&name).unwrap_or_else(|| panic!("port {name}"));
         mac_string(p.port.mac())
     };
@@ -126,7 +126,7 @@ fn ip_payload_pings_through_quiver_between_kernel_interfaces_and_close_leaves_no
         None,
         "TTL 1 does not cross Quiver"
     );
-    let forwarded: u64 = fwd.lock().unwrap().tx_packets();
+    let forwarded: u64 = fwd.view().tx_packets();
     assert!(
         forwarded >= 4,
         "Quiver carried the echoes and their replies: {forwarded}"
@@ -180,11 +180,8 @@ fn ip_payload_pings_through_quiver_between_kernel_interfaces_and_close_leaves_no
     assert_eq!(endpoint.log().closes.len(), 1, "closed toward the endpoint");
     assert!(!nsc.has_link("nsm0"), "the client's interface is gone");
     assert!(!nse.has_link("nse0"), "the endpoint's interface is gone");
-    assert!(fwd.lock().unwrap().ports().is_empty(), "no port left");
-    assert!(
-        fwd.lock().unwrap().owned_by(&id).is_empty(),
-        "no object left"
-    );
+    assert!(fwd.view().ports().is_empty(), "no port left");
+    assert!(fwd.view().owned_by(&id).is_empty(), "no object left");
     assert!(!dp.owners().unwrap().contains(&id), "no tagged veth left");
     assert_eq!(nsc.ping_reply(NSE_ADDR, 64), None);
 

@@ -79,7 +79,7 @@ fn every_frame_crosses_quiver_between_nsc_and_nse_memif_cnfs_and_close_leaves_no
     let received = sink.wait();
     let (tx, rx) = (traffic_report(&sent), traffic_report(&received));
     let stats = |port: &str| {
-        let f = fwd.lock().unwrap();
+        let f = fwd.view();
         let e = f.ports().iter().find(|e| e.name == port).unwrap();
         (e.port.stats(), f.format_interfaces())
     };
@@ -100,11 +100,8 @@ fn every_frame_crosses_quiver_between_nsc_and_nse_memif_cnfs_and_close_leaves_no
 
     client.close(answer).unwrap();
     assert_eq!(endpoint.log().closes.len(), 1, "closed toward the endpoint");
-    assert!(fwd.lock().unwrap().ports().is_empty(), "no port left");
-    assert!(
-        fwd.lock().unwrap().owned_by(&id).is_empty(),
-        "no object left"
-    );
+    assert!(fwd.view().ports().is_empty(), "no port left");
+    assert!(fwd.view().owned_by(&id).is_empty(), "no object left");
 
     drop(client);
     drop(server);

@@ -18,6 +18,7 @@ use ctl_api::proto::connection::{
 };
 use ctl_api::proto::networkservice::NetworkServiceRequest;
 use dataplane::{BufferPool, BufferPoolConfig, HugepagePolicy, IdlePolicy, WorkerConfig};
+use quiver::control::owner::ForwarderView;
 use quiver::{Config, Forwarder};
 use testkit::{require, wait_for, Needs};
 
@@ -65,8 +66,8 @@ mac = "{peer_mac}"
         f.serve(f.dataplane(), name, listen, Some(ip.into()), next)
     }
 
-    fn fwd(&self) -> std::sync::MutexGuard<'_, Forwarder> {
-        self.0.fwd.lock().unwrap()
+    fn fwd(&self) -> std::sync::Arc<ForwarderView> {
+        self.0.fwd.view()
     }
 
     fn tunnels(&self) -> Vec<quiver::TunnelEntry> {

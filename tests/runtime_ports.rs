@@ -12,7 +12,8 @@ use dataplane::{BufferPool, BufferPoolConfig, HugepagePolicy, IdlePolicy, Worker
 use drivers::LinkStatus;
 use memif::{InterfaceConfig, Mode, Slave, SocketAddress};
 use quiver::config::{MemifMode, PortSection};
-use quiver::{Config, Forwarder, ForwarderError, Housekeeping, Owned};
+use quiver::control::owner::{Applied, Change, ConfigOwner};
+use quiver::{Config, Forwarder, ForwarderError, Owned};
 use testkit::wait_for;
 
 const WORKERS: usize = 2;
@@ -65,17 +66,20 @@ fn slave_in(sock: &std::path::Path, id: u32, mode: Mode) -> Slave {
     Slave::new(SocketAddress::Path(sock.to_path_buf()), c).unwrap()
 }
 
-fn links_up(f: &Mutex<Forwarder>, names: &[&str], slaves: &mut [&mut Slave]) {
+/// Waits for the `slaves` and for the ports `names`, whose links `link` tells, to be up.
+fn links_up(link: impl Fn(&str) -> Option<LinkStatus>, names: &[&str], slaves: &mut [&mut Slave]) {
     wait_for("memif links up", 20, || {
         for s in slaves.iter_mut() {
             s.poll().unwrap();
         }
-        let f = f.lock().unwrap();
         slaves.iter().all(|s| s.interface().is_up())
-            && names
-                .iter()
-                .all(|n| f.port(n).is_some_and(|e| e.port.link() == LinkStatus::Up))
+            && names.iter().all(|n| link(n) == Some(LinkStatus::Up))
     });
+}
+
+/// A port's link, read from a forwarder the test shares through a mutex.
+fn link_of(f: &Mutex<Forwarder>) -> impl Fn(&str) -> Option<LinkStatus> + '_ {
+    move |n| f.lock().unwrap().port(n).map(|e| e.port.link())
 }
 
 /// A frame of flow `flow` on queue `q` with sequence `seq`, every byte derived from them.
@@ -151,13 +155,14 @@ fn a_cross_connect_added_and_removed_at_run_time_carries_frames_and_the_running_
         s0.display()
     ));
     let start_free = pool.free_count();
-    let f = Arc::new(Mutex::new(f));
-    // The control plane's housekeeping runs beside the API calls, as in the daemon.
-    let housekeeping = Housekeeping::spawn(f.clone(), Duration::from_millis(1));
+    // Owned as in the daemon: changes go to the owner, which runs housekeeping between them.
+    let owner = ConfigOwner::start(f, Duration::from_millis(1));
+    let f = owner.control();
+    let link = |n: &str| f.view().port(n).map(|e| e.port.link());
 
     let mut a = slave(&s0, 0);
     let mut b = slave(&s0, 1);
-    links_up(&f, &["memif0", "memif1"], &mut [&mut a, &mut b]);
+    links_up(link, &["memif0", "memif1"], &mut [&mut a, &mut b]);
 
     // Traffic through the first cross-connect, both ways, on every queue, for the whole test.
     let running = Arc::new(AtomicBool::new(true));
@@ -179,24 +184,32 @@ fn a_cross_connect_added_and_removed_at_run_time_carries_frames_and_the_running_
         })
     };
     // What memif1 has sent so far: the first cross-connect's traffic.
-    let memif1_tx = || {
-        let f = f.lock().unwrap();
-        f.port("memif1").unwrap().port.stats().tx_packets
-    };
+    let memif1_tx = || f.view().port("memif1").unwrap().port.stats().tx_packets;
     wait_for("traffic through the first cross-connect", 20, || {
         memif1_tx() > 1000
     });
 
     // A second pair of ports on their own socket, cross-connected, owned by one connection.
-    let owner = Some("connection-2");
+    let conn = Some("connection-2".to_string());
     {
-        let mut f = f.lock().unwrap();
-        let i2 = f.add_port(&memif_master("memif2", &s1, 0), owner).unwrap();
-        let i3 = f.add_port(&memif_master("memif3", &s1, 1), owner).unwrap();
+        let add = |name, id| {
+            f.apply(Change::AddPort {
+                port: memif_master(name, &s1, id),
+                owner: conn.clone(),
+            })
+            .unwrap()
+        };
+        let (i2, i3) = (add("memif2", 0), add("memif3", 1));
+        assert!(matches!(i2, Applied::Interface(_)));
         assert_ne!(i2, i3);
-        f.cross_connect("memif2", "memif3", owner).unwrap();
+        f.apply(Change::CrossConnect {
+            a: "memif2".into(),
+            b: "memif3".into(),
+            owner: conn.clone(),
+        })
+        .unwrap();
         assert_eq!(
-            f.owned_by("connection-2"),
+            f.view().owned_by("connection-2"),
             vec![
                 Owned::Port("memif2".into()),
                 Owned::Port("memif3".into()),
@@ -207,7 +220,7 @@ fn a_cross_connect_added_and_removed_at_run_time_carries_frames_and_the_running_
     assert!(s1.exists(), "memif2's socket is listening");
     let mut c = slave(&s1, 0);
     let mut d = slave(&s1, 1);
-    links_up(&f, &["memif2", "memif3"], &mut [&mut c, &mut d]);
+    links_up(link, &["memif2", "memif3"], &mut [&mut c, &mut d]);
     let (mut cd, mut dc) = (Flow::default(), Flow::default());
     wait_for("frames through the new cross-connect", 30, || {
         let more = cd.total_sent() < 2000;
@@ -216,9 +229,9 @@ fn a_cross_connect_added_and_removed_at_run_time_carries_frames_and_the_running_
         cd.total_received() >= 2000 && cd.received == cd.sent && dc.received == dc.sent
     });
     {
-        let f = f.lock().unwrap();
-        let s2 = f.port("memif2").unwrap().port.stats();
-        let s3 = f.port("memif3").unwrap().port.stats();
+        let v = f.view();
+        let s2 = v.port("memif2").unwrap().port.stats();
+        let s3 = v.port("memif3").unwrap().port.stats();
         assert_eq!(s2.rx_packets, cd.total_sent());
         assert_eq!(s3.tx_packets, cd.total_received());
         assert_eq!(s3.rx_packets, dc.total_sent());
@@ -237,14 +250,19 @@ fn a_cross_connect_added_and_removed_at_run_time_carries_frames_and_the_running_
     }
 
     // Close the connection: its ports and cross-connect go, the socket with them.
-    let removed = f.lock().unwrap().remove_owned("connection-2").unwrap();
-    assert_eq!(removed, 3);
+    let removed = f
+        .apply(Change::RemoveOwned {
+            owner: "connection-2".into(),
+        })
+        .unwrap();
+    assert_eq!(removed, Applied::Removed(3));
     {
-        let f = f.lock().unwrap();
-        assert!(f.owned_by("connection-2").is_empty());
-        assert!(f.port("memif2").is_none() && f.port("memif3").is_none());
-        assert_eq!(f.forwarding().interfaces().count(), 2);
-        assert_eq!(f.forwarding().object_counts(), (0, 0));
+        let v = f.view();
+        assert!(v.owned_by("connection-2").is_empty());
+        assert!(v.port("memif2").is_none() && v.port("memif3").is_none());
+        assert_eq!(v.interfaces.len(), 2);
+        let objects = f.inspect(|f| f.forwarding().object_counts()).unwrap();
+        assert_eq!(objects, (0, 0));
     }
     assert!(!s1.exists(), "the removed ports' memif socket is gone");
     wait_for("the removed ports' peers see the link go", 10, || {
@@ -263,9 +281,9 @@ fn a_cross_connect_added_and_removed_at_run_time_carries_frames_and_the_running_
         .join()
         .expect("the first cross-connect lost no frame");
     {
-        let f = f.lock().unwrap();
-        let s0 = f.port("memif0").unwrap().port.stats();
-        let s1 = f.port("memif1").unwrap().port.stats();
+        let v = f.view();
+        let s0 = v.port("memif0").unwrap().port.stats();
+        let s1 = v.port("memif1").unwrap().port.stats();
         assert_eq!(
             (s0.rx_packets, s1.tx_packets),
             (ab.total_sent(), ab.total_sent())
@@ -279,12 +297,10 @@ fn a_cross_connect_added_and_removed_at_run_time_carries_frames_and_the_running_
             (0, 0, 0, 0)
         );
     }
-    housekeeping.stop().unwrap();
     wait_for("every buffer back in the pool", 10, || {
         pool.free_count() == start_free
     });
-    let f = Arc::try_unwrap(f).ok().unwrap().into_inner().unwrap();
-    f.stop();
+    owner.stop().unwrap().stop();
     assert_eq!(pool.free_count(), start_free);
     assert!(!s0.exists(), "memif0's socket is gone with the forwarder");
     eprintln!(
@@ -512,7 +528,7 @@ fn ip_mode_memif_ports_l3_cross_connected_carry_ip_packets_with_the_ttl_decremen
         .unwrap();
     let mut a = slave_in(&sock, 0, Mode::Ip);
     let mut b = slave_in(&sock, 1, Mode::Ip);
-    links_up(&f, &["ip0", "ip1"], &mut [&mut a, &mut b]);
+    links_up(link_of(&f), &["ip0", "ip1"], &mut [&mut a, &mut b]);
 
     // Any destination goes across (no route covers it), TTL decremented, checksum updated.
     across(&mut a, &mut b, [172, 16, 1, 1], [10, 200, 0, 7]);
@@ -602,7 +618,7 @@ fn memif_ports_added_inside_a_network_namespace_serve_peers_there() {
                 Slave::new(addr.clone(), c).unwrap()
             };
             let (mut a, mut b) = (peer(0), peer(1));
-            links_up(&f, &["pod0", "pod1"], &mut [&mut a, &mut b]);
+            links_up(link_of(&f), &["pod0", "pod1"], &mut [&mut a, &mut b]);
             let (mut ab, mut ba) = (Flow::default(), Flow::default());
             wait_for("frames through the namespace's memif ports", 30, || {
                 let more = ab.total_sent() < 1000;

@@ -16,6 +16,7 @@ pub mod graph;
 pub mod harness;
 pub mod memory;
 pub mod node;
+pub mod observer;
 pub mod port;
 pub mod snapshot;
 pub mod trace;
@@ -26,6 +27,7 @@ pub use counters::{NodeRuntime, RuntimeSnapshot, WorkerRuntime};
 pub use frame::{Frame, FRAME_SIZE};
 pub use graph::{Context, Graph, GraphBuilder, GraphError, GraphHandle, ERROR_DROP};
 pub use node::{ErrorSpec, Next, Node, NodeKind, NodeSpec};
+pub use observer::DataplaneObserver;
 pub use port::{CutThrough, PortInput, PortsInput, RxQueue, TxQueue, PORT_INPUT};
 pub use snapshot::{Epochs, Published, Reader};
 pub use worker::{

@@ -11,7 +11,7 @@ use crate::buffer::{BufferPool, WorkerBuffers};
 use crate::counters::RuntimeSnapshot;
 use crate::graph::{Graph, GraphHandle};
 use crate::snapshot::{Epochs, Published};
-use crate::trace::{TraceArm, TracedPacket};
+use crate::trace::TracedPacket;
 
 /// What a worker does when a loop pass finds nothing to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -176,10 +176,9 @@ pub enum CommandError {
     },
 }
 
+use crate::observer::DataplaneObserver;
 /// Trace arming failed.
-#[derive(Debug, thiserror::Error)]
-#[error("no input node named `{0}` (input nodes: {1})")]
-pub struct UnknownInputNode(String, String);
+pub use crate::observer::UnknownInputNode;
 
 struct Worker<S> {
     mailbox: Arc<Mailbox<S>>,
@@ -355,43 +354,39 @@ impl<S: Send + Sync + 'static> Dataplane<S> {
         &self.pool
     }
 
+    /// A handle on every worker's counters and trace that readers may keep and use from any
+    /// thread, without this.
+    pub fn observer(&self) -> DataplaneObserver {
+        DataplaneObserver::new(
+            self.workers.iter().map(|w| w.graph.clone()).collect(),
+            self.input_nodes.clone(),
+        )
+    }
+
     /// Every worker's counters.
     pub fn runtime(&self) -> RuntimeSnapshot {
-        RuntimeSnapshot {
-            tsc_hz: crate::cycles::tsc_hz(),
-            workers: self.workers.iter().map(|w| w.graph.runtime()).collect(),
-        }
+        self.observer().runtime()
     }
 
     /// Zeroes every worker's counters (as later snapshots see them).
     pub fn clear_counters(&self) {
-        self.workers.iter().for_each(|w| w.graph.clear_counters());
+        self.observer().clear_counters()
     }
 
     /// Traces the next `count` packets (in total, over all workers) that the input node `node`
     /// produces.
     pub fn trace_add(&self, node: &str, count: u32) -> Result<(), UnknownInputNode> {
-        if !self.input_nodes.iter().any(|n| n == node) {
-            return Err(UnknownInputNode(node.into(), self.input_nodes.join(", ")));
-        }
-        let arm = TraceArm::new(node, count);
-        self.workers
-            .iter()
-            .for_each(|w| w.graph.trace_arm(Some(arm.clone())));
-        Ok(())
+        self.observer().trace_add(node, count)
     }
 
     /// Every traced packet so far, worker by worker.
     pub fn trace_show(&self) -> Vec<TracedPacket> {
-        self.workers
-            .iter()
-            .flat_map(|w| w.graph.trace_packets())
-            .collect()
+        self.observer().trace_show()
     }
 
     /// Forgets trace records and stops tracing.
     pub fn trace_clear(&self) {
-        self.workers.iter().for_each(|w| w.graph.trace_clear());
+        self.observer().trace_clear()
     }
 
     /// The worker threads' kernel thread ids and cores, in worker order.

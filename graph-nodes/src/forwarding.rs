@@ -227,6 +227,8 @@ pub struct Forwarding {
     adjacencies: Interned<AdjKey>,
     load_balances: Interned<Vec<u32>>,
     routes: HashMap<(u32, u8), (u32, RouteSource)>,
+    /// Changes to `routes` so far, so readers can tell when a copy of the list is stale.
+    route_changes: u64,
     xconnect: Vec<IfIndex>,
     /// L3 cross-connects: receiving interface → (sending interface, next hop, adjacency held).
     l3xconnect: HashMap<IfIndex, (IfIndex, u32, u32)>,
@@ -264,6 +266,7 @@ impl Forwarding {
             adjacencies: Interned::new(),
             load_balances: Interned::new(),
             routes: HashMap::new(),
+            route_changes: 0,
             xconnect: Vec::new(),
             l3xconnect: HashMap::new(),
             tunnels: Vec::new(),
@@ -607,6 +610,7 @@ impl Forwarding {
     fn set_route(&mut self, prefix: u32, len: u8, keys: &[AdjKey], source: RouteSource) {
         let prefix = prefix & mask(len);
         let lb = self.lb_for(keys);
+        self.route_changes += 1;
         if let Some((old, _)) = self.routes.insert((prefix, len), (lb, source)) {
             self.release_lb(old);
         }
@@ -615,6 +619,7 @@ impl Forwarding {
 
     fn unset_route(&mut self, prefix: u32, len: u8) -> bool {
         let prefix = prefix & mask(len);
+        self.route_changes += 1;
         match self.routes.remove(&(prefix, len)) {
             Some((lb, _)) => {
                 self.release_lb(lb);
@@ -745,6 +750,11 @@ impl Forwarding {
             .collect();
         v.sort_by_key(|r| (r.prefix, r.len));
         v
+    }
+
+    /// A number that changes whenever the route list ([`Forwarding::routes`]) may have.
+    pub fn route_generation(&self) -> u64 {
+        self.route_changes
     }
 
     /// Adjacencies and load-balance objects in use (for leak checks).
@@ -922,6 +932,7 @@ impl Forwarding {
                         // Withdraw the route entirely: the FIB may still hold the route it
                         // replaced, whose objects were released.
                         self.lpm.remove(prefix, len);
+                        self.route_changes += 1;
                         if let Some((lb, _)) = self.routes.remove(&(prefix, len)) {
                             self.release_lb(lb);
                         }

@@ -72,6 +72,38 @@ struct Progress {
     error: Mutex<Option<String>>,
 }
 
+/// What a reader sees of a capture: its request and live progress (see [`Capture::watch`]).
+#[derive(Clone)]
+pub struct CaptureWatch {
+    request: CaptureRequest,
+    session: Arc<CaptureSession>,
+    raw: bool,
+    progress: Arc<Progress>,
+    stopped: bool,
+}
+
+impl CaptureWatch {
+    /// The capture as `show captures` lists it, counters as of now.
+    pub fn info(&self) -> CaptureInfo {
+        let p = &self.progress;
+        let error = p.error.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let state = match error {
+            Some(e) => format!("failed: {e}"),
+            None if p.done.load(Ordering::Acquire) => "done".into(),
+            None if self.stopped => "stopped".into(),
+            None => "running".into(),
+        };
+        CaptureInfo {
+            request: self.request.clone(),
+            state,
+            packets: p.packets.load(Ordering::Acquire),
+            bytes: p.bytes.load(Ordering::Acquire),
+            dropped: self.session.dropped(),
+            linktype: if self.raw { "raw" } else { "ethernet" },
+        }
+    }
+}
+
 /// One running capture's control side; dropping it stops it and closes its file.
 pub struct Capture {
     request: CaptureRequest,
@@ -168,21 +200,18 @@ impl Capture {
 
     /// Where it stands.
     pub fn info(&self) -> CaptureInfo {
-        let p = &self.progress;
-        let error = p.error.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let state = match error {
-            Some(e) => format!("failed: {e}"),
-            None if p.done.load(Ordering::Acquire) => "done".into(),
-            None if self.stopped => "stopped".into(),
-            None => "running".into(),
-        };
-        CaptureInfo {
+        self.watch().info()
+    }
+
+    /// A reader's handle on this capture's progress, for `show captures` without the
+    /// capture itself.
+    pub fn watch(&self) -> CaptureWatch {
+        CaptureWatch {
             request: self.request.clone(),
-            state,
-            packets: p.packets.load(Ordering::Acquire),
-            bytes: p.bytes.load(Ordering::Acquire),
-            dropped: self.session.dropped(),
-            linktype: if self.raw { "raw" } else { "ethernet" },
+            session: self.session.clone(),
+            raw: self.raw,
+            progress: self.progress.clone(),
+            stopped: self.stopped,
         }
     }
 

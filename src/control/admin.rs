@@ -1,13 +1,13 @@
 //! The admin API's backend over the running forwarder: what `quiver ctl` shows and changes.
 //!
-//! [`ForwarderAdmin`] implements [`AdminBackend`] for a `Forwarder` shared with the housekeeping
-//! loop (`Arc<Mutex<Forwarder>>`); [`start`] serves it on the admin socket and [`stop`] ends
-//! that and hands the forwarder back.
+//! [`ForwarderAdmin`] implements [`AdminBackend`] over a [`Control`]: what it shows comes from
+//! the owner's published view (never waiting for a change in progress), what it changes goes to
+//! the owner as a [`Change`]. [`start`] serves it on the admin socket.
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use ctl_api::admin::{
     format_mac, AdminBackend, AdminError, AdminResult, AdminServer, AfPacketSpec, L3Peers,
@@ -20,7 +20,8 @@ use graph_nodes::state::{AdjacencyKind, InterfaceKind};
 use graph_nodes::InterfaceMode;
 
 use crate::config::{AfPacketSection, MemifMode, MemifRole, MemifSection, PortSection};
-use crate::forwarder::{Forwarder, ForwarderError, PortEntry};
+use crate::control::owner::{Applied, Change, Control};
+use crate::forwarder::{ForwarderError, PortEntry};
 
 /// Lists NSM connections (the NSM service's table).
 pub type ConnectionSource = Box<dyn Fn() -> Vec<pb::Connection> + Send + Sync>;
@@ -71,9 +72,9 @@ pub fn nsm_connections(nsm: &ctl_api::nsm::NsmHandle) -> ConnectionSource {
     })
 }
 
-/// The admin backend over a shared forwarder.
+/// The admin backend over the configuration's owner.
 pub struct ForwarderAdmin {
-    forwarder: Arc<Mutex<Forwarder>>,
+    control: Control,
     connections: ConnectionSlot,
     /// Port counters as of the last `clear counters`, by port (the driver's counters only
     /// grow; what is shown is the difference).
@@ -81,17 +82,38 @@ pub struct ForwarderAdmin {
 }
 
 impl ForwarderAdmin {
-    /// A backend over `forwarder`, listing NSM connections from `connections`.
-    pub fn new(forwarder: Arc<Mutex<Forwarder>>, connections: ConnectionSlot) -> ForwarderAdmin {
+    /// A backend over `control`, listing NSM connections from `connections`.
+    pub fn new(control: Control, connections: ConnectionSlot) -> ForwarderAdmin {
         ForwarderAdmin {
-            forwarder,
+            control,
             connections,
             baselines: Mutex::new(HashMap::new()),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Forwarder> {
-        lock(&self.forwarder)
+    /// Applies `change`, its error as the admin API's.
+    fn apply(&self, change: Change) -> AdminResult<Applied> {
+        self.control.apply(change).map_err(admin_error)
+    }
+
+    /// Applies a change that makes an interface; its index.
+    fn add_interface(&self, change: Change) -> AdminResult<u32> {
+        match self.apply(change)? {
+            Applied::Interface(i) => Ok(i),
+            other => Err(AdminError::Internal(format!(
+                "made {other:?}, not an interface"
+            ))),
+        }
+    }
+
+    /// Applies a capture change; the capture.
+    fn capture(&self, change: Change) -> AdminResult<pb::Capture> {
+        match self.apply(change)? {
+            Applied::Capture(c) => Ok(c.to_proto()),
+            other => Err(AdminError::Internal(format!(
+                "made {other:?}, not a capture"
+            ))),
+        }
     }
 
     /// A port's counters since the last `clear counters`.
@@ -127,16 +149,13 @@ pub const DEFAULT_SOCKET: &str = "/run/quiver/admin.sock";
 /// [`AdminServer::start`]); it runs until the returned server is dropped. An empty path: no
 /// admin service. `None`: [`DEFAULT_SOCKET`], where a failure (a live quiver serves it, no
 /// permission) is a warning and Quiver runs without the admin service.
-pub fn start(
-    forwarder: &Arc<Mutex<Forwarder>>,
-    socket: Option<&Path>,
-) -> Result<Option<AdminServer>, String> {
-    start_with(forwarder, socket, ConnectionSlot::default())
+pub fn start(control: &Control, socket: Option<&Path>) -> Result<Option<AdminServer>, String> {
+    start_with(control, socket, ConnectionSlot::default())
 }
 
 /// [`start`], with `show connections` reading `connections`.
 pub fn start_with(
-    forwarder: &Arc<Mutex<Forwarder>>,
+    control: &Control,
     socket: Option<&Path>,
     connections: ConnectionSlot,
 ) -> Result<Option<AdminServer>, String> {
@@ -144,7 +163,7 @@ pub fn start_with(
     if path.as_os_str().is_empty() {
         return Ok(None);
     }
-    let backend = Arc::new(ForwarderAdmin::new(forwarder.clone(), connections));
+    let backend = Arc::new(ForwarderAdmin::new(control.clone(), connections));
     match AdminServer::start(backend, path) {
         Ok(server) => Ok(Some(server)),
         Err(e) if socket.is_none() => {
@@ -152,41 +171,6 @@ pub fn start_with(
             Ok(None)
         }
         Err(e) => Err(e),
-    }
-}
-
-/// Locks the shared forwarder (a panic while it was locked does not make it unusable: every
-/// change it makes is complete or rolled back before it returns).
-pub fn lock(forwarder: &Mutex<Forwarder>) -> MutexGuard<'_, Forwarder> {
-    forwarder.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// How long [`stop`] waits for a reader still finishing a look (the NSM link watcher polls
-/// every 100 ms) to let go of the forwarder.
-const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Stops the admin service (waiting for calls in progress) and returns the forwarder, no
-/// longer shared. Every other service must have been stopped first.
-pub fn stop(
-    admin: Option<AdminServer>,
-    mut forwarder: Arc<Mutex<Forwarder>>,
-) -> Result<Forwarder, String> {
-    drop(admin);
-    let deadline = std::time::Instant::now() + RELEASE_WAIT;
-    loop {
-        match Arc::try_unwrap(forwarder) {
-            Ok(m) => return Ok(m.into_inner().unwrap_or_else(|p| p.into_inner())),
-            Err(shared) if std::time::Instant::now() < deadline => {
-                forwarder = shared;
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
-            Err(shared) => {
-                return Err(format!(
-                    "the forwarder is still shared ({} holders) after the control plane stopped",
-                    Arc::strong_count(&shared)
-                ))
-            }
-        }
     }
 }
 
@@ -264,10 +248,9 @@ fn worker_runtime(w: &WorkerRuntime) -> pb::WorkerRuntime {
 
 impl AdminBackend for ForwarderAdmin {
     fn interfaces(&self) -> AdminResult<Vec<pb::Interface>> {
-        let f = self.lock();
-        let fw = f.forwarding();
+        let f = self.control.view();
         let mut out = Vec::new();
-        for i in fw.interfaces() {
+        for i in &f.interfaces {
             let mut x = pb::Interface {
                 index: i.index,
                 name: i.name.clone(),
@@ -305,7 +288,7 @@ impl AdminBackend for ForwarderAdmin {
     }
 
     fn runtime(&self, per_worker: bool) -> AdminResult<pb::ShowRuntimeReply> {
-        let rt = self.lock().dataplane().runtime();
+        let rt = self.control.dataplane().runtime();
         let workers = if per_worker {
             rt.workers.iter().map(worker_runtime).collect()
         } else {
@@ -318,7 +301,7 @@ impl AdminBackend for ForwarderAdmin {
     }
 
     fn errors(&self) -> AdminResult<Vec<pb::ErrorCounter>> {
-        let sum = self.lock().dataplane().runtime().summed();
+        let sum = self.control.dataplane().runtime().summed();
         Ok(sum
             .errors
             .into_iter()
@@ -332,17 +315,15 @@ impl AdminBackend for ForwarderAdmin {
     }
 
     fn fib(&self) -> AdminResult<Vec<pb::Route>> {
-        let f = self.lock();
-        let fw = f.forwarding();
-        let state = fw.snapshot();
+        let f = self.control.view();
+        let state = &f.state;
         let name = |i: u32| {
             state
                 .interface(i)
                 .map(|x| x.name.clone())
                 .unwrap_or_default()
         };
-        Ok(fw
-            .routes()
+        Ok(f.routes
             .iter()
             .map(|r| {
                 let buckets = state
@@ -386,19 +367,11 @@ impl AdminBackend for ForwarderAdmin {
     }
 
     fn neighbors(&self) -> AdminResult<Vec<pb::Neighbor>> {
-        let f = self.lock();
-        let fw = f.forwarding();
-        let names: Vec<(u32, String)> =
-            fw.interfaces().map(|i| (i.index, i.name.clone())).collect();
-        Ok(fw
-            .neighbors()
-            .into_iter()
-            .map(|(i, ip, mac)| pb::Neighbor {
-                interface: names
-                    .iter()
-                    .find(|(x, _)| *x == i)
-                    .map(|(_, n)| n.clone())
-                    .unwrap_or_default(),
+        let f = self.control.view();
+        Ok(f.neighbors
+            .iter()
+            .map(|&(i, ip, mac)| pb::Neighbor {
+                interface: f.interface_name(i).unwrap_or_default().to_string(),
                 ip: Ipv4Addr::from(ip).to_string(),
                 mac: format_mac(mac),
             })
@@ -406,19 +379,13 @@ impl AdminBackend for ForwarderAdmin {
     }
 
     fn cross_connects(&self) -> AdminResult<Vec<pb::CrossConnect>> {
-        let f = self.lock();
-        let fw = f.forwarding();
-        let name = |i: u32| {
-            fw.interfaces()
-                .find(|x| x.index == i)
-                .map(|x| x.name.clone())
-                .unwrap_or_default()
-        };
-        let cut = f.cut_throughs();
+        let f = self.control.view();
+        let name = |i: u32| f.interface_name(i).unwrap_or_default().to_string();
+        let cut = &f.cut_throughs;
         let mut out = Vec::new();
-        for i in fw.interfaces() {
+        for i in &f.interfaces {
             let a = i.index;
-            if let Some(b) = fw.cross_connect_of(a).filter(|&b| a < b) {
+            if let Some(b) = f.cross_connect_of(a).filter(|&b| a < b) {
                 let path = if cut.contains(&(a, b)) && cut.contains(&(b, a)) {
                     "cut-through"
                 } else {
@@ -432,8 +399,8 @@ impl AdminBackend for ForwarderAdmin {
                     ..Default::default()
                 });
             }
-            if let Some((b, peer_b)) = fw.l3_cross_connect_of(a).filter(|&(b, _)| a < b) {
-                let peer_a = fw.l3_cross_connect_of(b).map(|(_, p)| p);
+            if let Some((b, peer_b)) = f.l3_cross_connect_of(a).filter(|&(b, _)| a < b) {
+                let peer_a = f.l3_cross_connect_of(b).map(|(_, p)| p);
                 out.push(pb::CrossConnect {
                     a: i.name.clone(),
                     b: name(b),
@@ -450,9 +417,9 @@ impl AdminBackend for ForwarderAdmin {
     }
 
     fn memifs(&self) -> AdminResult<Vec<pb::Memif>> {
-        let f = self.lock();
+        let f = self.control.view();
         let mut out = Vec::new();
-        for p in f.ports() {
+        for p in &f.ports {
             let Some(PortSection::Memif(m)) = f.port_section(&p.name) else {
                 continue;
             };
@@ -494,7 +461,7 @@ impl AdminBackend for ForwarderAdmin {
     }
 
     fn trace_add(&self, node: &str, count: u32) -> AdminResult<()> {
-        self.lock()
+        self.control
             .dataplane()
             .trace_add(node, count)
             .map_err(|e| AdminError::NotFound(e.to_string()))
@@ -502,7 +469,7 @@ impl AdminBackend for ForwarderAdmin {
 
     fn trace_show(&self) -> AdminResult<Vec<pb::TracedPacket>> {
         Ok(self
-            .lock()
+            .control
             .dataplane()
             .trace_show()
             .into_iter()
@@ -516,44 +483,62 @@ impl AdminBackend for ForwarderAdmin {
     }
 
     fn trace_clear(&self) -> AdminResult<()> {
-        self.lock().dataplane().trace_clear();
+        self.control.dataplane().trace_clear();
         Ok(())
     }
 
     fn add_route(&self, prefix: Ipv4Addr, len: u8, via: &[(Ipv4Addr, String)]) -> AdminResult<()> {
-        let via: Vec<(Ipv4Addr, &str)> = via.iter().map(|(ip, p)| (*ip, p.as_str())).collect();
-        self.lock()
-            .add_route(prefix, len, &via, None)
-            .map_err(admin_error)
+        self.apply(Change::AddRoute {
+            prefix,
+            len,
+            via: via.to_vec(),
+            owner: None,
+        })
+        .map(drop)
     }
 
     fn delete_route(&self, prefix: Ipv4Addr, len: u8) -> AdminResult<()> {
-        self.lock().remove_route(prefix, len).map_err(admin_error)
+        self.apply(Change::RemoveRoute { prefix, len }).map(drop)
     }
 
     fn add_neighbor(&self, interface: &str, ip: Ipv4Addr, mac: [u8; 6]) -> AdminResult<()> {
-        self.lock()
-            .add_neighbor(interface, ip, mac, None)
-            .map_err(admin_error)
+        self.apply(Change::AddNeighbor {
+            port: interface.into(),
+            ip,
+            mac,
+            owner: None,
+        })
+        .map(drop)
     }
 
     fn delete_neighbor(&self, interface: &str, ip: Ipv4Addr) -> AdminResult<()> {
-        self.lock()
-            .remove_neighbor(interface, ip)
-            .map_err(admin_error)
+        self.apply(Change::RemoveNeighbor {
+            port: interface.into(),
+            ip,
+        })
+        .map(drop)
     }
 
     fn add_cross_connect(&self, a: &str, b: &str, l3: Option<L3Peers>) -> AdminResult<()> {
-        let mut f = self.lock();
-        match l3 {
-            None => f.cross_connect(a, b, None),
-            Some(p) => f.l3_cross_connect(a, b, p.peer_b, p.peer_a, None),
-        }
-        .map_err(admin_error)
+        let (a, b) = (a.to_string(), b.to_string());
+        let change = match l3 {
+            None => Change::CrossConnect { a, b, owner: None },
+            Some(p) => Change::L3CrossConnect {
+                a,
+                b,
+                peer_b: p.peer_b,
+                peer_a: p.peer_a,
+                owner: None,
+            },
+        };
+        self.apply(change).map(drop)
     }
 
     fn delete_cross_connect(&self, interface: &str) -> AdminResult<()> {
-        self.lock().disconnect(interface).map_err(admin_error)
+        self.apply(Change::Disconnect {
+            port: interface.into(),
+        })
+        .map(drop)
     }
 
     fn add_memif(&self, spec: &MemifSpec) -> AdminResult<u32> {
@@ -578,7 +563,10 @@ impl AdminBackend for ForwarderAdmin {
             buffer_size: spec.buffer_size,
             netns: None,
         });
-        self.lock().add_port(&section, None).map_err(admin_error)
+        self.add_interface(Change::AddPort {
+            port: section,
+            owner: None,
+        })
     }
 
     fn add_af_packet(&self, spec: &AfPacketSpec) -> AdminResult<u32> {
@@ -590,121 +578,49 @@ impl AdminBackend for ForwarderAdmin {
             promiscuous: spec.promiscuous,
             netns: None,
         });
-        self.lock().add_port(&section, None).map_err(admin_error)
+        self.add_interface(Change::AddPort {
+            port: section,
+            owner: None,
+        })
     }
 
     fn delete_interface(&self, name: &str) -> AdminResult<()> {
-        self.lock().remove_port(name).map_err(admin_error)
+        self.apply(Change::RemoveInterface { name: name.into() })
+            .map(drop)
     }
 
     fn clear_counters(&self) -> AdminResult<()> {
-        let f = self.lock();
-        f.dataplane().clear_counters();
+        let f = self.control.view();
+        self.control.dataplane().clear_counters();
         let mut baselines = self.baselines.lock().unwrap_or_else(|e| e.into_inner());
         baselines.clear();
-        for p in f.ports() {
+        for p in &f.ports {
             baselines.insert(port_key(p), p.port.stats());
         }
         Ok(())
     }
 
     fn capture_start(&self, spec: &ctl_api::admin::CaptureSpec) -> AdminResult<pb::Capture> {
-        self.lock()
-            .capture_start(spec.into())
-            .map(|c| c.to_proto())
-            .map_err(admin_error)
+        self.capture(Change::CaptureStart(spec.into()))
     }
 
     fn capture_stop(&self, interface: &str) -> AdminResult<pb::Capture> {
-        self.lock()
-            .capture_stop(interface)
-            .map(|c| c.to_proto())
-            .map_err(admin_error)
+        self.capture(Change::CaptureStop {
+            interface: interface.into(),
+        })
     }
 
     fn captures(&self) -> AdminResult<Vec<pb::Capture>> {
         Ok(self
-            .lock()
-            .captures()
+            .control
+            .view()
+            .captures
             .iter()
-            .map(|c| c.to_proto())
+            .map(|c| c.info().to_proto())
             .collect())
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::{Config, HugepageMode};
-
-    /// A forwarder with no ports, one worker on core 0.
-    fn forwarder() -> Arc<Mutex<Forwarder>> {
-        let mut cfg = Config::default();
-        cfg.buffers.count = 2048;
-        cfg.buffers.hugepages = HugepageMode::Never;
-        let pool = dataplane::BufferPool::new(&crate::forwarder::pool_config(&cfg)).unwrap();
-        let workers = dataplane::WorkerConfig {
-            cores: vec![0],
-            idle: crate::config::IdleMode::Adaptive.into(),
-        };
-        Arc::new(Mutex::new(Forwarder::start(&cfg, &workers, pool).unwrap()))
-    }
-
-    #[test]
-    fn the_backend_shows_what_it_changed_and_refuses_what_cannot_be() {
-        let fwd = forwarder();
-        let slot = ConnectionSlot::default();
-        let admin = ForwarderAdmin::new(fwd.clone(), slot.clone());
-        assert!(admin.interfaces().unwrap().is_empty());
-        assert!(admin.fib().unwrap().is_empty());
-
-        admin
-            .add_route(Ipv4Addr::new(192, 0, 2, 0), 24, &[])
-            .unwrap();
-        let fib = admin.fib().unwrap();
-        assert_eq!(fib.len(), 1);
-        assert_eq!(fib[0].prefix, "192.0.2.0/24");
-        assert_eq!(fib[0].source, "static");
-        assert_eq!(fib[0].paths[0].kind, "drop");
-        assert_eq!(
-            admin.add_route(
-                Ipv4Addr::new(10, 0, 0, 0),
-                8,
-                &[(Ipv4Addr::new(10, 0, 0, 1), "nosuch".into())]
-            ),
-            Err(AdminError::NotFound("no port named `nosuch`".into()))
-        );
-        assert!(matches!(
-            admin.delete_route(Ipv4Addr::new(10, 0, 0, 0), 8),
-            Err(AdminError::NotFound(_))
-        ));
-        admin.delete_route(Ipv4Addr::new(192, 0, 2, 0), 24).unwrap();
-        assert!(admin.fib().unwrap().is_empty());
-        assert!(matches!(
-            admin.trace_add("nosuch", 1),
-            Err(AdminError::NotFound(_))
-        ));
-        admin.trace_add(dataplane::PORT_INPUT, 1).unwrap();
-        let rt = admin.runtime(true).unwrap();
-        assert_eq!(rt.workers.len(), 1);
-        assert_eq!(rt.workers[0].worker, Some(0));
-        assert!(rt.workers[0]
-            .nodes
-            .iter()
-            .any(|n| n.name == dataplane::PORT_INPUT && n.state == "polling"));
-        let summed = admin.runtime(false).unwrap();
-        assert_eq!(summed.workers[0].worker, None);
-
-        assert!(admin.connections().unwrap().is_empty());
-        slot.set(Box::new(|| {
-            vec![pb::Connection {
-                id: "c1".into(),
-                ..Default::default()
-            }]
-        }));
-        assert_eq!(admin.connections().unwrap()[0].id, "c1");
-
-        drop(admin);
-        stop(None, fwd).unwrap().stop();
-    }
-}
+#[path = "admin_tests.rs"]
+mod tests;

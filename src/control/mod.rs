@@ -1,4 +1,6 @@
-//! The control plane's services over the forwarder.
+//! The control plane: the one owner of the running configuration (`owner`) and the services
+//! that read and change it through its handle (`admin`, `nsm`).
 
 pub mod admin;
 pub mod nsm;
+pub mod owner;

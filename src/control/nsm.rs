@@ -1,6 +1,6 @@
 //! The NSM forwarder's data path over the running forwarder: [`ForwarderDataplane`] implements
-//! `ctl_api::nsm::Dataplane` for a `Forwarder` shared with the housekeeping loop
-//! (`Arc<Mutex<Forwarder>>`), and [`start`] serves the NSM services for it.
+//! `ctl_api::nsm::Dataplane` over a [`Control`] (each change a [`Change`] the configuration's
+//! owner applies, link states read from its view), and [`start`] serves the NSM services for it.
 //!
 //! - memif: a port of the forwarder (`PortSection::Memif`, with the namespace its socket
 //!   lives in), tagged with the connection id.
@@ -34,8 +34,8 @@ use drivers::netns::NetNs;
 use drivers::LinkStatus;
 
 use crate::config::{AfPacketSection, MemifMode, MemifRole, MemifSection, PortSection};
-use crate::control::admin::lock;
-use crate::forwarder::{Forwarder, ForwarderError};
+use crate::control::owner::{Change, Control};
+use crate::forwarder::ForwarderError;
 
 /// How often the link watcher looks at the ports.
 const LINK_POLL: Duration = Duration::from_millis(100);
@@ -64,9 +64,9 @@ struct InsideNeighbors {
     with: Option<String>,
 }
 
-/// `ctl_api::nsm::Dataplane` over a shared forwarder.
+/// `ctl_api::nsm::Dataplane` over the configuration's owner.
 pub struct ForwarderDataplane {
-    forwarder: Arc<Mutex<Forwarder>>,
+    control: Control,
     ports: Mutex<HashMap<String, OwnedPort>>,
     me: Weak<ForwarderDataplane>,
 }
@@ -126,10 +126,10 @@ fn v4(what: &str, ip: Option<IpAddr>) -> Result<Option<Ipv4Addr>, DataplaneError
 }
 
 impl ForwarderDataplane {
-    /// A data path over `forwarder`.
-    pub fn new(forwarder: Arc<Mutex<Forwarder>>) -> Arc<ForwarderDataplane> {
+    /// A data path over `control`.
+    pub fn new(control: Control) -> Arc<ForwarderDataplane> {
         Arc::new_cyclic(|me| ForwarderDataplane {
-            forwarder,
+            control,
             ports: Mutex::new(HashMap::new()),
             me: me.clone(),
         })
@@ -139,11 +139,15 @@ impl ForwarderDataplane {
         self.ports.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn add(&self, owner: &str, section: &PortSection) -> Result<(), DataplaneError> {
-        lock(&self.forwarder)
-            .add_port(section, Some(owner))
-            .map_err(fwd_error)?;
-        Ok(())
+    fn apply(&self, change: Change) -> Result<(), DataplaneError> {
+        self.control.apply(change).map(drop).map_err(fwd_error)
+    }
+
+    fn add(&self, owner: &str, port: PortSection) -> Result<(), DataplaneError> {
+        self.apply(Change::AddPort {
+            port,
+            owner: Some(owner.into()),
+        })
     }
 
     /// Polls the link of every owned port until the data path is dropped.
@@ -151,13 +155,13 @@ impl ForwarderDataplane {
         loop {
             std::thread::sleep(LINK_POLL);
             let Some(dp) = me.upgrade() else { return };
-            let links: HashMap<String, LinkStatus> = {
-                let fwd = lock(&dp.forwarder);
-                fwd.ports()
-                    .iter()
-                    .map(|e| (e.name.clone(), e.port.link()))
-                    .collect()
-            };
+            let links: HashMap<String, LinkStatus> = dp
+                .control
+                .view()
+                .ports
+                .iter()
+                .map(|e| (e.name.clone(), e.port.link()))
+                .collect();
             let mut changes = Vec::new();
             for (name, p) in dp.ports().iter_mut() {
                 let Some(link) = links.get(name) else {
@@ -216,7 +220,7 @@ impl Dataplane for ForwarderDataplane {
             buffer_size: 2048,
             netns: spec.netns.clone(),
         });
-        self.add(owner, &section)?;
+        self.add(owner, section)?;
         self.ports().insert(
             spec.name.0.clone(),
             OwnedPort {
@@ -293,7 +297,7 @@ impl Dataplane for ForwarderDataplane {
             promiscuous: true,
             netns: None,
         });
-        if let Err(e) = self.add(owner, &section) {
+        if let Err(e) = self.add(owner, section) {
             if let Err(d) = veth.delete() {
                 tracing::error!(error = %d, "cannot delete a veth after a failed port");
             }
@@ -312,29 +316,20 @@ impl Dataplane for ForwarderDataplane {
     }
 
     fn create_vxlan(&self, owner: &str, spec: &VxlanSpec) -> Result<(), DataplaneError> {
-        lock(&self.forwarder)
-            .add_vxlan_tunnel(
-                &spec.name.0,
-                spec.local,
-                spec.remote,
-                spec.vni,
-                spec.dst_port,
-                Some(owner),
-            )
-            .map(drop)
-            .map_err(fwd_error)
+        self.apply(Change::AddVxlanTunnel {
+            name: spec.name.0.clone(),
+            local: spec.local,
+            remote: spec.remote,
+            vni: spec.vni,
+            dst_port: spec.dst_port,
+            owner: Some(owner.into()),
+        })
     }
 
     fn remove_port(&self, _owner: &str, port: &PortName) -> Result<(), DataplaneError> {
-        let removed = {
-            let mut f = lock(&self.forwarder);
-            if f.tunnels().iter().any(|t| t.name == port.0) {
-                f.remove_vxlan_tunnel(&port.0)
-            } else {
-                f.remove_port(&port.0)
-            }
-        }
-        .map_err(fwd_error);
+        let removed = self.apply(Change::RemoveInterface {
+            name: port.0.clone(),
+        });
         if let Some(p) = self.ports().remove(&port.0) {
             if let Some(veth) = p.kernel {
                 veth.delete().map_err(kernel_error)?;
@@ -349,9 +344,11 @@ impl Dataplane for ForwarderDataplane {
         a: &PortName,
         b: &PortName,
     ) -> Result<(), DataplaneError> {
-        lock(&self.forwarder)
-            .cross_connect(&a.0, &b.0, Some(owner))
-            .map_err(fwd_error)
+        self.apply(Change::CrossConnect {
+            a: a.0.clone(),
+            b: b.0.clone(),
+            owner: Some(owner.into()),
+        })
     }
 
     fn l3_cross_connect(
@@ -374,22 +371,25 @@ impl Dataplane for ForwarderDataplane {
                 })
                 .collect()
         };
-        {
-            let mut fwd = lock(&self.forwarder);
-            for (port, ip, mac) in macs {
-                fwd.add_neighbor(&port, ip, mac, Some(owner))
-                    .map_err(fwd_error)?;
-            }
-            let unspecified = Ipv4Addr::UNSPECIFIED;
-            fwd.l3_cross_connect(
-                &a.0,
-                &b.0,
-                pb.unwrap_or(unspecified),
-                pa.unwrap_or(unspecified),
-                Some(owner),
-            )
-            .map_err(fwd_error)?;
-        }
+        // The peers' neighbours and the cross-connect, with no other change in between.
+        let mut changes: Vec<Change> = macs
+            .into_iter()
+            .map(|(port, ip, mac)| Change::AddNeighbor {
+                port,
+                ip,
+                mac,
+                owner: Some(owner.into()),
+            })
+            .collect();
+        let unspecified = Ipv4Addr::UNSPECIFIED;
+        changes.push(Change::L3CrossConnect {
+            a: a.0.clone(),
+            b: b.0.clone(),
+            peer_b: pb.unwrap_or(unspecified),
+            peer_a: pa.unwrap_or(unspecified),
+            owner: Some(owner.into()),
+        });
+        self.apply(Change::All(changes))?;
         // Inside a veth's namespace: what it sends to resolves to Quiver's end.
         for (port, other, toward) in [(a, b, pb), (b, a, pa)] {
             let (veth, ips) = {
@@ -421,7 +421,9 @@ impl Dataplane for ForwarderDataplane {
     }
 
     fn disconnect(&self, _owner: &str, port: &PortName) -> Result<(), DataplaneError> {
-        let disconnected = lock(&self.forwarder).disconnect(&port.0).map_err(fwd_error);
+        let disconnected = self.apply(Change::Disconnect {
+            port: port.0.clone(),
+        });
         // The neighbours an L3 cross-connect added inside the namespaces go with it, on both
         // sides (the forwarder's disconnect took both directions at once).
         let undo: Vec<_> = {
@@ -454,7 +456,9 @@ impl Dataplane for ForwarderDataplane {
     }
 
     fn remove_owned(&self, owner: &str) -> Result<(), DataplaneError> {
-        let removed = lock(&self.forwarder).remove_owned(owner).map_err(fwd_error);
+        let removed = self.apply(Change::RemoveOwned {
+            owner: owner.into(),
+        });
         let veths: Vec<KernelInterface> = {
             let mut ports = self.ports();
             let mine: Vec<String> = ports
@@ -504,17 +508,18 @@ impl Dataplane for ForwarderDataplane {
 /// Starts the NSM services for `forwarder` (the SPIFFE identity from
 /// `SPIFFE_ENDPOINT_SOCKET`, endpoints found through the registry at `NSM_CONNECT_TO`); they
 /// run until the handle is dropped.
-pub fn start(forwarder: &Arc<Mutex<Forwarder>>, mut cfg: NsmConfig) -> Result<NsmHandle, String> {
-    {
-        let mut f = lock(forwarder);
-        f.set_vxlan_port(cfg.vxlan_port)
-            .map_err(|e| format!("NSM_VXLAN_PORT: {e}"))?;
-        if cfg.tunnel_ip.is_none() {
-            cfg.tunnel_ip = f.default_route_address().map(IpAddr::V4);
-        }
+pub fn start(control: &Control, mut cfg: NsmConfig) -> Result<NsmHandle, String> {
+    control
+        .apply(Change::SetVxlanPort(cfg.vxlan_port))
+        .map_err(|e| format!("NSM_VXLAN_PORT: {e}"))?;
+    if cfg.tunnel_ip.is_none() {
+        cfg.tunnel_ip = control
+            .inspect(|f| f.default_route_address())
+            .map_err(|e| e.to_string())?
+            .map(IpAddr::V4);
     }
     match cfg.tunnel_ip {
-        Some(IpAddr::V4(ip)) if !lock(forwarder).is_own_address(ip) => tracing::warn!(
+        Some(IpAddr::V4(ip)) if !control.view().is_own_address(ip) => tracing::warn!(
             %ip,
             "NSM_TUNNEL_IP is not an address of Quiver's: VXLAN to other nodes will fail until \
              an uplink port has it ([[address]] in quiver.toml)"
@@ -524,7 +529,7 @@ pub fn start(forwarder: &Arc<Mutex<Forwarder>>, mut cfg: NsmConfig) -> Result<Ns
             "no NSM_TUNNEL_IP and no default route with an address: no VXLAN to other nodes"
         ),
     }
-    let dp = ForwarderDataplane::new(forwarder.clone());
+    let dp = ForwarderDataplane::new(control.clone());
     NsmHandle::spawn_with_registry(cfg, dp, 2).map_err(|e| format!("NSM: {e}"))
 }
 

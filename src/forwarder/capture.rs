@@ -5,7 +5,7 @@
 use dataplane::capture::{CaptureSession, MAX_SNAPLEN};
 
 use super::*;
-use crate::capture::{Capture, CaptureInfo, CaptureRequest};
+use crate::capture::{Capture, CaptureInfo, CaptureRequest, CaptureWatch};
 
 /// The forwarder's captures.
 #[derive(Default)]
@@ -130,6 +130,11 @@ impl Forwarder {
     /// Every capture (running, or finished and not yet stopped).
     pub fn captures(&self) -> Vec<CaptureInfo> {
         self.captures.0.iter().map(Capture::info).collect()
+    }
+
+    /// Readers' handles on every capture's progress.
+    pub fn capture_watches(&self) -> Vec<CaptureWatch> {
+        self.captures.0.iter().map(Capture::watch).collect()
     }
 
     fn end_capture(&mut self, k: usize) -> Result<CaptureInfo, ForwarderError> {

@@ -49,6 +49,7 @@ use open::{open_port, OpenError};
 pub use vxlan::TunnelEntry;
 
 /// One port and the interface it is in the forwarding state.
+#[derive(Clone)]
 pub struct PortEntry {
     /// The port's name.
     pub name: String,
@@ -58,9 +59,10 @@ pub struct PortEntry {
     pub port: Arc<dyn Port>,
 }
 
-/// The forwarder: ports, forwarding state, workers. Wrap it in a `Mutex` to share it with a
-/// control plane: every method that changes something blocks until the data path applies it
-/// (a few milliseconds), and [`Forwarder::housekeeping`] must keep being called.
+/// The forwarder: ports, forwarding state, workers. Every method that changes something blocks
+/// until the data path applies it (a few milliseconds), and [`Forwarder::housekeeping`] must
+/// keep being called: `crate::control::owner::ConfigOwner` owns it in `quiver run`, applies
+/// every client's changes to it in turn and runs its housekeeping.
 pub struct Forwarder {
     dataplane: Dataplane<ForwardingState>,
     forwarding: Forwarding,
@@ -210,6 +212,16 @@ impl Forwarder {
         self.ports.iter().find(|e| e.name == name)
     }
 
+    /// Each port's configuration, in the order of [`Forwarder::ports`].
+    pub fn port_sections(&self) -> &[PortSection] {
+        &self.sections
+    }
+
+    /// What each owner made, in creation order.
+    pub fn owned(&self) -> &[(String, Owned)] {
+        &self.owned
+    }
+
     /// The configuration port `name` was opened with (for `quiver ctl show memif`).
     pub fn port_section(&self, name: &str) -> Option<&PortSection> {
         let k = self.ports.iter().position(|e| e.name == name)?;
@@ -249,13 +261,14 @@ impl Forwarder {
 
     /// Control-side housekeeping, called often (every few milliseconds): applies what the data
     /// path learned (ARP), publishes it through the one commit path every change takes, and
-    /// frees retired state.
-    pub fn housekeeping(&mut self) -> Result<(), String> {
-        if self.forwarding.take_events() > 0 {
+    /// frees retired state. True when it committed a change.
+    pub fn housekeeping(&mut self) -> Result<bool, String> {
+        let learned = self.forwarding.take_events() > 0;
+        if learned {
             self.commit().map_err(|e| e.to_string())?;
         }
         self.dataplane.reclaim();
-        Ok(())
+        Ok(learned)
     }
 
     /// Frames sent by every port.
@@ -265,44 +278,7 @@ impl Forwarder {
 
     /// `show interfaces`: link and counters per port, with the non-zero driver details.
     pub fn format_interfaces(&self) -> String {
-        let mut out = format!(
-            "{:<16} {:>5} {:<6} {:>12} {:>14} {:>12} {:>14} {:>10} {:>10}\n",
-            "interface",
-            "index",
-            "link",
-            "rx packets",
-            "rx bytes",
-            "tx packets",
-            "tx bytes",
-            "rx drops",
-            "tx drops"
-        );
-        for e in &self.ports {
-            let s = e.port.stats();
-            let link = match e.port.link() {
-                LinkStatus::Up => "up".to_string(),
-                LinkStatus::Down(_) => "down".to_string(),
-            };
-            out += &format!(
-                "{:<16} {:>5} {:<6} {:>12} {:>14} {:>12} {:>14} {:>10} {:>10}\n",
-                e.name,
-                e.interface,
-                link,
-                s.rx_packets,
-                s.rx_bytes,
-                s.tx_packets,
-                s.tx_bytes,
-                s.rx_dropped,
-                s.tx_dropped
-            );
-            if let LinkStatus::Down(why) = e.port.link() {
-                out += &format!("{:<16}   down: {why}\n", "");
-            }
-            for (k, v) in s.detail.iter().filter(|(_, v)| *v != 0) {
-                out += &format!("{:<16}   {k}: {v}\n", "");
-            }
-        }
-        out
+        format_interfaces(&self.ports)
     }
 
     /// Stops the workers (draining the graph) and returns their last counters.
@@ -311,6 +287,49 @@ impl Forwarder {
         self.dataplane.stop();
         runtime
     }
+}
+
+/// `show interfaces` as text: link and counters of each of `ports`, with the non-zero driver
+/// details.
+pub fn format_interfaces(ports: &[PortEntry]) -> String {
+    let mut out = format!(
+        "{:<16} {:>5} {:<6} {:>12} {:>14} {:>12} {:>14} {:>10} {:>10}\n",
+        "interface",
+        "index",
+        "link",
+        "rx packets",
+        "rx bytes",
+        "tx packets",
+        "tx bytes",
+        "rx drops",
+        "tx drops"
+    );
+    for e in ports {
+        let s = e.port.stats();
+        let link = match e.port.link() {
+            LinkStatus::Up => "up".to_string(),
+            LinkStatus::Down(_) => "down".to_string(),
+        };
+        out += &format!(
+            "{:<16} {:>5} {:<6} {:>12} {:>14} {:>12} {:>14} {:>10} {:>10}\n",
+            e.name,
+            e.interface,
+            link,
+            s.rx_packets,
+            s.rx_bytes,
+            s.tx_packets,
+            s.tx_bytes,
+            s.rx_dropped,
+            s.tx_dropped
+        );
+        if let LinkStatus::Down(why) = e.port.link() {
+            out += &format!("{:<16}   down: {why}\n", "");
+        }
+        for (k, v) in s.detail.iter().filter(|(_, v)| *v != 0) {
+            out += &format!("{:<16}   {k}: {v}\n", "");
+        }
+    }
+    out
 }
 
 /// Applies the cross-connects, addresses, routes and neighbours.
@@ -362,59 +381,4 @@ fn configure(cfg: &Config, ports: &[PortEntry], f: &mut Forwarding) -> Result<()
             .map_err(|e| format!("route {}: {e}", r.prefix))?;
     }
     Ok(())
-}
-
-/// [`Forwarder::housekeeping`] every `period` on a thread of its own, for code that shares the
-/// forwarder with a control plane outside `quiver run`'s loop (tests, benches). Stopped and
-/// joined by [`Housekeeping::stop`] or on drop.
-pub struct Housekeeping {
-    stop: Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<std::thread::JoinHandle<Result<(), String>>>,
-}
-
-impl Housekeeping {
-    /// Starts the thread. The first error ends it; [`Housekeeping::stop`] returns it.
-    pub fn spawn(
-        forwarder: Arc<std::sync::Mutex<Forwarder>>,
-        period: std::time::Duration,
-    ) -> Housekeeping {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::spawn(move || {
-            while !flag.load(Ordering::Relaxed) {
-                forwarder
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .housekeeping()?;
-                std::thread::sleep(period);
-            }
-            Ok(())
-        });
-        Housekeeping {
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    /// Stops and joins the thread; the error that ended it early, if one did.
-    pub fn stop(mut self) -> Result<(), String> {
-        self.join()
-    }
-
-    fn join(&mut self) -> Result<(), String> {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        match self.thread.take() {
-            Some(t) => t
-                .join()
-                .map_err(|_| "the housekeeping thread panicked".to_string())?,
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for Housekeeping {
-    fn drop(&mut self) {
-        let _ = self.join();
-    }
 }

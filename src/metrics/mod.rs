@@ -12,12 +12,12 @@
 pub mod http;
 pub mod render;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use ctl_api::admin::AdminBackend;
 
 use crate::control::admin::{ConnectionSlot, ForwarderAdmin};
-use crate::forwarder::Forwarder;
+use crate::control::owner::Control;
 
 pub use http::{bind, MetricsServer};
 pub use render::{render, PoolUsage, Scrape};
@@ -45,21 +45,19 @@ pub fn scrape(
     })
 }
 
-/// Serves metrics for `forwarder` on `listener` (from [`bind`]) until the returned server is
-/// dropped. Drop it before taking the forwarder back: it holds a reference.
+/// Serves metrics of the forwarder `control` reads on `listener` (from [`bind`]) until the
+/// returned server is dropped. A scrape reads the owner's published view: it never waits for a
+/// change in progress.
 pub fn start(
-    forwarder: &Arc<Mutex<Forwarder>>,
+    control: &Control,
     listener: std::net::TcpListener,
     nsm: Option<ConnectionSlot>,
 ) -> Result<MetricsServer, String> {
-    let pool = crate::control::admin::lock(forwarder)
-        .dataplane()
-        .pool()
-        .clone();
+    let pool = control.pool().clone();
     // Its own backend: `clear counters` through the admin API does not rewind the interface
     // counters Prometheus sees (node and error counters are the data plane's and do rewind,
     // which Prometheus treats as a counter reset).
-    let admin = ForwarderAdmin::new(forwarder.clone(), nsm.clone().unwrap_or_default());
+    let admin = ForwarderAdmin::new(control.clone(), nsm.clone().unwrap_or_default());
     let page: http::Render =
         Arc::new(move || scrape(&admin, &pool, nsm.as_ref()).map(|s| render(&s)));
     MetricsServer::start(listener, page)

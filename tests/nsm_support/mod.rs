@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use ctl_api::nsm::path::timestamp;
@@ -18,8 +18,9 @@ use ctl_api::proto::connection::{self, Connection, Mechanism, PathSegment};
 use dataplane::{BufferPool, BufferPoolConfig, HugepagePolicy, IdlePolicy, WorkerConfig};
 use drivers::LinkStatus;
 use quiver::control::nsm::ForwarderDataplane;
-use quiver::{Config, Forwarder, Housekeeping};
-use testkit::{require, wait_for, Needs};
+use quiver::control::owner::{ConfigOwner, Control};
+use quiver::{Config, Forwarder};
+use testkit::{require, Needs};
 
 /// `ip` (iproute2).
 pub const IP: &str = "/usr/sbin/ip";
@@ -280,9 +281,8 @@ pub fn memif_endpoint(sock: &Path, nse: &Netns, socket: &str) -> TestEndpoint {
 }
 
 /// Whether port `port` of `fwd` has its link up.
-pub fn link_up(fwd: &Mutex<Forwarder>, port: &str) -> bool {
-    fwd.lock()
-        .unwrap()
+pub fn link_up(fwd: &Control, port: &str) -> bool {
+    fwd.view()
         .ports()
         .iter()
         .any(|e| e.name == port && e.port.link() == LinkStatus::Up)
@@ -351,13 +351,14 @@ impl KernelTest {
 }
 
 /// The real forwarder as the NSM tests run it: `quiver.toml` with buffers in ordinary pages
-/// plus `extra`, one worker on core 0, housekeeping every millisecond as in the daemon.
+/// plus `extra`, one worker on core 0, owned by its configuration owner as in the daemon
+/// (housekeeping every millisecond).
 pub struct TestForwarder {
-    /// The forwarder, shared as `quiver run` shares it with its control plane.
-    pub fwd: Arc<Mutex<Forwarder>>,
+    /// The owner's handle, as `quiver run`'s control plane has it.
+    pub fwd: Control,
     pool: Arc<BufferPool>,
     start_free: usize,
-    housekeeping: Housekeeping,
+    owner: ConfigOwner,
 }
 
 impl TestForwarder {
@@ -375,15 +376,15 @@ impl TestForwarder {
             cores: vec![0],
             idle: IdlePolicy::ADAPTIVE,
         };
-        let fwd = Arc::new(Mutex::new(
+        let owner = ConfigOwner::start(
             Forwarder::start(&cfg, &workers, pool.clone()).unwrap(),
-        ));
-        let housekeeping = Housekeeping::spawn(fwd.clone(), Duration::from_millis(1));
+            Duration::from_millis(1),
+        );
         TestForwarder {
-            fwd,
+            fwd: owner.control(),
             pool,
             start_free,
-            housekeeping,
+            owner,
         }
     }
 
@@ -434,20 +435,9 @@ impl TestForwarder {
         (listen, dp, server)
     }
 
-    /// Stops the forwarder once nothing else holds it (drop the servers and data paths
-    /// first); every buffer must be back in the pool.
+    /// Stops the forwarder (drop the servers first); every buffer must be back in the pool.
     pub fn stop(self) {
-        self.housekeeping.stop().unwrap();
-        // The link watcher lets go of the forwarder at its next look.
-        wait_for("the forwarder to be no longer shared", 10, || {
-            Arc::strong_count(&self.fwd) == 1
-        });
-        let fwd = Arc::try_unwrap(self.fwd)
-            .ok()
-            .expect("the forwarder is no longer shared")
-            .into_inner()
-            .unwrap();
-        fwd.stop();
+        self.owner.stop().unwrap().stop();
         assert_eq!(
             self.pool.free_count(),
             self.start_free,

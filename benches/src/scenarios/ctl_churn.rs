@@ -46,6 +46,7 @@ use dataplane::{BufferPool, BufferPoolConfig, HugepagePolicy, IdlePolicy, Worker
 use memif::{InterfaceConfig, Master, MasterConfig, Slave, SocketAddress};
 use quiver::config::{MemifMode, MemifRole as QuiverMemifRole, MemifSection, PortSection};
 use quiver::control::nsm::ForwarderDataplane;
+use quiver::control::owner::{Change, ConfigOwner, Control};
 use quiver::{Config, Forwarder};
 use serde_json::json;
 
@@ -454,16 +455,19 @@ pub fn run(quick: bool) -> Result<String, String> {
         cores: vec![0],
         idle: IdlePolicy::ADAPTIVE,
     };
-    let fwd = Arc::new(Mutex::new(Forwarder::start(&cfg, &workers, pool.clone())?));
-    let port_names = |f: &Arc<Mutex<Forwarder>>| {
-        f.lock()
-            .unwrap_or_else(|e| e.into_inner())
+    // Owned as in the daemon, housekeeping every millisecond.
+    let owner = ConfigOwner::start(
+        Forwarder::start(&cfg, &workers, pool.clone())?,
+        Duration::from_millis(1),
+    );
+    let fwd = owner.control();
+    let port_names = |f: &Control| {
+        f.view()
             .ports()
             .iter()
             .map(|p| p.name.clone())
             .collect::<Vec<_>>()
     };
-    let housekeeping = quiver::Housekeeping::spawn(fwd.clone(), Duration::from_millis(1));
 
     // The endpoints (NSEs) and the NSM server.
     let steady_memif = format!("@quiver-bench-steady-nse-{pid}");
@@ -607,15 +611,20 @@ pub fn run(quick: bool) -> Result<String, String> {
         if refused.is_ok() {
             return Err("a Request with an empty id was accepted".into());
         }
-        let f = fwd.lock().unwrap_or_else(|e| e.into_inner());
-        let t0 = Instant::now();
-        f.dataplane()
-            .command(|_| Box::new(|_| Ok(())))
-            .map_err(|e| format!("empty worker command: {e:?}"))?;
-        command.push(t0.elapsed());
-        let t0 = Instant::now();
-        f.dataplane().synchronize();
-        sync.push(t0.elapsed());
+        // Timed on the owner's thread, where commits run.
+        let (command_time, sync_time) = fwd
+            .inspect(|f| {
+                let t0 = Instant::now();
+                let done = f.dataplane().command(|_| Box::new(|_| Ok(())));
+                let command = t0.elapsed();
+                let t0 = Instant::now();
+                f.dataplane().synchronize();
+                done.map(|()| (command, t0.elapsed()))
+                    .map_err(|e| format!("empty worker command: {e:?}"))
+            })
+            .map_err(|e| e.to_string())??;
+        command.push(command_time);
+        sync.push(sync_time);
     }
     // A memif master port added and removed straight on the forwarder (no gRPC, no NSM):
     // its socket in Quiver's own namespace, then made inside a namespace (`NetNs::run`).
@@ -637,14 +646,18 @@ pub fn run(quick: bool) -> Result<String, String> {
                 buffer_size: 2048,
                 netns: ns.map(|u| std::path::PathBuf::from(u.trim_start_matches("file://"))),
             });
-            let mut f = fwd.lock().unwrap_or_else(|e| e.into_inner());
             let t0 = Instant::now();
-            f.add_port(&section, Some("probe"))
-                .map_err(|e| format!("probe port: {e}"))?;
+            fwd.apply(Change::AddPort {
+                port: section,
+                owner: Some("probe".into()),
+            })
+            .map_err(|e| format!("probe port: {e}"))?;
             times.push(t0.elapsed());
             let t0 = Instant::now();
-            f.remove_port(&format!("probe-{i}"))
-                .map_err(|e| format!("probe port: {e}"))?;
+            fwd.apply(Change::RemoveInterface {
+                name: format!("probe-{i}"),
+            })
+            .map_err(|e| format!("probe port: {e}"))?;
             remove.push(t0.elapsed());
         }
     }
@@ -685,7 +698,7 @@ pub fn run(quick: bool) -> Result<String, String> {
     // churn endpoint's master notices the last disconnect on its next poll, tonic closes the
     // endpoint channels asynchronously).
     let owned_left: usize = {
-        let f = fwd.lock().unwrap_or_else(|e| e.into_inner());
+        let f = fwd.view();
         ids.iter().map(|id| f.owned_by(id).len()).sum()
     };
     let ports_after = port_names(&fwd);
@@ -712,17 +725,11 @@ pub fn run(quick: bool) -> Result<String, String> {
     drop(dp);
     drop(steady_nse);
     drop(churn_nse);
-    housekeeping
+    drop(fwd);
+    owner
         .stop()
-        .map_err(|e| format!("housekeeping: {e}"))?;
-    if !wait_until(10, || Arc::strong_count(&fwd) == 1) {
-        return Err("the forwarder is still shared after the server stopped".into());
-    }
-    let fwd = Arc::try_unwrap(fwd)
-        .map_err(|_| "the forwarder is still shared".to_string())?
-        .into_inner()
-        .unwrap_or_else(|e| e.into_inner());
-    fwd.stop();
+        .map_err(|e| format!("the configuration owner: {e}"))?
+        .stop();
     let end_free = pool.free_count();
     peers_result?;
 

@@ -1,0 +1,63 @@
+use super::*;
+use crate::control::owner::ConfigOwner;
+
+#[test]
+fn the_backend_shows_what_it_changed_and_refuses_what_cannot_be() {
+    let owner = ConfigOwner::start(
+        crate::control::owner::test_forwarder(),
+        std::time::Duration::from_millis(1),
+    );
+    let slot = ConnectionSlot::default();
+    let admin = ForwarderAdmin::new(owner.control(), slot.clone());
+    assert!(admin.interfaces().unwrap().is_empty());
+    assert!(admin.fib().unwrap().is_empty());
+
+    admin
+        .add_route(Ipv4Addr::new(192, 0, 2, 0), 24, &[])
+        .unwrap();
+    let fib = admin.fib().unwrap();
+    assert_eq!(fib.len(), 1);
+    assert_eq!(fib[0].prefix, "192.0.2.0/24");
+    assert_eq!(fib[0].source, "static");
+    assert_eq!(fib[0].paths[0].kind, "drop");
+    assert_eq!(
+        admin.add_route(
+            Ipv4Addr::new(10, 0, 0, 0),
+            8,
+            &[(Ipv4Addr::new(10, 0, 0, 1), "nosuch".into())]
+        ),
+        Err(AdminError::NotFound("no port named `nosuch`".into()))
+    );
+    assert!(matches!(
+        admin.delete_route(Ipv4Addr::new(10, 0, 0, 0), 8),
+        Err(AdminError::NotFound(_))
+    ));
+    admin.delete_route(Ipv4Addr::new(192, 0, 2, 0), 24).unwrap();
+    assert!(admin.fib().unwrap().is_empty());
+    assert!(matches!(
+        admin.trace_add("nosuch", 1),
+        Err(AdminError::NotFound(_))
+    ));
+    admin.trace_add(dataplane::PORT_INPUT, 1).unwrap();
+    let rt = admin.runtime(true).unwrap();
+    assert_eq!(rt.workers.len(), 1);
+    assert_eq!(rt.workers[0].worker, Some(0));
+    assert!(rt.workers[0]
+        .nodes
+        .iter()
+        .any(|n| n.name == dataplane::PORT_INPUT && n.state == "polling"));
+    let summed = admin.runtime(false).unwrap();
+    assert_eq!(summed.workers[0].worker, None);
+
+    assert!(admin.connections().unwrap().is_empty());
+    slot.set(Box::new(|| {
+        vec![pb::Connection {
+            id: "c1".into(),
+            ..Default::default()
+        }]
+    }));
+    assert_eq!(admin.connections().unwrap()[0].id, "c1");
+
+    drop(admin);
+    owner.stop().unwrap().stop();
+}

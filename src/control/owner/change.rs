@@ -1,0 +1,268 @@
+//! [`Change`]: every change to the running configuration, as a value. The admin API, NSM and
+//! tests build one, [`super::Control::apply`] hands it to the owner, and the owner applies it
+//! with [`Change::apply`] — the only place a client's change meets the [`Forwarder`].
+
+use std::net::Ipv4Addr;
+
+use graph_nodes::IfIndex;
+
+use crate::capture::{CaptureInfo, CaptureRequest};
+use crate::config::PortSection;
+use crate::forwarder::{Forwarder, ForwarderError};
+
+/// One change to the running configuration. `owner`: the connection id (NSM's) that owns what
+/// is made, so that [`Change::RemoveOwned`] takes it all away.
+#[derive(Debug, Clone)]
+pub enum Change {
+    /// Open a port and attach it to every worker ([`Applied::Interface`]).
+    AddPort {
+        /// The port.
+        port: PortSection,
+        /// Its owner.
+        owner: Option<String>,
+    },
+    /// Remove a port or a VXLAN tunnel by name.
+    RemoveInterface {
+        /// Its name.
+        name: String,
+    },
+    /// L2 cross-connect two ports both ways.
+    CrossConnect {
+        /// One port.
+        a: String,
+        /// The other.
+        b: String,
+        /// Its owner.
+        owner: Option<String>,
+    },
+    /// L3 cross-connect two ports (see [`Forwarder::l3_cross_connect`]).
+    L3CrossConnect {
+        /// One port.
+        a: String,
+        /// The other.
+        b: String,
+        /// Where packets received on `a` go, out of `b`.
+        peer_b: Ipv4Addr,
+        /// Where packets received on `b` go, out of `a`.
+        peer_a: Ipv4Addr,
+        /// Its owner.
+        owner: Option<String>,
+    },
+    /// Remove the L2 or L3 cross-connect of a port (both ways).
+    Disconnect {
+        /// The port.
+        port: String,
+    },
+    /// Add (or replace) a route through `via` (next hop, port) paths.
+    AddRoute {
+        /// Destination.
+        prefix: Ipv4Addr,
+        /// Prefix length.
+        len: u8,
+        /// Paths (ECMP when several).
+        via: Vec<(Ipv4Addr, String)>,
+        /// Its owner.
+        owner: Option<String>,
+    },
+    /// Remove a route.
+    RemoveRoute {
+        /// Destination.
+        prefix: Ipv4Addr,
+        /// Prefix length.
+        len: u8,
+    },
+    /// Add a static neighbour.
+    AddNeighbor {
+        /// The port.
+        port: String,
+        /// Its address.
+        ip: Ipv4Addr,
+        /// Its MAC.
+        mac: [u8; 6],
+        /// Its owner.
+        owner: Option<String>,
+    },
+    /// Remove a neighbour.
+    RemoveNeighbor {
+        /// The port.
+        port: String,
+        /// Its address.
+        ip: Ipv4Addr,
+    },
+    /// Add an address to a port.
+    AddAddress {
+        /// The port.
+        port: String,
+        /// The address.
+        ip: Ipv4Addr,
+        /// Its prefix length.
+        len: u8,
+        /// Its owner.
+        owner: Option<String>,
+    },
+    /// Remove an address from a port.
+    RemoveAddress {
+        /// The port.
+        port: String,
+        /// The address.
+        ip: Ipv4Addr,
+        /// Its prefix length.
+        len: u8,
+    },
+    /// Add a VXLAN tunnel ([`Applied::Interface`]).
+    AddVxlanTunnel {
+        /// Its interface name.
+        name: String,
+        /// Source address (one of Quiver's).
+        local: Ipv4Addr,
+        /// Destination address.
+        remote: Ipv4Addr,
+        /// VXLAN network identifier.
+        vni: u32,
+        /// Destination UDP port.
+        dst_port: u16,
+        /// Its owner.
+        owner: Option<String>,
+    },
+    /// The UDP port VXLAN is received on.
+    SetVxlanPort(u16),
+    /// Remove everything an owner made, newest first ([`Applied::Removed`]).
+    RemoveOwned {
+        /// The owner.
+        owner: String,
+    },
+    /// Start capturing a port ([`Applied::Capture`]).
+    CaptureStart(CaptureRequest),
+    /// Stop capturing a port ([`Applied::Capture`]).
+    CaptureStop {
+        /// The port.
+        interface: String,
+    },
+    /// Several changes in order, none from another client in between; stops at the first
+    /// that fails (those before it stay, owned as they were).
+    All(Vec<Change>),
+}
+
+/// What an applied [`Change`] made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    /// Done; nothing to report.
+    Done,
+    /// The new interface.
+    Interface(IfIndex),
+    /// How many objects were removed.
+    Removed(usize),
+    /// The capture.
+    Capture(CaptureInfo),
+    /// What each change of [`Change::All`] made.
+    All(Vec<Applied>),
+}
+
+impl Change {
+    /// Applies the change; on error nothing of it is left (for [`Change::All`]: of the change
+    /// that failed).
+    pub fn apply(self, f: &mut Forwarder) -> Result<Applied, ForwarderError> {
+        use Applied::Done;
+        Ok(match self {
+            Change::AddPort { port, owner } => {
+                Applied::Interface(f.add_port(&port, owner.as_deref())?)
+            }
+            Change::RemoveInterface { name } => {
+                if f.tunnels().iter().any(|t| t.name == name) {
+                    f.remove_vxlan_tunnel(&name)?;
+                } else {
+                    f.remove_port(&name)?;
+                }
+                Done
+            }
+            Change::CrossConnect { a, b, owner } => {
+                f.cross_connect(&a, &b, owner.as_deref())?;
+                Done
+            }
+            Change::L3CrossConnect {
+                a,
+                b,
+                peer_b,
+                peer_a,
+                owner,
+            } => {
+                f.l3_cross_connect(&a, &b, peer_b, peer_a, owner.as_deref())?;
+                Done
+            }
+            Change::Disconnect { port } => {
+                f.disconnect(&port)?;
+                Done
+            }
+            Change::AddRoute {
+                prefix,
+                len,
+                via,
+                owner,
+            } => {
+                let via: Vec<(Ipv4Addr, &str)> =
+                    via.iter().map(|(ip, port)| (*ip, port.as_str())).collect();
+                f.add_route(prefix, len, &via, owner.as_deref())?;
+                Done
+            }
+            Change::RemoveRoute { prefix, len } => {
+                f.remove_route(prefix, len)?;
+                Done
+            }
+            Change::AddNeighbor {
+                port,
+                ip,
+                mac,
+                owner,
+            } => {
+                f.add_neighbor(&port, ip, mac, owner.as_deref())?;
+                Done
+            }
+            Change::RemoveNeighbor { port, ip } => {
+                f.remove_neighbor(&port, ip)?;
+                Done
+            }
+            Change::AddAddress {
+                port,
+                ip,
+                len,
+                owner,
+            } => {
+                f.add_address(&port, ip, len, owner.as_deref())?;
+                Done
+            }
+            Change::RemoveAddress { port, ip, len } => {
+                f.remove_address(&port, ip, len)?;
+                Done
+            }
+            Change::AddVxlanTunnel {
+                name,
+                local,
+                remote,
+                vni,
+                dst_port,
+                owner,
+            } => Applied::Interface(f.add_vxlan_tunnel(
+                &name,
+                local,
+                remote,
+                vni,
+                dst_port,
+                owner.as_deref(),
+            )?),
+            Change::SetVxlanPort(port) => {
+                f.set_vxlan_port(port)?;
+                Done
+            }
+            Change::RemoveOwned { owner } => Applied::Removed(f.remove_owned(&owner)?),
+            Change::CaptureStart(request) => Applied::Capture(f.capture_start(request)?),
+            Change::CaptureStop { interface } => Applied::Capture(f.capture_stop(&interface)?),
+            Change::All(changes) => {
+                let mut applied = Vec::with_capacity(changes.len());
+                for c in changes {
+                    applied.push(c.apply(f)?);
+                }
+                Applied::All(applied)
+            }
+        })
+    }
+}
