@@ -2,9 +2,6 @@
 //! input node that polls a receive queue. Drivers (DPDK, AF_PACKET, memif, TAP) implement the two
 //! traits; nodes never see sockets or devices.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-
 use crate::buffer::WorkerBuffers;
 use crate::frame::Frame;
 use crate::graph::Context;
@@ -17,38 +14,27 @@ pub trait RxQueue: Send {
     /// the input node stamps it.
     fn receive(&mut self, buffers: &mut WorkerBuffers, out: &mut [u32]) -> usize;
 
-    /// Pairs this queue with `tx`, another port's transmit queue on the same worker, for
-    /// [`RxQueue::forward`]: true when the driver can move frames between the two without
-    /// Quiver buffers (two memif queues can), false (the default, nothing changed) otherwise.
-    /// Replaces an earlier pairing.
-    fn pair(&mut self, tx: &mut dyn TxQueue) -> bool {
-        let _ = tx;
-        false
-    }
-
-    /// Undoes [`RxQueue::pair`].
-    fn unpair(&mut self) {}
-
-    /// When paired: sends up to `max` of the frames that arrived straight to the paired
-    /// transmit queue, bypassing the graph, and tells what it did. `None` when not paired or
-    /// when the pair cannot forward now (the other side is down or gone): the caller then
-    /// receives as usual, and the graph handles the frames.
-    fn forward(&mut self, buffers: &mut WorkerBuffers, max: usize) -> Option<CutThrough> {
-        let _ = (buffers, max);
-        None
+    /// [`RxQueue::receive`], except that the queue may first hand frames on by a way of its
+    /// own that bypasses the graph (a driver's shortcut, say a cut-through between two of its
+    /// ports), at most `out.len()` of them. The input node calls this instead of `receive`
+    /// only while nothing needs to see every packet (no trace of the input node, no capture),
+    /// so such a shortcut steps aside for those on its own. The default bypasses nothing.
+    #[inline]
+    fn receive_or_bypass(&mut self, buffers: &mut WorkerBuffers, out: &mut [u32]) -> RxBurst {
+        RxBurst {
+            received: self.receive(buffers, out),
+            bypassed: 0,
+        }
     }
 }
 
-/// What one [`RxQueue::forward`] burst did.
+/// What one [`RxQueue::receive_or_bypass`] burst did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct CutThrough {
-    /// Frames received and handed to the paired transmit queue.
-    pub packets: usize,
-    /// Their bytes.
-    pub bytes: u64,
-    /// Whether frames the cut-through cannot take wait at the head of the queue: the caller
-    /// receives them as usual.
-    pub more: bool,
+pub struct RxBurst {
+    /// Packets received into buffers, their indices written to `out`, for the graph.
+    pub received: usize,
+    /// Frames the queue handed on itself, bypassing the graph (its driver counts them).
+    pub bypassed: usize,
 }
 
 /// One transmit queue of a port, owned by one worker.
@@ -62,12 +48,6 @@ pub trait TxQueue: Send {
     /// materialises them first ([`WorkerBuffers::materialise`]).
     fn copies_external(&self) -> bool {
         false
-    }
-
-    /// The queue as `Any`, so that a driver's [`RxQueue::pair`] can recognise a queue of its
-    /// own kind. `None` (the default): it pairs with nothing.
-    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
-        None
     }
 }
 
@@ -120,10 +100,10 @@ pub const PORT_INPUT: &str = "port-input";
 /// node. Queues are attached and detached at run time, between loop passes, by worker commands
 /// (see [`crate::Dataplane::command`]); per-port receive counters are the ports' own.
 ///
-/// A queue may also be cut through to another port's transmit queue
-/// ([`PortsInput::cut_through`]): what it receives then goes straight there, bypassing the
-/// graph (counted as this node's packets and by the caller's counter), except while this node
-/// is traced or a capture is on, when the graph sees every packet as usual.
+/// While this node is not traced and no capture is on, it lets each queue bypass the graph
+/// ([`RxQueue::receive_or_bypass`]): frames a driver hands on itself count as this node's
+/// packets; the rest go to the graph as usual. While it is traced or a capture is on, the graph
+/// sees every packet.
 pub struct PortsInput {
     name: String,
     next: String,
@@ -135,18 +115,6 @@ pub struct PortsInput {
 struct Attached {
     interface: u32,
     queue: Box<dyn RxQueue>,
-    cut_through: Option<CutThroughTo>,
-}
-
-/// Where an attached queue's frames go when they bypass the graph.
-struct CutThroughTo {
-    /// The interface whose transmit queue the receive queue is paired with.
-    to: u32,
-    /// Told (packets, bytes) of each burst.
-    count: Box<dyn FnMut(u64, u64) + Send>,
-    /// Cleared by the control side to end the cut-through: seen at the next burst, as a new
-    /// configuration snapshot is (no command, no wait).
-    on: Arc<AtomicBool>,
 }
 
 impl PortsInput {
@@ -174,68 +142,20 @@ impl PortsInput {
         if self.queues.iter().any(|a| a.interface == interface) {
             return false;
         }
-        self.queues.push(Attached {
-            interface,
-            queue,
-            cut_through: None,
-        });
+        self.queues.push(Attached { interface, queue });
         true
     }
 
     /// Stops polling interface `interface`'s queue and hands it back (to be dropped on this
-    /// worker's thread), its cut-through ended.
+    /// worker's thread).
     pub fn detach(&mut self, interface: u32) -> Option<Box<dyn RxQueue>> {
         let k = self.queues.iter().position(|a| a.interface == interface)?;
-        let mut a = self.queues.remove(k);
-        a.end_cut_through();
-        Some(a.queue)
+        Some(self.queues.remove(k).queue)
     }
 
     /// The interfaces whose queues are polled, in polling order.
     pub fn interfaces(&self) -> impl Iterator<Item = u32> + '_ {
         self.queues.iter().map(|a| a.interface)
-    }
-
-    /// Sends what interface `from` receives straight to `tx`, interface `to`'s transmit queue
-    /// on this worker, without Quiver buffers or the graph, when the two drivers can
-    /// ([`RxQueue::pair`]), for as long as `on` stays set (clearing it ends the cut-through
-    /// from the next burst, without a worker command); `count` is told the packets and bytes
-    /// of each burst. Returns whether the cut-through is on; when false nothing changed (an
-    /// earlier cut-through of `from` stays). End it before `to`'s transmit queue goes away
-    /// ([`PortsInput::end_cut_throughs_to`]).
-    pub fn cut_through(
-        &mut self,
-        from: u32,
-        to: u32,
-        tx: &mut dyn TxQueue,
-        count: Box<dyn FnMut(u64, u64) + Send>,
-        on: Arc<AtomicBool>,
-    ) -> bool {
-        let Some(a) = self.queues.iter_mut().find(|a| a.interface == from) else {
-            return false;
-        };
-        if !a.queue.pair(tx) {
-            return false;
-        }
-        a.cut_through = Some(CutThroughTo { to, count, on });
-        true
-    }
-
-    /// Ends every cut-through to interface `to` (its transmit queue is about to go).
-    pub fn end_cut_throughs_to(&mut self, to: u32) {
-        for a in &mut self.queues {
-            if a.cut_through.as_ref().is_some_and(|c| c.to == to) {
-                a.end_cut_through();
-            }
-        }
-    }
-}
-
-impl Attached {
-    /// Its frames go through the graph again.
-    fn end_cut_through(&mut self) {
-        self.cut_through = None;
-        self.queue.unpair();
     }
 }
 
@@ -252,39 +172,22 @@ impl<S> Node<S> for PortsInput {
         // A trace or a capture sees every packet: nothing bypasses the graph meanwhile.
         let bypass = self.capture.is_empty() && !cx.traces_input();
         for a in &mut self.queues {
-            if a.cut_through
-                .as_ref()
-                .is_some_and(|c| !c.on.load(Ordering::Acquire))
-            {
-                // Ended by the control side.
-                a.end_cut_through();
-            }
-            let Attached {
-                interface,
-                queue,
-                cut_through,
-            } = a;
-            if let Some(c) = cut_through.as_mut().filter(|_| bypass) {
-                if let Some(f) = queue.forward(cx.buffers, crate::FRAME_SIZE) {
-                    if f.packets > 0 {
-                        (c.count)(f.packets as u64, f.bytes);
-                        produced += f.packets;
-                    }
-                    if !f.more {
-                        continue;
-                    }
-                }
-            }
-            let n = queue.receive(cx.buffers, frame.spare_mut());
+            let n = if bypass {
+                let burst = a.queue.receive_or_bypass(cx.buffers, frame.spare_mut());
+                produced += burst.bypassed;
+                burst.received
+            } else {
+                a.queue.receive(cx.buffers, frame.spare_mut())
+            };
             if n == 0 {
                 continue;
             }
             frame.set_len(n);
             for &bi in frame.as_slice() {
-                cx.buffers.meta_mut(bi).rx_interface = *interface;
+                cx.buffers.meta_mut(bi).rx_interface = a.interface;
             }
             if !self.capture.is_empty() {
-                let missed = self.capture.rx(*interface, cx.buffers, frame.as_slice());
+                let missed = self.capture.rx(a.interface, cx.buffers, frame.as_slice());
                 if missed > 0 {
                     cx.count_error(0, missed);
                 }
@@ -307,16 +210,8 @@ impl<Q: RxQueue + ?Sized> RxQueue for Box<Q> {
         (**self).receive(buffers, out)
     }
 
-    fn pair(&mut self, tx: &mut dyn TxQueue) -> bool {
-        (**self).pair(tx)
-    }
-
-    fn unpair(&mut self) {
-        (**self).unpair()
-    }
-
-    fn forward(&mut self, buffers: &mut WorkerBuffers, max: usize) -> Option<CutThrough> {
-        (**self).forward(buffers, max)
+    fn receive_or_bypass(&mut self, buffers: &mut WorkerBuffers, out: &mut [u32]) -> RxBurst {
+        (**self).receive_or_bypass(buffers, out)
     }
 }
 
@@ -327,9 +222,5 @@ impl<Q: TxQueue + ?Sized> TxQueue for Box<Q> {
 
     fn copies_external(&self) -> bool {
         (**self).copies_external()
-    }
-
-    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
-        (**self).as_any_mut()
     }
 }

@@ -1,6 +1,6 @@
 //! Cut-throughs: each direction of an L2 cross-connect between two ETHERNET-mode memif ports
-//! is done by the ports' own queues. On every worker, `port-input` hands what one port
-//! receives straight to the other's transmit queue ([`PortsInput::cut_through`]): the frame is
+//! is done by the ports' own queues. On every worker, what one port receives goes straight to
+//! the other's transmit queue (the memif driver's [`MemifPort::cut_through`]): the frame is
 //! copied once, from one peer's buffer into the other's, with no Quiver buffer and no graph
 //! node in between. The cross-connect's counters and both ports' counters count it as the
 //! graph would (the port's `rx-cut-through` tells how many went this way).
@@ -14,6 +14,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use drivers::memif_port::MemifPort;
 use graph_nodes::nodes::L2Xconnect;
 
 use super::*;
@@ -24,29 +25,18 @@ use super::*;
 /// worker without a transmit queue for `to`, or whose queues cannot pair, keeps using the
 /// graph.
 fn cut_through_command(
-    starts: Vec<(IfIndex, IfIndex, Arc<AtomicBool>)>,
+    starts: Vec<(IfIndex, Arc<MemifPort>, Arc<MemifPort>, Arc<AtomicBool>)>,
 ) -> WorkerCommand<ForwardingState> {
     Box::new(move |w| {
-        let graph = &mut w.graph;
-        for (from, to, on) in &starts {
-            let (from, to) = (*from, *to);
-            let stats = graph
+        for (from, a, b, on) in &starts {
+            let from = *from;
+            let stats = w
+                .graph
                 .node_mut::<L2Xconnect>(names::L2_XCONNECT)
                 .ok_or("the graph has no l2-xconnect node")?
                 .stats();
-            let output = graph
-                .node_mut::<InterfaceOutput>(names::INTERFACE_OUTPUT)
-                .ok_or("the graph has no interface-output node")?;
-            let Some(mut tx) = output.detach(to) else {
-                continue;
-            };
-            if let Some(input) = graph.node_mut::<PortsInput>(PORT_INPUT) {
-                let count = Box::new(move |packets, bytes| stats.add(from, packets, bytes));
-                input.cut_through(from, to, &mut *tx, count, on.clone());
-            }
-            if let Some(output) = graph.node_mut::<InterfaceOutput>(names::INTERFACE_OUTPUT) {
-                drop(output.attach(to, tx));
-            }
+            let count = Box::new(move |packets, bytes| stats.add(from, packets, bytes));
+            a.cut_through(w.worker, b, count, on.clone());
         }
         Ok(())
     })
@@ -92,9 +82,16 @@ impl Forwarder {
             .map(|(from, to)| (from, to, Arc::new(AtomicBool::new(true))))
             .collect();
         if !starts.is_empty() {
+            let ports: Vec<_> = (starts.iter())
+                .filter_map(|(from, to, on)| {
+                    let entry = |i| self.ports.iter().find(|p| p.interface == i);
+                    let port = |i| self.memif.as_ref()?.port(&entry(i)?.name);
+                    Some((*from, port(*from)?, port(*to)?, on.clone()))
+                })
+                .collect();
             let started = self
                 .dataplane
-                .command(|_| cut_through_command(starts.clone()));
+                .command(|_| cut_through_command(ports.clone()));
             // Kept even when a worker failed: the others may have started, and the next
             // commit must be able to end them.
             self.cut_throughs

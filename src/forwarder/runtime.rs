@@ -35,10 +35,7 @@ fn detach_command(interface: IfIndex) -> WorkerCommand<ForwardingState> {
             .node_mut::<PortsInput>(PORT_INPUT)
             .and_then(|n| n.detach(interface));
         drop(rx);
-        // Nothing is cut through to it any more (its transmit queue is about to go).
-        if let Some(input) = w.graph.node_mut::<PortsInput>(PORT_INPUT) {
-            input.end_cut_throughs_to(interface);
-        }
+        // A receive queue cut through to this port lets go once its transmit queue is dropped.
         w.graph.drain(w.buffers, w.state, 64);
         let tx = w
             .graph

@@ -1,0 +1,48 @@
+//! [`WorkerSlots`]: one worker's end of a memif port, shared by the port (control side), its
+//! receive queue and its transmit queue on that worker.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use super::counters::RxCounters;
+use super::cut_through::CutThrough;
+use super::slots::HandOver;
+use super::tx::TxHome;
+
+/// One worker's end of a port.
+pub(super) struct WorkerSlots {
+    /// What the receive queue picks up at its next burst.
+    pub(super) rx: HandOver<RxChange>,
+    /// The receive queue's counters.
+    pub(super) rx_counters: RxCounters,
+    /// Whether the receive queue was taken and is not dropped yet.
+    pub(super) rx_open: AtomicBool,
+    /// Where the transmit queue lives (with its counters).
+    pub(super) tx: Arc<TxHome>,
+}
+
+/// A change left for a worker's receive queue: each `None` when that part did not change.
+#[derive(Default)]
+pub(super) struct RxChange {
+    /// A new connection's queue, or `Some(None)` when the link went down.
+    pub(super) queue: Option<Option<memif::RxQueue>>,
+    /// A cut-through started (replacing an earlier one; one ends through its own flag).
+    pub(super) cut_through: Option<CutThrough>,
+}
+
+impl WorkerSlots {
+    pub(super) fn new() -> WorkerSlots {
+        WorkerSlots {
+            rx: HandOver::new(),
+            rx_counters: RxCounters::default(),
+            rx_open: AtomicBool::new(false),
+            tx: Arc::new(TxHome::new()),
+        }
+    }
+
+    /// The control thread's side: a new connection's queues, or `None`s when the link is down.
+    pub(super) fn hand_over(&self, rx: Option<memif::RxQueue>, tx: Option<memif::TxQueue>) {
+        self.rx.update(|c| c.queue = Some(rx));
+        self.tx.hand_over(tx);
+    }
+}
