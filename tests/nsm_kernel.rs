@@ -62,6 +62,11 @@ fn ping_crosses_quiver_between_nsc_and_nse_kernel_interfaces_and_close_leaves_no
     assert!(nsc.has_link("nsm0"), "the client's interface");
     assert!(nse.has_link("nse0"), "the endpoint's interface");
     assert_eq!(fwd.view().ports().len(), 2);
+    // Unprivileged ICMP sockets allowed on both sides, as NSM's liveness check pings with one
+    // (a new namespace allows no group).
+    for ns in [&nsc, &nse] {
+        assert_eq!(ns.ping_group_range(), "0 2147483647");
+    }
 
     // The first echoes may go while the neighbours resolve.
     wait_for("a ping from the NSC to the NSE through Quiver", 30, || {

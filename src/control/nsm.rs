@@ -95,6 +95,24 @@ fn kernel_error(e: KernelInterfaceError) -> DataplaneError {
     }
 }
 
+/// Lets every group open unprivileged ICMP sockets in `netns` (`net.ipv4.ping_group_range`,
+/// which allows no group in a new namespace), as cmd-forwarder-vpp does for KERNEL interfaces:
+/// NSM's clients check the data path with such a ping and heal the connection when it fails.
+/// Where `/proc/sys` is read-only (an unprivileged container) it says so and goes on.
+fn allow_ping_sockets(netns: &NetNs) {
+    const RANGE: &str = "/proc/sys/net/ipv4/ping_group_range";
+    let written = netns.run(|| std::fs::write(RANGE, "0 2147483647"));
+    match written {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(
+            netns = %netns.path().display(),
+            error = %e,
+            "cannot allow ping sockets ({RANGE}): NSM's liveness pings will fail there"
+        ),
+        Err(e) => tracing::warn!(error = %e, "cannot enter a namespace to allow ping sockets"),
+    }
+}
+
 /// The tag of a connection's veth: one per side, so that a connection may have two.
 fn kernel_tag(owner: &str, port: &PortName) -> String {
     let side = if port.0.ends_with("-endpoint") {
@@ -267,6 +285,7 @@ impl Dataplane for ForwarderDataplane {
                 .collect(),
         };
         let veth = KernelInterface::create(&netns, &config).map_err(kernel_error)?;
+        allow_ping_sockets(&netns);
         let inside = InsideNeighbors {
             route_hops: spec
                 .ip

@@ -94,6 +94,22 @@ impl Netns {
             .map(str::to_string)
     }
 
+    /// The namespace's `net.ipv4.ping_group_range` as `sysctl -n` prints it.
+    pub fn ping_group_range(&self) -> String {
+        let out = run(&[
+            IP,
+            "netns",
+            "exec",
+            &self.0,
+            "cat",
+            "/proc/sys/net/ipv4/ping_group_range",
+        ]);
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
     /// Whether one echo to `to` comes back.
     pub fn ping(&self, to: &str) -> bool {
         self.ping_reply(to, 64).is_some()
