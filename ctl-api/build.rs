@@ -8,11 +8,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut protos: Vec<PathBuf> = std::fs::read_dir(&dir)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "proto"))
-        // NSM v1's files are the nsm-proto crate's.
-        .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| n == "workload.proto" || n == "quiver_admin.proto")
-        })
+        // NSM v1's files are the nsm-proto crate's, the Workload API spiffe-identity's.
+        .filter(|p| p.file_name().is_some_and(|n| n == "quiver_admin.proto"))
         .collect();
     protos.sort();
     println!("cargo:rerun-if-changed=proto");

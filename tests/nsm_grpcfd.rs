@@ -94,7 +94,7 @@ fn a_namespace_passed_by_fd_gets_the_kernel_interface_and_its_fd_is_closed_after
         .build()
         .unwrap();
     let channel = rt
-        .block_on(ctl_api::spiffe::connect(&listen, None))
+        .block_on(spiffe_identity::connect(&listen, None))
         .unwrap();
     let mut client = NetworkServiceClient::new(channel.channel());
     let id = format!("grpcfd-{}", std::process::id());

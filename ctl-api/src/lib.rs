@@ -5,5 +5,3 @@
 pub mod admin;
 pub mod nsm;
 pub mod proto;
-pub mod spiffe;
-pub mod tokens;

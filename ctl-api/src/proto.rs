@@ -10,9 +10,3 @@ pub use nsm_proto::{connection, connectioncontext, networkservice, registry};
 pub mod quiver_admin {
     tonic::include_proto!("quiver.admin");
 }
-
-/// The SPIFFE Workload API (`SpiffeWorkloadAPI`, a proto without a package): Quiver is its
-/// client, for X.509 SVIDs and trust bundles (see `crate::spiffe`).
-pub mod spiffe_workload {
-    tonic::include_proto!("_");
-}

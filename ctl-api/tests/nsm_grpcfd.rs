@@ -217,7 +217,7 @@ async fn harness_with(setup: Setup) -> Harness {
                 socket: nse_sock.clone(),
             }),
         );
-        tokio::spawn(ctl_api::spiffe::serve(
+        tokio::spawn(spiffe_identity::serve(
             router,
             bind(&cfg.connect_to).unwrap(),
             None,
@@ -270,7 +270,7 @@ impl NetworkServiceEndpointRegistry for PassingRegistry {
         &self,
         request: Request<NetworkServiceEndpointQuery>,
     ) -> Result<Response<Self::FindStream>, Status> {
-        let sender = ctl_api::spiffe::ConnectionInfo::from_request(&request)
+        let sender = spiffe_identity::ConnectionInfo::from_request(&request)
             .expect("served over fd-passing streams")
             .sender
             .clone();
@@ -327,7 +327,7 @@ async fn the_data_path_gets_the_passed_fd_which_closes_when_the_connection_expir
     })
     .await;
     let (path, key) = h.file("ns");
-    let channel = ctl_api::spiffe::connect(&h.listen_on, None).await.unwrap();
+    let channel = spiffe_identity::connect(&h.listen_on, None).await.unwrap();
     let mut client = NetworkServiceClient::new(channel.channel());
     assert_eq!(channel.fds().send_file(&path).unwrap(), key);
     // The connection expires soon: Quiver closes it by itself, and the fd with it.
@@ -371,7 +371,7 @@ async fn fds_passed_and_never_used_close_with_their_transport_connection() {
     let h = harness().await;
     let (used_path, used) = h.file("used");
     let (unused_path, unused) = h.file("unused");
-    let channel = ctl_api::spiffe::connect(&h.listen_on, None).await.unwrap();
+    let channel = spiffe_identity::connect(&h.listen_on, None).await.unwrap();
     let mut client = NetworkServiceClient::new(channel.channel());
     channel.fds().send_file(&used_path).unwrap();
     channel.fds().send_file(&unused_path).unwrap();
@@ -478,7 +478,7 @@ async fn the_endpoint_side_is_built_with_the_fd_the_endpoint_passed_until_close(
     .await;
     let (client_ns, _) = h.file("client-netns");
     let client_url = format!("file://{}", client_ns.display());
-    let channel = ctl_api::spiffe::connect(&h.listen_on, None).await.unwrap();
+    let channel = spiffe_identity::connect(&h.listen_on, None).await.unwrap();
     let mut client = NetworkServiceClient::new(channel.channel());
     let before = fd_table_when_connected(&mut client).await;
     assert_eq!(open_fds_of(nse_key), 0);
@@ -549,7 +549,7 @@ async fn an_endpoint_answer_naming_a_file_it_did_not_pass_is_refused_and_leaves_
     })
     .await;
     let (client_ns, _) = h.file("client-netns");
-    let channel = ctl_api::spiffe::connect(&h.listen_on, None).await.unwrap();
+    let channel = spiffe_identity::connect(&h.listen_on, None).await.unwrap();
     let mut client = NetworkServiceClient::new(channel.channel());
     let before = fd_table_when_connected(&mut client).await;
     let e = client
@@ -587,7 +587,7 @@ async fn an_endpoint_socket_the_registry_passes_by_fd_is_dialed() {
     })
     .await;
     let (client_ns, _) = h.file("client-netns");
-    let channel = ctl_api::spiffe::connect(&h.listen_on, None).await.unwrap();
+    let channel = spiffe_identity::connect(&h.listen_on, None).await.unwrap();
     let mut client = NetworkServiceClient::new(channel.channel());
     let answer = client
         .request(request(

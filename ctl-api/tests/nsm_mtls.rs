@@ -4,8 +4,6 @@
 //! restart, and registration with a registry that expires entries, restarts, and sees Quiver
 //! leave.
 
-mod spiffe_support;
-
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::path::Path as FsPath;
@@ -32,12 +30,12 @@ use ctl_api::proto::registry::network_service_endpoint_registry_server::{
 use ctl_api::proto::registry::{
     NetworkServiceEndpoint, NetworkServiceEndpointQuery, NetworkServiceEndpointResponse,
 };
-use ctl_api::spiffe::{
-    self, connect_tls, Identity, PeerChannel, PeerIdentity, SpiffeId, X509Identity,
-};
-use ctl_api::tokens::{self, PathToken, TokenClaims};
-use spiffe_support::{
+use spiffe_identity::testing::{
     client_config_with, in_a_year, peer_of, workload, x509, FakeWorkloadApi, TestCa, TestSvid,
+};
+use spiffe_identity::tokens::{self, PathToken, TokenClaims};
+use spiffe_identity::{
+    self as spiffe, connect_tls, Identity, PeerChannel, PeerIdentity, SpiffeId, X509Identity,
 };
 use tokio::net::UnixListener;
 use tonic::transport::Server;
@@ -914,7 +912,7 @@ impl Registry {
         log.callers.push(peer.spiffe_id().to_string());
         log.calls
             .push((method, PathToken::from_metadata(request.metadata()).ok()));
-        if let Some(info) = ctl_api::spiffe::ConnectionInfo::from_request(request) {
+        if let Some(info) = spiffe_identity::ConnectionInfo::from_request(request) {
             log.passed.extend(info.fds.keys());
         }
         verdict.map(|_| ())

@@ -560,7 +560,7 @@ async fn harness(setup: Setup) -> Harness {
             registry: cfg.connect_to.clone(),
             timeout: Duration::from_secs(10),
             identity: None,
-            max_token_lifetime: ctl_api::tokens::DEFAULT_MAX_TOKEN_LIFETIME,
+            max_token_lifetime: spiffe_identity::tokens::DEFAULT_MAX_TOKEN_LIFETIME,
         })
     } else {
         Arc::new(StaticEndpoint(nse_url))

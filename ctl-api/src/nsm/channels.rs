@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use tonic::Status;
 
 use super::endpoint::dial_peer;
-use crate::spiffe::{Identity, PeerChannel, X509Identity};
+use spiffe_identity::{Identity, PeerChannel, X509Identity};
 
 /// How long an unused channel is kept.
 pub const IDLE: Duration = Duration::from_secs(2);

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use crate::spiffe::{Identity, ENDPOINT_ENV};
+use spiffe_identity::{Identity, ENDPOINT_ENV};
 
 /// Where Quiver listens when `NSM_LISTEN_ON` is not set.
 pub const DEFAULT_LISTEN_ON: &str = "unix:///listen.on.socket";
@@ -165,7 +165,7 @@ impl NsmConfig {
     /// [`NsmConfig::spiffe_endpoint`] unless it is set already (waits for the first SVID; logs
     /// that the service runs in plaintext when there is no endpoint). Call on the runtime the
     /// service runs on: the identity follows rotations in a task of it.
-    pub async fn resolve_identity(&mut self) -> Result<(), crate::spiffe::SpiffeError> {
+    pub async fn resolve_identity(&mut self) -> Result<(), spiffe_identity::SpiffeError> {
         if self.identity.is_none() {
             self.identity = Identity::from_endpoint(self.spiffe_endpoint.as_deref()).await?;
         }

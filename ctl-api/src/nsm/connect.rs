@@ -704,7 +704,7 @@ impl Core {
     async fn call_endpoint<T, R, F, Fut>(&self, url: &str, msg: T, call: F) -> Result<R, Status>
     where
         T: super::secure::CarriesConnection + Clone,
-        F: Fn(crate::spiffe::PeerChannel, tonic::Request<T>) -> Fut,
+        F: Fn(spiffe_identity::PeerChannel, tonic::Request<T>) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<R>, Status>>,
     {
         let identity = self.cfg.identity.as_ref();

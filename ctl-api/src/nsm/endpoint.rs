@@ -12,7 +12,7 @@ use tonic::Status;
 use crate::proto::connection::Connection;
 use crate::proto::registry::network_service_endpoint_registry_client::NetworkServiceEndpointRegistryClient;
 use crate::proto::registry::{NetworkServiceEndpoint, NetworkServiceEndpointQuery};
-use crate::spiffe::{Identity, PeerChannel};
+use spiffe_identity::{Identity, PeerChannel};
 
 /// A boxed, sendable future (what [`EndpointDiscovery`] returns).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -154,12 +154,12 @@ pub async fn dial_peer(
         return Err(Status::failed_precondition(format!(
             "cannot dial {url} in plaintext: without a SPIFFE identity ({}) Quiver only dials \
              unix sockets",
-            crate::spiffe::ENDPOINT_ENV
+            spiffe_identity::ENDPOINT_ENV
         )));
     }
     let unavailable =
         |e: &dyn std::fmt::Display| Status::unavailable(format!("cannot reach {url}: {e}"));
-    tokio::time::timeout(timeout, crate::spiffe::connect(url, identity))
+    tokio::time::timeout(timeout, spiffe_identity::connect(url, identity))
         .await
         .map_err(|_| unavailable(&format!("no connection within {timeout:?}")))?
         .map_err(|e| unavailable(&error_chain(&e)))

@@ -8,7 +8,7 @@ use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
 use super::endpoint::dial_with;
-use crate::spiffe::{Identity, ENDPOINT_ENV};
+use spiffe_identity::{Identity, ENDPOINT_ENV};
 
 /// The services a healthy forwarder serves.
 pub const SERVICES: [&str; 2] = [

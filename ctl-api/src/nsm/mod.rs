@@ -8,7 +8,7 @@
 //!   everything tagged with the owning connection id).
 //! - [`endpoint`]: finding the endpoint (registry `Find`, or a given URL) and dialing it;
 //!   [`registration`]: registering Quiver with nsmgr; [`secure`]: path tokens on the calls
-//!   Quiver receives and makes (mTLS itself is [`crate::spiffe`]'s).
+//!   Quiver receives and makes (mTLS itself is [`spiffe_identity`]'s).
 //! - [`table`], [`monitor`], [`connect`]: the connections (one lock per id), their events,
 //!   and the Request/Close/expiry state machine.
 //! - [`fds`]: `inode://` URLs resolved to the fds clients pass on the socket, and those

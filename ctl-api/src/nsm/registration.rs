@@ -22,7 +22,7 @@ use crate::proto::registry::network_service_endpoint_registry_client::NetworkSer
 use crate::proto::registry::{
     NetworkServiceEndpoint, NetworkServiceEndpointQuery, NetworkServiceLabels,
 };
-use crate::spiffe::PeerChannel;
+use spiffe_identity::PeerChannel;
 
 /// The network service every forwarder registers under.
 pub const FORWARDER_SERVICE: &str = "forwarder";

@@ -2,7 +2,7 @@
 //!
 //! - Incoming Request/Close ([`accept`]): with an identity, the caller's `nsm-client-token` must
 //!   be signed by the key of the TLS peer's SVID, have that peer's SPIFFE ID as `sub`, not be
-//!   expired and have Quiver's own SPIFFE ID in `aud` ([`crate::tokens`]), or the call is
+//!   expired and have Quiver's own SPIFFE ID in `aud` ([`spiffe_identity::tokens`]), or the call is
 //!   refused with `PermissionDenied` (saying which check failed) before anything is looked at;
 //!   the token and its expiry are then stamped into the caller's path segment
 //!   (`path_segments[index]`).
@@ -26,8 +26,8 @@ use super::config::NsmConfig;
 use super::endpoint::dial_peer;
 use crate::proto::connection::{Connection, PathSegment};
 use crate::proto::networkservice::NetworkServiceRequest;
-use crate::spiffe::{Identity, PeerIdentity};
-use crate::tokens::{self, PathToken};
+use spiffe_identity::tokens::{self, PathToken};
+use spiffe_identity::{Identity, PeerIdentity};
 
 /// A message that carries an NSM connection (and so a path): Request's and Close's.
 pub trait CarriesConnection {

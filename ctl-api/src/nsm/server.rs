@@ -23,7 +23,7 @@ use crate::proto::connection::monitor_connection_server::{
 use crate::proto::connection::{Connection, MonitorScopeSelector};
 use crate::proto::networkservice::network_service_server::{NetworkService, NetworkServiceServer};
 use crate::proto::networkservice::NetworkServiceRequest;
-use crate::spiffe::{Listener, SpiffeError};
+use spiffe_identity::{Listener, SpiffeError};
 
 /// Why the server could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -163,7 +163,7 @@ impl NsmService {
             .add_service(health_service)
             .add_service(NetworkServiceServer::new(self.clone()))
             .add_service(MonitorConnectionServer::new(self));
-        crate::spiffe::serve(router, listener, identity.as_ref(), shutdown).await?;
+        spiffe_identity::serve(router, listener, identity.as_ref(), shutdown).await?;
         Ok(())
     }
 
@@ -353,7 +353,8 @@ impl NetworkService for NsmService {
         &self,
         request: Request<NetworkServiceRequest>,
     ) -> Result<Response<Connection>, Status> {
-        let received = crate::spiffe::ConnectionInfo::from_request(&request).map(|c| c.fds.clone());
+        let received =
+            spiffe_identity::ConnectionInfo::from_request(&request).map(|c| c.fds.clone());
         // The path token first: a refused call changes nothing.
         let mut req = super::secure::accept(self.core.cfg.identity.as_ref(), request)?;
         // inode:// URLs name fds passed on this connection (grpcfd).

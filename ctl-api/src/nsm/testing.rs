@@ -55,7 +55,7 @@ impl NetworkService for Nse {
         request: Request<NetworkServiceRequest>,
     ) -> Result<Response<Connection>, Status> {
         let sender =
-            crate::spiffe::ConnectionInfo::from_request(&request).map(|c| c.sender.clone());
+            spiffe_identity::ConnectionInfo::from_request(&request).map(|c| c.sender.clone());
         let req = request.into_inner();
         self.log
             .lock()
@@ -126,7 +126,7 @@ impl Served {
         let thread = std::thread::spawn(move || {
             // Plaintext over fd-passing streams (grpcfd): handlers get the ConnectionInfo.
             let router = tonic::transport::Server::builder().add_routes(routes);
-            let served = runtime.block_on(crate::spiffe::serve(router, listener, None, async {
+            let served = runtime.block_on(spiffe_identity::serve(router, listener, None, async {
                 let _ = rx.await;
             }));
             if let Err(e) = served {

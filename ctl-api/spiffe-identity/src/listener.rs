@@ -8,9 +8,9 @@ use tokio::net::{TcpListener, UnixListener};
 
 use grpc_unix::FdStream;
 
-use super::transport::Dialed;
+use crate::dialed::Dialed;
 
-/// A bound listening socket for [`super::serve`] and [`super::tls_incoming`].
+/// A bound listening socket for [`crate::serve`] and [`crate::tls_incoming`].
 #[derive(Debug)]
 pub enum Listener {
     /// A unix socket (`unix:///path`).
@@ -48,7 +48,7 @@ impl Listener {
     }
 
     /// The next connection: a unix one ready to receive fds, a TCP one without Nagle's delay.
-    pub(super) async fn accept(&self) -> io::Result<Dialed> {
+    pub(crate) async fn accept(&self) -> io::Result<Dialed> {
         match self {
             Self::Unix(l) => {
                 let (stream, _) = l.accept().await?;

@@ -1,23 +1,12 @@
-//! Test SPIFFE infrastructure: a CA made with rcgen, and a Workload API server speaking the
-//! real `SpiffeWorkloadAPI` gRPC protocol on a unix socket, whose X.509 responses the test
-//! pushes (rotations).
+//! Test SPIFFE infrastructure (feature `testing`): a CA made with rcgen, and a Workload API
+//! server speaking the real `SpiffeWorkloadAPI` gRPC protocol on a unix socket, whose X.509
+//! responses the test pushes (rotations). For tests: failures panic.
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use ctl_api::proto::spiffe_workload::spiffe_workload_api_server::{
-    SpiffeWorkloadApi, SpiffeWorkloadApiServer,
-};
-use ctl_api::proto::spiffe_workload::{
-    JwtBundlesRequest, JwtBundlesResponse, JwtsvidRequest, JwtsvidResponse, ValidateJwtsvidRequest,
-    ValidateJwtsvidResponse, X509BundlesRequest, X509BundlesResponse, X509svid, X509svidRequest,
-    X509svidResponse,
-};
-use ctl_api::spiffe::{
-    Identity, PeerIdentity, SpiffeServerCertVerifier, SvidResolver, X509Identity,
-};
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     Issuer, KeyPair, KeyUsagePurpose, SanType, SerialNumber,
@@ -29,6 +18,17 @@ use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
+use crate::peer::PeerIdentity;
+use crate::svid::X509Identity;
+use crate::tls::{SpiffeServerCertVerifier, SvidResolver};
+use crate::workload::Identity;
+use crate::workload_api::spiffe_workload_api_server::{SpiffeWorkloadApi, SpiffeWorkloadApiServer};
+use crate::workload_api::{
+    JwtBundlesRequest, JwtBundlesResponse, JwtsvidRequest, JwtsvidResponse, ValidateJwtsvidRequest,
+    ValidateJwtsvidResponse, X509BundlesRequest, X509BundlesResponse, X509svid, X509svidRequest,
+    X509svidResponse,
+};
+
 /// A SPIFFE CA for one trust domain.
 pub struct TestCa {
     trust_domain: String,
@@ -39,12 +39,16 @@ pub struct TestCa {
 /// An SVID the CA issued: what the Workload API hands over.
 #[derive(Clone)]
 pub struct TestSvid {
+    /// `spiffe://<trust domain><path>`.
     pub spiffe_id: String,
+    /// The certificate (DER).
     pub chain_der: Vec<u8>,
+    /// The private key (PKCS#8 DER).
     pub key_der: Vec<u8>,
 }
 
 impl TestCa {
+    /// A new self-signed CA for `trust_domain`.
     pub fn new(trust_domain: &str) -> Self {
         let mut params = CertificateParams::default();
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -142,7 +146,7 @@ impl TestCa {
     }
 }
 
-/// A SPIFFE client's TLS configuration built by hand (for what [`ctl_api::spiffe::client_config`]
+/// A SPIFFE client's TLS configuration built by hand (for what [`crate::client_config`]
 /// does not do): verifies the server's SVID with `identity`'s bundles, speaks `versions`, and
 /// presents `identity`'s SVID only when `present_svid`.
 pub fn client_config_with(
@@ -195,6 +199,7 @@ pub struct FakeWorkloadApi {
 }
 
 impl FakeWorkloadApi {
+    /// Serves `first` on `dir/<name>.sock` (call within a tokio runtime).
     pub fn start(dir: &Path, name: &str, first: X509svidResponse) -> Self {
         let path = dir.join(format!("{name}.sock"));
         let listener = UnixListener::bind(&path).unwrap();

@@ -23,8 +23,11 @@ use serde::{Deserialize, Serialize};
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Code, Request, Status};
 
-use crate::proto::connection::PathSegment;
-use crate::spiffe::{PeerIdentity, SpiffeId, X509Identity};
+use nsm_proto::connection::PathSegment;
+
+use crate::id::SpiffeId;
+use crate::peer::PeerIdentity;
+use crate::svid::X509Identity;
 
 /// The metadata key of the token.
 pub const TOKEN_METADATA: &str = "nsm-client-token";

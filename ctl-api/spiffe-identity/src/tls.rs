@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::ResolvesClientCert;
-use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
+use rustls::crypto::WebPkiSupportedAlgorithms;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ClientHello, NoServerSessionStorage, ResolvesServerCert};
@@ -20,13 +20,10 @@ use rustls::{
     ServerConfig, SignatureScheme,
 };
 
-use super::svid::leaf_info;
-use super::{Identity, SpiffeError};
-
-/// The crypto Quiver's TLS uses: rustls' ring provider.
-pub(crate) fn provider() -> CryptoProvider {
-    rustls::crypto::ring::default_provider()
-}
+use crate::crypto::provider;
+use crate::error::SpiffeError;
+use crate::svid::leaf_info;
+use crate::workload::Identity;
 
 const VERSIONS: &[&rustls::SupportedProtocolVersion] =
     &[&rustls::version::TLS13, &rustls::version::TLS12];

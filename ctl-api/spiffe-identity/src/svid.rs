@@ -16,8 +16,9 @@ use x509_parser::extensions::GeneralName;
 use x509_parser::oid_registry::{OID_EC_P256, OID_KEY_TYPE_EC_PUBLIC_KEY};
 use x509_parser::prelude::FromDer;
 
-use super::id::{trust_domain_of_key, SpiffeId};
-use super::SpiffeError;
+use crate::crypto::provider;
+use crate::error::SpiffeError;
+use crate::id::{trust_domain_of_key, SpiffeId};
 
 /// The CA certificates of one trust domain, and the trust anchors made of them.
 pub struct TrustBundle {
@@ -185,7 +186,7 @@ impl X509Identity {
                 leaf.spiffe_id
             )));
         }
-        let provider = super::tls::provider();
+        let provider = provider();
         let key_der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.to_vec()));
         let certified_key = CertifiedKey::from_der(certificates, key_der, &provider)
             .map_err(|e| invalid(format!("the SVID's key: {e}")))?;

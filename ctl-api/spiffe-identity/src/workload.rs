@@ -18,11 +18,11 @@ use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, Endpoint, Uri};
 use tonic::Streaming;
 
-use super::id::SpiffeId;
-use super::svid::X509Identity;
-use super::SpiffeError;
-use crate::proto::spiffe_workload::spiffe_workload_api_client::SpiffeWorkloadApiClient;
-use crate::proto::spiffe_workload::{X509svidRequest, X509svidResponse};
+use crate::error::SpiffeError;
+use crate::id::SpiffeId;
+use crate::svid::X509Identity;
+use crate::workload_api::spiffe_workload_api_client::SpiffeWorkloadApiClient;
+use crate::workload_api::{X509svidRequest, X509svidResponse};
 
 /// The environment variable naming the Workload API socket (`unix:///run/spire/sockets/agent.sock`).
 pub const ENDPOINT_ENV: &str = "SPIFFE_ENDPOINT_SOCKET";

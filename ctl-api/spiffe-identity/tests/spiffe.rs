@@ -2,25 +2,23 @@
 //! protocol on a unix socket, certificates from an rcgen CA), mTLS between a tonic client and
 //! server over a unix socket, rotation, and NSM path tokens checked by the server.
 
-mod spiffe_support;
-
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use ctl_api::proto::connection::PathSegment;
-use ctl_api::proto::spiffe_workload::spiffe_workload_api_client::SpiffeWorkloadApiClient;
-use ctl_api::proto::spiffe_workload::X509svidRequest;
-use ctl_api::spiffe::{
-    self, connect_tls, connect_tls_with_config, serve, serve_tls, Identity, PeerChannel,
-    PeerIdentity,
+use nsm_proto::connection::PathSegment;
+use spiffe_identity::testing::{
+    client_config_with, in_a_year, peer_of, workload, x509, FakeWorkloadApi, TestCa,
 };
-use ctl_api::tokens::{
+use spiffe_identity::tokens::{
     self, PathToken, TokenClaims, DEFAULT_MAX_TOKEN_LIFETIME, EXPIRES_METADATA, TOKEN_METADATA,
 };
-use spiffe_support::{
-    client_config_with, in_a_year, peer_of, workload, x509, FakeWorkloadApi, TestCa,
+use spiffe_identity::workload_api::spiffe_workload_api_client::SpiffeWorkloadApiClient;
+use spiffe_identity::workload_api::X509svidRequest;
+use spiffe_identity::{
+    self as spiffe, connect_tls, connect_tls_with_config, serve, serve_tls, Identity, PeerChannel,
+    PeerIdentity,
 };
 use tokio::net::UnixListener;
 use tokio::sync::mpsc;

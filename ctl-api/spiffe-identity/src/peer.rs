@@ -7,12 +7,12 @@ use std::time::SystemTime;
 
 use rustls::pki_types::CertificateDer;
 
-use super::id::SpiffeId;
-use super::svid::{leaf_info, LeafInfo};
-use super::SpiffeError;
+use crate::error::SpiffeError;
+use crate::id::SpiffeId;
+use crate::svid::{leaf_info, LeafInfo};
 
 /// The verified peer of a connection. On the server side, tonic puts it in every request's
-/// extensions ([`PeerIdentity::from_request`], in `connection.rs`); on the client side, [`super::PeerChannel::peer`]
+/// extensions ([`PeerIdentity::from_request`], in `connection.rs`); on the client side, [`crate::PeerChannel::peer`]
 /// returns it. Cheap to clone.
 #[derive(Clone)]
 pub struct PeerIdentity(Arc<Inner>);

@@ -1,4 +1,4 @@
-//! What a connection served by [`super::serve`] tells the handlers of its requests: the fds the
+//! What a connection served by [`crate::serve`] tells the handlers of its requests: the fds the
 //! client passed on it (unix sockets, see [`grpc_unix::FdStream`]), the queue of fds to pass
 //! back, and the client's verified identity under TLS.
 
@@ -10,10 +10,10 @@ use grpc_unix::{FdSender, FdStream, ReceivedFds};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tonic::transport::server::Connected;
 
-use super::peer::PeerIdentity;
+use crate::peer::PeerIdentity;
 
 /// What tonic puts in the extensions of every request that came over a unix socket or TLS
-/// served by [`super::serve`]: the fds the client passed on this connection, the queue of fds
+/// served by [`crate::serve`]: the fds the client passed on this connection, the queue of fds
 /// to pass back to it, and the client's verified identity under TLS.
 #[derive(Clone, Debug)]
 pub struct ConnectionInfo {
@@ -28,15 +28,15 @@ pub struct ConnectionInfo {
 
 impl ConnectionInfo {
     /// The connection info of the connection `request` came on, if it came over a connection
-    /// [`super::serve`] accepted.
+    /// [`crate::serve`] accepted.
     pub fn from_request<T>(request: &tonic::Request<T>) -> Option<&ConnectionInfo> {
         request.extensions().get::<ConnectionInfo>()
     }
 }
 
 impl PeerIdentity {
-    /// The peer of the connection a request came on, when it came over [`super::serve_tls`]
-    /// (or [`super::serve`] with an identity).
+    /// The peer of the connection a request came on, when it came over [`crate::serve_tls`]
+    /// (or [`crate::serve`] with an identity).
     pub fn from_request<T>(request: &tonic::Request<T>) -> Option<&PeerIdentity> {
         request
             .extensions()
@@ -45,7 +45,7 @@ impl PeerIdentity {
     }
 }
 
-/// A plaintext unix connection as [`super::serve`] accepts it: the [`FdStream`]'s bytes and
+/// A plaintext unix connection as [`crate::serve`] accepts it: the [`FdStream`]'s bytes and
 /// fds, and a [`ConnectionInfo`] without a peer.
 pub(crate) struct PlainUnix(pub(crate) FdStream);
 
