@@ -1,0 +1,185 @@
+//! Interfaces: ports, VLAN sub-interfaces, VXLAN tunnels, and their removal.
+
+use super::*;
+
+impl Forwarding {
+    /// The interface called `name`.
+    pub fn interface_by_name(&self, name: &str) -> Option<&Interface> {
+        self.interfaces.iter().flatten().find(|i| i.name == name)
+    }
+
+    /// Every interface.
+    pub fn interfaces(&self) -> impl Iterator<Item = &Interface> {
+        self.interfaces.iter().flatten()
+    }
+
+    pub(super) fn add_interface(
+        &mut self,
+        name: &str,
+        mac: Mac,
+        mtu: u16,
+        mode: InterfaceMode,
+        kind: InterfaceKind,
+    ) -> Result<IfIndex, ForwardingError> {
+        if self.interface_by_name(name).is_some() {
+            return Err(ForwardingError::NameTaken(name.into()));
+        }
+        let index = match self.interfaces.iter().position(Option::is_none) {
+            Some(i) => i,
+            None if self.interfaces.len() < MAX_INTERFACES => {
+                self.interfaces.push(None);
+                self.interfaces.len() - 1
+            }
+            None => return Err(ForwardingError::TooManyInterfaces),
+        } as IfIndex;
+        self.interfaces[index as usize] = Some(Interface {
+            index,
+            name: name.into(),
+            mac,
+            mtu,
+            mode,
+            kind,
+            addresses: Vec::new(),
+            vlans: Vec::new(),
+        });
+        if self.xconnect.len() <= index as usize {
+            self.xconnect.resize(index as usize + 1, u32::MAX);
+        }
+        Ok(index)
+    }
+
+    /// Adds a port (its transmit queues are given to `interface-output` when graphs are built).
+    pub fn add_port(&mut self, name: &str, mac: Mac, mtu: u16) -> Result<IfIndex, ForwardingError> {
+        self.add_interface(name, mac, mtu, InterfaceMode::L3, InterfaceKind::Port)
+    }
+
+    /// Adds an 802.1Q sub-interface of `parent` for tag `vlan` (routed).
+    pub fn add_vlan(
+        &mut self,
+        parent: IfIndex,
+        vlan: u16,
+        name: &str,
+    ) -> Result<IfIndex, ForwardingError> {
+        let p = self.iface(parent)?;
+        let (mac, mtu) = (p.mac, p.mtu);
+        let i = self.add_interface(
+            name,
+            mac,
+            mtu,
+            InterfaceMode::L3,
+            InterfaceKind::Vlan {
+                parent,
+                vlan: vlan & 0xfff,
+            },
+        )?;
+        self.iface_mut(parent)?.vlans.push((vlan & 0xfff, i));
+        Ok(i)
+    }
+
+    /// Adds a VXLAN tunnel from our `src` to `dst` with `vni`, sending to UDP port `dst_port`;
+    /// returns its L2 interface.
+    pub fn add_vxlan_tunnel(
+        &mut self,
+        name: &str,
+        src: u32,
+        dst: u32,
+        vni: u32,
+        dst_port: u16,
+    ) -> Result<IfIndex, ForwardingError> {
+        if vni >= 1 << 24 {
+            return Err(ForwardingError::BadVni(vni));
+        }
+        if self
+            .tunnels
+            .iter()
+            .flatten()
+            .any(|t| t.src == src && t.dst == dst && t.vni == vni)
+        {
+            return Err(ForwardingError::DuplicateTunnel {
+                src: wire::ip4_to_string(src),
+                dst: wire::ip4_to_string(dst),
+                vni,
+            });
+        }
+        let slot = self
+            .tunnels
+            .iter()
+            .position(Option::is_none)
+            .unwrap_or(self.tunnels.len());
+        let interface = self.add_interface(
+            name,
+            [0; 6],
+            9000,
+            InterfaceMode::L2,
+            InterfaceKind::Vxlan {
+                tunnel: slot as u32,
+            },
+        )?;
+        let mut header = [0u8; 36];
+        header[0] = 0x45;
+        header[8] = 64;
+        header[9] = wire::PROTO_UDP;
+        wire::put32(&mut header, 12, src);
+        wire::put32(&mut header, 16, dst);
+        wire::put16(&mut header, 22, dst_port);
+        header[28] = 0x08;
+        wire::put32(&mut header, 32, vni << 8);
+        let ip_sum = wire::sum16(&header[..20]);
+        let t = VxlanTunnel {
+            interface,
+            src,
+            dst,
+            vni,
+            dst_port,
+            header,
+            ip_sum,
+        };
+        if slot == self.tunnels.len() {
+            self.tunnels.push(Some(t));
+        } else {
+            self.tunnels[slot] = Some(t);
+        }
+        Ok(interface)
+    }
+
+    /// Sets the UDP port VXLAN is received on (default 4789).
+    pub fn set_vxlan_port(&mut self, port: u16) {
+        self.vxlan_port = port;
+    }
+
+    /// Removes an interface and everything that refers to it: addresses, every route through it,
+    /// neighbours, cross-connects, its tunnel and sub-interfaces.
+    pub fn remove_interface(&mut self, i: IfIndex) -> Result<(), ForwardingError> {
+        let iface = self.iface(i)?.clone();
+        for (a, l) in iface.addresses.clone() {
+            self.remove_address(i, a, l)?;
+        }
+        for (_, sub) in iface.vlans.clone() {
+            self.remove_interface(sub)?;
+        }
+        if let InterfaceKind::Vlan { parent, .. } = iface.kind {
+            if let Ok(p) = self.iface_mut(parent) {
+                p.vlans.retain(|&(_, s)| s != i);
+            }
+        }
+        if let InterfaceKind::Vxlan { tunnel } = iface.kind {
+            self.tunnels[tunnel as usize] = None;
+        }
+        // Every route through the interface goes with it: its index may be given to a new
+        // interface, which must not inherit them.
+        let through: Vec<(u32, u8)> = self
+            .routes
+            .iter()
+            .filter(|(_, (lb, _))| self.lb_uses_interface(*lb, i))
+            .map(|(k, _)| *k)
+            .collect();
+        for (p, l) in through {
+            self.unset_route(p, l);
+        }
+        self.neighbors.retain(|(ifx, _), _| *ifx != i);
+        self.disconnect(i);
+        self.l3_disconnect(i);
+        self.interfaces[i as usize] = None;
+        Ok(())
+    }
+}
