@@ -7,6 +7,7 @@ pub mod config;
 pub mod control;
 pub mod demo;
 pub mod forwarder;
+pub mod logging;
 pub mod metrics;
 
 pub use config::Config;

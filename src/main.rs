@@ -68,21 +68,13 @@ struct RunArgs {
 }
 
 fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-                // Without RUST_LOG, NSM_LOG_LEVEL (as cmd-forwarder-vpp reads it), else info.
-                let level =
-                    ctl_api::nsm::NsmConfig::from_env().map_or("info", |c| c.tracing_level());
-                tracing_subscriber::EnvFilter::new(level)
-            }),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    let log = quiver::logging::init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run(args) => run(args),
+        Command::Run(args) => log
+            .follow_signals()
+            .map_err(|e| format!("cannot handle SIGUSR1/SIGUSR2: {e}"))
+            .and_then(|()| run(args)),
         Command::Ctl(args) => ctl::run(args),
     };
     match result {

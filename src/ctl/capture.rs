@@ -2,7 +2,7 @@
 //! `quiver run` into a file it creates.
 
 use clap::Subcommand;
-use ctl_api::proto::quiver_admin as pb;
+use quiver_admin_api::proto as pb;
 use serde_json::{json, Value};
 
 use super::render::Table;

@@ -7,8 +7,8 @@ mod watch;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use ctl_api::admin::AdminClient;
-use ctl_api::proto::quiver_admin as pb;
+use quiver_admin_api::proto as pb;
+use quiver_admin_api::AdminClient;
 
 use quiver::control::admin::DEFAULT_SOCKET;
 
@@ -429,8 +429,8 @@ fn print_json(v: &serde_json::Value) {
 }
 
 /// A refusal as the user reads it: `not found: no port named `x``.
-fn status(s: ctl_api::admin::Status) -> String {
-    use ctl_api::admin::Code;
+fn status(s: quiver_admin_api::Status) -> String {
+    use quiver_admin_api::Code;
     let code = match s.code() {
         Code::NotFound => "not found",
         Code::InvalidArgument => "invalid argument",
