@@ -2,6 +2,5 @@
 //! `connection.MonitorConnection`, health) and Quiver's own admin API, with the generated types
 //! of the `.proto` files under `proto/`.
 
-pub mod admin;
 pub mod nsm;
 pub mod proto;

@@ -1,12 +1,4 @@
-//! Types and service stubs generated from `proto/*.proto`. The modules are named after the
-//! proto packages, side by side, because generated code refers to other packages as
-//! `super::<package>`.
-
-#![allow(missing_docs, clippy::all)]
+//! NSM v1's generated types (the nsm-proto crate's), under their old path while ctl-api is
+//! split.
 
 pub use nsm_proto::{connection, connectioncontext, networkservice, registry};
-
-/// `package quiver.admin`: Quiver's own admin API, served for `quiver ctl`.
-pub mod quiver_admin {
-    tonic::include_proto!("quiver.admin");
-}

@@ -329,9 +329,9 @@ impl Writer {
 
 impl CaptureInfo {
     /// As the admin API sends it.
-    pub fn to_proto(&self) -> ctl_api::proto::quiver_admin::Capture {
+    pub fn to_proto(&self) -> quiver_admin_api::proto::Capture {
         let r = &self.request;
-        ctl_api::proto::quiver_admin::Capture {
+        quiver_admin_api::proto::Capture {
             interface: r.interface.clone(),
             file: r.file.display().to_string(),
             direction: match (r.rx, r.tx) {
@@ -352,8 +352,8 @@ impl CaptureInfo {
     }
 }
 
-impl From<&ctl_api::admin::CaptureSpec> for CaptureRequest {
-    fn from(s: &ctl_api::admin::CaptureSpec) -> CaptureRequest {
+impl From<&quiver_admin_api::CaptureSpec> for CaptureRequest {
+    fn from(s: &quiver_admin_api::CaptureSpec) -> CaptureRequest {
         CaptureRequest {
             interface: s.interface.clone(),
             file: s.file.clone(),

@@ -9,15 +9,15 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use ctl_api::admin::{
-    format_mac, AdminBackend, AdminError, AdminResult, AdminServer, AfPacketSpec, L3Peers,
-    MemifSpec,
-};
-use ctl_api::proto::quiver_admin as pb;
 use dataplane::{NodeKind, WorkerRuntime};
 use drivers::{LinkStatus, PortStats};
 use graph_nodes::state::{AdjacencyKind, InterfaceKind};
 use graph_nodes::InterfaceMode;
+use quiver_admin_api::proto as pb;
+use quiver_admin_api::{
+    format_mac, AdminBackend, AdminError, AdminResult, AdminServer, AfPacketSpec, L3Peers,
+    MemifSpec,
+};
 
 use crate::config::{AfPacketSection, MemifMode, MemifRole, MemifSection, PortSection};
 use crate::control::owner::{Applied, Change, Control};
@@ -600,7 +600,7 @@ impl AdminBackend for ForwarderAdmin {
         Ok(())
     }
 
-    fn capture_start(&self, spec: &ctl_api::admin::CaptureSpec) -> AdminResult<pb::Capture> {
+    fn capture_start(&self, spec: &quiver_admin_api::CaptureSpec) -> AdminResult<pb::Capture> {
         self.capture(Change::CaptureStart(spec.into()))
     }
 

@@ -14,7 +14,7 @@ pub mod render;
 
 use std::sync::Arc;
 
-use ctl_api::admin::AdminBackend;
+use quiver_admin_api::AdminBackend;
 
 use crate::control::admin::{ConnectionSlot, ForwarderAdmin};
 use crate::control::owner::Control;
@@ -28,7 +28,7 @@ pub fn scrape(
     pool: &dataplane::BufferPool,
     nsm: Option<&ConnectionSlot>,
 ) -> Result<Scrape, String> {
-    let e = |e: ctl_api::admin::AdminError| e.to_string();
+    let e = |e: quiver_admin_api::AdminError| e.to_string();
     // Free before capacity - free: a buffer freed in between is not counted twice.
     let free = pool.free_count() as u64;
     Ok(Scrape {

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use ctl_api::proto::quiver_admin as pb;
+use quiver_admin_api::proto as pb;
 
 /// The buffer pool's usage.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -1,0 +1,112 @@
+//! The admin service on its unix socket, on a tokio runtime of its own thread.
+
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use tokio_stream::StreamExt;
+
+use crate::backend::AdminBackend;
+use crate::proto::admin_server::AdminServer as AdminService;
+use crate::service::Service;
+use crate::socket::bind_socket;
+
+/// The running admin service. Dropping it (or [`AdminServer::stop`]) stops the service, waits
+/// for calls in progress, and removes the socket.
+pub struct AdminServer {
+    path: PathBuf,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl AdminServer {
+    /// Binds `path` (see [`bind_socket`]) and serves `backend` on it from a new thread
+    /// (`quiver-admin`) running a tokio runtime.
+    pub fn start(backend: Arc<dyn AdminBackend>, path: &Path) -> Result<AdminServer, String> {
+        let listener = bind_socket(path).map_err(|e| format!("admin socket: {e}"))?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .thread_name("quiver-admin")
+            .build()
+            .map_err(|e| format!("admin service: cannot start a tokio runtime: {e}"))?;
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let shown = path.to_path_buf();
+        let thread = std::thread::Builder::new()
+            .name("quiver-admin".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    if let Err(e) = serve(backend, listener, async {
+                        let _ = rx.await;
+                    })
+                    .await
+                    {
+                        tracing::error!(socket = %shown.display(), "admin service failed: {e}");
+                    }
+                });
+                // Dropping the runtime waits for blocking calls still running.
+            })
+            .map_err(|e| format!("admin service: cannot start its thread: {e}"))?;
+        tracing::info!(socket = %path.display(), "admin API listening");
+        Ok(AdminServer {
+            path: path.to_path_buf(),
+            shutdown: Some(tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// The socket's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Stops serving, waits for calls in progress, removes the socket.
+    pub fn stop(mut self) {
+        self.shutdown_now();
+    }
+
+    fn shutdown_now(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+impl Drop for AdminServer {
+    fn drop(&mut self) {
+        self.shutdown_now();
+    }
+}
+
+/// Serves `backend` on `listener` (non-blocking, from [`bind_socket`]) until `shutdown`
+/// completes. Must run inside a tokio runtime.
+pub async fn serve(
+    backend: Arc<dyn AdminBackend>,
+    listener: UnixListener,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    let listener = tokio::net::UnixListener::from_std(listener)?;
+    // Clients of any gRPC stack: grpcio and grpc-java put the socket path in :authority.
+    let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener)
+        .map(|s| s.map(grpc_unix::LenientAuthority::new));
+    tonic::transport::Server::builder()
+        .add_service(AdminService::new(Service::new(backend)))
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await?;
+    Ok(())
+}
+
+/// Why [`serve`] stopped serving.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The listener could not be registered with the runtime.
+    #[error(transparent)]
+    Listener(#[from] std::io::Error),
+    /// The gRPC server failed.
+    #[error(transparent)]
+    Transport(#[from] tonic::transport::Error),
+}

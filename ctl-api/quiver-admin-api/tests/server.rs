@@ -1,0 +1,278 @@
+//! The admin service end to end on a unix socket: the socket's setup, requests reaching a
+//! backend typed, refusals coming back as gRPC statuses.
+
+use std::net::Ipv4Addr;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use quiver_admin_api::proto as pb;
+use quiver_admin_api::{
+    bind_socket, AdminBackend, AdminClient, AdminError, AdminResult, AdminServer, AfPacketSpec,
+    L3Peers, MemifSpec, SocketError, SOCKET_MODE,
+};
+use tonic::Status;
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("ctl-api-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+#[test]
+fn the_socket_gets_its_directory_and_mode_and_only_a_stale_one_is_replaced() {
+    let dir = scratch("bind");
+    let path = dir.join("run/admin.sock");
+    let live = bind_socket(&path).unwrap();
+    let meta = std::fs::metadata(&path).unwrap();
+    assert!(meta.file_type().is_socket());
+    assert_eq!(meta.permissions().mode() & 0o777, SOCKET_MODE);
+    assert!(matches!(bind_socket(&path), Err(SocketError::InUse(_))));
+    drop(live);
+    // The file outlives its listener: stale now, so it is replaced.
+    assert!(path.exists());
+    let again = bind_socket(&path).unwrap();
+    drop(again);
+    std::fs::remove_file(&path).unwrap();
+    std::fs::write(&path, b"not a socket").unwrap();
+    assert!(matches!(
+        bind_socket(&path),
+        Err(SocketError::NotASocket(_))
+    ));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Records what it was asked; refuses what does not exist.
+#[derive(Default)]
+struct Recorder(std::sync::Mutex<Vec<String>>);
+
+impl Recorder {
+    fn log(&self, s: String) -> AdminResult<()> {
+        self.0.lock().unwrap().push(s);
+        Ok(())
+    }
+}
+
+impl AdminBackend for Recorder {
+    fn interfaces(&self) -> AdminResult<Vec<pb::Interface>> {
+        Ok(vec![pb::Interface {
+            name: "memif0".into(),
+            ..Default::default()
+        }])
+    }
+    fn runtime(&self, per_worker: bool) -> AdminResult<pb::ShowRuntimeReply> {
+        Ok(pb::ShowRuntimeReply {
+            tsc_hz: u64::from(per_worker),
+            workers: Vec::new(),
+        })
+    }
+    fn errors(&self) -> AdminResult<Vec<pb::ErrorCounter>> {
+        Ok(Vec::new())
+    }
+    fn fib(&self) -> AdminResult<Vec<pb::Route>> {
+        Ok(Vec::new())
+    }
+    fn neighbors(&self) -> AdminResult<Vec<pb::Neighbor>> {
+        Ok(Vec::new())
+    }
+    fn cross_connects(&self) -> AdminResult<Vec<pb::CrossConnect>> {
+        Ok(Vec::new())
+    }
+    fn memifs(&self) -> AdminResult<Vec<pb::Memif>> {
+        Ok(Vec::new())
+    }
+    fn trace_add(&self, node: &str, count: u32) -> AdminResult<()> {
+        self.log(format!("trace {node} {count}"))
+    }
+    fn trace_show(&self) -> AdminResult<Vec<pb::TracedPacket>> {
+        Ok(Vec::new())
+    }
+    fn trace_clear(&self) -> AdminResult<()> {
+        self.log("trace clear".into())
+    }
+    fn add_route(&self, prefix: Ipv4Addr, len: u8, via: &[(Ipv4Addr, String)]) -> AdminResult<()> {
+        self.log(format!("route {prefix}/{len} {via:?}"))
+    }
+    fn delete_route(&self, prefix: Ipv4Addr, len: u8) -> AdminResult<()> {
+        Err(AdminError::NotFound(format!("no route {prefix}/{len}")))
+    }
+    fn add_neighbor(&self, interface: &str, ip: Ipv4Addr, mac: [u8; 6]) -> AdminResult<()> {
+        self.log(format!("neighbor {interface} {ip} {mac:?}"))
+    }
+    fn delete_neighbor(&self, interface: &str, ip: Ipv4Addr) -> AdminResult<()> {
+        self.log(format!("del neighbor {interface} {ip}"))
+    }
+    fn add_cross_connect(&self, a: &str, b: &str, l3: Option<L3Peers>) -> AdminResult<()> {
+        self.log(format!("xc {a} {b} {l3:?}"))
+    }
+    fn delete_cross_connect(&self, interface: &str) -> AdminResult<()> {
+        self.log(format!("del xc {interface}"))
+    }
+    fn add_memif(&self, spec: &MemifSpec) -> AdminResult<u32> {
+        self.log(format!("{spec:?}"))?;
+        Ok(7)
+    }
+    fn add_af_packet(&self, spec: &AfPacketSpec) -> AdminResult<u32> {
+        Err(AdminError::AlreadyExists(format!(
+            "a port named `{}` exists",
+            spec.name
+        )))
+    }
+    fn delete_interface(&self, name: &str) -> AdminResult<()> {
+        self.log(format!("del {name}"))
+    }
+    fn clear_counters(&self) -> AdminResult<()> {
+        self.log("clear".into())
+    }
+}
+
+/// A stub on the admin socket.
+type Stub = pb::admin_client::AdminClient<tonic::transport::Channel>;
+
+#[test]
+fn requests_reach_the_backend_typed_and_refusals_come_back_as_statuses() {
+    let dir = scratch("serve");
+    let path = dir.join("admin.sock");
+    let backend = Arc::new(Recorder::default());
+    let server = AdminServer::start(backend.clone(), &path).unwrap();
+    let client = AdminClient::connect(&path).unwrap();
+    let mut s = client.stub();
+
+    answers_come_back(&client, &mut s);
+    changes_reach_the_backend(&client, &mut s);
+    refusals_come_back_as_statuses(&client, &mut s);
+    the_backend_saw_typed_requests(&backend);
+    drop(client);
+    server.stop();
+    assert!(
+        !path.exists(),
+        "the socket is removed when the server stops"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Shows answer with what the backend returned (or the default).
+fn answers_come_back(client: &AdminClient, s: &mut Stub) {
+    let r = client.block_on(s.show_interfaces(pb::Empty {})).unwrap();
+    assert_eq!(r.into_inner().interfaces[0].name, "memif0");
+    let r = client
+        .block_on(s.show_runtime(pb::ShowRuntimeRequest { per_worker: true }))
+        .unwrap();
+    assert_eq!(r.into_inner().tsc_hz, 1);
+    // The default: no connections.
+    let r = client.block_on(s.show_connections(pb::Empty {})).unwrap();
+    assert!(r.into_inner().connections.is_empty());
+}
+
+/// Changes reach the backend (see [`the_backend_saw_typed_requests`]) and come back with its
+/// answer.
+fn changes_reach_the_backend(client: &AdminClient, s: &mut Stub) {
+    client
+        .block_on(s.add_route(pb::AddRouteRequest {
+            prefix: "10.1.2.0/24".into(),
+            via: vec![pb::NextHop {
+                next_hop: "10.0.0.2".into(),
+                interface: "memif0".into(),
+            }],
+        }))
+        .unwrap();
+    client
+        .block_on(s.add_cross_connect(pb::AddCrossConnectRequest {
+            a: "a".into(),
+            b: "b".into(),
+            peer_a: "10.0.0.2".into(),
+            peer_b: "10.0.1.2".into(),
+        }))
+        .unwrap();
+    let index = client
+        .block_on(s.add_memif(pb::AddMemifRequest {
+            name: "m".into(),
+            socket: "@q".into(),
+            role: "slave".into(),
+            ..Default::default()
+        }))
+        .unwrap()
+        .into_inner()
+        .index;
+    assert_eq!(index, 7);
+}
+
+/// The backend's refusals come back as their status; syntax errors never reach it.
+fn refusals_come_back_as_statuses(client: &AdminClient, s: &mut Stub) {
+    let refused = |r: Result<tonic::Response<pb::Empty>, Status>| r.unwrap_err();
+    let e = refused(client.block_on(s.delete_route(pb::DeleteRouteRequest {
+        prefix: "10.9.0.0/16".into(),
+    })));
+    assert_eq!(e.code(), tonic::Code::NotFound);
+    assert_eq!(e.message(), "no route 10.9.0.0/16");
+    let e = client
+        .block_on(s.add_af_packet(pb::AddAfPacketRequest {
+            name: "x".into(),
+            host_interface: "eth0".into(),
+            ..Default::default()
+        }))
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::AlreadyExists);
+    // Syntax errors never reach the backend.
+    let invalid = |e: Status| assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    invalid(refused(client.block_on(s.add_route(pb::AddRouteRequest {
+        prefix: "10.1.2.0/40".into(),
+        via: Vec::new(),
+    }))));
+    invalid(refused(client.block_on(s.add_neighbor(
+        pb::AddNeighborRequest {
+            interface: "memif0".into(),
+            ip: "10.0.0.2".into(),
+            mac: "02:00".into(),
+        },
+    ))));
+    invalid(refused(client.block_on(s.trace_add(pb::TraceAddRequest {
+        node: "port-input".into(),
+        count: 0,
+    }))));
+    invalid(refused(client.block_on(s.add_cross_connect(
+        pb::AddCrossConnectRequest {
+            a: "a".into(),
+            b: "b".into(),
+            peer_a: "10.0.0.2".into(),
+            peer_b: String::new(),
+        },
+    ))));
+    let e = client
+        .block_on(s.add_memif(pb::AddMemifRequest {
+            name: "m".into(),
+            socket: "@q".into(),
+            mode: "token-ring".into(),
+            ..Default::default()
+        }))
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert_eq!(e.message(), "memif mode `token-ring`: ethernet or ip");
+}
+
+/// What the backend saw of [`changes_reach_the_backend`]: typed, defaults filled in.
+fn the_backend_saw_typed_requests(backend: &Recorder) {
+    let log = backend.0.lock().unwrap().clone();
+    assert_eq!(
+        log,
+        [
+            "route 10.1.2.0/24 [(10.0.0.2, \"memif0\")]".to_string(),
+            "xc a b Some(L3Peers { peer_a: 10.0.0.2, peer_b: 10.0.1.2 })".to_string(),
+            format!(
+                "{:?}",
+                MemifSpec {
+                    name: "m".into(),
+                    master: false,
+                    socket: "@q".into(),
+                    id: 0,
+                    ip_mode: false,
+                    ring_size: 1024,
+                    buffer_size: 2048,
+                    secret: None,
+                    mac: None,
+                    mtu: 1500,
+                }
+            ),
+        ]
+    );
+}
