@@ -116,6 +116,41 @@ impl DpdkPort {
                 info.max_rx_queues, info.max_tx_queues
             )));
         }
+        let (conf, rss) = Self::eth_conf(config, &info, mempool, queues)?;
+        let (nb_rx, nb_tx) = Self::set_up_queues(config, port_id, &conf, mempool, queues)?;
+        let dma_device = Self::map_for_dma(name, &info, mempool)?;
+        let mac = Self::start(config, port_id, dma_device, mempool)?;
+        // From here on, dropping `inner` stops and closes the device.
+        let inner = PortInner {
+            name: name.clone(),
+            port_id,
+            queues,
+            mac,
+            rss,
+            mempool: mempool.clone(),
+            taken: (0..queues).map(|_| AtomicBool::new(false)).collect(),
+            counters: (0..queues).map(|_| QueueCounters::default()).collect(),
+            dma_device,
+        };
+        tracing::info!(
+            port = %name, port_id, queues, rss, rx_descriptors = nb_rx, tx_descriptors = nb_tx,
+            mac = ?inner.mac, "DPDK port started"
+        );
+        Ok(DpdkPort {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// The device configuration for `queues` queue pairs: RSS when the device has it, the MTU,
+    /// scatter and multi-segment offloads when frames are longer than one buffer. Also tells
+    /// whether RSS is on.
+    fn eth_conf(
+        config: &DpdkPortConfig,
+        info: &sys::rte_eth_dev_info,
+        mempool: &DpdkMempool,
+        queues: u16,
+    ) -> Result<(sys::rte_eth_conf, bool), DpdkError> {
+        let name = &config.name;
         let mut conf = sys::rte_eth_conf::default();
         // RSS spreads flows over the workers' queues: IPv4/6 addresses and TCP/UDP ports, as far
         // as the device can hash them. A device without RSS still gets its queues (each worker
@@ -155,9 +190,22 @@ impl DpdkPort {
             conf.rxmode.offloads |= scatter;
         }
         conf.txmode.offloads |= info.tx_offload_capa & multi_segs;
+        Ok((conf, rss))
+    }
+
+    /// Configures the device with `conf` and sets up its `queues` queue pairs on the device's
+    /// NUMA node; returns the (receive, transmit) ring sizes the device took.
+    fn set_up_queues(
+        config: &DpdkPortConfig,
+        port_id: u16,
+        conf: &sys::rte_eth_conf,
+        mempool: &DpdkMempool,
+        queues: u16,
+    ) -> Result<(u16, u16), DpdkError> {
+        let name = &config.name;
         // SAFETY: a valid port and a fully initialised configuration.
         check(&format!("{name}: rte_eth_dev_configure"), unsafe {
-            sys::rte_eth_dev_configure(port_id, queues, queues, &conf)
+            sys::rte_eth_dev_configure(port_id, queues, queues, conf)
         })?;
         let (mut nb_rx, mut nb_tx) = (config.rx_descriptors, config.tx_descriptors);
         // SAFETY: a configured port and two in/out parameters.
@@ -191,7 +239,19 @@ impl DpdkPort {
                 )?;
             }
         }
-        let dma_device = Self::map_for_dma(name, &info, mempool)?;
+        Ok((nb_rx, nb_tx))
+    }
+
+    /// Reads the MAC address, turns promiscuous mode on if asked and starts the device; on
+    /// failure leaves it configured but stopped (a later open configures it again) and
+    /// unmapped from `dma_device`.
+    fn start(
+        config: &DpdkPortConfig,
+        port_id: u16,
+        dma_device: Option<usize>,
+        mempool: &DpdkMempool,
+    ) -> Result<[u8; 6], DpdkError> {
+        let name = &config.name;
         let mut mac = sys::rte_ether_addr::default();
         // SAFETY: a valid port and an out-parameter.
         let mut rc = unsafe { sys::rte_eth_macaddr_get(port_id, &mut mac) };
@@ -210,11 +270,9 @@ impl DpdkPort {
             what = "rte_eth_dev_start";
         }
         if rc < 0 {
-            // Leave the device configured but stopped (a later open configures it again), and
-            // unmapped.
             if let Some(dev) = dma_device {
                 let (base, len) = mempool.pool().memory();
-                // SAFETY: the mapping made just above, for this device.
+                // SAFETY: the mapping `map_for_dma` made for this device, before this call.
                 unsafe {
                     sys::rte_dev_dma_unmap(
                         dev as *mut sys::rte_device,
@@ -226,25 +284,7 @@ impl DpdkPort {
             }
             return Err(DpdkError::call(format!("{name}: {what}"), rc));
         }
-        // From here on, dropping `inner` stops and closes the device.
-        let inner = PortInner {
-            name: name.clone(),
-            port_id,
-            queues,
-            mac: mac.addr_bytes,
-            rss,
-            mempool: mempool.clone(),
-            taken: (0..queues).map(|_| AtomicBool::new(false)).collect(),
-            counters: (0..queues).map(|_| QueueCounters::default()).collect(),
-            dma_device,
-        };
-        tracing::info!(
-            port = %name, port_id, queues, rss, rx_descriptors = nb_rx, tx_descriptors = nb_tx,
-            mac = ?inner.mac, "DPDK port started"
-        );
-        Ok(DpdkPort {
-            inner: Arc::new(inner),
-        })
+        Ok(mac.addr_bytes)
     }
 
     /// Physical devices read and write Quiver's region directly: map it into the device's

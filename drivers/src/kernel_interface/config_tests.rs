@@ -1,0 +1,120 @@
+use super::*;
+
+#[test]
+fn names_are_checked_like_the_kernel_does() {
+    validate_name("eth1").unwrap();
+    validate_name("nsm-123456789ab").unwrap();
+    for bad in [
+        "",
+        "0123456789abcdef",
+        ".",
+        "..",
+        "a/b",
+        "a:b",
+        "a b",
+        "a\0",
+    ] {
+        assert!(
+            matches!(
+                validate_name(bad),
+                Err(KernelInterfaceError::InvalidName { .. })
+            ),
+            "{bad:?}"
+        );
+    }
+}
+
+#[test]
+fn host_names_are_short_stable_and_distinct() {
+    let a = host_name_for("0b4b6a4a-5b8f-4d5e-9b3c-1f2e3d4c5b6a");
+    assert_eq!(a.len(), MAX_NAME_LEN);
+    validate_name(&a).unwrap();
+    assert_eq!(a, host_name_for("0b4b6a4a-5b8f-4d5e-9b3c-1f2e3d4c5b6a"));
+    assert_ne!(a, host_name_for("0b4b6a4a-5b8f-4d5e-9b3c-1f2e3d4c5b6b"));
+}
+
+#[test]
+fn addresses_parse_or_say_why_not() {
+    assert_eq!(
+        parse_cidr("172.16.1.2/31").unwrap(),
+        (Ipv4Addr::new(172, 16, 1, 2), 31)
+    );
+    for bad in [
+        "172.16.1.2",
+        "172.16.1.2/33",
+        "172.16.1.2/",
+        "172.16.1/24",
+        "300.1.1.1/8",
+        "10.0.0.1/+8",
+        "fe80::1/64",
+        "10.0.0.1/24/1",
+    ] {
+        assert!(
+            matches!(
+                parse_cidr(bad),
+                Err(KernelInterfaceError::InvalidAddress { .. })
+            ),
+            "{bad}"
+        );
+    }
+    assert_eq!(
+        parse_mac("02:fe:0A:00:00:01").unwrap(),
+        [2, 0xfe, 10, 0, 0, 1]
+    );
+    for bad in [
+        "02:fe:0a:00:00",
+        "02:fe:0a:00:00:01:02",
+        "02-fe-0a-00-00-01",
+        "2:fe:a:0:0:1",
+    ] {
+        assert!(parse_mac(bad).is_err(), "{bad}");
+    }
+    assert_eq!(
+        masked(Ipv4Addr::new(10, 1, 2, 3), 16),
+        Ipv4Addr::new(10, 1, 0, 0)
+    );
+    assert_eq!(masked(Ipv4Addr::new(10, 1, 2, 3), 0), Ipv4Addr::UNSPECIFIED);
+}
+
+#[test]
+fn a_config_is_checked_whole_before_anything_is_made() {
+    let good = KernelInterfaceConfig {
+        connection_id: "c1".into(),
+        name: "nsm0".into(),
+        mtu: 1450,
+        addresses: vec!["10.0.0.1/24".into()],
+        routes: vec![RouteConfig {
+            prefix: "10.1.0.0/16".into(),
+            next_hop: Some("10.0.0.2".into()),
+        }],
+        neighbors: vec![NeighborConfig {
+            ip: "10.0.0.2".into(),
+            mac: "02:00:00:00:00:02".into(),
+        }],
+    };
+    Plan::new(&good).unwrap();
+    let mut c = good.clone();
+    c.mtu = 67;
+    assert!(matches!(
+        Plan::new(&c),
+        Err(KernelInterfaceError::InvalidMtu(67))
+    ));
+    let mut c = good.clone();
+    c.connection_id.clear();
+    assert!(matches!(
+        Plan::new(&c),
+        Err(KernelInterfaceError::InvalidConnectionId { .. })
+    ));
+    let mut c = good.clone();
+    c.routes[0].next_hop = Some("10.0.0".into());
+    assert!(matches!(
+        Plan::new(&c),
+        Err(KernelInterfaceError::InvalidAddress { .. })
+    ));
+    let mut c = good;
+    c.neighbors[0].mac = "nope".into();
+    assert!(matches!(
+        Plan::new(&c),
+        Err(KernelInterfaceError::InvalidAddress { .. })
+    ));
+}

@@ -1,0 +1,36 @@
+//! NSM's KERNEL mechanism: a veth pair whose one end is Quiver's (in Quiver's namespace, opened
+//! as an AF_PACKET port) and whose other end is the client's interface, inside the client's
+//! network namespace, with the addresses, routes and neighbours of the connection's IP context.
+//! Everything is done over route netlink; no `ip` is spawned.
+//!
+//! - Quiver's end is named from the connection id ([`host_name_for`]: `qvk` and 12 hex digits
+//!   of a hash, so the same id always gives the same name); the other end is created directly
+//!   inside the target namespace under the requested name (it never exists under that name in
+//!   Quiver's namespace, so it cannot clash with a host interface).
+//! - Both ends carry the alias (`IFLA_IFALIAS`) `quiver:<connection-id>`: [`list_owned`] finds
+//!   Quiver's interfaces by it, and [`remove_orphans`] deletes, at startup, those no live
+//!   connection owns.
+//! - The namespace end has transmit checksum offload turned off (which also turns off TSO):
+//!   frames the client sends then reach Quiver complete, with checksums filled in and no larger
+//!   than the MTU, which is what a userspace forwarder needs.
+//! - A failure midway deletes what was created: a veth goes with either of its ends.
+//!
+//! [`KernelInterface`] is a record, not a guard: dropping it leaves the interface; call
+//! [`KernelInterface::delete`] (or [`delete_for_connection`]) on Close.
+//!
+//! Files: `config` (what to create, checked into a plan first), `veth` ([`KernelInterface`]),
+//! `links` (the netlink requests), `owned` (finding what Quiver made), `error`.
+
+mod config;
+mod error;
+mod links;
+mod owned;
+mod veth;
+
+pub use config::{
+    host_name_for, parse_cidr, parse_mac, validate_name, KernelInterfaceConfig, NeighborConfig,
+    RouteConfig, ALIAS_PREFIX, MAX_CONNECTION_ID_LEN, MAX_NAME_LEN,
+};
+pub use error::KernelInterfaceError;
+pub use owned::{delete_for_connection, list_owned, remove_orphans, OwnedInterface};
+pub use veth::KernelInterface;
