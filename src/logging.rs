@@ -20,7 +20,7 @@ pub fn init() -> LogLevel {
         .ok()
         .filter(|f| EnvFilter::try_new(f).is_ok())
         .unwrap_or_else(|| {
-            ctl_api::nsm::NsmConfig::from_env()
+            nsm_forwarder::NsmConfig::from_env()
                 .map_or("info", |c| c.tracing_level())
                 .to_string()
         });

@@ -146,8 +146,8 @@ fn run(args: RunArgs) -> Result<(), String> {
             .map(|d| Instant::now() + Duration::from_secs(d)),
         stop,
     };
-    let nsm = (args.nsm || ctl_api::nsm::NsmConfig::requested_by_env())
-        .then(ctl_api::nsm::NsmConfig::from_env)
+    let nsm = (args.nsm || nsm_forwarder::NsmConfig::requested_by_env())
+        .then(nsm_forwarder::NsmConfig::from_env)
         .transpose()
         .map_err(|e| e.to_string())?;
     if cfg.port.is_empty() && nsm.is_none() {
@@ -219,7 +219,7 @@ fn run_ports(
     pool: Arc<BufferPool>,
     clock: Clock,
     admin_socket: Option<&Path>,
-    nsm: Option<ctl_api::nsm::NsmConfig>,
+    nsm: Option<nsm_forwarder::NsmConfig>,
     metrics: Option<std::net::TcpListener>,
 ) -> Result<(), String> {
     let owner = ConfigOwner::start(

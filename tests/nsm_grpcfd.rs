@@ -13,13 +13,13 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::Path as FsPath;
 
-use ctl_api::nsm::testing::{BlockingClient, TestEndpoint};
-use ctl_api::nsm::Dataplane;
-use ctl_api::proto::connection::{Connection, State};
-use ctl_api::proto::connectioncontext::{ConnectionContext, IpContext};
-use ctl_api::proto::networkservice::network_service_client::NetworkServiceClient;
-use ctl_api::proto::networkservice::NetworkServiceRequest;
 use grpc_unix::InodeKey;
+use nsm_forwarder::testing::{BlockingClient, TestEndpoint};
+use nsm_forwarder::Dataplane;
+use nsm_proto::connection::{Connection, State};
+use nsm_proto::connectioncontext::{ConnectionContext, IpContext};
+use nsm_proto::networkservice::network_service_client::NetworkServiceClient;
+use nsm_proto::networkservice::NetworkServiceRequest;
 use testkit::wait_for;
 
 mod nsm_support;

@@ -4,11 +4,11 @@
 //! and back; after Close no interface, veth, port or cross-connect remains, and once the
 //! forwarder stops every buffer is back in the pool.
 
-use ctl_api::nsm::testing::{BlockingClient, TestEndpoint};
-use ctl_api::nsm::Dataplane;
-use ctl_api::proto::connection::{Connection, State};
-use ctl_api::proto::connectioncontext::{ConnectionContext, IpContext};
-use ctl_api::proto::networkservice::NetworkServiceRequest;
+use nsm_forwarder::testing::{BlockingClient, TestEndpoint};
+use nsm_forwarder::Dataplane;
+use nsm_proto::connection::{Connection, State};
+use nsm_proto::connectioncontext::{ConnectionContext, IpContext};
+use nsm_proto::networkservice::NetworkServiceRequest;
 use testkit::wait_for;
 
 mod nsm_support;

@@ -6,11 +6,11 @@
 //! Close no interface, veth, port or owned object remains, and once the forwarder stops every
 //! buffer is back in the pool.
 
-use ctl_api::nsm::testing::{BlockingClient, TestEndpoint};
-use ctl_api::nsm::Dataplane;
-use ctl_api::proto::connection::{Connection, State};
-use ctl_api::proto::connectioncontext::{ConnectionContext, IpContext, Route};
-use ctl_api::proto::networkservice::NetworkServiceRequest;
+use nsm_forwarder::testing::{BlockingClient, TestEndpoint};
+use nsm_forwarder::Dataplane;
+use nsm_proto::connection::{Connection, State};
+use nsm_proto::connectioncontext::{ConnectionContext, IpContext, Route};
+use nsm_proto::networkservice::NetworkServiceRequest;
 use testkit::wait_for;
 
 /// The client's address, the endpoint's two (the first is the L3 cross-connect's next hop),

@@ -6,9 +6,9 @@
 //! intact. After Close no port, socket or cross-connect remains, and once the forwarder stops
 //! every buffer is back in the pool.
 
-use ctl_api::nsm::testing::BlockingClient;
-use ctl_api::proto::connection::State;
-use ctl_api::proto::networkservice::NetworkServiceRequest;
+use nsm_forwarder::testing::BlockingClient;
+use nsm_proto::connection::State;
+use nsm_proto::networkservice::NetworkServiceRequest;
 use testkit::{require, wait_for, Needs};
 
 mod nsm_support;

@@ -8,7 +8,7 @@ use nix::sys::signal::Signal;
 use support::{memif_pair_config, Quiver, Scratch};
 use testkit::wait_for;
 
-use ctl_api::nsm::testing::TestRegistry;
+use nsm_forwarder::testing::TestRegistry;
 
 fn stops_cleanly_on(signal: Signal) {
     let name = format!("stop-{}", signal.as_str().to_lowercase());

@@ -11,13 +11,13 @@
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use ctl_api::nsm::testing::{BlockingClient, TestEndpoint, TestNsmgr};
-use ctl_api::nsm::NsmHandle;
-use ctl_api::proto::connection::{
+use dataplane::{BufferPool, BufferPoolConfig, HugepagePolicy, IdlePolicy, WorkerConfig};
+use nsm_forwarder::testing::{BlockingClient, TestEndpoint, TestNsmgr};
+use nsm_forwarder::NsmHandle;
+use nsm_proto::connection::{
     Connection, ConnectionEventType, MonitorScopeSelector, PathSegment, State,
 };
-use ctl_api::proto::networkservice::NetworkServiceRequest;
-use dataplane::{BufferPool, BufferPoolConfig, HugepagePolicy, IdlePolicy, WorkerConfig};
+use nsm_proto::networkservice::NetworkServiceRequest;
 use quiver::control::owner::ForwarderView;
 use quiver::{Config, Forwarder};
 use testkit::{require, wait_for, Needs};

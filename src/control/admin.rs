@@ -47,7 +47,7 @@ impl ConnectionSlot {
 /// What `quiver ctl show connections` lists: the connections of the NSM service `nsm` runs,
 /// none once it has stopped. A reader: it holds the service weakly, so that stopping NSM lets
 /// go of everything the service holds (the forwarder among it).
-pub fn nsm_connections(nsm: &ctl_api::nsm::NsmHandle) -> ConnectionSource {
+pub fn nsm_connections(nsm: &nsm_forwarder::NsmHandle) -> ConnectionSource {
     let core = Arc::downgrade(nsm.core());
     Box::new(move || {
         let Some(core) = core.upgrade() else {

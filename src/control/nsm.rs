@@ -1,5 +1,5 @@
 //! The NSM forwarder's data path over the running forwarder: [`ForwarderDataplane`] implements
-//! `ctl_api::nsm::Dataplane` over a [`Control`] (each change a [`Change`] the configuration's
+//! `nsm_forwarder::Dataplane` over a [`Control`] (each change a [`Change`] the configuration's
 //! owner applies, link states read from its view), and [`start`] serves the NSM services for it.
 //!
 //! - memif: a port of the forwarder (`PortSection::Memif`, with the namespace its socket
@@ -23,15 +23,15 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use ctl_api::nsm::dataplane::{FrameMode, KernelSpec, MemifRole as NsmRole, MemifSpec, VxlanSpec};
-use ctl_api::nsm::{
-    Dataplane, DataplaneError, LinkEvent, LinkEvents, NsmConfig, NsmHandle, PortName,
-};
 use drivers::kernel_interface::{
     self, KernelInterface, KernelInterfaceConfig, KernelInterfaceError, NeighborConfig, RouteConfig,
 };
 use drivers::netns::NetNs;
 use drivers::LinkStatus;
+use nsm_forwarder::dataplane::{FrameMode, KernelSpec, MemifRole as NsmRole, MemifSpec, VxlanSpec};
+use nsm_forwarder::{
+    Dataplane, DataplaneError, LinkEvent, LinkEvents, NsmConfig, NsmHandle, PortName,
+};
 
 use crate::config::{AfPacketSection, MemifMode, MemifRole, MemifSection, PortSection};
 use crate::control::owner::{Change, Control};
@@ -64,7 +64,7 @@ struct InsideNeighbors {
     with: Option<String>,
 }
 
-/// `ctl_api::nsm::Dataplane` over the configuration's owner.
+/// `nsm_forwarder::Dataplane` over the configuration's owner.
 pub struct ForwarderDataplane {
     control: Control,
     ports: Mutex<HashMap<String, OwnedPort>>,

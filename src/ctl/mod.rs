@@ -447,7 +447,7 @@ fn status(s: quiver_admin_api::Status) -> String {
 fn nsm_health(socket: &str, timeout: u64, json: bool) -> Result<(), String> {
     let url = nsm_url(socket);
     let serving =
-        ctl_api::nsm::health::check_blocking(&url, std::time::Duration::from_secs(timeout))?;
+        nsm_forwarder::health::check_blocking(&url, std::time::Duration::from_secs(timeout))?;
     if json {
         print_json(&serde_json::json!({ "serving": serving }));
     } else {

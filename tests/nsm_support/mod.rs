@@ -11,12 +11,12 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use ctl_api::nsm::path::timestamp;
-use ctl_api::nsm::testing::TestEndpoint;
-use ctl_api::nsm::{NsmConfig, NsmHandle, StaticEndpoint};
-use ctl_api::proto::connection::{self, Connection, Mechanism, PathSegment};
 use dataplane::{BufferPool, BufferPoolConfig, HugepagePolicy, IdlePolicy, WorkerConfig};
 use drivers::LinkStatus;
+use nsm_forwarder::path::timestamp;
+use nsm_forwarder::testing::TestEndpoint;
+use nsm_forwarder::{NsmConfig, NsmHandle, StaticEndpoint};
+use nsm_proto::connection::{self, Connection, Mechanism, PathSegment};
 use quiver::control::nsm::ForwarderDataplane;
 use quiver::control::owner::{ConfigOwner, Control};
 use quiver::{Config, Forwarder};

@@ -9,9 +9,9 @@ use tokio_stream::StreamExt;
 use tonic::transport::Channel;
 use tonic::Status;
 
-use crate::proto::connection::Connection;
-use crate::proto::registry::network_service_endpoint_registry_client::NetworkServiceEndpointRegistryClient;
-use crate::proto::registry::{NetworkServiceEndpoint, NetworkServiceEndpointQuery};
+use nsm_proto::connection::Connection;
+use nsm_proto::registry::network_service_endpoint_registry_client::NetworkServiceEndpointRegistryClient;
+use nsm_proto::registry::{NetworkServiceEndpoint, NetworkServiceEndpointQuery};
 use spiffe_identity::{Identity, PeerChannel};
 
 /// A boxed, sendable future (what [`EndpointDiscovery`] returns).

@@ -7,33 +7,31 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use ctl_api::nsm::dataplane::{KernelSpec, MemifRole, MemifSpec};
-use ctl_api::nsm::endpoint::dial;
-use ctl_api::nsm::monitor::{EventStream, Monitor};
-use ctl_api::nsm::path::timestamp;
-use ctl_api::nsm::server::bind;
-use ctl_api::nsm::{
+use nsm_forwarder::dataplane::{KernelSpec, MemifRole, MemifSpec};
+use nsm_forwarder::endpoint::dial;
+use nsm_forwarder::monitor::{EventStream, Monitor};
+use nsm_forwarder::path::timestamp;
+use nsm_forwarder::server::bind;
+use nsm_forwarder::{
     Core, Dataplane, DataplaneError, LinkEvent, LinkEvents, NsmConfig, NsmService, PortName,
     PortSpec, RegistryDiscovery, StaticEndpoint,
 };
-use ctl_api::proto::connection::monitor_connection_client::MonitorConnectionClient;
-use ctl_api::proto::connection::monitor_connection_server::{
+use nsm_proto::connection::monitor_connection_client::MonitorConnectionClient;
+use nsm_proto::connection::monitor_connection_server::{
     MonitorConnection, MonitorConnectionServer,
 };
-use ctl_api::proto::connection::{
+use nsm_proto::connection::{
     Connection, ConnectionEvent, ConnectionEventType, Mechanism, MonitorScopeSelector, Path,
     PathSegment, State,
 };
-use ctl_api::proto::connectioncontext::{ConnectionContext, IpContext, Route};
-use ctl_api::proto::networkservice::network_service_client::NetworkServiceClient;
-use ctl_api::proto::networkservice::network_service_server::{
-    NetworkService, NetworkServiceServer,
-};
-use ctl_api::proto::networkservice::NetworkServiceRequest;
-use ctl_api::proto::registry::network_service_endpoint_registry_server::{
+use nsm_proto::connectioncontext::{ConnectionContext, IpContext, Route};
+use nsm_proto::networkservice::network_service_client::NetworkServiceClient;
+use nsm_proto::networkservice::network_service_server::{NetworkService, NetworkServiceServer};
+use nsm_proto::networkservice::NetworkServiceRequest;
+use nsm_proto::registry::network_service_endpoint_registry_server::{
     NetworkServiceEndpointRegistry, NetworkServiceEndpointRegistryServer,
 };
-use ctl_api::proto::registry::{
+use nsm_proto::registry::{
     NetworkServiceEndpoint, NetworkServiceEndpointQuery, NetworkServiceEndpointResponse,
 };
 use tokio_stream::StreamExt;
@@ -519,7 +517,7 @@ async fn harness(setup: Setup) -> Harness {
                 role: MemifRole::Master,
                 socket: "@stale".into(),
                 netns: None,
-                mode: ctl_api::nsm::dataplane::FrameMode::Ethernet,
+                mode: nsm_forwarder::dataplane::FrameMode::Ethernet,
                 mtu: None,
             }),
         )
@@ -533,7 +531,7 @@ async fn harness(setup: Setup) -> Harness {
     };
     let nse_url = format!("unix://{}", nse_sock.display());
     let mut registrations = None;
-    let discovery: Arc<dyn ctl_api::nsm::EndpointDiscovery> = if setup.registry {
+    let discovery: Arc<dyn nsm_forwarder::EndpointDiscovery> = if setup.registry {
         let reg_sock = dir.path().join("registry.sock");
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         registrations = Some(rx);
@@ -1444,7 +1442,7 @@ async fn python_grpcio_client_requests_and_closes() {
     let stubs = tempfile::tempdir().unwrap();
     let script = stubs.path().join("client.py");
     std::fs::write(&script, PYTHON_CLIENT).unwrap();
-    let proto = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("proto");
+    let proto = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../proto");
     let sock = h._dir.path().join("quiver.sock");
     let out = {
         let args = [

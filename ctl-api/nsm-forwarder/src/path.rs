@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use prost_types::Timestamp;
 use tonic::Status;
 
-use crate::proto::connection::{Connection, MonitorScopeSelector, Path, PathSegment};
+use nsm_proto::connection::{Connection, MonitorScopeSelector, Path, PathSegment};
 
 /// Where a Request stands on its path once Quiver's segment is in place.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -38,10 +38,10 @@ use tokio::sync::oneshot;
 use tonic::{Code, Status, Streaming};
 
 use super::{Core, Entry, Teardown};
-use crate::nsm::channels::{self, Hold, Lease};
-use crate::nsm::path::matches_selector;
-use crate::proto::connection::monitor_connection_client::MonitorConnectionClient;
-use crate::proto::connection::{
+use crate::channels::{self, Hold, Lease};
+use crate::path::matches_selector;
+use nsm_proto::connection::monitor_connection_client::MonitorConnectionClient;
+use nsm_proto::connection::{
     ConnectionEvent, ConnectionEventType, MonitorScopeSelector, PathSegment, State,
 };
 

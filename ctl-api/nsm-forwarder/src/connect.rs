@@ -30,10 +30,10 @@ use super::path::{self, Position};
 use super::table::Table;
 use super::validate::{self, Payload, SidesIp};
 use super::vni::VniTable;
-use crate::proto::connection::{Connection, Mechanism, State};
-use crate::proto::networkservice::network_service_client::NetworkServiceClient;
-use crate::proto::networkservice::NetworkServiceRequest;
 use grpc_unix::ReceivedFds;
+use nsm_proto::connection::{Connection, Mechanism, State};
+use nsm_proto::networkservice::network_service_client::NetworkServiceClient;
+use nsm_proto::networkservice::NetworkServiceRequest;
 
 mod next_hop;
 pub use next_hop::NextHopStats;
@@ -177,7 +177,7 @@ struct Checked {
     payload: Payload,
     mechanism: Mechanism,
     client: ClientMechanism,
-    path: crate::proto::connection::Path,
+    path: nsm_proto::connection::Path,
     position: Position,
 }
 
@@ -239,7 +239,7 @@ impl Core {
                 id: p.id.clone(),
                 owner: owner.to_string(),
                 network_service: p.network_service.clone(),
-                up: p.state == crate::proto::connection::State::Up as i32,
+                up: p.state == nsm_proto::connection::State::Up as i32,
                 client: mechanism_and_port(&e.client),
                 endpoint: mechanism_and_port(&e.endpoint),
                 expires,

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use tonic::Status;
 
 use super::validate;
-use crate::proto::connection::Mechanism;
+use nsm_proto::connection::Mechanism;
 
 /// `cls` of mechanisms on this node.
 pub const LOCAL: &str = "LOCAL";

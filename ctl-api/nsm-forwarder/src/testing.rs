@@ -11,20 +11,20 @@ use tonic::service::Routes;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::endpoint::dial;
-use crate::proto::connection::monitor_connection_client::MonitorConnectionClient;
-use crate::proto::connection::monitor_connection_server::{
+use nsm_proto::connection::monitor_connection_client::MonitorConnectionClient;
+use nsm_proto::connection::monitor_connection_server::{
     MonitorConnection, MonitorConnectionServer,
 };
-use crate::proto::connection::{
+use nsm_proto::connection::{
     Connection, ConnectionEvent, Mechanism, MonitorScopeSelector, PathSegment,
 };
-use crate::proto::networkservice::network_service_client::NetworkServiceClient;
-use crate::proto::networkservice::network_service_server::{NetworkService, NetworkServiceServer};
-use crate::proto::networkservice::NetworkServiceRequest;
-use crate::proto::registry::network_service_endpoint_registry_server::{
+use nsm_proto::networkservice::network_service_client::NetworkServiceClient;
+use nsm_proto::networkservice::network_service_server::{NetworkService, NetworkServiceServer};
+use nsm_proto::networkservice::NetworkServiceRequest;
+use nsm_proto::registry::network_service_endpoint_registry_server::{
     NetworkServiceEndpointRegistry, NetworkServiceEndpointRegistryServer,
 };
-use crate::proto::registry::{
+use nsm_proto::registry::{
     NetworkServiceEndpoint, NetworkServiceEndpointQuery, NetworkServiceEndpointResponse,
 };
 

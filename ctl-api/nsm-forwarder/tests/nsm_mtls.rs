@@ -10,24 +10,22 @@ use std::path::Path as FsPath;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use ctl_api::nsm::dataplane::{KernelSpec, MemifSpec};
-use ctl_api::nsm::endpoint::dial_with;
-use ctl_api::nsm::path::timestamp;
-use ctl_api::nsm::server::{bind, bind_for};
-use ctl_api::nsm::{
+use nsm_forwarder::dataplane::{KernelSpec, MemifSpec};
+use nsm_forwarder::endpoint::dial_with;
+use nsm_forwarder::path::timestamp;
+use nsm_forwarder::server::{bind, bind_for};
+use nsm_forwarder::{
     registration, Dataplane, DataplaneError, EndpointDiscovery, LinkEvents, NsmConfig, NsmHandle,
     NsmService, PortName, RegistryDiscovery, ServeError, StaticEndpoint,
 };
-use ctl_api::proto::connection::{Connection, Mechanism, Path, PathSegment, State};
-use ctl_api::proto::networkservice::network_service_client::NetworkServiceClient;
-use ctl_api::proto::networkservice::network_service_server::{
-    NetworkService, NetworkServiceServer,
-};
-use ctl_api::proto::networkservice::NetworkServiceRequest;
-use ctl_api::proto::registry::network_service_endpoint_registry_server::{
+use nsm_proto::connection::{Connection, Mechanism, Path, PathSegment, State};
+use nsm_proto::networkservice::network_service_client::NetworkServiceClient;
+use nsm_proto::networkservice::network_service_server::{NetworkService, NetworkServiceServer};
+use nsm_proto::networkservice::NetworkServiceRequest;
+use nsm_proto::registry::network_service_endpoint_registry_server::{
     NetworkServiceEndpointRegistry, NetworkServiceEndpointRegistryServer,
 };
-use ctl_api::proto::registry::{
+use nsm_proto::registry::{
     NetworkServiceEndpoint, NetworkServiceEndpointQuery, NetworkServiceEndpointResponse,
 };
 use spiffe_identity::testing::{
@@ -408,7 +406,7 @@ async fn a_request_over_mtls_returns_a_path_whose_tokens_verify() {
     let claims = tokens::verify(&own.token, &quiver).unwrap();
     assert_eq!(claims.sub, quiver.spiffe_id().as_str());
     assert_eq!(claims.aud, [h.nse_svid.spiffe_id.as_str()]);
-    let expires = ctl_api::nsm::path::system_time(own.expires.as_ref().unwrap()).unwrap();
+    let expires = nsm_forwarder::path::system_time(own.expires.as_ref().unwrap()).unwrap();
     assert_eq!(
         expires.duration_since(UNIX_EPOCH).unwrap().as_secs() as i64,
         claims.exp,
@@ -673,9 +671,9 @@ async fn a_rotated_svid_is_presented_at_the_next_handshake_without_a_restart() {
 async fn the_health_probe_needs_an_svid_too() {
     let h = harness().await;
     let t = Duration::from_secs(10);
-    let serving = ctl_api::nsm::health::check_with(&h.listen_on, t, Some(&h.nsc_identity)).await;
+    let serving = nsm_forwarder::health::check_with(&h.listen_on, t, Some(&h.nsc_identity)).await;
     assert_eq!(serving.unwrap().len(), 2);
-    assert!(ctl_api::nsm::health::check_with(&h.listen_on, t, None)
+    assert!(nsm_forwarder::health::check_with(&h.listen_on, t, None)
         .await
         .is_err());
 }
@@ -786,7 +784,7 @@ fn the_nsm_handle_serves_tcp_with_an_identity() {
     );
     let t = Duration::from_secs(10);
     let serving = runtime
-        .block_on(ctl_api::nsm::health::check_with(
+        .block_on(nsm_forwarder::health::check_with(
             &url,
             t,
             Some(&nsc_identity),
@@ -1088,7 +1086,7 @@ async fn register_find_and_unregister_carry_quivers_path_token_for_the_registry(
     }
 
     // Without an identity (plaintext), no token is minted for registry calls.
-    let plain = ctl_api::nsm::secure::sign_call(None, None, Duration::from_secs(60), ()).unwrap();
+    let plain = nsm_forwarder::secure::sign_call(None, None, Duration::from_secs(60), ()).unwrap();
     assert!(plain.metadata().get(tokens::TOKEN_METADATA).is_none());
 }
 

@@ -9,7 +9,7 @@ use std::str::FromStr;
 use tonic::Status;
 
 use super::dataplane::{IpConfig, NeighborSpec, RouteSpec};
-use crate::proto::connectioncontext::{ConnectionContext, IpContext, Route};
+use nsm_proto::connectioncontext::{ConnectionContext, IpContext, Route};
 
 /// The longest Linux interface name (IFNAMSIZ - 1).
 pub const MAX_IFNAME: usize = 15;
@@ -285,7 +285,7 @@ fn ip_context(c: &IpContext) -> Result<SidesIp, Status> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::connectioncontext::IpNeighbor;
+    use nsm_proto::connectioncontext::IpNeighbor;
     use tonic::Code;
 
     #[test]

@@ -24,8 +24,8 @@ use tonic::{Request, Status};
 
 use super::config::NsmConfig;
 use super::endpoint::dial_peer;
-use crate::proto::connection::{Connection, PathSegment};
-use crate::proto::networkservice::NetworkServiceRequest;
+use nsm_proto::connection::{Connection, PathSegment};
+use nsm_proto::networkservice::NetworkServiceRequest;
 use spiffe_identity::tokens::{self, PathToken};
 use spiffe_identity::{Identity, PeerIdentity};
 

@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use tonic::Status;
 
 use super::path::matches_selector;
-use crate::proto::connection::{
+use nsm_proto::connection::{
     Connection, ConnectionEvent, ConnectionEventType, MonitorScopeSelector,
 };
 
@@ -121,7 +121,7 @@ impl Monitor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::connection::{Path, PathSegment};
+    use nsm_proto::connection::{Path, PathSegment};
     use tokio_stream::StreamExt;
 
     fn conn(id: &str, seg: &str) -> Connection {

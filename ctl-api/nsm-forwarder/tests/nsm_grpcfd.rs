@@ -16,24 +16,24 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use ctl_api::nsm::dataplane::{KernelSpec, MemifSpec};
-use ctl_api::nsm::path::timestamp;
-use ctl_api::nsm::server::bind;
-use ctl_api::nsm::testing::TestEndpoint;
-use ctl_api::nsm::{
+use grpc_unix::InodeKey;
+use nsm_forwarder::dataplane::{KernelSpec, MemifSpec};
+use nsm_forwarder::path::timestamp;
+use nsm_forwarder::server::bind;
+use nsm_forwarder::testing::TestEndpoint;
+use nsm_forwarder::{
     Dataplane, DataplaneError, EndpointDiscovery, LinkEvents, NsmConfig, NsmService, PortName,
     RegistryDiscovery, StaticEndpoint,
 };
-use ctl_api::proto::connection::{Connection, Mechanism, Path, PathSegment, State};
-use ctl_api::proto::networkservice::network_service_client::NetworkServiceClient;
-use ctl_api::proto::networkservice::NetworkServiceRequest;
-use ctl_api::proto::registry::network_service_endpoint_registry_server::{
+use nsm_proto::connection::{Connection, Mechanism, Path, PathSegment, State};
+use nsm_proto::networkservice::network_service_client::NetworkServiceClient;
+use nsm_proto::networkservice::NetworkServiceRequest;
+use nsm_proto::registry::network_service_endpoint_registry_server::{
     NetworkServiceEndpointRegistry, NetworkServiceEndpointRegistryServer,
 };
-use ctl_api::proto::registry::{
+use nsm_proto::registry::{
     NetworkServiceEndpoint, NetworkServiceEndpointQuery, NetworkServiceEndpointResponse,
 };
-use grpc_unix::InodeKey;
 use tonic::{Request, Response, Status};
 
 /// Records the namespace path of each KERNEL port, by port name.

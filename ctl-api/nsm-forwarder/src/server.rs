@@ -17,12 +17,12 @@ use super::dataplane::{Dataplane, LinkEvents};
 use super::endpoint::{EndpointDiscovery, RegistryDiscovery};
 use super::fds::HeldFds;
 use super::monitor::EventStream;
-use crate::proto::connection::monitor_connection_server::{
+use nsm_proto::connection::monitor_connection_server::{
     MonitorConnection, MonitorConnectionServer,
 };
-use crate::proto::connection::{Connection, MonitorScopeSelector};
-use crate::proto::networkservice::network_service_server::{NetworkService, NetworkServiceServer};
-use crate::proto::networkservice::NetworkServiceRequest;
+use nsm_proto::connection::{Connection, MonitorScopeSelector};
+use nsm_proto::networkservice::network_service_server::{NetworkService, NetworkServiceServer};
+use nsm_proto::networkservice::NetworkServiceRequest;
 use spiffe_identity::{Listener, SpiffeError};
 
 /// Why the server could not start or stopped.

@@ -23,9 +23,9 @@ use tokio_stream::StreamExt;
 use tonic::Status;
 
 use super::connect::Core;
-use crate::proto::connection::{Connection, ConnectionEventType, Mechanism, MonitorScopeSelector};
-use crate::proto::networkservice::NetworkServiceRequest;
 use grpc_unix::{FdSender, InodeKey, ReceivedFds, ReceivedFdsRef};
+use nsm_proto::connection::{Connection, ConnectionEventType, Mechanism, MonitorScopeSelector};
+use nsm_proto::networkservice::NetworkServiceRequest;
 
 /// The URL scheme resolved.
 const INODE: &str = "inode://";
@@ -140,7 +140,7 @@ impl HeldFds {
             tracing::debug!(id, %key, path, "resolved a passed file descriptor");
             paths.insert(url.clone(), path);
         }
-        let rewrite = |m: &mut crate::proto::connection::Mechanism| {
+        let rewrite = |m: &mut nsm_proto::connection::Mechanism| {
             for value in m.parameters.values_mut() {
                 if let Some(path) = paths.get(value.as_str()) {
                     *value = path.clone();
@@ -414,7 +414,7 @@ pub fn passed_socket_url(url: &str, received: &ReceivedFds) -> Result<String, St
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::connection::Mechanism;
+    use nsm_proto::connection::Mechanism;
 
     fn request(id: &str, url: &str) -> NetworkServiceRequest {
         NetworkServiceRequest {

@@ -18,8 +18,8 @@ use super::config::NsmConfig;
 use super::endpoint::dial_peer;
 use super::path::system_time;
 use super::secure::sign_call;
-use crate::proto::registry::network_service_endpoint_registry_client::NetworkServiceEndpointRegistryClient;
-use crate::proto::registry::{
+use nsm_proto::registry::network_service_endpoint_registry_client::NetworkServiceEndpointRegistryClient;
+use nsm_proto::registry::{
     NetworkServiceEndpoint, NetworkServiceEndpointQuery, NetworkServiceLabels,
 };
 use spiffe_identity::PeerChannel;
