@@ -55,7 +55,7 @@ pub struct NodeSpec {
     pub name: String,
     /// Input or internal.
     pub kind: NodeKind,
-    /// Names of the nodes its arcs lead to: `next_nodes[i]` is arc [`Next::declared(i)`].
+    /// Names of the nodes its arcs lead to: `next_nodes[i]` is arc [`Next::declared`]`(i)`.
     pub next_nodes: Vec<String>,
     /// The errors it counts: error code `i` is `errors[i]`.
     pub errors: Vec<ErrorSpec>,

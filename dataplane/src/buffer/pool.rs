@@ -4,7 +4,6 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::meta::{flags, BufferMeta};
-use super::worker::WorkerBuffers;
 use crate::memory::{HugepagePolicy, MemoryError, Region};
 
 /// Smallest headroom a pool accepts: enough for outer IPv4 + UDP + VXLAN + Ethernet + VLAN.
@@ -73,10 +72,10 @@ pub(crate) struct Layout {
 
 /// A pool of fixed-size packet buffers.
 ///
-/// Buffers are handed out by index through per-worker [`WorkerBuffers`] caches, which move
-/// indices to and from the pool's global free stack in bursts. Each index has exactly one owner
-/// at a time: a worker's cache, a frame, a driver ring, or the free stack. The pool keeps exact
-/// counts: [`BufferPool::free_count`] is the free stack plus every cache.
+/// Buffers are handed out by index through per-worker [`WorkerBuffers`](super::WorkerBuffers)
+/// caches, which move indices to and from the pool's global free stack in bursts. Each index has
+/// exactly one owner at a time: a worker's cache, a frame, a driver ring, or the free stack. The
+/// pool keeps exact counts: [`BufferPool::free_count`] is the free stack plus every cache.
 pub struct BufferPool {
     region: Region,
     layout: Layout,
@@ -159,11 +158,10 @@ impl BufferPool {
         }))
     }
 
-    /// A per-worker handle that allocates, frees and accesses buffers.
-    pub fn worker_buffers(self: &Arc<Self>) -> WorkerBuffers {
-        let gauge = Arc::new(AtomicUsize::new(0));
-        lock(&self.caches).push(gauge.clone());
-        WorkerBuffers::new(self.clone(), gauge)
+    /// Registers the cache gauge of a new per-worker handle (see
+    /// [`BufferPool::worker_buffers`]): the count of free buffers includes what it holds.
+    pub(super) fn add_cache(&self, gauge: Arc<AtomicUsize>) {
+        lock(&self.caches).push(gauge);
     }
 
     /// Number of buffers in the pool.
@@ -264,7 +262,7 @@ impl BufferPool {
 
     /// Gives single buffers (not chains: each index is one buffer, whatever its metadata says)
     /// back to the free stack. Buffers already free are counted as double frees and skipped, as in
-    /// [`WorkerBuffers::free`].
+    /// [`WorkerBuffers::free`](super::WorkerBuffers::free).
     ///
     /// # Panics
     /// If an index is beyond the pool.

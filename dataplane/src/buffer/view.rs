@@ -7,17 +7,15 @@ use crate::memory::prefetch;
 use super::external::{self, ExternalState};
 use super::meta::BufferMeta;
 use super::pool::{BufferPool, Layout};
-#[cfg(doc)]
-use super::worker::WorkerBuffers;
 
-/// [`WorkerBuffers`]' per-packet accessors with the pool's geometry copied into a small value
-/// that the compiler keeps in registers: a node that visits every packet of a frame takes one
-/// (`cx.buffers.view()`) before its loop. Per packet it costs the index check, one multiply,
-/// and a window check that is a single compare when the metadata is sane (the window is still
-/// clamped to the buffer when it is not).
+/// [`WorkerBuffers`](super::WorkerBuffers)' per-packet accessors with the pool's geometry copied
+/// into a small value that the compiler keeps in registers: a node that visits every packet of a
+/// frame takes one (`cx.buffers.view()`) before its loop. Per packet it costs the index check, one
+/// multiply, and a window check that is a single compare when the metadata is sane (the window is
+/// still clamped to the buffer when it is not).
 ///
-/// It borrows the [`WorkerBuffers`] mutably, so the ownership rule that makes those accessors
-/// sound holds here the same way.
+/// It borrows the [`WorkerBuffers`](super::WorkerBuffers) mutably, so the ownership rule that makes
+/// those accessors sound holds here the same way.
 pub struct BufferView<'a> {
     /// Address of buffer 0's metadata.
     meta_base: *mut u8,
@@ -29,7 +27,9 @@ pub struct BufferView<'a> {
     /// The worker's external buffers, when it has any as the view is made (none become
     /// external while it lives: only the handle it borrows attaches them).
     external: Option<(&'a ExternalState, &'a BufferPool)>,
-    _buffers: PhantomData<&'a mut super::worker::WorkerBuffers>,
+    /// The mutable borrow of the [`WorkerBuffers`](super::WorkerBuffers) it came from
+    /// ([`WorkerBuffers::view`](super::WorkerBuffers::view)).
+    _buffers: PhantomData<&'a mut ()>,
 }
 
 impl<'a> BufferView<'a> {
@@ -70,9 +70,10 @@ impl BufferView<'_> {
         }
     }
 
-    /// Hints the CPU to fetch a buffer's metadata and the cache line where packet data starts
-    /// when it has not moved far from the initial offset (see
-    /// [`WorkerBuffers::prefetch_buffer`]). No check: a prefetch never faults.
+    /// Hints the CPU to fetch a buffer's metadata and the cache line where packet data starts when
+    /// it has not moved far from the initial offset (see
+    /// [`WorkerBuffers::prefetch_buffer`](super::WorkerBuffers::prefetch_buffer)). No check: a
+    /// prefetch never faults.
     #[inline(always)]
     pub fn prefetch(&self, bi: u32) {
         let meta = self.meta_base.wrapping_add(bi as usize * self.stride);
@@ -88,7 +89,8 @@ impl BufferView<'_> {
     }
 
     /// Sets the bytes of packet data in this buffer; `false`, changing nothing, when the buffer
-    /// cannot hold that many from its current offset (see [`WorkerBuffers::set_length`]).
+    /// cannot hold that many from its current offset (see
+    /// [`WorkerBuffers::set_length`](super::WorkerBuffers::set_length)).
     #[inline]
     pub fn set_length(&mut self, bi: u32, len: u16) -> bool {
         let area = self.area as u32;
@@ -100,7 +102,8 @@ impl BufferView<'_> {
         true
     }
 
-    /// The buffer's metadata, for writing (see [`WorkerBuffers::meta_mut`]).
+    /// The buffer's metadata, for writing (see
+    /// [`WorkerBuffers::meta_mut`](super::WorkerBuffers::meta_mut)).
     #[inline(always)]
     pub fn meta_mut(&mut self, bi: u32) -> &mut BufferMeta {
         // SAFETY: in bounds and aligned (`meta_ptr`), inside a region that outlives the borrow
@@ -132,7 +135,8 @@ impl BufferView<'_> {
         self.window(unsafe { &*self.meta_ptr(bi) }).1
     }
 
-    /// Metadata and packet bytes together (see [`WorkerBuffers::meta_and_data_mut`]).
+    /// Metadata and packet bytes together (see
+    /// [`WorkerBuffers::meta_and_data_mut`](super::WorkerBuffers::meta_and_data_mut)).
     #[inline(always)]
     pub fn meta_and_data_mut(&mut self, bi: u32) -> (&mut BufferMeta, &mut [u8]) {
         let meta = self.meta_ptr(bi);

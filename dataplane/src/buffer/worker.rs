@@ -32,6 +32,15 @@ pub struct WorkerBuffers {
 // moving the handle to another thread moves the ownership of its cached indices with it.
 unsafe impl Send for WorkerBuffers {}
 
+impl BufferPool {
+    /// A per-worker handle that allocates, frees and accesses buffers.
+    pub fn worker_buffers(self: &Arc<Self>) -> WorkerBuffers {
+        let gauge = Arc::new(AtomicUsize::new(0));
+        self.add_cache(gauge.clone());
+        WorkerBuffers::new(self.clone(), gauge)
+    }
+}
+
 impl WorkerBuffers {
     pub(crate) fn new(pool: Arc<BufferPool>, gauge: Arc<AtomicUsize>) -> Self {
         WorkerBuffers {

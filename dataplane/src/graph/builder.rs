@@ -2,8 +2,9 @@
 
 use std::collections::HashMap;
 
-use super::dispatch::{Graph, GraphShared, Runtime};
+use super::dispatch::Graph;
 use super::error_drop::{ErrorDrop, ERROR_DROP};
+use super::runtime::{GraphShared, Runtime};
 use crate::node::{Node, NodeKind, NodeSpec};
 
 /// Why a graph could not be built.

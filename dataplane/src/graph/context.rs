@@ -1,6 +1,6 @@
 //! What a node sees while it runs: buffers, the configuration snapshot, its arcs, its counters.
 
-use super::dispatch::{GraphShared, Runtime};
+use super::runtime::{GraphShared, Runtime};
 use crate::buffer::WorkerBuffers;
 use crate::counters::bump;
 use crate::frame::Frame;

@@ -5,9 +5,10 @@ mod builder;
 mod context;
 mod dispatch;
 mod error_drop;
+mod runtime;
 
 pub use builder::{GraphBuilder, GraphError};
 pub use context::Context;
 pub use dispatch::Graph;
-pub use dispatch::GraphHandle;
 pub use error_drop::ERROR_DROP;
+pub use runtime::GraphHandle;

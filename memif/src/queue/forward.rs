@@ -4,12 +4,16 @@
 //! forwarder's own memory, and a frame leaves its receive slot only when the other ring has
 //! taken it.
 
-use super::{receive_held, transmit, HeldFrames, HeldRx, RxQueue, TxQueue, TxSource};
-use crate::interface::{Counters, Role};
-use crate::ring::{Desc, DESC_FLAG_NEXT};
+use crate::counters::Counters;
+use crate::region::Region;
+use crate::ring::{Desc, RingRef, Role, DESC_FLAG_NEXT};
 
-/// Most frames one [`RxQueue::forward_to`] burst moves.
-pub const MAX_FORWARD_BURST: usize = 256;
+use super::detached::{RxQueue, TxQueue, MAX_FORWARD_BURST};
+use super::frame::TxSource;
+use super::held::{give_back_to, reclaim, HeldFrames, HeldRx};
+use super::receive::{check_desc, count_bad, desc_place, receive_held, rx_ready, rx_window};
+use super::shared::{Queue, Shared};
+use super::transmit;
 
 /// What one [`RxQueue::forward_to`] burst did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -78,11 +82,11 @@ impl RxQueue {
         }
         let room = tx.room();
         let want = max.min(room).min(MAX_FORWARD_BURST);
-        let ready = usize::from(super::rx_ready(&self.shared, &self.q, self.role));
+        let ready = usize::from(rx_ready(&self.shared, &self.q, self.role));
         if want == 0 || ready == 0 {
             if let Some(h) = self.hold.as_mut() {
                 // Slots of frames released since the last burst still go back to the peer.
-                super::reclaim(&self.shared, &mut self.q, self.role, h);
+                reclaim(&self.shared, &mut self.q, self.role, h);
             }
             return Forwarded::default();
         }
@@ -99,7 +103,7 @@ impl RxQueue {
             sent_bytes: direct.bytes,
             more: false,
         };
-        if direct.slots < want && super::rx_ready(&self.shared, &self.q, self.role) > 0 {
+        if direct.slots < want && rx_ready(&self.shared, &self.q, self.role) > 0 {
             // What the direct loop does not take (a frame for several of the other peer's
             // buffers, a bad buffer posted there, a chained frame) the general way.
             let g = self.forward_held(tx, want - direct.slots);
@@ -137,7 +141,7 @@ impl RxQueue {
         });
         h.frames.release_frames(burst);
         // Slots of the frames just released go back to the peer now, not a burst later.
-        super::reclaim(&self.shared, &mut self.q, self.role, h);
+        reclaim(&self.shared, &mut self.q, self.role, h);
         // Frames spanning several of the other side's buffers may not all have fitted: those
         // are lost, counted as dropped there (a full ring), never silently.
         let refused = received - report.taken.min(received);
@@ -154,7 +158,7 @@ impl RxQueue {
             sent: report.sent,
             sent_bytes: report.bytes,
             // Fewer than asked while frames wait: a chained one is at the head.
-            more: received < want && super::rx_ready(&self.shared, &self.q, self.role) > 0,
+            more: received < want && rx_ready(&self.shared, &self.q, self.role) > 0,
         }
     }
 }
@@ -169,6 +173,95 @@ struct Direct {
 
 /// How many frames ahead the direct loop prefetches both ends' buffers.
 const AHEAD: u16 = 8;
+
+/// The transmit end of a direct forward: its ring and where its buffers are, read once per
+/// burst.
+#[derive(Clone, Copy)]
+struct TxEnd<'a> {
+    ring: RingRef<'a>,
+    shared: &'a Shared,
+    /// A slave's own buffers (region 0).
+    own_buffers: Option<&'a Region>,
+    slots: u16,
+    buffer_size: u32,
+    buf_base: u64,
+}
+
+impl TxEnd<'_> {
+    /// Where a slave's buffer for ring index `t` is.
+    #[inline(always)]
+    fn own_buffer(&self, t: u16) -> u64 {
+        self.buf_base + u64::from(t & (self.slots - 1)) * u64::from(self.buffer_size)
+    }
+
+    /// Prefetches the buffer ring index `t` will be copied into (the one the slave posted,
+    /// when this end is a master).
+    #[inline(always)]
+    fn prefetch_buffer<const TX_MASTER: bool>(&self, t: u16) {
+        if TX_MASTER {
+            let p = self.ring.read_desc(t);
+            if let Some(r) = self.shared.regions.get(usize::from(p.region)) {
+                r.prefetch(u64::from(p.offset));
+            }
+        } else if let Some(r) = self.own_buffers {
+            r.prefetch(self.own_buffer(t));
+        }
+    }
+
+    /// Copies `len` bytes at `from` in `src` into the buffer of ring index `t` and writes its
+    /// descriptor; false, writing nothing, when the frame does not fit that one buffer or the
+    /// buffer the slave posted is bad.
+    #[inline(always)]
+    fn copy_into<const TX_MASTER: bool>(&self, t: u16, src: &Region, from: u64, len: u32) -> bool {
+        if TX_MASTER {
+            let p = self.ring.read_desc(t);
+            let ok = len <= p.length
+                && self
+                    .shared
+                    .regions
+                    .get(usize::from(p.region))
+                    .is_some_and(|dst| {
+                        let to = u64::from(p.offset);
+                        dst.contains(to, u64::from(p.length))
+                            && src.copy_to(from, dst, to, len as usize)
+                    });
+            if ok {
+                self.ring.write_flags_len(t, 0, p.region, len);
+            }
+            ok
+        } else {
+            let to = self.own_buffer(t);
+            let ok = len <= self.buffer_size
+                && self
+                    .own_buffers
+                    .is_some_and(|dst| src.copy_to(from, dst, to, len as usize));
+            if ok {
+                self.ring.write_desc(
+                    t,
+                    Desc {
+                        flags: 0,
+                        region: 0,
+                        length: len,
+                        offset: to as u32,
+                        metadata: 0,
+                    },
+                );
+            }
+            ok
+        }
+    }
+}
+
+/// Prefetches the bytes of the frame at receive ring index `ahead`: last written by another
+/// core.
+#[inline(always)]
+fn prefetch_frame(ra: RingRef<'_>, shared: &Shared, q: &Queue, role: Role, ahead: u16) {
+    let d = ra.read_desc(ahead);
+    let (region, at) = desc_place(shared, q, role, &d, ahead & (ra.size() - 1));
+    if let Some(r) = shared.regions.get(usize::from(region)) {
+        r.prefetch(at);
+    }
+}
 
 /// The common case of a forward in one pass over both rings: each one-descriptor frame,
 /// checked, is copied into the next buffer of `tx`'s ring (posted by its slave, when `tx` is
@@ -198,20 +291,22 @@ fn forward_direct<const TX_MASTER: bool>(
     // Nothing held (the usual case when only this path receives): the slots go back at the
     // end without looking at each one.
     let none_held = unreleased == 0;
-    let rx_avail = super::rx_window(ra, &rx.q, rx.role, unreleased, &mut rxc);
+    let rx_avail = rx_window(ra, &rx.q, rx.role, unreleased, &mut rxc);
     let mut txc = Counters::default();
-    let tx_avail = match transmit::fillable(rb, tx.q.idx, TX_MASTER) {
-        Ok(n) => n,
-        Err(n) => {
-            txc.ring_index_overrun += 1;
-            n
-        }
-    };
+    let tx_avail = transmit::fillable(rb, tx.q.idx, TX_MASTER).unwrap_or_else(|n| {
+        txc.ring_index_overrun += 1;
+        n
+    });
     let n = want.min(usize::from(rx_avail)).min(usize::from(tx_avail)) as u16;
-    let (rx_shared, tx_shared) = (&*rx.shared, &*tx.shared);
-    let tx_slots = rb.size();
-    let tx_bsize = tx_shared.buffer_size;
-    let own_buffers = tx_shared.regions.first();
+    let rx_shared = &*rx.shared;
+    let end = TxEnd {
+        ring: rb,
+        shared: &tx.shared,
+        own_buffers: tx.shared.regions.first(),
+        slots: rb.size(),
+        buffer_size: tx.shared.buffer_size,
+        buf_base: tx.q.buf_base,
+    };
     let (mut rcur, mut tcur) = (rx.q.idx, tx.q.idx);
     let mut k = 0u16;
     while k < n {
@@ -221,35 +316,19 @@ fn forward_direct<const TX_MASTER: bool>(
         }
         if k + AHEAD < n {
             // Both ends' buffers a few frames ahead: last written (or read) by other cores.
-            let ahead = rcur.wrapping_add(AHEAD);
-            let d = ra.read_desc(ahead);
-            let (region, at) =
-                super::desc_place(rx_shared, &rx.q, rx.role, &d, ahead & (ra.size() - 1));
-            if let Some(r) = rx_shared.regions.get(usize::from(region)) {
-                r.prefetch(at);
-            }
-            let t_ahead = tcur.wrapping_add(AHEAD);
-            if TX_MASTER {
-                let p = rb.read_desc(t_ahead);
-                if let Some(r) = tx_shared.regions.get(usize::from(p.region)) {
-                    r.prefetch(u64::from(p.offset));
-                }
-            } else if let Some(r) = own_buffers {
-                r.prefetch(
-                    tx.q.buf_base + u64::from(t_ahead & (tx_slots - 1)) * u64::from(tx_bsize),
-                );
-            }
+            prefetch_frame(ra, rx_shared, &rx.q, rx.role, rcur.wrapping_add(AHEAD));
+            end.prefetch_buffer::<TX_MASTER>(tcur.wrapping_add(AHEAD));
         }
         let d = ra.read_desc(rcur);
         if d.flags & DESC_FLAG_NEXT != 0 {
             break;
         }
-        let (region, at) = super::desc_place(rx_shared, &rx.q, rx.role, &d, rcur & (ra.size() - 1));
-        let seg = match super::check_desc(rx_shared, region, at, d.length, 0) {
+        let (region, at) = desc_place(rx_shared, &rx.q, rx.role, &d, rcur & (ra.size() - 1));
+        let seg = match check_desc(rx_shared, region, at, d.length, 0) {
             Ok(seg) => seg,
             Err(bad) => {
                 // Skipped, its slot given back with the others.
-                super::count_bad(&mut rxc, bad);
+                count_bad(&mut rxc, bad);
                 rcur = rcur.wrapping_add(1);
                 k += 1;
                 continue;
@@ -258,41 +337,7 @@ fn forward_direct<const TX_MASTER: bool>(
         let Some(src) = rx_shared.regions.get(usize::from(seg.region)) else {
             break;
         };
-        let len = seg.len;
-        let copied = if TX_MASTER {
-            let p = rb.read_desc(tcur);
-            let ok = len <= p.length
-                && tx_shared
-                    .regions
-                    .get(usize::from(p.region))
-                    .is_some_and(|dst| {
-                        let to = u64::from(p.offset);
-                        dst.contains(to, u64::from(p.length))
-                            && src.copy_to(seg.offset, dst, to, len as usize)
-                    });
-            if ok {
-                rb.write_flags_len(tcur, 0, p.region, len);
-            }
-            ok
-        } else {
-            let to = tx.q.buf_base + u64::from(tcur & (tx_slots - 1)) * u64::from(tx_bsize);
-            let ok = len <= tx_bsize
-                && own_buffers.is_some_and(|dst| src.copy_to(seg.offset, dst, to, len as usize));
-            if ok {
-                rb.write_desc(
-                    tcur,
-                    Desc {
-                        flags: 0,
-                        region: 0,
-                        length: len,
-                        offset: to as u32,
-                        metadata: 0,
-                    },
-                );
-            }
-            ok
-        };
-        if !copied {
+        if !end.copy_into::<TX_MASTER>(tcur, src, seg.offset, seg.len) {
             // Not a one-buffer case (or a bad posted buffer): the general path takes it.
             break;
         }
@@ -300,7 +345,7 @@ fn forward_direct<const TX_MASTER: bool>(
         tcur = tcur.wrapping_add(1);
         k += 1;
         done.frames += 1;
-        done.bytes += u64::from(len);
+        done.bytes += u64::from(seg.len);
     }
     done.slots = usize::from(k);
     rxc.rx_packets += done.frames as u64;
@@ -316,10 +361,10 @@ fn forward_direct<const TX_MASTER: bool>(
     // The slots just forwarded (never held) go back to the peer, after any still held.
     if none_held {
         if rcur != h.released {
-            super::give_back_to(ra, &mut rx.q, rx.role, h, rcur, rx_shared.buffer_size);
+            give_back_to(ra, &mut rx.q, rx.role, h, rcur, rx_shared.buffer_size);
         }
     } else {
-        super::reclaim(rx_shared, &mut rx.q, rx.role, h);
+        reclaim(rx_shared, &mut rx.q, rx.role, h);
     }
     done
 }
@@ -331,6 +376,6 @@ impl TxQueue {
         if !self.shared.is_live() {
             return 0;
         }
-        super::transmit::room(&self.shared, &self.q, self.role)
+        transmit::room(&self.shared, &self.q, self.role)
     }
 }

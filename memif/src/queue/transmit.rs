@@ -14,10 +14,12 @@ use std::sync::atomic::Ordering;
 
 use nix::poll::PollFlags;
 
-use super::{fd_ready, Queue, Shared, TxSource};
-use crate::interface::{Counters, Role, MAX_FRAME};
+use crate::counters::Counters;
 use crate::region::Region;
-use crate::ring::{Desc, RingRef, DESC_FLAG_NEXT};
+use crate::ring::{Desc, RingRef, Role, DESC_FLAG_NEXT, MAX_FRAME};
+
+use super::frame::TxSource;
+use super::shared::{fd_ready, Queue, Shared};
 
 /// How many frames ahead a burst looks up and prefetches (a power of two).
 const AHEAD: usize = 4;
@@ -151,13 +153,10 @@ fn transmit_as<const MASTER: bool>(
     let bsize = shared.buffer_size;
     let start = q.idx;
     let mut cur = start;
-    let avail = match fillable(r, start, MASTER) {
-        Ok(slots) => slots,
-        Err(slots) => {
-            counters.ring_index_overrun += 1;
-            slots
-        }
-    };
+    let avail = fillable(r, start, MASTER).unwrap_or_else(|slots| {
+        counters.ring_index_overrun += 1;
+        slots
+    });
     let end = start.wrapping_add(avail);
     let mut ahead = Lookahead::new(src);
     let mut sent = 0;
@@ -166,16 +165,7 @@ fn transmit_as<const MASTER: bool>(
     'frames: for i in 0..ahead.frames {
         let held = ahead.next(i);
         if MASTER {
-            // The buffer the slave posted a few frames ahead, last written by its core: its
-            // descriptor was prefetched further ahead still, so reading it does not stall.
-            r.prefetch_desc_ahead(cur);
-            let far = cur.wrapping_add(AHEAD as u16);
-            if far.wrapping_sub(start) < avail {
-                let d = r.read_desc(far);
-                if let Some(reg) = shared.regions.get(usize::from(d.region)) {
-                    reg.prefetch(u64::from(d.offset));
-                }
-            }
+            prefetch_posted(shared, r, cur, start, avail);
         }
         let len = src.frame_len(i);
         let too_many_slots = !MASTER && len.div_ceil(bsize as usize) > usize::from(n);
@@ -212,11 +202,7 @@ fn transmit_as<const MASTER: bool>(
             }
             if MASTER {
                 if let Err(why) = fill_posted(shared, r, cur, src, i, held, len, &mut done) {
-                    match why {
-                        Posted::Region => counters.bad_desc_region += 1,
-                        Posted::Zero => counters.bad_desc_zero_length += 1,
-                        Posted::Offset => counters.bad_desc_offset += 1,
-                    }
+                    why.count(counters);
                     // The slot went back as an empty descriptor; the frame is lost.
                     cur = cur.wrapping_add(1);
                     counters.tx_dropped += 1;
@@ -224,24 +210,7 @@ fn transmit_as<const MASTER: bool>(
                     continue 'frames;
                 }
             } else {
-                let slot = cur & (n - 1);
-                let take = (len - done).min(bsize as usize);
-                let off = q.buf_base + u64::from(slot) * u64::from(bsize);
-                let ok = shared
-                    .regions
-                    .first()
-                    .is_some_and(|r0| copy_piece(r0, off, src, i, held, done, take));
-                done += take;
-                r.write_desc(
-                    cur,
-                    Desc {
-                        flags: if done < len { DESC_FLAG_NEXT } else { 0 },
-                        region: 0,
-                        length: if ok { take as u32 } else { 0 },
-                        offset: off as u32,
-                        metadata: 0,
-                    },
-                );
+                fill_own(shared, q.buf_base, r, cur, src, i, held, len, &mut done);
             }
             cur = cur.wrapping_add(1);
         }
@@ -296,11 +265,74 @@ fn held_to_posted(shared: &Shared, r: RingRef<'_>, cur: u16, h: HeldBytes<'_>, l
     copied
 }
 
+/// As master: prefetches the buffer the slave posted a few frames ahead of `cur` (of the
+/// `avail` from `start`), last written by its core: its descriptor was prefetched further
+/// ahead still, so reading it does not stall.
+#[inline(always)]
+fn prefetch_posted(shared: &Shared, r: RingRef<'_>, cur: u16, start: u16, avail: u16) {
+    r.prefetch_desc_ahead(cur);
+    let far = cur.wrapping_add(AHEAD as u16);
+    if far.wrapping_sub(start) < avail {
+        let d = r.read_desc(far);
+        if let Some(reg) = shared.regions.get(usize::from(d.region)) {
+            reg.prefetch(u64::from(d.offset));
+        }
+    }
+}
+
+/// As slave: copies the next piece of frame `i` (from byte `*done` of `len`) into our own
+/// buffer of ring index `cur` (buffers from `buf_base` in region 0) and writes its descriptor,
+/// chained to the next when more of the frame follows (empty when the copy failed).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn fill_own(
+    shared: &Shared,
+    buf_base: u64,
+    r: RingRef<'_>,
+    cur: u16,
+    src: &(impl TxSource + ?Sized),
+    i: usize,
+    held: Option<HeldBytes<'_>>,
+    len: usize,
+    done: &mut usize,
+) {
+    let bsize = shared.buffer_size;
+    let slot = cur & (r.size() - 1);
+    let take = (len - *done).min(bsize as usize);
+    let off = buf_base + u64::from(slot) * u64::from(bsize);
+    let ok = shared
+        .regions
+        .first()
+        .is_some_and(|r0| copy_piece(r0, off, src, i, held, *done, take));
+    *done += take;
+    r.write_desc(
+        cur,
+        Desc {
+            flags: if *done < len { DESC_FLAG_NEXT } else { 0 },
+            region: 0,
+            length: if ok { take as u32 } else { 0 },
+            offset: off as u32,
+            metadata: 0,
+        },
+    );
+}
+
 /// Why a buffer a slave posted could not be filled.
 enum Posted {
     Region,
     Zero,
     Offset,
+}
+
+impl Posted {
+    /// Counts it as a bad descriptor.
+    fn count(self, counters: &mut Counters) {
+        match self {
+            Posted::Region => counters.bad_desc_region += 1,
+            Posted::Zero => counters.bad_desc_zero_length += 1,
+            Posted::Offset => counters.bad_desc_offset += 1,
+        }
+    }
 }
 
 /// As master: copies the next piece of frame `i` (from byte `*done` of `len`) into the buffer
