@@ -14,6 +14,7 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod counters;
 pub mod interface;
 pub mod master;
 pub mod msg;
@@ -23,12 +24,12 @@ pub mod ring;
 pub mod slave;
 pub mod socket;
 
-pub use interface::{
-    Counters, DetachedQueues, Interface, InterfaceConfig, LinkState, Role, MAX_FRAME,
-};
+pub use counters::Counters;
+pub use interface::{DetachedQueues, Interface, InterfaceConfig, LinkState};
 pub use master::{Master, MasterConfig};
 pub use msg::Mode;
 pub use queue::{Forwarded, HeldRx, PeerFrame, RxQueue, RxSink, TxQueue, TxReport, TxSource};
+pub use ring::{Role, MAX_FRAME};
 pub use slave::Slave;
 pub use socket::SocketAddress;
 

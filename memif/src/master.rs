@@ -2,11 +2,13 @@
 
 use std::os::fd::OwnedFd;
 
-use crate::interface::{Connection, Interface, InterfaceConfig, Role};
-use crate::msg::{self, FixedStr, Hello, Mode, Msg, SECRET_LEN, VERSION};
+use crate::interface::{Connection, Interface, InterfaceConfig};
+use crate::msg::{
+    self, AddRegion, AddRing, FixedStr, Hello, Init, Mode, Msg, NAME_LEN, SECRET_LEN, VERSION,
+};
 use crate::queue::Queue;
 use crate::region::Region;
-use crate::ring::{Ring, COOKIE, MAX_LOG2_RING_SIZE};
+use crate::ring::{Ring, Role, COOKIE, MAX_LOG2_RING_SIZE};
 use crate::socket::{ControlSocket, SocketAddress};
 use crate::Error;
 
@@ -260,6 +262,8 @@ impl Master {
         }
     }
 
+    /// One message on control connection `ci` during the handshake: INIT, then ADD_REGION and
+    /// ADD_RING, then CONNECT, each checked and acknowledged.
     fn handle(
         &mut self,
         ci: usize,
@@ -267,7 +271,7 @@ impl Master {
         fd: Option<OwnedFd>,
         on_up: &mut impl FnMut(&mut Interface),
     ) -> Result<(), String> {
-        let conn = &mut self.conns[ci];
+        let conn = &self.conns[ci];
         if conn.connected {
             return Err(format!(
                 "unexpected message type {} after connect",
@@ -275,129 +279,157 @@ impl Master {
             ));
         }
         match (conn.iface, m) {
-            (None, Msg::Init(init)) => {
-                if init.version != VERSION {
-                    return Err(format!("incompatible version {:#06x}", init.version));
-                }
-                let Some(k) = self.interfaces.iter().position(|i| i.id() == init.id) else {
-                    return Err(format!("unknown interface id {}", init.id));
-                };
-                let iface = &self.interfaces[k];
-                if iface.role() != Role::Master {
-                    return Err("interface is not a master".into());
-                }
-                if self.bound[k] {
-                    return Err("interface already connected".into());
-                }
-                if Mode::from_wire(init.mode) != Some(iface.config.mode) {
-                    return Err("mode mismatch".into());
-                }
-                if let Some(secret) = &iface.config.secret {
-                    if init.secret.as_bytes().is_empty() {
-                        return Err("secret required".into());
-                    }
-                    if !msg::secret_eq(&FixedStr::new(secret), &init.secret) {
-                        return Err("incorrect secret".into());
-                    }
-                }
-                self.bound[k] = true;
-                conn.iface = Some(k);
-                self.ack(ci)
-            }
+            (None, Msg::Init(init)) => self.on_init(ci, &init),
             (None, other) => Err(format!(
                 "expected INIT, got message type {}",
                 other.msg_type()
             )),
-            (Some(_), Msg::AddRegion(ar)) => {
-                let Some(fd) = fd else {
-                    return Err("missing region fd".into());
-                };
-                if usize::from(ar.index) != conn.regions.len() {
-                    return Err(format!("non-sequential region index {}", ar.index));
-                }
-                if ar.index > self.config.max_region {
-                    return Err(format!("region index {} too large", ar.index));
-                }
-                let region = if self.config.require_sealed_regions {
-                    Region::from_peer_sealed(fd, ar.size)
-                } else {
-                    Region::from_peer(fd, ar.size)
-                }
-                .map_err(|e| format!("region: {e}"))?;
-                conn.regions.push(region);
-                self.ack(ci)
-            }
-            (Some(_), Msg::AddRing(ar)) => {
-                let Some(eventfd) = fd else {
-                    return Err("missing ring eventfd".into());
-                };
-                let s2m = ar.flags & msg::RING_FLAG_S2M != 0;
-                let list_len = if s2m { conn.s2m.len() } else { conn.m2s.len() };
-                if usize::from(ar.index) != list_len {
-                    return Err(format!("non-sequential ring index {}", ar.index));
-                }
-                if ar.index > self.config.max_ring {
-                    return Err(format!("ring index {} too large", ar.index));
-                }
-                if ar.private_hdr_size != 0 {
-                    return Err("private header not supported".into());
-                }
-                if ar.log2_ring_size > self.config.max_log2_ring_size.min(MAX_LOG2_RING_SIZE) {
-                    return Err(format!("ring size 2^{} too large", ar.log2_ring_size));
-                }
-                let Some(region) = conn.regions.get(usize::from(ar.region)) else {
-                    return Err(format!("ring in unknown region {}", ar.region));
-                };
-                let Some(ring) = Ring::new(region, u64::from(ar.offset), ar.log2_ring_size) else {
-                    return Err("ring outside its region".into());
-                };
-                let pr = PendingRing {
-                    ring,
-                    region: usize::from(ar.region),
-                    eventfd,
-                };
-                if s2m {
-                    conn.s2m.push(pr);
-                } else {
-                    conn.m2s.push(pr);
-                }
-                self.ack(ci)
-            }
-            (Some(k), Msg::Connect(name)) => {
-                if conn.s2m.is_empty() || conn.m2s.is_empty() {
-                    return Err("connect without rings".into());
-                }
-                for pr in conn.s2m.iter().chain(conn.m2s.iter()) {
-                    let region = &conn.regions[pr.region];
-                    if pr.ring.at(region).cookie() != COOKIE {
-                        return Err("bad ring cookie".into());
-                    }
-                }
-                let to_queue = |pr: PendingRing| Queue {
-                    ring: pr.ring,
-                    region: pr.region,
-                    eventfd: pr.eventfd,
-                    idx: 0,
-                    posted: 0,
-                    buf_base: 0,
-                };
-                let c = Connection::new(
-                    conn.s2m.drain(..).map(to_queue).collect(),
-                    conn.m2s.drain(..).map(to_queue).collect(),
-                    std::mem::take(&mut conn.regions),
-                    self.interfaces[k].config.buffer_size,
-                );
-                conn.connected = true;
-                let iface = &mut self.interfaces[k];
-                iface.set_up(c, name.to_string_lossy());
-                on_up(iface);
-                let ours = FixedStr::new(&iface.config.name);
-                conn.sock
-                    .send(&Msg::Connected(ours), None)
-                    .map_err(|e| format!("send CONNECTED: {e}"))
-            }
+            (Some(_), Msg::AddRegion(ar)) => self.on_add_region(ci, &ar, fd),
+            (Some(_), Msg::AddRing(ar)) => self.on_add_ring(ci, &ar, fd),
+            (Some(k), Msg::Connect(name)) => self.on_connect(ci, k, &name, on_up),
             (Some(_), other) => Err(format!("unexpected message type {}", other.msg_type())),
         }
+    }
+
+    /// INIT: binds connection `ci` to the interface it names, when the version, role, mode
+    /// and secret agree and the interface is free.
+    fn on_init(&mut self, ci: usize, init: &Init) -> Result<(), String> {
+        if init.version != VERSION {
+            return Err(format!("incompatible version {:#06x}", init.version));
+        }
+        let Some(k) = self.interfaces.iter().position(|i| i.id() == init.id) else {
+            return Err(format!("unknown interface id {}", init.id));
+        };
+        let iface = &self.interfaces[k];
+        if iface.role() != Role::Master {
+            return Err("interface is not a master".into());
+        }
+        if self.bound[k] {
+            return Err("interface already connected".into());
+        }
+        if Mode::from_wire(init.mode) != Some(iface.config.mode) {
+            return Err("mode mismatch".into());
+        }
+        if let Some(secret) = &iface.config.secret {
+            if init.secret.as_bytes().is_empty() {
+                return Err("secret required".into());
+            }
+            if !msg::secret_eq(&FixedStr::new(secret), &init.secret) {
+                return Err("incorrect secret".into());
+            }
+        }
+        self.bound[k] = true;
+        self.conns[ci].iface = Some(k);
+        self.ack(ci)
+    }
+
+    /// ADD_REGION: maps the slave's next region (checked with fstat first).
+    fn on_add_region(
+        &mut self,
+        ci: usize,
+        ar: &AddRegion,
+        fd: Option<OwnedFd>,
+    ) -> Result<(), String> {
+        let conn = &mut self.conns[ci];
+        let Some(fd) = fd else {
+            return Err("missing region fd".into());
+        };
+        if usize::from(ar.index) != conn.regions.len() {
+            return Err(format!("non-sequential region index {}", ar.index));
+        }
+        if ar.index > self.config.max_region {
+            return Err(format!("region index {} too large", ar.index));
+        }
+        let region = if self.config.require_sealed_regions {
+            Region::from_peer_sealed(fd, ar.size)
+        } else {
+            Region::from_peer(fd, ar.size)
+        }
+        .map_err(|e| format!("region: {e}"))?;
+        conn.regions.push(region);
+        self.ack(ci)
+    }
+
+    /// ADD_RING: records the slave's next ring of one direction, inside a region it added.
+    fn on_add_ring(&mut self, ci: usize, ar: &AddRing, fd: Option<OwnedFd>) -> Result<(), String> {
+        let conn = &mut self.conns[ci];
+        let Some(eventfd) = fd else {
+            return Err("missing ring eventfd".into());
+        };
+        let s2m = ar.flags & msg::RING_FLAG_S2M != 0;
+        let list_len = if s2m { conn.s2m.len() } else { conn.m2s.len() };
+        if usize::from(ar.index) != list_len {
+            return Err(format!("non-sequential ring index {}", ar.index));
+        }
+        if ar.index > self.config.max_ring {
+            return Err(format!("ring index {} too large", ar.index));
+        }
+        if ar.private_hdr_size != 0 {
+            return Err("private header not supported".into());
+        }
+        if ar.log2_ring_size > self.config.max_log2_ring_size.min(MAX_LOG2_RING_SIZE) {
+            return Err(format!("ring size 2^{} too large", ar.log2_ring_size));
+        }
+        let Some(region) = conn.regions.get(usize::from(ar.region)) else {
+            return Err(format!("ring in unknown region {}", ar.region));
+        };
+        let Some(ring) = Ring::new(region, u64::from(ar.offset), ar.log2_ring_size) else {
+            return Err("ring outside its region".into());
+        };
+        let pr = PendingRing {
+            ring,
+            region: usize::from(ar.region),
+            eventfd,
+        };
+        if s2m {
+            conn.s2m.push(pr);
+        } else {
+            conn.m2s.push(pr);
+        }
+        self.ack(ci)
+    }
+
+    /// CONNECT: checks every ring's cookie, brings interface `k` up with the connection (the
+    /// application sees it in `on_up` before the slave is told CONNECTED).
+    fn on_connect(
+        &mut self,
+        ci: usize,
+        k: usize,
+        name: &FixedStr<NAME_LEN>,
+        on_up: &mut impl FnMut(&mut Interface),
+    ) -> Result<(), String> {
+        let conn = &mut self.conns[ci];
+        if conn.s2m.is_empty() || conn.m2s.is_empty() {
+            return Err("connect without rings".into());
+        }
+        for pr in conn.s2m.iter().chain(conn.m2s.iter()) {
+            let region = &conn.regions[pr.region];
+            if pr.ring.at(region).cookie() != COOKIE {
+                return Err("bad ring cookie".into());
+            }
+        }
+        let to_queue = |pr: PendingRing| Queue {
+            ring: pr.ring,
+            region: pr.region,
+            eventfd: pr.eventfd,
+            idx: 0,
+            posted: 0,
+            buf_base: 0,
+        };
+        let c = Connection::new(
+            conn.s2m.drain(..).map(to_queue).collect(),
+            conn.m2s.drain(..).map(to_queue).collect(),
+            std::mem::take(&mut conn.regions),
+            self.interfaces[k].config.buffer_size,
+        );
+        conn.connected = true;
+        let iface = &mut self.interfaces[k];
+        iface.set_up(c, name.to_string_lossy());
+        on_up(iface);
+        let ours = FixedStr::new(&iface.config.name);
+        conn.sock
+            .send(&Msg::Connected(ours), None)
+            .map_err(|e| format!("send CONNECTED: {e}"))
     }
 
     fn ack(&self, ci: usize) -> Result<(), String> {

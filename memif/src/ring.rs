@@ -7,6 +7,18 @@ use std::sync::atomic::{AtomicU16, Ordering};
 
 use crate::region::Region;
 
+/// Largest frame reassembled from a descriptor chain.
+pub const MAX_FRAME: usize = 65536;
+
+/// Which end of the connection an interface is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Listens; maps the slave's regions; writes ring tails.
+    Master,
+    /// Connects; owns the shared memory; writes ring heads.
+    Slave,
+}
+
 /// The ring cookie.
 pub const COOKIE: u32 = 0x3E31F20;
 /// Ring flag: the consumer does not want interrupts.

@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
-use crate::interface::{Connection, Interface, InterfaceConfig, Role};
+use crate::interface::{Connection, Interface, InterfaceConfig};
 use crate::msg::{self, AddRegion, AddRing, FixedStr, Hello, Init, Msg, SECRET_LEN, VERSION};
 use crate::queue::Queue;
 use crate::region::{Region, MAX_REGION_SIZE};
-use crate::ring::{ring_stride, Ring, MAX_LOG2_RING_SIZE};
+use crate::ring::{ring_stride, Ring, Role, MAX_LOG2_RING_SIZE};
 use crate::socket::{ControlSocket, SocketAddress};
 use crate::Error;
 
