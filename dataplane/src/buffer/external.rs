@@ -58,8 +58,13 @@ pub trait ExternalSource: Send + Sync {
     /// Whether no buffer will be attached any more and none is attached: the worker may forget
     /// the source (see [`super::WorkerBuffers::prune_external`]).
     fn is_retired(&self) -> bool;
-    /// The source as `Any`, for a driver that recognises its own kind of source.
-    fn as_any(&self) -> &dyn Any;
+}
+
+/// A registered source: as the engine uses it, and as its driver registered it (for
+/// [`super::WorkerBuffers::external_source_as`]). One allocation, two views of it.
+struct Registered {
+    source: Arc<dyn ExternalSource>,
+    typed: Arc<dyn Any + Send + Sync>,
 }
 
 /// The frame an external buffer carries: the source's id, the frame's token in it, and the
@@ -104,7 +109,7 @@ impl ExternalRef {
 #[derive(Default)]
 pub(crate) struct ExternalState {
     /// Registered sources by id.
-    sources: Vec<Option<Arc<dyn ExternalSource>>>,
+    sources: Vec<Option<Registered>>,
     /// Per buffer of the pool: 0, or its [`ExternalRef`] packed. Empty until the first source
     /// registers.
     refs: Box<[Cell<u64>]>,
@@ -162,23 +167,41 @@ impl ExternalState {
     /// The registered source `id`.
     #[inline]
     pub(crate) fn source(&self, id: u32) -> Option<&Arc<dyn ExternalSource>> {
-        self.sources.get(id as usize).and_then(Option::as_ref)
+        self.sources.get(id as usize)?.as_ref().map(|r| &r.source)
+    }
+
+    /// The registered source `id`, if it is a `T`.
+    #[inline]
+    pub(crate) fn source_as<T: ExternalSource + 'static>(&self, id: u32) -> Option<&T> {
+        self.sources
+            .get(id as usize)?
+            .as_ref()?
+            .typed
+            .downcast_ref()
     }
 
     /// Registers `source` for a pool of `buffers` buffers; returns its id. Sources that
     /// retired are forgotten first, and their ids reused.
-    pub(crate) fn register(&mut self, source: Arc<dyn ExternalSource>, buffers: u32) -> u32 {
+    pub(crate) fn register<T: ExternalSource + 'static>(
+        &mut self,
+        source: Arc<T>,
+        buffers: u32,
+    ) -> u32 {
         if self.refs.is_empty() {
             self.refs = (0..buffers).map(|_| Cell::new(0)).collect();
         }
         self.prune();
+        let r = Registered {
+            source: source.clone(),
+            typed: source,
+        };
         match self.sources.iter().position(Option::is_none) {
             Some(k) => {
-                self.sources[k] = Some(source);
+                self.sources[k] = Some(r);
                 k as u32
             }
             None => {
-                self.sources.push(Some(source));
+                self.sources.push(Some(r));
                 (self.sources.len() - 1) as u32
             }
         }
@@ -188,7 +211,7 @@ impl ExternalState {
     pub(crate) fn prune(&mut self) -> usize {
         let mut left = 0;
         for s in &mut self.sources {
-            if s.as_ref().is_some_and(|x| x.is_retired()) {
+            if s.as_ref().is_some_and(|x| x.source.is_retired()) {
                 *s = None;
             } else if s.is_some() {
                 left += 1;
@@ -269,8 +292,18 @@ mod tests {
         fn is_retired(&self) -> bool {
             self.gone.load(Ordering::Relaxed) && self.released.lock().unwrap().len() >= 5
         }
-        fn as_any(&self) -> &dyn Any {
-            self
+    }
+
+    /// Another driver's kind of source.
+    struct Other;
+
+    impl ExternalSource for Other {
+        fn copy_out(&self, _token: u32, _dst: &mut [u8]) -> bool {
+            false
+        }
+        fn release(&self, _token: u32) {}
+        fn is_retired(&self) -> bool {
+            true
         }
     }
 
@@ -288,6 +321,13 @@ mod tests {
             ..Default::default()
         });
         let src = w.register_external(fake.clone());
+        // A driver finds its own source again by type; anything else is not it.
+        assert!(std::ptr::eq(
+            w.external_source_as::<Fake>(src).unwrap(),
+            &*fake
+        ));
+        assert!(w.external_source_as::<Other>(src).is_none());
+        assert!(w.external_source_as::<Fake>(src + 1).is_none());
         let mut bufs = [0u32; 6];
         w.alloc(&mut bufs).unwrap();
         let released = || fake.released.lock().unwrap().clone();

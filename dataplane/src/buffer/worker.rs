@@ -395,7 +395,7 @@ impl WorkerBuffers {
     /// Registers a source of external-payload buffers (a driver's receive memory, per
     /// connection) and returns its id for [`WorkerBuffers::attach_external`]. Allocates; call
     /// it when a connection comes up, not per packet. Retired sources are forgotten first.
-    pub fn register_external(&mut self, source: Arc<dyn ExternalSource>) -> u32 {
+    pub fn register_external<T: ExternalSource + 'static>(&mut self, source: Arc<T>) -> u32 {
         self.external.register(source, self.layout.count)
     }
 
@@ -447,6 +447,14 @@ impl WorkerBuffers {
     #[inline]
     pub fn external_source(&self, id: u32) -> Option<&Arc<dyn ExternalSource>> {
         self.external.source(id)
+    }
+
+    /// The registered external source `id` as the `T` its driver registered, or `None` when it
+    /// is not a `T` (another driver's): how a driver recognises its own sources (see
+    /// [`WorkerBuffers::external_ref`]).
+    #[inline]
+    pub fn external_source_as<T: ExternalSource + 'static>(&self, id: u32) -> Option<&T> {
+        self.external.source_as(id)
     }
 
     /// How many of this worker's buffers are external-payload buffers.

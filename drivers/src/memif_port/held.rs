@@ -25,8 +25,4 @@ impl ExternalSource for HeldSource {
     fn is_retired(&self) -> bool {
         self.0.is_retired()
     }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
 }

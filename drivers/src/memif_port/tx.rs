@@ -170,11 +170,7 @@ impl<'a> FromBuffers<'a> {
             Some((last, held)) if last == id => Some(held),
             _ => {
                 let buffers: &'a WorkerBuffers = self.buffers;
-                let held = &buffers
-                    .external_source(id)?
-                    .as_any()
-                    .downcast_ref::<HeldSource>()?
-                    .0;
+                let held = &buffers.external_source_as::<HeldSource>(id)?.0;
                 self.last_source.set(Some((id, held)));
                 Some(held)
             }
