@@ -89,7 +89,7 @@ impl MemifRx {
     /// One burst of the cut-through, if there is one: `(frames forwarded, whether frames it
     /// cannot take wait)`; `None` when the frames are for the graph this time.
     #[inline]
-    fn cut_through(&mut self, max: usize) -> Option<(usize, bool)> {
+    fn cut_through_burst(&mut self, max: usize) -> Option<(usize, bool)> {
         let c = self.cut_through.as_mut()?;
         let q = self.queue.as_mut()?;
         let (_, held) = self.source.as_ref()?;
@@ -184,7 +184,7 @@ impl RxQueue for MemifRx {
     fn receive_or_bypass(&mut self, buffers: &mut WorkerBuffers, out: &mut [u32]) -> RxBurst {
         self.refresh(buffers);
         let mut bypassed = 0;
-        if let Some((packets, more)) = self.cut_through(out.len()) {
+        if let Some((packets, more)) = self.cut_through_burst(out.len()) {
             if !more {
                 return RxBurst {
                     received: 0,

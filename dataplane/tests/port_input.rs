@@ -1,0 +1,105 @@
+//! `port-input`'s one hook for drivers: a queue may hand frames on itself, bypassing the graph
+//! (`RxQueue::receive_or_bypass`), but only while nothing needs to see every packet.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use dataplane::buffer::{BufferPool, BufferPoolConfig, HugepagePolicy};
+use dataplane::harness::PacketSink;
+use dataplane::trace::TraceArm;
+use dataplane::{GraphBuilder, PortsInput, RxBurst, RxQueue, WorkerBuffers, PORT_INPUT};
+
+/// A queue that, allowed to, "forwards" the first `direct` frames of each burst itself
+/// (counting them in `bypassed`) and receives the rest into buffers.
+struct Shortcut {
+    frames: Arc<Mutex<VecDeque<u8>>>,
+    direct: usize,
+    bypassed: Arc<AtomicU64>,
+}
+
+impl RxQueue for Shortcut {
+    fn receive(&mut self, buffers: &mut WorkerBuffers, out: &mut [u32]) -> usize {
+        let mut frames = self.frames.lock().unwrap();
+        let mut n = 0;
+        while n < out.len() {
+            let Some(&b) = frames.front() else { break };
+            let bi = buffers.alloc_one().unwrap();
+            buffers.write_packet(bi, &[b; 60]).unwrap();
+            frames.pop_front();
+            out[n] = bi;
+            n += 1;
+        }
+        n
+    }
+
+    fn receive_or_bypass(&mut self, buffers: &mut WorkerBuffers, out: &mut [u32]) -> RxBurst {
+        let bypassed = {
+            let mut frames = self.frames.lock().unwrap();
+            let k = self.direct.min(frames.len()).min(out.len());
+            frames.drain(..k);
+            k
+        };
+        self.bypassed.fetch_add(bypassed as u64, Ordering::Relaxed);
+        RxBurst {
+            received: self.receive(buffers, out),
+            bypassed,
+        }
+    }
+}
+
+#[test]
+fn a_queue_bypasses_the_graph_only_while_port_input_is_not_traced() {
+    let pool = BufferPool::new(&BufferPoolConfig {
+        buffers: 1024,
+        hugepages: HugepagePolicy::Never,
+        ..Default::default()
+    })
+    .unwrap();
+    let mut buffers = pool.worker_buffers();
+    let frames: Arc<Mutex<VecDeque<u8>>> = Arc::default();
+    let bypassed = Arc::new(AtomicU64::new(0));
+    let mut input = PortsInput::new(PORT_INPUT, "sink");
+    assert!(input.attach(
+        7,
+        Box::new(Shortcut {
+            frames: frames.clone(),
+            direct: 3,
+            bypassed: bypassed.clone(),
+        })
+    ));
+    let sink = PacketSink::new("sink");
+    let seen = sink.report();
+    let mut b = GraphBuilder::<()>::new();
+    b.add(input).add(sink);
+    let mut g = b.build().unwrap();
+    let h = g.handle();
+
+    // Untraced: 3 of the 10 go the queue's own way, all 10 count as port-input's packets.
+    frames.lock().unwrap().extend(0..10);
+    assert_eq!(g.run_pass(&mut buffers, &()), 10);
+    assert_eq!(bypassed.load(Ordering::Relaxed), 3);
+    assert_eq!(seen.packets(), 7);
+
+    // Traced: every packet goes through the graph, and is traced there.
+    h.trace_arm(Some(TraceArm::new(PORT_INPUT, 100)));
+    frames.lock().unwrap().extend(0..10);
+    assert_eq!(g.run_pass(&mut buffers, &()), 10);
+    assert_eq!(
+        bypassed.load(Ordering::Relaxed),
+        3,
+        "nothing bypassed while traced"
+    );
+    assert_eq!(seen.packets(), 17);
+    assert_eq!(h.trace_packets().len(), 10);
+
+    // Trace over: the shortcut is taken again.
+    h.trace_arm(None);
+    frames.lock().unwrap().extend(0..10);
+    assert_eq!(g.run_pass(&mut buffers, &()), 10);
+    assert_eq!(bypassed.load(Ordering::Relaxed), 6);
+    assert_eq!(seen.packets(), 24);
+    drop(g);
+    drop(buffers);
+    assert_eq!(pool.free_count(), 1024, "every buffer back");
+}
