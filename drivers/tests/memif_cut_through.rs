@@ -116,7 +116,7 @@ fn a_cut_through_sends_peer_to_peer_until_its_flag_clears_or_the_other_queue_goe
         !pa.cut_through(0, &pb, count(&counted), on.clone()),
         "memif1's transmit queue is not taken yet"
     );
-    let mut qb = pb.queue_pair(0).unwrap();
+    let qb = pb.queue_pair(0).unwrap();
     let _qip = pip.queue_pair(0).unwrap();
     assert!(
         !pa.cut_through(0, &pip, count(&counted), on.clone()),
