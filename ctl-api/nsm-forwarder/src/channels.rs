@@ -18,11 +18,11 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
+use spiffe_identity::{Identity, PeerChannel, X509Identity};
 use tokio::time::Instant;
 use tonic::Status;
 
-use super::endpoint::dial_peer;
-use spiffe_identity::{Identity, PeerChannel, X509Identity};
+use crate::dial::dial_peer;
 
 /// How long an unused channel is kept.
 pub const IDLE: Duration = Duration::from_secs(2);

@@ -144,7 +144,7 @@ impl NsmConfig {
             ("NSM_DIAL_TIMEOUT", &mut c.dial_timeout),
         ] {
             if let Some(v) = var(name) {
-                *slot = parse_go_duration(&v).map_err(|why| err(name, &v, &why))?;
+                *slot = parse_go_duration(&v).map_err(|why| err(name, &v, &why.to_string()))?;
             }
         }
         if let Some(v) = var("NSM_LOG_LEVEL") {
@@ -193,8 +193,30 @@ impl NsmConfig {
     }
 }
 
+/// Why text is not a Go duration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    /// Nothing at all.
+    #[error("empty duration")]
+    Empty,
+    /// A number without a unit.
+    #[error("{0:?}: missing unit")]
+    MissingUnit(String),
+    /// Not a number where one should be.
+    #[error("{0:?}: bad number")]
+    Number(String),
+    /// A unit Go does not have.
+    #[error("{duration:?}: unknown unit {unit:?}")]
+    Unit {
+        /// The whole duration.
+        duration: String,
+        /// The unit.
+        unit: String,
+    },
+}
+
 /// Parses a Go duration (`750ms`, `10m`, `1h30m`, `1.5s`, `0`), as NSM's env uses.
-pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
+pub fn parse_go_duration(s: &str) -> Result<Duration, DurationError> {
     let s = s.trim();
     if s == "0" {
         return Ok(Duration::ZERO);
@@ -202,15 +224,15 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
     let mut rest = s;
     let mut total = 0f64;
     if rest.is_empty() {
-        return Err("empty duration".into());
+        return Err(DurationError::Empty);
     }
     while !rest.is_empty() {
         let num_end = rest
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| format!("{s:?}: missing unit"))?;
+            .ok_or_else(|| DurationError::MissingUnit(s.to_string()))?;
         let n: f64 = rest[..num_end]
             .parse()
-            .map_err(|_| format!("{s:?}: bad number"))?;
+            .map_err(|_| DurationError::Number(s.to_string()))?;
         rest = &rest[num_end..];
         let unit_end = rest
             .find(|c: char| c.is_ascii_digit() || c == '.')
@@ -222,7 +244,12 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
             "s" => 1.0,
             "m" => 60.0,
             "h" => 3600.0,
-            u => return Err(format!("{s:?}: unknown unit {u:?}")),
+            u => {
+                return Err(DurationError::Unit {
+                    duration: s.to_string(),
+                    unit: u.to_string(),
+                })
+            }
         };
         total += n * scale;
         rest = &rest[unit_end..];

@@ -8,7 +8,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 
-use super::validate::{IpPrefix, MacAddr};
+use crate::addr::{IpPrefix, MacAddr};
 
 /// A port's name in Quiver's interface table (chosen by the server, unique per connection).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -134,15 +134,6 @@ impl PortSpec {
             PortSpec::Memif(m) => &m.name,
             PortSpec::Kernel(k) => &k.name,
             PortSpec::Vxlan(v) => &v.name,
-        }
-    }
-
-    /// The NSM mechanism type this side is (`MEMIF`, `KERNEL`, `VXLAN`).
-    pub fn mechanism_type(&self) -> &'static str {
-        match self {
-            PortSpec::Memif(_) => super::mechanism::MEMIF,
-            PortSpec::Kernel(_) => super::mechanism::KERNEL,
-            PortSpec::Vxlan(_) => super::mechanism::VXLAN,
         }
     }
 }

@@ -1,18 +1,21 @@
-//! The way to the endpoint: finding its URL (from the registry, or given), and dialing a gRPC
-//! channel to a `unix://` or `tcp://` URL.
+//! The way to the endpoint: finding its URL, from the registry or given (dialing it is
+//! [`crate::dial`]'s).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use tokio_stream::StreamExt;
-use tonic::transport::Channel;
-use tonic::Status;
-
 use nsm_proto::connection::Connection;
 use nsm_proto::registry::network_service_endpoint_registry_client::NetworkServiceEndpointRegistryClient;
 use nsm_proto::registry::{NetworkServiceEndpoint, NetworkServiceEndpointQuery};
-use spiffe_identity::{Identity, PeerChannel};
+use spiffe_identity::Identity;
+use tokio_stream::StreamExt;
+use tonic::Status;
+
+use crate::config::NsmConfig;
+use crate::dial::dial_peer;
+use crate::fds::passed_socket_url;
+use crate::secure::sign_call;
 
 /// A boxed, sendable future (what [`EndpointDiscovery`] returns).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -36,7 +39,7 @@ impl EndpointDiscovery for StaticEndpoint {
 
 /// The endpoint's URL from the registry: `Find` of `network_service_endpoint_name` on nsmgr
 /// (`NSM_CONNECT_TO`); with an identity the Find carries Quiver's path token for the registry
-/// (see [`super::secure::sign_call`]).
+/// (see [`crate::secure::sign_call`]).
 #[derive(Debug, Clone)]
 pub struct RegistryDiscovery {
     /// The registry's URL.
@@ -51,7 +54,7 @@ pub struct RegistryDiscovery {
 
 impl RegistryDiscovery {
     /// Finds endpoints through `cfg`'s registry (`NSM_CONNECT_TO`), with `cfg`'s identity.
-    pub fn new(cfg: &super::NsmConfig) -> RegistryDiscovery {
+    pub fn new(cfg: &NsmConfig) -> RegistryDiscovery {
         RegistryDiscovery {
             registry: cfg.connect_to.clone(),
             timeout: cfg.dial_timeout,
@@ -80,7 +83,7 @@ impl EndpointDiscovery for RegistryDiscovery {
                     }),
                     watch: false,
                 };
-                let query = super::secure::sign_call(
+                let query = sign_call(
                     self.identity.as_ref(),
                     peer.peer().as_ref(),
                     self.max_token_lifetime,
@@ -95,7 +98,7 @@ impl EndpointDiscovery for RegistryDiscovery {
                     if let Some(nse) = answer.network_service_endpoint {
                         if nse.name == *name && !nse.url.is_empty() {
                             // nsmgr may pass the endpoint's socket by fd (grpcfd).
-                            return super::fds::passed_socket_url(&nse.url, peer.received());
+                            return passed_socket_url(&nse.url, peer.received());
                         }
                     }
                 }
@@ -114,64 +117,4 @@ impl EndpointDiscovery for RegistryDiscovery {
                 })?
         })
     }
-}
-
-/// Dials `url` (`unix:///path`) within `timeout`, in plaintext: [`dial_with`] without an
-/// identity.
-pub async fn dial(url: &str, timeout: Duration) -> Result<Channel, Status> {
-    dial_with(url, timeout, None).await
-}
-
-/// Dials `url` within `timeout`: with SPIFFE mTLS when there is an `identity` (`unix:///path`
-/// or `tcp://host:port`; the server must present an SVID of a trusted trust domain), in
-/// plaintext on `unix:///path` only when there is none. Failing to connect is `Unavailable`.
-pub async fn dial_with(
-    url: &str,
-    timeout: Duration,
-    identity: Option<&Identity>,
-) -> Result<Channel, Status> {
-    dial_peer(url, timeout, identity).await.map(|c| c.channel())
-}
-
-/// [`dial_with`], keeping who answered: [`PeerChannel::peer`] is the server's identity as the
-/// last TLS handshake verified it (`None` in plaintext), the audience of the path tokens Quiver
-/// mints for calls on the channel.
-pub async fn dial_peer(
-    url: &str,
-    timeout: Duration,
-    identity: Option<&Identity>,
-) -> Result<PeerChannel, Status> {
-    let is_unix = url
-        .strip_prefix("unix://")
-        .is_some_and(|p| p.starts_with('/'));
-    let is_tcp = url.strip_prefix("tcp://").is_some_and(|a| !a.is_empty());
-    if !is_unix && !is_tcp {
-        return Err(Status::invalid_argument(format!(
-            "URL {url:?} is neither unix:///path nor tcp://host:port"
-        )));
-    }
-    if is_tcp && identity.is_none() {
-        return Err(Status::failed_precondition(format!(
-            "cannot dial {url} in plaintext: without a SPIFFE identity ({}) Quiver only dials \
-             unix sockets",
-            spiffe_identity::ENDPOINT_ENV
-        )));
-    }
-    let unavailable =
-        |e: &dyn std::fmt::Display| Status::unavailable(format!("cannot reach {url}: {e}"));
-    tokio::time::timeout(timeout, spiffe_identity::connect(url, identity))
-        .await
-        .map_err(|_| unavailable(&format!("no connection within {timeout:?}")))?
-        .map_err(|e| unavailable(&error_chain(&e)))
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }

@@ -1,31 +1,42 @@
 //! The NSM v1 forwarder: `networkservice.NetworkService` (Request, Close),
 //! `connection.MonitorConnection` and health, served on a unix socket (or TCP, with mTLS), as
-//! cmd-forwarder-vpp serves them (see `specs/nsm.md`).
+//! cmd-forwarder-vpp serves them (see `specs/nsm.md`). The data path is the caller's: Quiver
+//! implements [`Dataplane`] for its forwarder.
 //!
-//! - [`validate`], [`mechanism`], [`path`]: everything a Request is checked against before
-//!   anything is built, the choice of mechanism, Quiver's path segment, the monitor's selector.
+//! - [`addr`], [`validate`], [`mechanism`], [`path`]: everything a Request is checked against
+//!   before anything is built, the choice of mechanism, Quiver's path segment, the monitor's
+//!   selector.
 //! - [`dataplane`]: the [`Dataplane`] trait the forwarder implements (ports, cross-connects,
 //!   everything tagged with the owning connection id).
-//! - [`endpoint`]: finding the endpoint (registry `Find`, or a given URL) and dialing it;
-//!   [`registration`]: registering Quiver with nsmgr; [`secure`]: path tokens on the calls
-//!   Quiver receives and makes (mTLS itself is [`spiffe_identity`]'s).
-//! - [`table`], [`monitor`], [`connect`]: the connections (one lock per id), their events,
-//!   and the Request/Close/expiry state machine.
+//! - [`dial`]: dialing a peer (mTLS with an identity, plaintext on unix sockets without);
+//!   [`endpoint`]: finding the endpoint (registry `Find`, or a given URL); [`channels`]: one
+//!   channel per endpoint URL; [`registration`]: registering Quiver with nsmgr; [`secure`]:
+//!   path tokens on the calls Quiver receives and makes (mTLS itself is
+//!   [`spiffe_identity`]'s).
+//! - [`table`], [`monitor`], [`connect`]: the connections (one lock per id), their events, and
+//!   the Request/Close/expiry state machine ([`Core`]); `next_hop`: the watch of each
+//!   connection's next hop.
 //! - [`fds`]: `inode://` URLs resolved to the fds clients pass on the socket, and those
-//!   endpoints and the registry pass back to Quiver (grpcfd).
+//!   endpoints and the registry pass back to Quiver (grpcfd, over [`grpc_unix`]).
 //! - [`server`]: the gRPC services; [`config`]: the `NSM_*` environment; [`health`]: the
 //!   probe's check of a running server.
 //! - [`testing`]: a test endpoint (NSE) and a blocking client, for tests and benchmarks.
+//!
+//! No module imports one that imports it back: the order above (values, then calls to peers,
+//! then the connections, then the server) is the order of their dependencies.
 
+pub mod addr;
 pub mod channels;
 pub mod config;
 pub mod connect;
 pub mod dataplane;
+pub mod dial;
 pub mod endpoint;
 pub mod fds;
 pub mod health;
 pub mod mechanism;
 pub mod monitor;
+mod next_hop;
 pub mod path;
 pub mod registration;
 pub mod secure;
@@ -39,4 +50,5 @@ pub use config::NsmConfig;
 pub use connect::{ConnectionSummary, Core};
 pub use dataplane::{Dataplane, DataplaneError, LinkEvent, LinkEvents, PortName, PortSpec};
 pub use endpoint::{EndpointDiscovery, RegistryDiscovery, StaticEndpoint};
+pub use next_hop::NextHopStats;
 pub use server::{NsmHandle, NsmService, ServeError};

@@ -12,17 +12,17 @@
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
-use tonic::Status;
-
-use super::config::NsmConfig;
-use super::endpoint::dial_peer;
-use super::path::system_time;
-use super::secure::sign_call;
 use nsm_proto::registry::network_service_endpoint_registry_client::NetworkServiceEndpointRegistryClient;
 use nsm_proto::registry::{
     NetworkServiceEndpoint, NetworkServiceEndpointQuery, NetworkServiceLabels,
 };
 use spiffe_identity::PeerChannel;
+use tonic::Status;
+
+use crate::config::NsmConfig;
+use crate::dial::dial_peer;
+use crate::path::system_time;
+use crate::secure::sign_call;
 
 /// The network service every forwarder registers under.
 pub const FORWARDER_SERVICE: &str = "forwarder";
@@ -188,7 +188,7 @@ pub async fn unregister(cfg: &NsmConfig) {
 }
 
 /// Registers, and again before each registration expires or as soon as nsmgr lost it (see
-/// [`watch_until`]), forever; a failure is logged and retried with a growing pause (up to
+/// `watch_until`), forever; a failure is logged and retried with a growing pause (up to
 /// 30 s), as is a registration lost again and again.
 pub async fn keep_registered(cfg: NsmConfig) {
     const FIRST_PAUSE: Duration = Duration::from_millis(250);

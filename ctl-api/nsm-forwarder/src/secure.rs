@@ -19,15 +19,15 @@
 
 use std::time::Duration;
 
-use tonic::transport::Channel;
-use tonic::{Request, Status};
-
-use super::config::NsmConfig;
-use super::endpoint::dial_peer;
 use nsm_proto::connection::{Connection, PathSegment};
 use nsm_proto::networkservice::NetworkServiceRequest;
 use spiffe_identity::tokens::{self, PathToken};
 use spiffe_identity::{Identity, PeerIdentity};
+use tonic::transport::Channel;
+use tonic::{Request, Status};
+
+use crate::config::NsmConfig;
+use crate::dial::dial_peer;
 
 /// A message that carries an NSM connection (and so a path): Request's and Close's.
 pub trait CarriesConnection {

@@ -1,29 +1,31 @@
 //! The gRPC side: `networkservice.NetworkService`, `connection.MonitorConnection` and
 //! `grpc.health.v1.Health` on a unix socket or a TCP address (`NSM_LISTEN_ON`): with SPIFFE
 //! mTLS when the configuration has an identity (each Request/Close's path token checked against
-//! the TLS peer first, see [`super::secure`]), in plaintext otherwise, which only a unix socket
+//! the TLS peer first, see [`crate::secure`]), in plaintext otherwise, which only a unix socket
 //! is served in (a `tcp://` address without an identity refuses to start).
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
-use tokio::net::{TcpListener, UnixListener};
-use tonic::{Request, Response, Status};
-
-use super::config::NsmConfig;
-use super::connect::Core;
-use super::dataplane::{Dataplane, LinkEvents};
-use super::endpoint::{EndpointDiscovery, RegistryDiscovery};
-use super::fds::HeldFds;
-use super::monitor::EventStream;
 use nsm_proto::connection::monitor_connection_server::{
     MonitorConnection, MonitorConnectionServer,
 };
-use nsm_proto::connection::{Connection, MonitorScopeSelector};
+use nsm_proto::connection::{Connection, ConnectionEventType, MonitorScopeSelector};
 use nsm_proto::networkservice::network_service_server::{NetworkService, NetworkServiceServer};
 use nsm_proto::networkservice::NetworkServiceRequest;
 use spiffe_identity::{Listener, SpiffeError};
+use tokio::net::{TcpListener, UnixListener};
+use tokio_stream::StreamExt;
+use tonic::{Request, Response, Status};
+
+use crate::config::NsmConfig;
+use crate::connect::Core;
+use crate::dataplane::{Dataplane, LinkEvents};
+use crate::endpoint::{EndpointDiscovery, RegistryDiscovery};
+use crate::fds::HeldFds;
+use crate::monitor::EventStream;
+use crate::{registration, secure};
 
 /// Why the server could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -85,7 +87,7 @@ impl NsmService {
             }
         });
         let fds = HeldFds::default();
-        fds.watch(Arc::downgrade(&core));
+        sweep_after_deletes(&fds, Arc::downgrade(&core));
         NsmService { core, fds }
     }
 
@@ -114,13 +116,13 @@ impl NsmService {
         }
         if self.core.cfg.register {
             let cfg = self.core.cfg.clone();
-            let registration = tokio::spawn(super::registration::keep_registered(cfg.clone()));
+            let registration = tokio::spawn(registration::keep_registered(cfg.clone()));
             // Stops with the server, even when this future is dropped.
             let stop = AbortOnDrop(registration.abort_handle());
             let served = self.serve_inner(listener, shutdown).await;
             drop(stop);
             // Nothing should be sent here any more: leave the registry.
-            super::registration::unregister(&cfg).await;
+            registration::unregister(&cfg).await;
             return served;
         }
         self.serve_inner(listener, shutdown).await
@@ -347,6 +349,48 @@ pub fn bind(url: &str) -> Result<UnixListener, ServeError> {
     UnixListener::bind(path).map_err(err)
 }
 
+/// Closes the fds connection `id` held if Quiver no longer holds that connection (waits for a
+/// Request, Close or expiry of it in progress to finish first).
+async fn release_if_gone(fds: &HeldFds, core: &Core, id: &str) {
+    if !fds.holds(id) || core.holds(id).await {
+        return;
+    }
+    fds.release_closed(id);
+}
+
+/// [`release_if_gone`] for every connection holding fds.
+async fn sweep(fds: &HeldFds, core: &Core) {
+    for id in fds.ids() {
+        release_if_gone(fds, core, &id).await;
+    }
+}
+
+/// Sweeps `fds` after every connection the monitor sees deleted (expiries included), until
+/// `core` goes. Call within a tokio runtime.
+fn sweep_after_deletes(fds: &HeldFds, core: Weak<Core>) {
+    let held = fds.clone();
+    tokio::spawn(async move {
+        loop {
+            let Some(mut events) = core
+                .upgrade()
+                .map(|c| c.monitor.subscribe(MonitorScopeSelector::default()))
+            else {
+                return;
+            };
+            while let Some(Ok(ev)) = events.next().await {
+                if ev.r#type != ConnectionEventType::Delete as i32 || held.is_empty() {
+                    continue;
+                }
+                let Some(core) = core.upgrade() else { return };
+                sweep(&held, &core).await;
+            }
+            // Cut off (fell behind): subscribe again, and catch up.
+            let Some(c) = core.upgrade() else { return };
+            sweep(&held, &c).await;
+        }
+    });
+}
+
 #[tonic::async_trait]
 impl NetworkService for NsmService {
     async fn request(
@@ -356,7 +400,7 @@ impl NetworkService for NsmService {
         let received =
             spiffe_identity::ConnectionInfo::from_request(&request).map(|c| c.fds.clone());
         // The path token first: a refused call changes nothing.
-        let mut req = super::secure::accept(self.core.cfg.identity.as_ref(), request)?;
+        let mut req = secure::accept(self.core.cfg.identity.as_ref(), request)?;
         // inode:// URLs name fds passed on this connection (grpcfd).
         let resolved = self.fds.resolve(received.as_ref(), &mut req)?;
         let id = req
@@ -370,7 +414,7 @@ impl NetworkService for NsmService {
             let answer = core.request(req).await;
             match &answer {
                 Ok(_) => fds.keep_only(&id, &resolved),
-                Err(_) => fds.release_if_gone(&core, &id).await,
+                Err(_) => release_if_gone(&fds, &core, &id).await,
             }
             answer.map(|mut a| {
                 resolved.restore(&mut a);
@@ -382,13 +426,13 @@ impl NetworkService for NsmService {
     }
 
     async fn close(&self, request: Request<Connection>) -> Result<Response<()>, Status> {
-        let conn = super::secure::accept(self.core.cfg.identity.as_ref(), request)?;
+        let conn = secure::accept(self.core.cfg.identity.as_ref(), request)?;
         let (core, fds) = (self.core.clone(), self.fds.clone());
         tokio::spawn(async move {
             let id = conn.id.clone();
             let closed = core.close(conn).await;
             // The fds the connection used close with it.
-            fds.release_if_gone(&core, &id).await;
+            release_if_gone(&fds, &core, &id).await;
             closed
         })
         .await

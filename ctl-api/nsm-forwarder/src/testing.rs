@@ -7,10 +7,6 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tonic::service::Routes;
-use tonic::{Request, Response, Status, Streaming};
-
-use super::endpoint::dial;
 use nsm_proto::connection::monitor_connection_client::MonitorConnectionClient;
 use nsm_proto::connection::monitor_connection_server::{
     MonitorConnection, MonitorConnectionServer,
@@ -27,6 +23,10 @@ use nsm_proto::registry::network_service_endpoint_registry_server::{
 use nsm_proto::registry::{
     NetworkServiceEndpoint, NetworkServiceEndpointQuery, NetworkServiceEndpointResponse,
 };
+use tonic::service::Routes;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::dial::dial;
 
 /// What a [`TestEndpoint`] saw, in order.
 #[derive(Debug, Default, Clone)]

@@ -1,87 +1,18 @@
-//! Request validation: addresses, prefixes, MACs, namespaces, interface names, payloads and
-//! the connection context. Every check returns a `Status` that says which field is wrong, so a
+//! Request validation: addresses, prefixes, MACs (see [`crate::addr`]), namespaces, interface
+//! names, payloads and the connection context. Every check returns a `Status` that says which field is wrong, so a
 //! bad request is refused before anything is built.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::str::FromStr;
 
+use nsm_proto::connectioncontext::{ConnectionContext, IpContext, Route};
 use tonic::Status;
 
-use super::dataplane::{IpConfig, NeighborSpec, RouteSpec};
-use nsm_proto::connectioncontext::{ConnectionContext, IpContext, Route};
+use crate::addr::{IpPrefix, MacError, PrefixError};
+use crate::dataplane::{IpConfig, NeighborSpec, RouteSpec};
 
 /// The longest Linux interface name (IFNAMSIZ - 1).
 pub const MAX_IFNAME: usize = 15;
-
-/// An address with a prefix length, `a.b.c.d/len` or `x::y/len`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct IpPrefix {
-    /// The address (host bits kept: `10.0.0.1/24` is an interface address).
-    pub addr: IpAddr,
-    /// The prefix length.
-    pub len: u8,
-}
-
-impl FromStr for IpPrefix {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (a, l) = s
-            .split_once('/')
-            .ok_or_else(|| format!("{s:?} is not an address/length"))?;
-        let addr: IpAddr = a
-            .parse()
-            .map_err(|_| format!("{a:?} is not an IP address"))?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let len: u8 = l
-            .parse()
-            .ok()
-            .filter(|&n| n <= max)
-            .ok_or_else(|| format!("{l:?} is not a prefix length (0..={max})"))?;
-        Ok(IpPrefix { addr, len })
-    }
-}
-
-impl std::fmt::Display for IpPrefix {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.addr, self.len)
-    }
-}
-
-/// A MAC address.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct MacAddr(pub [u8; 6]);
-
-impl FromStr for MacAddr {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        let mut out = [0u8; 6];
-        let mut parts = s.split(':');
-        for b in &mut out {
-            let p = parts.next().filter(|p| p.len() == 2);
-            *b = p
-                .and_then(|p| u8::from_str_radix(p, 16).ok())
-                .ok_or_else(|| format!("{s:?} is not a MAC address"))?;
-        }
-        if parts.next().is_some() {
-            return Err(format!("{s:?} is not a MAC address"));
-        }
-        Ok(MacAddr(out))
-    }
-}
-
-impl std::fmt::Display for MacAddr {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let m = self.0;
-        write!(
-            f,
-            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-            m[0], m[1], m[2], m[3], m[4], m[5]
-        )
-    }
-}
 
 /// What the connection carries (`Connection.payload`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -194,7 +125,7 @@ pub fn ip(what: &str, value: &str) -> Result<IpAddr, Status> {
 fn prefix(what: &str, value: &str) -> Result<IpPrefix, Status> {
     value
         .parse()
-        .map_err(|e: String| Status::invalid_argument(format!("{what}: {e}")))
+        .map_err(|e: PrefixError| Status::invalid_argument(format!("{what}: {e}")))
 }
 
 fn routes(what: &str, routes: &[Route]) -> Result<Vec<RouteSpec>, Status> {
@@ -260,7 +191,7 @@ fn ip_context(c: &IpContext) -> Result<SidesIp, Status> {
         .map(|n| {
             Ok(NeighborSpec {
                 ip: ip("ip_context.ip_neighbors.ip", &n.ip)?,
-                mac: n.hardware_address.parse().map_err(|e: String| {
+                mac: n.hardware_address.parse().map_err(|e: MacError| {
                     Status::invalid_argument(format!(
                         "ip_context.ip_neighbors.hardware_address: {e}"
                     ))
@@ -287,38 +218,6 @@ mod tests {
     use super::*;
     use nsm_proto::connectioncontext::IpNeighbor;
     use tonic::Code;
-
-    #[test]
-    fn prefixes_parse_and_refuse() {
-        let p: IpPrefix = "10.0.0.1/24".parse().unwrap();
-        assert_eq!(p.to_string(), "10.0.0.1/24");
-        assert_eq!("fd00::1/64".parse::<IpPrefix>().unwrap().len, 64);
-        for bad in [
-            "10.0.0.1",
-            "10.0.0.1/33",
-            "10.0.0/24",
-            "x/1",
-            "fd00::1/129",
-            "/",
-            "",
-        ] {
-            assert!(bad.parse::<IpPrefix>().is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn macs_parse_and_refuse() {
-        let m: MacAddr = "02:FE:00:00:00:0a".parse().unwrap();
-        assert_eq!(m.to_string(), "02:fe:00:00:00:0a");
-        for bad in [
-            "02:fe:00:00:00",
-            "02:fe:00:00:00:0a:0b",
-            "2:fe:00:00:00:0a",
-            "zz:fe:00:00:00:0a",
-        ] {
-            assert!(bad.parse::<MacAddr>().is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn interface_names() {

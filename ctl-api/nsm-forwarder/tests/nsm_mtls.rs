@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nsm_forwarder::dataplane::{KernelSpec, MemifSpec};
-use nsm_forwarder::endpoint::dial_with;
+use nsm_forwarder::dial::dial_with;
 use nsm_forwarder::path::timestamp;
 use nsm_forwarder::server::{bind, bind_for};
 use nsm_forwarder::{

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use nsm_forwarder::dataplane::{KernelSpec, MemifRole, MemifSpec};
-use nsm_forwarder::endpoint::dial;
+use nsm_forwarder::dial::dial;
 use nsm_forwarder::monitor::{EventStream, Monitor};
 use nsm_forwarder::path::timestamp;
 use nsm_forwarder::server::bind;

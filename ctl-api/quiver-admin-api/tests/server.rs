@@ -14,7 +14,7 @@ use quiver_admin_api::{
 use tonic::Status;
 
 fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("ctl-api-{}-{name}", std::process::id()));
+    let d = std::env::temp_dir().join(format!("quiver-admin-api-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     d
 }

@@ -9,7 +9,7 @@
 //! Server side, per call: [`verify_request`] (the peer from the request's extensions, the token
 //! from its metadata, the audience the server's own SPIFFE ID), then
 //! [`PathToken::apply_to_segment`] on the previous segment. Own segment
-//! and client side: [`mint`] for the peer ([`crate::spiffe::PeerIdentity`]), then
+//! and client side: [`mint`] for the peer ([`crate::PeerIdentity`]), then
 //! [`PathToken::apply_to_segment`] and [`PathToken::insert_into`] on the outgoing request.
 //! Refusals are `PermissionDenied` statuses saying why.
 
@@ -281,7 +281,7 @@ fn header_and_payload_len(token: &str) -> usize {
     token.rfind('.').unwrap_or(token.len())
 }
 
-/// Checks the path token of a call that came over [`crate::spiffe::serve_tls`] to the server
+/// Checks the path token of a call that came over [`crate::serve_tls`] to the server
 /// whose SPIFFE ID is `own`: the token and expiry from its metadata, against the TLS peer from
 /// its extensions and `own` as the audience (see [`verify_for`]; the expiry must not have
 /// passed nor be later than the token's `exp`). Returns the token, ready to be stamped into the

@@ -30,20 +30,21 @@
 //!   the next hop knows nothing until the next refresh). A next hop that does not serve
 //!   `MonitorConnections` (Unimplemented) is not watched.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use tokio::sync::oneshot;
-use tonic::{Code, Status, Streaming};
-
-use super::{Core, Entry, Teardown};
-use crate::channels::{self, Hold, Lease};
-use crate::path::matches_selector;
 use nsm_proto::connection::monitor_connection_client::MonitorConnectionClient;
 use nsm_proto::connection::{
     ConnectionEvent, ConnectionEventType, MonitorScopeSelector, PathSegment, State,
 };
+use spiffe_identity::Identity;
+use tokio::sync::oneshot;
+use tonic::{Code, Status, Streaming};
+
+use crate::channels::{self, Channels, Hold, Lease};
+use crate::path::matches_selector;
 
 /// The first wait before subscribing again after a stream broke; doubled each time after.
 const FIRST_RETRY: Duration = Duration::from_millis(100);
@@ -66,11 +67,46 @@ pub struct NextHopStats {
 
 /// The counters behind [`NextHopStats`].
 #[derive(Default)]
-pub(super) struct Counters {
+pub(crate) struct Counters {
     watches: AtomicUsize,
     streaming: AtomicUsize,
     deletes: AtomicU64,
     retries: AtomicU64,
+}
+
+impl Counters {
+    /// What the next-hop watches did so far.
+    pub(crate) fn stats(&self) -> NextHopStats {
+        NextHopStats {
+            watches: self.watches.load(Ordering::SeqCst),
+            streaming: self.streaming.load(Ordering::SeqCst),
+            deletes: self.deletes.load(Ordering::SeqCst),
+            retries: self.retries.load(Ordering::SeqCst),
+        }
+    }
+}
+
+/// What a watch needs of the connections it watches for (the NSM core): the channels to next
+/// hops and how to dial them, the counters, and what to do when a next hop closes a connection
+/// or changes its state. A watch holds it weakly, and only while it acts.
+pub(crate) trait Watched: Send + Sync + 'static {
+    /// The cached channels to next hops (the Requests' own).
+    fn channels(&self) -> &Channels;
+    /// How long dialing a next hop may take, and the identity to dial it with.
+    fn dial_with(&self) -> (Duration, Option<&Identity>);
+    /// The watches' counters.
+    fn counters(&self) -> &Arc<Counters>;
+    /// The next hop closed generation `generation` of connection `owner` (unless a Request,
+    /// Close or expiry replaced or removed it meanwhile, it is to be removed without a Close
+    /// toward the next hop).
+    fn next_hop_closed(&self, owner: &str, generation: u64) -> impl Future<Output = ()> + Send;
+    /// The next hop published generation `generation` of connection `owner` UP or DOWN.
+    fn next_hop_state(
+        &self,
+        owner: &str,
+        generation: u64,
+        up: bool,
+    ) -> impl Future<Output = ()> + Send;
 }
 
 /// Counts one running watch until dropped (with the watch's task).
@@ -93,9 +129,9 @@ impl Drop for OpenStream {
 
 /// A connection's watch of its next hop, and what the next hop last said of it. Dropping it
 /// (with the connection's entry) ends the watch.
-pub(super) struct NextHop {
+pub(crate) struct NextHop {
     /// The next hop published the connection DOWN.
-    pub(super) down: bool,
+    pub(crate) down: bool,
     _stop: oneshot::Sender<()>,
 }
 
@@ -121,135 +157,76 @@ enum Step {
     Broken(Status, Option<Lease>),
 }
 
-impl Core {
-    /// What the next-hop watches did so far.
-    pub fn next_hop_stats(&self) -> NextHopStats {
-        let c = &self.next_hops;
-        NextHopStats {
-            watches: c.watches.load(Ordering::SeqCst),
-            streaming: c.streaming.load(Ordering::SeqCst),
-            deletes: c.deletes.load(Ordering::SeqCst),
-            retries: c.retries.load(Ordering::SeqCst),
-        }
+/// Starts watching the endpoint at `url` for generation `generation` of connection `owner`,
+/// whose segment (Quiver's, named `name`, toward the endpoint) has id `own_id`.
+pub(crate) fn start<W: Watched>(
+    core: &Arc<W>,
+    name: &str,
+    owner: &str,
+    generation: u64,
+    url: &str,
+    own_id: &str,
+) -> NextHop {
+    let (stop, stopped) = oneshot::channel();
+    let target = Target {
+        owner: owner.to_string(),
+        generation,
+        url: url.to_string(),
+        selector: MonitorScopeSelector {
+            path_segments: vec![PathSegment {
+                name: name.to_string(),
+                id: own_id.to_string(),
+                ..Default::default()
+            }],
+            network_services: vec![],
+        },
+    };
+    let counters = core.counters();
+    counters.watches.fetch_add(1, Ordering::SeqCst);
+    let running = Running(Arc::clone(counters));
+    tokio::spawn(watch(Arc::downgrade(core), target, stopped, running));
+    NextHop {
+        down: false,
+        _stop: stop,
     }
+}
 
-    /// Starts watching the endpoint at `url` for generation `generation` of connection
-    /// `owner`, whose segment (Quiver's, toward the endpoint) has id `own_id`.
-    pub(super) fn watch_next_hop(
-        self: &Arc<Self>,
-        owner: &str,
-        generation: u64,
-        url: &str,
-        own_id: &str,
-    ) -> NextHop {
-        let (stop, stopped) = oneshot::channel();
-        let target = Target {
-            owner: owner.to_string(),
-            generation,
-            url: url.to_string(),
-            selector: MonitorScopeSelector {
-                path_segments: vec![PathSegment {
-                    name: self.cfg.name.clone(),
-                    id: own_id.to_string(),
-                    ..Default::default()
-                }],
-                network_services: vec![],
-            },
-        };
-        self.next_hops.watches.fetch_add(1, Ordering::SeqCst);
-        let running = Running(Arc::clone(&self.next_hops));
-        tokio::spawn(watch(Arc::downgrade(self), target, stopped, running));
-        NextHop {
-            down: false,
-            _stop: stop,
+/// Subscribes to the endpoint's `MonitorConnections` for `t`.
+async fn subscribe<W: Watched>(
+    core: &W,
+    t: &Target,
+) -> Result<Subscription, (Status, Option<Lease>)> {
+    let (timeout, identity) = core.dial_with();
+    let lease = core
+        .channels()
+        .get(&t.url, timeout, identity)
+        .await
+        .map_err(|s| (s, None))?;
+    let hold = lease.hold();
+    let mut client = MonitorConnectionClient::new(lease.channel.channel());
+    match client.monitor_connections(t.selector.clone()).await {
+        Ok(events) => {
+            let counters = core.counters();
+            counters.streaming.fetch_add(1, Ordering::SeqCst);
+            Ok(Subscription {
+                events: events.into_inner(),
+                lease,
+                _hold: hold,
+                _open: OpenStream(Arc::clone(counters)),
+            })
         }
-    }
-
-    /// Subscribes to the endpoint's `MonitorConnections` for `t`.
-    async fn subscribe(&self, t: &Target) -> Result<Subscription, (Status, Option<Lease>)> {
-        let lease = self
-            .channels
-            .get(&t.url, self.cfg.dial_timeout, self.cfg.identity.as_ref())
-            .await
-            .map_err(|s| (s, None))?;
-        let hold = lease.hold();
-        let mut client = MonitorConnectionClient::new(lease.channel.channel());
-        match client.monitor_connections(t.selector.clone()).await {
-            Ok(events) => {
-                self.next_hops.streaming.fetch_add(1, Ordering::SeqCst);
-                Ok(Subscription {
-                    events: events.into_inner(),
-                    lease,
-                    _hold: hold,
-                    _open: OpenStream(Arc::clone(&self.next_hops)),
-                })
-            }
-            Err(s) => Err((s, Some(lease))),
-        }
-    }
-
-    /// The next hop closed generation `generation` of connection `owner`: unless a Request,
-    /// Close or expiry replaced or removed it meanwhile, it is removed here as Close removes
-    /// it, without a Close toward the next hop.
-    async fn next_hop_closed(&self, owner: &str, generation: u64) {
-        let mut slot = self.table.lock(owner).await;
-        let Some(entry) = slot.take_if(|e| e.generation == generation) else {
-            tracing::debug!(
-                id = owner,
-                "a DELETE from the next hop for an older generation"
-            );
-            return;
-        };
-        tracing::info!(
-            id = owner,
-            url = entry.endpoint_url,
-            "the next hop closed the connection: closing it here"
-        );
-        if let Err(e) = self.teardown(owner, entry, Teardown::NextHopGone).await {
-            tracing::error!(id = owner, error = %e, "cannot remove what the connection owned");
-        }
-    }
-
-    /// The next hop published generation `generation` of connection `owner` UP or DOWN.
-    async fn next_hop_state(&self, owner: &str, generation: u64, up: bool) {
-        let mut slot = self.table.lock(owner).await;
-        let Some(entry) = slot.as_mut().filter(|e| e.generation == generation) else {
-            return;
-        };
-        if entry.next_hop.down == up {
-            tracing::info!(
-                id = owner,
-                up,
-                "the next hop changed the connection's state"
-            );
-            entry.next_hop.down = !up;
-            self.publish_state(entry);
-        }
-    }
-
-    /// Publishes `entry` DOWN while a link of it or its next hop is down, UP otherwise (when
-    /// that changed).
-    pub(super) fn publish_state(&self, entry: &mut Entry) {
-        let state = if entry.link_down || entry.next_hop.down {
-            State::Down
-        } else {
-            State::Up
-        } as i32;
-        if entry.published.state != state {
-            entry.published.state = state;
-            self.monitor.update(&entry.published);
-        }
+        Err(s) => Err((s, Some(lease))),
     }
 }
 
 /// Reads the next step of the watch: subscribes first when there is no stream. The core is
 /// held only while subscribing, not while waiting for events.
-async fn next_step(core: &Weak<Core>, t: &Target, sub: &mut Option<Subscription>) -> Step {
+async fn next_step<W: Watched>(core: &Weak<W>, t: &Target, sub: &mut Option<Subscription>) -> Step {
     if sub.is_none() {
         let Some(core) = core.upgrade() else {
             return Step::Broken(Status::cancelled("Quiver is stopping"), None);
         };
-        match core.subscribe(t).await {
+        match subscribe(&*core, t).await {
             Ok(s) => *sub = Some(s),
             Err((s, lease)) => return Step::Broken(s, lease),
         }
@@ -267,13 +244,18 @@ async fn next_step(core: &Weak<Core>, t: &Target, sub: &mut Option<Subscription>
 
 /// The watch of one generation of one connection (see the module docs); ends when `stopped`
 /// (its [`NextHop`] dropped), when the next hop deleted the connection, or when the core goes.
-async fn watch(core: Weak<Core>, t: Target, mut stopped: oneshot::Receiver<()>, _running: Running) {
+async fn watch<W: Watched>(
+    core: Weak<W>,
+    t: Target,
+    mut stopped: oneshot::Receiver<()>,
+    _running: Running,
+) {
     let mut sub: Option<Subscription> = None;
     let mut backoff = FIRST_RETRY;
-    // What this watch last told the connection (it starts UP): only a change takes its lock.
-    let mut told_up = true;
-    // Until the first stream's first event: the next hop's view right after the Request.
-    let mut first = true;
+    let mut seen = Seen {
+        told_up: true,
+        first: true,
+    };
     loop {
         let step = tokio::select! {
             biased;
@@ -286,51 +268,14 @@ async fn watch(core: Weak<Core>, t: Target, mut stopped: oneshot::Receiver<()>, 
         match step {
             Step::Event(ev) => {
                 backoff = FIRST_RETRY;
-                let initial = ev.r#type == ConnectionEventType::InitialStateTransfer as i32;
-                let missing = || {
-                    !ev.connections
-                        .values()
-                        .any(|conn| matches_selector(conn, &t.selector))
-                };
-                if std::mem::take(&mut first) && initial && missing() {
-                    tracing::info!(
-                        id = t.owner,
-                        url = t.url,
-                        "the next hop no longer has the connection it answered"
-                    );
-                    c.next_hops.deletes.fetch_add(1, Ordering::SeqCst);
-                    drop(sub.take());
-                    c.next_hop_closed(&t.owner, t.generation).await;
+                if on_event(&*c, &t, ev, &mut seen, &mut sub).await {
                     return;
-                }
-                let ours = ev
-                    .connections
-                    .values()
-                    .filter(|conn| matches_selector(conn, &t.selector));
-                let mut state = None;
-                for conn in ours {
-                    if ev.r#type == ConnectionEventType::Delete as i32 {
-                        c.next_hops.deletes.fetch_add(1, Ordering::SeqCst);
-                        drop(sub.take());
-                        c.next_hop_closed(&t.owner, t.generation).await;
-                        // Either closed here now, or of an older generation: done either way.
-                        return;
-                    }
-                    if conn.state == State::Up as i32 {
-                        state = Some(true);
-                    } else if conn.state == State::Down as i32 {
-                        state = Some(false);
-                    }
-                }
-                if let Some(up) = state.filter(|up| *up != told_up) {
-                    told_up = up;
-                    c.next_hop_state(&t.owner, t.generation, up).await;
                 }
             }
             Step::Broken(s, lease) => {
-                first = false;
+                seen.first = false;
                 if let Some(lease) = lease.filter(|_| channels::transport_failure(&s)) {
-                    c.channels.forget(&t.url, &lease);
+                    c.channels().forget(&t.url, &lease);
                 }
                 if s.code() == Code::Unimplemented {
                     tracing::info!(
@@ -355,9 +300,69 @@ async fn watch(core: Weak<Core>, t: Target, mut stopped: oneshot::Receiver<()>, 
                 }
                 backoff = (backoff * 2).min(LAST_RETRY);
                 if let Some(c) = core.upgrade() {
-                    c.next_hops.retries.fetch_add(1, Ordering::SeqCst);
+                    c.counters().retries.fetch_add(1, Ordering::SeqCst);
                 }
             }
         }
     }
+}
+
+/// What a watch saw so far.
+struct Seen {
+    /// What this watch last told the connection (it starts UP): only a change takes its lock.
+    told_up: bool,
+    /// Until the first stream's first event: the next hop's view right after the Request.
+    first: bool,
+}
+
+/// Acts on `ev`, an event of the watch of `t` (see the module docs); true when the watch is
+/// over (the next hop closed the connection).
+async fn on_event<W: Watched>(
+    c: &W,
+    t: &Target,
+    ev: ConnectionEvent,
+    seen: &mut Seen,
+    sub: &mut Option<Subscription>,
+) -> bool {
+    let initial = ev.r#type == ConnectionEventType::InitialStateTransfer as i32;
+    let missing = || {
+        !ev.connections
+            .values()
+            .any(|conn| matches_selector(conn, &t.selector))
+    };
+    if std::mem::take(&mut seen.first) && initial && missing() {
+        tracing::info!(
+            id = t.owner,
+            url = t.url,
+            "the next hop no longer has the connection it answered"
+        );
+        c.counters().deletes.fetch_add(1, Ordering::SeqCst);
+        drop(sub.take());
+        c.next_hop_closed(&t.owner, t.generation).await;
+        return true;
+    }
+    let ours = ev
+        .connections
+        .values()
+        .filter(|conn| matches_selector(conn, &t.selector));
+    let mut state = None;
+    for conn in ours {
+        if ev.r#type == ConnectionEventType::Delete as i32 {
+            c.counters().deletes.fetch_add(1, Ordering::SeqCst);
+            drop(sub.take());
+            c.next_hop_closed(&t.owner, t.generation).await;
+            // Either closed here now, or of an older generation: done either way.
+            return true;
+        }
+        if conn.state == State::Up as i32 {
+            state = Some(true);
+        } else if conn.state == State::Down as i32 {
+            state = Some(false);
+        }
+    }
+    if let Some(up) = state.filter(|up| *up != seen.told_up) {
+        seen.told_up = up;
+        c.next_hop_state(&t.owner, t.generation, up).await;
+    }
+    false
 }

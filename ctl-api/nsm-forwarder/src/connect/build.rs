@@ -1,0 +1,491 @@
+//! Building or refreshing one connection for a checked Request ([`Build`]): the client-side
+//! port, then the endpoint (Quiver Requests it as a client), the client-side port again if the
+//! endpoint's answer changed its addresses, the endpoint-side port, the cross-connect, and the
+//! answer. What is already right (a refresh) is left alone; what differs is torn down and
+//! rebuilt, the old cross-connects first (once).
+
+use std::net::Ipv4Addr;
+use std::time::SystemTime;
+
+use grpc_unix::ReceivedFds;
+use nsm_proto::connection::{Connection, Mechanism, Path, State};
+use nsm_proto::networkservice::NetworkServiceRequest;
+use tonic::Status;
+
+use super::check::Checked;
+use super::data_path::{create_port, DataPath};
+use super::endpoint_client::EndpointClient;
+use super::entry::{
+    client_port, endpoint_port, frame_mode, memif_socket, short, CrossConnect, Entry,
+};
+use crate::dataplane::{KernelSpec, MemifRole, MemifSpec, PortSpec, VxlanSpec};
+use crate::endpoint::EndpointDiscovery;
+use crate::fds::{HeldFds, Resolved};
+use crate::mechanism::{self, ClientMechanism, EndpointMechanism, TunnelEnd};
+use crate::path::Position;
+use crate::validate::{self, Payload, SidesIp};
+use crate::vni::VniTable;
+
+/// What a build works with: the core's parts.
+pub(super) struct Parts<'a> {
+    pub(super) dp: &'a DataPath,
+    pub(super) endpoints: EndpointClient<'a>,
+    pub(super) discovery: &'a dyn EndpointDiscovery,
+    pub(super) vnis: &'a VniTable,
+    pub(super) answer_fds: &'a HeldFds,
+    /// Quiver's end of VXLAN tunnels, if it has a tunnel address.
+    pub(super) tunnel_end: Option<TunnelEnd>,
+}
+
+/// A connection as built: everything of its [`Entry`] but the timers and watches the core
+/// starts for it.
+pub(super) struct Built {
+    pub(super) own_id: String,
+    pub(super) client: PortSpec,
+    pub(super) endpoint: PortSpec,
+    pub(super) cross_connect: CrossConnect,
+    pub(super) endpoint_url: String,
+    /// The endpoint's answer, as it wrote it.
+    pub(super) endpoint_conn: Connection,
+    pub(super) published: Connection,
+    pub(super) caller: (String, u32),
+    /// When Quiver's path segment expires.
+    pub(super) expires: SystemTime,
+    /// The fds the endpoint passed that the connection now holds.
+    pub(super) answer_fds: Resolved,
+}
+
+/// What to close toward the endpoint when a build fails: its URL and connection.
+pub(super) type EndpointHold = Option<(String, Connection)>;
+
+/// One build of connection `owner` (a new one, or a refresh of `old`).
+pub(super) struct Build<'a> {
+    owner: &'a str,
+    old: Option<&'a Entry>,
+    parts: Parts<'a>,
+    /// The old connection's cross-connects are gone (or there were none).
+    disconnected: bool,
+    /// A port was made anew: the cross-connect is made again.
+    rebuilt: bool,
+    /// What to close toward the endpoint if this fails: the previous answer, until a new one.
+    endpoint_hold: EndpointHold,
+}
+
+/// The client side's port, as its mechanism and the IP context make it.
+struct ClientSide<'a> {
+    owner: &'a str,
+    mechanism: &'a ClientMechanism,
+    payload: Payload,
+    /// The short form of Quiver's segment id, for interface names.
+    own_short: &'a str,
+    tunnel: Option<TunnelEnd>,
+    /// The VNI Quiver chose as the answering end of a VXLAN tunnel (0 otherwise).
+    vni: u32,
+}
+
+impl ClientSide<'_> {
+    /// The client-side port with `ip`'s addresses, routes and neighbours.
+    fn spec(&self, ip: &SidesIp) -> PortSpec {
+        let owner = self.owner;
+        match self.mechanism {
+            ClientMechanism::Memif { netns, mtu } => PortSpec::Memif(MemifSpec {
+                name: client_port(owner),
+                role: MemifRole::Master,
+                socket: memif_socket(owner),
+                netns: Some(netns.clone()),
+                mode: frame_mode(self.payload),
+                mtu: *mtu,
+            }),
+            ClientMechanism::Kernel { netns, ifname, mtu } => PortSpec::Kernel(KernelSpec {
+                name: client_port(owner),
+                netns: netns.clone(),
+                ifname: ifname
+                    .clone()
+                    .unwrap_or_else(|| format!("nsm-{}", self.own_short)),
+                mtu: *mtu,
+                ip: ip.client.clone(),
+            }),
+            ClientMechanism::Vxlan {
+                remote,
+                remote_port,
+                ..
+            } => PortSpec::Vxlan(VxlanSpec {
+                name: client_port(owner),
+                local: self.tunnel.map_or(Ipv4Addr::UNSPECIFIED, |t| t.ip),
+                remote: *remote,
+                vni: self.vni,
+                dst_port: *remote_port,
+            }),
+        }
+    }
+}
+
+impl<'a> Build<'a> {
+    /// A build of `owner`, replacing `old` if there is one.
+    pub(super) fn new(owner: &'a str, old: Option<&'a Entry>, parts: Parts<'a>) -> Build<'a> {
+        Build {
+            owner,
+            old,
+            parts,
+            disconnected: old.is_none(),
+            rebuilt: false,
+            endpoint_hold: old.map(|o| (o.endpoint_url.clone(), o.endpoint_conn.clone())),
+        }
+    }
+
+    /// Builds the connection `c` asks for. On error, returns the endpoint connection to close
+    /// (if the endpoint holds one).
+    pub(super) async fn run(mut self, c: Checked) -> Result<Built, (Status, EndpointHold)> {
+        match self.steps(c).await {
+            Ok(built) => Ok(built),
+            Err(e) => Err((e, self.endpoint_hold.take())),
+        }
+    }
+
+    async fn steps(&mut self, c: Checked) -> Result<Built, Status> {
+        let Checked {
+            conn,
+            payload,
+            mechanism: client_mech,
+            client,
+            path,
+            position,
+        } = c;
+        let own_short = short(&position.own_id);
+        let tunnel = self
+            .parts
+            .tunnel_end
+            .filter(|_| payload == Payload::Ethernet);
+        let side = ClientSide {
+            owner: self.owner,
+            mechanism: &client,
+            payload,
+            own_short: &own_short,
+            tunnel,
+            vni: self.claim_client_vni(&client)?,
+        };
+
+        // 1. The client side.
+        let caller_ip = validate::context(conn.context.as_ref()).unwrap_or_default();
+        let mut want_client = side.spec(&caller_ip);
+        self.client_port(&want_client).await?;
+
+        // 2. The endpoint: Quiver Requests it as a client.
+        let suggested = format!("nse-{own_short}");
+        let offers = |url: &str| {
+            mechanism::offers(
+                &client_mech.r#type,
+                &suggested,
+                tunnel,
+                url.starts_with("tcp://"),
+            )
+        };
+        let (url, answer, passed) = self
+            .request_endpoint(&conn, path, &position, offers)
+            .await?;
+        let (ip, ep, answer_fds) = self.read_answer(&answer, &passed, &suggested, tunnel)?;
+
+        // 3. The client side again, if the endpoint's context changed its addresses.
+        let with_answer = side.spec(&ip);
+        if with_answer != want_client {
+            self.replace_client_port(&want_client, &with_answer).await?;
+            want_client = with_answer;
+        }
+
+        // 4. The endpoint side (made with the cross-connect, in one data-path call).
+        let want_endpoint = endpoint_spec(self.owner, ep, payload, tunnel, &ip);
+        let create_endpoint = self.endpoint_port(&want_endpoint).await?;
+
+        // 5. The cross-connect.
+        let xc = match payload {
+            Payload::Ethernet => CrossConnect::L2,
+            Payload::Ip => CrossConnect::L3 {
+                to_endpoint: ip.endpoint_hop(),
+                to_client: ip.client_hop(),
+            },
+        };
+        self.cross_connect(&want_client, &want_endpoint, &xc, create_endpoint)
+            .await?;
+
+        // 6. The answer.
+        let client_answer = client_answer(client_mech, &want_client, tunnel);
+        let published = published(&answer, &position, client_answer, &conn);
+        Ok(Built {
+            own_id: position.own_id.clone(),
+            client: want_client,
+            endpoint: want_endpoint,
+            cross_connect: xc,
+            endpoint_url: url,
+            endpoint_conn: answer,
+            published,
+            caller: (position.prev_id, position.prev_index),
+            expires: position.expires,
+            answer_fds,
+        })
+    }
+
+    /// As the answering end of a VXLAN tunnel, Quiver chooses the VNI (kept on refresh).
+    fn claim_client_vni(&self, client: &ClientMechanism) -> Result<u32, Status> {
+        let ClientMechanism::Vxlan { remote, vni, .. } = client else {
+            return Ok(0);
+        };
+        let kept = self.old.and_then(|o| match &o.client {
+            PortSpec::Vxlan(v) if v.remote == *remote => Some(v.vni),
+            _ => None,
+        });
+        self.parts
+            .vnis
+            .claim(*remote, self.owner, vni.or(kept))
+            .ok_or_else(|| {
+                Status::resource_exhausted(format!("every VNI toward {remote} is in use"))
+            })
+    }
+
+    /// Removes the old connection's cross-connects, unless that was done already.
+    async fn disconnect_old(&mut self) -> Result<(), Status> {
+        if let Some(o) = self.old {
+            if !std::mem::replace(&mut self.disconnected, true) {
+                let ports = [o.client.name(), o.endpoint.name()];
+                self.parts.dp.disconnect(self.owner, ports).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Step 1: the client-side port `want`, unless the old connection has it already.
+    async fn client_port(&mut self, want: &PortSpec) -> Result<(), Status> {
+        if self.old.map(|o| &o.client) == Some(want) {
+            return Ok(());
+        }
+        if let Some(o) = self.old {
+            self.disconnect_old().await?;
+            let port = o.client.name().clone();
+            self.parts.dp.remove_port(self.owner, port).await?;
+        }
+        self.parts.dp.create(self.owner, want.clone()).await?;
+        self.rebuilt = true;
+        Ok(())
+    }
+
+    /// Step 2: Requests the endpoint (the old connection's, or the one discovery finds) with
+    /// Quiver's `offers` for its URL: the URL, the answer, and the fds passed with it.
+    async fn request_endpoint(
+        &mut self,
+        conn: &Connection,
+        path: Path,
+        position: &Position,
+        offers: impl FnOnce(&str) -> Vec<Mechanism>,
+    ) -> Result<(String, Connection, ReceivedFds), Status> {
+        let known = self.old.filter(|o| {
+            o.endpoint_conn.network_service_endpoint_name == conn.network_service_endpoint_name
+        });
+        let url = match known {
+            Some(o) => o.endpoint_url.clone(),
+            None => self.parts.discovery.find(conn).await?,
+        };
+        let outgoing = Connection {
+            id: position.own_id.clone(),
+            network_service: conn.network_service.clone(),
+            mechanism: self.old.and_then(|o| o.endpoint_conn.mechanism.clone()),
+            context: conn.context.clone(),
+            labels: conn.labels.clone(),
+            path: Some(path),
+            network_service_endpoint_name: conn.network_service_endpoint_name.clone(),
+            payload: conn.payload.clone(),
+            state: State::Up as i32,
+        };
+        let request = NetworkServiceRequest {
+            connection: Some(outgoing),
+            mechanism_preferences: offers(&url),
+        };
+        let (answer, passed) = self.parts.endpoints.request(&url, request).await?;
+        self.endpoint_hold = Some((url.clone(), answer.clone()));
+        Ok((url, answer, passed))
+    }
+
+    /// Step 2, the answer: its IP context checked, its mechanism read with the fds the
+    /// endpoint passed for its `inode://` URLs (held by the connection from now on; `answer`
+    /// itself is kept as the endpoint wrote it).
+    fn read_answer(
+        &self,
+        answer: &Connection,
+        passed: &ReceivedFds,
+        suggested: &str,
+        tunnel: Option<TunnelEnd>,
+    ) -> Result<(SidesIp, EndpointMechanism, Resolved), Status> {
+        let ip = validate::context(answer.context.as_ref()).map_err(|e| {
+            Status::failed_precondition(format!(
+                "the endpoint answered with a bad context: {}",
+                e.message()
+            ))
+        })?;
+        let (answer_mech, answer_fds) =
+            self.parts
+                .answer_fds
+                .resolve_answer(self.owner, passed, answer.mechanism.as_ref())?;
+        let ep = mechanism::endpoint_side(answer_mech.as_ref(), suggested, tunnel.is_some())?;
+        Ok((ip, ep, answer_fds))
+    }
+
+    /// Step 3: the client-side port `current` (made in step 1) replaced by `want`.
+    async fn replace_client_port(
+        &mut self,
+        current: &PortSpec,
+        want: &PortSpec,
+    ) -> Result<(), Status> {
+        if let Some(o) = self.old.filter(|_| !self.disconnected) {
+            self.disconnected = true;
+            let ports = [o.client.name(), o.endpoint.name()];
+            self.parts.dp.disconnect(self.owner, ports).await?;
+        }
+        let port = current.name().clone();
+        self.parts.dp.remove_port(self.owner, port).await?;
+        self.parts.dp.create(self.owner, want.clone()).await?;
+        self.rebuilt = true;
+        Ok(())
+    }
+
+    /// Step 4: the old endpoint-side port removed if it is not `want`; returns `want` when it
+    /// is to be made (with the cross-connect).
+    async fn endpoint_port(&mut self, want: &PortSpec) -> Result<Option<PortSpec>, Status> {
+        if self.old.map(|o| &o.endpoint) == Some(want) {
+            return Ok(None);
+        }
+        if let Some(o) = self.old {
+            self.disconnect_old().await?;
+            let port = o.endpoint.name().clone();
+            self.parts.dp.remove_port(self.owner, port).await?;
+        }
+        self.rebuilt = true;
+        Ok(Some(want.clone()))
+    }
+
+    /// Step 5: the cross-connect `xc` between the two ports (and the endpoint-side port, when
+    /// it is new: one hand-off), unless the old connection has it as it is.
+    async fn cross_connect(
+        &mut self,
+        client: &PortSpec,
+        endpoint: &PortSpec,
+        xc: &CrossConnect,
+        create_endpoint: Option<PortSpec>,
+    ) -> Result<(), Status> {
+        let connect = self.rebuilt || self.old.map(|o| &o.cross_connect) != Some(xc);
+        if !connect {
+            return Ok(());
+        }
+        if let Some(o) = self.old.filter(|_| !self.disconnected) {
+            let ports = [o.client.name(), o.endpoint.name()];
+            self.parts.dp.disconnect(self.owner, ports).await?;
+        }
+        let (o, a, b, x) = (
+            self.owner.to_string(),
+            client.name().clone(),
+            endpoint.name().clone(),
+            xc.clone(),
+        );
+        self.parts
+            .dp
+            .call(move |d| {
+                if let Some(spec) = &create_endpoint {
+                    create_port(d, &o, spec)?;
+                }
+                match x {
+                    CrossConnect::L2 => d.l2_cross_connect(&o, &a, &b),
+                    CrossConnect::L3 {
+                        to_endpoint,
+                        to_client,
+                    } => d.l3_cross_connect(&o, &a, &b, to_endpoint, to_client),
+                }
+            })
+            .await
+    }
+}
+
+/// The endpoint-side port the endpoint's answer `ep` asks for.
+fn endpoint_spec(
+    owner: &str,
+    ep: EndpointMechanism,
+    payload: Payload,
+    tunnel: Option<TunnelEnd>,
+    ip: &SidesIp,
+) -> PortSpec {
+    match ep {
+        EndpointMechanism::Memif { netns, socket, mtu } => PortSpec::Memif(MemifSpec {
+            name: endpoint_port(owner),
+            role: MemifRole::Slave,
+            socket,
+            netns,
+            mode: frame_mode(payload),
+            mtu,
+        }),
+        EndpointMechanism::Kernel { netns, ifname, mtu } => PortSpec::Kernel(KernelSpec {
+            name: endpoint_port(owner),
+            netns,
+            ifname,
+            mtu,
+            ip: ip.endpoint.clone(),
+        }),
+        EndpointMechanism::Vxlan {
+            remote,
+            remote_port,
+            vni,
+        } => PortSpec::Vxlan(VxlanSpec {
+            name: endpoint_port(owner),
+            // Offered only with a tunnel end.
+            local: tunnel.map_or(Ipv4Addr::UNSPECIFIED, |t| t.ip),
+            remote,
+            vni,
+            dst_port: remote_port,
+        }),
+    }
+}
+
+/// The caller's mechanism as Quiver answers it: with what the client needs to reach Quiver's
+/// port (`socketfile`; the tunnel's `dst_ip`, `dst_port`, `vni`).
+fn client_answer(
+    mut client_mech: Mechanism,
+    client: &PortSpec,
+    tunnel: Option<TunnelEnd>,
+) -> Mechanism {
+    match client {
+        PortSpec::Memif(m) => {
+            client_mech
+                .parameters
+                .insert(mechanism::SOCKETFILE.into(), m.socket.clone());
+        }
+        PortSpec::Vxlan(v) => {
+            let port = tunnel.map_or(mechanism::VXLAN_DEFAULT_PORT, |t| t.port);
+            for (k, val) in [
+                (mechanism::DST_IP, v.local.to_string()),
+                (mechanism::DST_PORT, port.to_string()),
+                (mechanism::VNI, v.vni.to_string()),
+            ] {
+                client_mech.parameters.insert(k.into(), val);
+            }
+        }
+        PortSpec::Kernel(_) => {}
+    }
+    client_mech
+}
+
+/// What the monitor shows of the connection: the endpoint's answer with Quiver's segment id
+/// and index, the client's mechanism as answered, UP, and the caller's context if the endpoint
+/// gave none.
+fn published(
+    answer: &Connection,
+    position: &Position,
+    client_answer: Mechanism,
+    conn: &Connection,
+) -> Connection {
+    let mut published = answer.clone();
+    published.id = position.own_id.clone();
+    if let Some(p) = published.path.as_mut() {
+        p.index = position.own_index;
+    }
+    published.mechanism = Some(client_answer);
+    published.state = State::Up as i32;
+    if published.context.is_none() {
+        published.context = conn.context.clone();
+    }
+    published
+}

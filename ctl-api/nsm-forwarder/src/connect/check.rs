@@ -1,0 +1,91 @@
+//! What a Request asks for, checked before anything is touched ([`Checked`]): its id, payload,
+//! context, path and mechanism.
+
+use std::time::SystemTime;
+
+use nsm_proto::connection::{Connection, Mechanism, Path};
+use nsm_proto::networkservice::NetworkServiceRequest;
+use tonic::Status;
+
+use crate::config::NsmConfig;
+use crate::mechanism::{self, ClientMechanism, TunnelEnd};
+use crate::path::{self, Position};
+use crate::validate::{self, Payload};
+
+/// The longest connection id Quiver accepts (it names sockets and ports; NSM's are UUIDs).
+pub const MAX_ID_LEN: usize = 48;
+
+/// What a Request asks for, checked, before anything is touched.
+pub(super) struct Checked {
+    pub(super) conn: Connection,
+    pub(super) payload: Payload,
+    pub(super) mechanism: Mechanism,
+    pub(super) client: ClientMechanism,
+    pub(super) path: Path,
+    pub(super) position: Position,
+}
+
+/// The id of the connection `req` asks for: not empty, at most [`MAX_ID_LEN`] bytes. Checked
+/// first, as the id is needed for the connection's lock.
+pub(super) fn connection_id(req: &NetworkServiceRequest) -> Result<String, Status> {
+    let id = req
+        .connection
+        .as_ref()
+        .map(|c| c.id.clone())
+        .unwrap_or_default();
+    if id.is_empty() {
+        return Err(Status::invalid_argument("connection.id is empty"));
+    }
+    if id.len() > MAX_ID_LEN {
+        return Err(Status::invalid_argument(format!(
+            "connection.id is longer than {MAX_ID_LEN} bytes"
+        )));
+    }
+    Ok(id)
+}
+
+/// Quiver's end of VXLAN tunnels, when it has a tunnel address (IPv4).
+pub(super) fn tunnel_end(cfg: &NsmConfig) -> Option<TunnelEnd> {
+    match cfg.tunnel_ip {
+        Some(std::net::IpAddr::V4(ip)) => Some(TunnelEnd {
+            ip,
+            port: cfg.vxlan_port,
+        }),
+        _ => None,
+    }
+}
+
+/// Checks everything of `req` that can be checked before anything is built; `known_id` is
+/// Quiver's segment id of the connection it holds already (a refresh).
+pub(super) fn check(
+    cfg: &NsmConfig,
+    req: &NetworkServiceRequest,
+    known_id: Option<&str>,
+) -> Result<Checked, Status> {
+    let conn = req
+        .connection
+        .clone()
+        .ok_or_else(|| Status::invalid_argument("the request has no connection"))?;
+    let payload = validate::payload(&conn.payload)?;
+    validate::context(conn.context.as_ref())?;
+    let (path, position) = path::advance(
+        &conn,
+        &cfg.name,
+        known_id,
+        cfg.max_token_lifetime,
+        SystemTime::now(),
+    )?;
+    let (mechanism, client) = mechanism::select(
+        conn.mechanism.as_ref(),
+        &req.mechanism_preferences,
+        tunnel_end(cfg).is_some() && payload == Payload::Ethernet,
+    )?;
+    Ok(Checked {
+        conn,
+        payload,
+        mechanism,
+        client,
+        path,
+        position,
+    })
+}
