@@ -19,14 +19,16 @@ use graph_nodes::nodes::L2Xconnect;
 
 use super::*;
 
+/// A cut-through to start: the receiving interface, its memif port, the transmitting memif
+/// port, and the flag that ends it.
+type Start = (IfIndex, Arc<MemifPort>, Arc<MemifPort>, Arc<AtomicBool>);
+
 /// Worker command: interface `from`'s frames straight to interface `to`'s transmit queue,
 /// for each (from, to) of a commit's new cut-throughs, each for as long as its flag stays
 /// set (one command for the commit, so the control plane waits for the workers once). A
 /// worker without a transmit queue for `to`, or whose queues cannot pair, keeps using the
 /// graph.
-fn cut_through_command(
-    starts: Vec<(IfIndex, Arc<MemifPort>, Arc<MemifPort>, Arc<AtomicBool>)>,
-) -> WorkerCommand<ForwardingState> {
+fn cut_through_command(starts: Vec<Start>) -> WorkerCommand<ForwardingState> {
     Box::new(move |w| {
         for (from, a, b, on) in &starts {
             let from = *from;
