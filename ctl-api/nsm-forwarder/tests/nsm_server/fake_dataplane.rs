@@ -1,0 +1,183 @@
+//! The in-memory data path: refuses what the real one would (duplicate ports, cross-connects of
+//! unknown ports) and records what was made and removed.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Mutex;
+
+use nsm_forwarder::dataplane::{KernelSpec, MemifSpec};
+use nsm_forwarder::{Dataplane, DataplaneError, LinkEvent, LinkEvents, PortName, PortSpec};
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Xc {
+    L2(String),
+    L3(String, Option<IpAddr>),
+}
+
+#[derive(Default, Debug)]
+pub(crate) struct FakeState {
+    pub(crate) ports: BTreeMap<String, (String, PortSpec)>,
+    pub(crate) xcs: BTreeMap<String, (String, Xc)>,
+    /// Every successful create, in order (port names).
+    pub(crate) created: Vec<String>,
+    /// Every successful remove_port or removal by remove_owned (port names).
+    pub(crate) removed: Vec<String>,
+    /// Creating this port fails.
+    pub(crate) fail_create: Option<String>,
+}
+
+#[derive(Default)]
+pub(crate) struct FakeDp {
+    pub(crate) state: Mutex<FakeState>,
+    pub(crate) links: Mutex<Option<LinkEvents>>,
+}
+
+impl FakeDp {
+    pub(crate) fn st(&self) -> std::sync::MutexGuard<'_, FakeState> {
+        self.state.lock().unwrap()
+    }
+    pub(crate) fn is_empty(&self) -> bool {
+        let s = self.st();
+        s.ports.is_empty() && s.xcs.is_empty()
+    }
+    pub(crate) fn port(&self, name: &str) -> Option<PortSpec> {
+        self.st().ports.get(name).map(|(_, p)| p.clone())
+    }
+    pub(crate) fn xc(&self, from: &str) -> Option<Xc> {
+        self.st().xcs.get(from).map(|(_, x)| x.clone())
+    }
+    pub(crate) fn created(&self) -> Vec<String> {
+        self.st().created.clone()
+    }
+    pub(crate) fn removed(&self) -> Vec<String> {
+        self.st().removed.clone()
+    }
+    pub(crate) fn add(&self, owner: &str, spec: PortSpec) -> Result<(), DataplaneError> {
+        let mut s = self.st();
+        let name = spec.name().0.clone();
+        if s.fail_create.as_ref() == Some(&name) {
+            return Err(DataplaneError::Failed(format!("cannot create {name}")));
+        }
+        if s.ports.contains_key(&name) {
+            return Err(DataplaneError::AlreadyExists(name));
+        }
+        s.ports.insert(name.clone(), (owner.into(), spec));
+        s.created.push(name);
+        Ok(())
+    }
+    pub(crate) fn link(&self, ev: LinkEvent) {
+        self.links.lock().unwrap().as_ref().unwrap().send(ev);
+    }
+}
+
+impl Dataplane for FakeDp {
+    fn create_memif(&self, owner: &str, spec: &MemifSpec) -> Result<(), DataplaneError> {
+        self.add(owner, PortSpec::Memif(spec.clone()))
+    }
+    fn create_kernel(&self, owner: &str, spec: &KernelSpec) -> Result<(), DataplaneError> {
+        self.add(owner, PortSpec::Kernel(spec.clone()))
+    }
+    fn remove_port(&self, owner: &str, port: &PortName) -> Result<(), DataplaneError> {
+        let mut s = self.st();
+        match s.ports.get(&port.0) {
+            Some((o, _)) if o == owner => {}
+            _ => return Err(DataplaneError::NotFound(port.0.clone())),
+        }
+        if s.xcs.contains_key(&port.0)
+            || s.xcs
+                .values()
+                .any(|(_, x)| matches!(x, Xc::L2(t) | Xc::L3(t, _) if *t == port.0))
+        {
+            return Err(DataplaneError::InvalidArgument(format!(
+                "{port} is cross-connected"
+            )));
+        }
+        s.ports.remove(&port.0);
+        s.removed.push(port.0.clone());
+        Ok(())
+    }
+    fn l2_cross_connect(
+        &self,
+        owner: &str,
+        a: &PortName,
+        b: &PortName,
+    ) -> Result<(), DataplaneError> {
+        let mut s = self.st();
+        for p in [a, b] {
+            if !s.ports.contains_key(&p.0) {
+                return Err(DataplaneError::NotFound(p.0.clone()));
+            }
+            if s.xcs.contains_key(&p.0) {
+                return Err(DataplaneError::AlreadyExists(format!(
+                    "cross-connect from {p}"
+                )));
+            }
+        }
+        s.xcs
+            .insert(a.0.clone(), (owner.into(), Xc::L2(b.0.clone())));
+        s.xcs
+            .insert(b.0.clone(), (owner.into(), Xc::L2(a.0.clone())));
+        Ok(())
+    }
+    fn l3_cross_connect(
+        &self,
+        owner: &str,
+        a: &PortName,
+        b: &PortName,
+        peer_b: Option<IpAddr>,
+        peer_a: Option<IpAddr>,
+    ) -> Result<(), DataplaneError> {
+        let mut s = self.st();
+        for p in [a, b] {
+            if !s.ports.contains_key(&p.0) {
+                return Err(DataplaneError::NotFound(p.0.clone()));
+            }
+            if s.xcs.contains_key(&p.0) {
+                return Err(DataplaneError::AlreadyExists(format!(
+                    "cross-connect from {p}"
+                )));
+            }
+        }
+        s.xcs
+            .insert(a.0.clone(), (owner.into(), Xc::L3(b.0.clone(), peer_b)));
+        s.xcs
+            .insert(b.0.clone(), (owner.into(), Xc::L3(a.0.clone(), peer_a)));
+        Ok(())
+    }
+    fn disconnect(&self, _owner: &str, port: &PortName) -> Result<(), DataplaneError> {
+        let mut s = self.st();
+        match s.xcs.remove(&port.0) {
+            Some((_, Xc::L2(peer) | Xc::L3(peer, _))) => {
+                s.xcs.remove(&peer);
+                Ok(())
+            }
+            None => Err(DataplaneError::NotFound(format!(
+                "no cross-connect from {port}"
+            ))),
+        }
+    }
+    fn remove_owned(&self, owner: &str) -> Result<(), DataplaneError> {
+        let mut s = self.st();
+        s.xcs.retain(|_, (o, _)| o != owner);
+        let gone: Vec<String> = s
+            .ports
+            .iter()
+            .filter(|(_, (o, _))| o == owner)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for n in gone {
+            s.ports.remove(&n);
+            s.removed.push(n);
+        }
+        Ok(())
+    }
+    fn owners(&self) -> Result<Vec<String>, DataplaneError> {
+        let s = self.st();
+        let mut o: Vec<String> = s.ports.values().map(|(o, _)| o.clone()).collect();
+        o.dedup();
+        Ok(o)
+    }
+    fn watch_links(&self, events: LinkEvents) {
+        *self.links.lock().unwrap() = Some(events);
+    }
+}
