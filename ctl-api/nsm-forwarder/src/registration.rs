@@ -7,9 +7,12 @@
 //! call (Register, the watch's Find, Unregister) carries Quiver's path token for nsmgr
 //! (`nsm-client-token`, aud = nsmgr's SPIFFE ID; see [`super::secure::sign_call`]). On a unix socket,
 //! the url is passed as NSM's grpcfd does: `inode://<dev>/<ino>` of Quiver's socket, its fd
-//! sent beside the call (see [`passed_endpoint`]).
+//! sent beside the call (see [`passed_endpoint`]). Register and Unregister carry the registry
+//! path as NSM's registry clients do (gRPC metadata `path`, see [`RegistryPath`]): nsmgr's
+//! authorization refuses them without it.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use nsm_proto::registry::network_service_endpoint_registry_client::NetworkServiceEndpointRegistryClient;
@@ -29,6 +32,67 @@ pub const FORWARDER_SERVICE: &str = "forwarder";
 
 /// How long to wait before registering again when nsmgr returned no expiration.
 const DEFAULT_REFRESH: Duration = Duration::from_secs(60);
+
+/// The gRPC metadata key of the registry path.
+const PATH_KEY: &str = "path";
+
+/// The path of a first registration: no segment yet (nsmgr fills them).
+const FIRST_PATH: &str = r#"{"Index":0,"PathSegments":null}"#;
+
+/// The registry path NSM's registry clients send beside Register and Unregister (sdk
+/// `grpcmetadata`): the JSON `{"Index":…,"PathSegments":[{"token":…},…]}` in the gRPC metadata
+/// `path`, [`FIRST_PATH`] the first time, then the one nsmgr sent back in its `path` response
+/// header, so that a refresh and the Unregister continue the same path. nsmgr's registry puts it
+/// in the call's context, its `updatepath` fills it and its authorization (`prev_token_signed`)
+/// checks it: without it every Register is `PermissionDenied`.
+#[derive(Clone, Debug, Default)]
+pub struct RegistryPath(Arc<Mutex<Option<String>>>);
+
+/// The shape of a registry path, to check what nsmgr sends back before keeping it.
+#[derive(serde::Deserialize)]
+struct PathJson {
+    #[serde(rename = "Index")]
+    _index: u32,
+    #[serde(rename = "PathSegments")]
+    _segments: Option<Vec<SegmentJson>>,
+}
+
+#[derive(serde::Deserialize)]
+struct SegmentJson {
+    #[serde(rename = "token")]
+    _token: String,
+}
+
+impl RegistryPath {
+    /// The path to send now.
+    pub fn current(&self) -> String {
+        let kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        kept.clone().unwrap_or_else(|| FIRST_PATH.to_string())
+    }
+
+    /// Forgets the path: the next registration is a first one (nsmgr lost Quiver's entry).
+    pub fn reset(&self) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// Puts the path in `req`'s metadata.
+    fn attach<T>(&self, req: &mut tonic::Request<T>) {
+        let value = tonic::metadata::MetadataValue::try_from(self.current())
+            .unwrap_or_else(|_| tonic::metadata::MetadataValue::from_static(FIRST_PATH));
+        req.metadata_mut().insert(PATH_KEY, value);
+    }
+
+    /// Keeps the path nsmgr sent back in `headers`, when it sent one that reads as a path.
+    fn keep(&self, headers: &tonic::metadata::MetadataMap) {
+        let Some(text) = headers.get(PATH_KEY).and_then(|v| v.to_str().ok()) else {
+            return;
+        };
+        match serde_json::from_str::<PathJson>(text) {
+            Ok(_) => *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(text.to_string()),
+            Err(e) => tracing::warn!(error = %e, "nsmgr sent a registry path that does not parse"),
+        }
+    }
+}
 
 /// Quiver as a registry entry.
 pub fn endpoint(cfg: &NsmConfig) -> NetworkServiceEndpoint {
@@ -68,10 +132,10 @@ pub fn passed_endpoint(cfg: &NsmConfig, channel: &PeerChannel) -> NetworkService
     nse
 }
 
-/// Registers once; returns how long until the next registration is due (2/3 of the
-/// expiration nsmgr granted).
-pub async fn register(cfg: &NsmConfig) -> Result<Duration, Status> {
-    register_on(cfg).await.map(|(next, _)| next)
+/// Registers once, continuing `path`; returns how long until the next registration is due
+/// (2/3 of the expiration nsmgr granted).
+pub async fn register(cfg: &NsmConfig, path: &RegistryPath) -> Result<Duration, Status> {
+    register_on(cfg, path).await.map(|(next, _)| next)
 }
 
 /// A call to nsmgr on `channel`: with Quiver's path token for it when Quiver has an identity.
@@ -89,12 +153,18 @@ fn registry_request<T>(
 }
 
 /// [`register`], also returning the channel to nsmgr.
-async fn register_on(cfg: &NsmConfig) -> Result<(Duration, PeerChannel), Status> {
+async fn register_on(
+    cfg: &NsmConfig,
+    path: &RegistryPath,
+) -> Result<(Duration, PeerChannel), Status> {
     let peer = dial_peer(&cfg.connect_to, cfg.dial_timeout, cfg.identity.as_ref()).await?;
     let mut client = NetworkServiceEndpointRegistryClient::new(peer.channel());
     let mut req = registry_request(cfg, &peer, passed_endpoint(cfg, &peer))?;
     req.set_timeout(cfg.dial_timeout * 4);
-    let granted = client.register(req).await?.into_inner();
+    path.attach(&mut req);
+    let answer = client.register(req).await?;
+    path.keep(answer.metadata());
+    let granted = answer.into_inner();
     let left = granted
         .expiration_time
         .as_ref()
@@ -168,14 +238,15 @@ async fn watch_until(cfg: &NsmConfig, channel: PeerChannel, next: Duration) -> W
     }
 }
 
-/// Removes Quiver's registration (when the server stops); a failure is logged (the entry
-/// expires on its own).
-pub async fn unregister(cfg: &NsmConfig) {
+/// Removes Quiver's registration (when the server stops), continuing `path`; a failure is
+/// logged (the entry expires on its own).
+pub async fn unregister(cfg: &NsmConfig, path: &RegistryPath) {
     let unregister = async {
         let peer = dial_peer(&cfg.connect_to, cfg.dial_timeout, cfg.identity.as_ref()).await?;
         let mut client = NetworkServiceEndpointRegistryClient::new(peer.channel());
         let mut req = registry_request(cfg, &peer, passed_endpoint(cfg, &peer))?;
         req.set_timeout(cfg.dial_timeout * 4);
+        path.attach(&mut req);
         client.unregister(req).await
     };
     match tokio::time::timeout(cfg.dial_timeout * 5, unregister).await {
@@ -188,20 +259,22 @@ pub async fn unregister(cfg: &NsmConfig) {
 }
 
 /// Registers, and again before each registration expires or as soon as nsmgr lost it (see
-/// `watch_until`), forever; a failure is logged and retried with a growing pause (up to
-/// 30 s), as is a registration lost again and again.
-pub async fn keep_registered(cfg: NsmConfig) {
+/// `watch_until`), forever, along `path`; a failure is logged and retried with a growing
+/// pause (up to 30 s), as is a registration lost again and again.
+pub async fn keep_registered(cfg: NsmConfig, path: RegistryPath) {
     const FIRST_PAUSE: Duration = Duration::from_millis(250);
     let mut pause = FIRST_PAUSE;
     let mut lost_pause = FIRST_PAUSE;
     loop {
-        match register_on(&cfg).await {
+        match register_on(&cfg, &path).await {
             Ok((next, channel)) => {
                 tracing::debug!(registry = cfg.connect_to, ?next, "registered with nsmgr");
                 pause = FIRST_PAUSE;
                 match watch_until(&cfg, channel, next).await {
                     Watched::Due => lost_pause = FIRST_PAUSE,
                     Watched::Lost(why) => {
+                        // A new registration, not a refresh: nsmgr no longer has the old one.
+                        path.reset();
                         tracing::warn!(
                             registry = cfg.connect_to,
                             why,

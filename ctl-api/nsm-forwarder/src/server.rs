@@ -116,13 +116,15 @@ impl NsmService {
         }
         if self.core.cfg.register {
             let cfg = self.core.cfg.clone();
-            let registration = tokio::spawn(registration::keep_registered(cfg.clone()));
+            let path = registration::RegistryPath::default();
+            let registration =
+                tokio::spawn(registration::keep_registered(cfg.clone(), path.clone()));
             // Stops with the server, even when this future is dropped.
             let stop = AbortOnDrop(registration.abort_handle());
             let served = self.serve_inner(listener, shutdown).await;
             drop(stop);
             // Nothing should be sent here any more: leave the registry.
-            registration::unregister(&cfg).await;
+            registration::unregister(&cfg, &path).await;
             return served;
         }
         self.serve_inner(listener, shutdown).await

@@ -361,12 +361,30 @@ impl BlockingClient {
     }
 }
 
-/// What a [`TestRegistry`] was asked, in order: `register <name>` and `unregister <name>`.
+/// What a [`TestRegistry`] was asked, in order: `register <name> path=<path>` and
+/// `unregister <name> path=<path>`, the registry path (gRPC metadata `path`) as it came.
 pub type RegistryLog = Arc<Mutex<Vec<String>>>;
 
 #[derive(Clone)]
 struct Registry {
     log: RegistryLog,
+    expiry: Duration,
+    /// Registrations answered so far: each answer's path has a new token, as nsmgr's has.
+    answered: Arc<std::sync::atomic::AtomicU32>,
+}
+
+/// The registry path a call carried, or why nsmgr would refuse the call.
+fn path_of<T>(request: &Request<T>) -> Result<String, Status> {
+    let refused = || Status::permission_denied("no sufficient privileges (no registry path)");
+    let path = request
+        .metadata()
+        .get("path")
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(refused)?;
+    // As nsmgr's grpcmetadata reads it: JSON with Index and PathSegments.
+    let ok =
+        path.starts_with('{') && path.contains("\"Index\"") && path.contains("\"PathSegments\"");
+    ok.then(|| path.to_string()).ok_or_else(refused)
 }
 
 #[tonic::async_trait]
@@ -375,11 +393,23 @@ impl NetworkServiceEndpointRegistry for Registry {
         &self,
         request: Request<NetworkServiceEndpoint>,
     ) -> Result<Response<NetworkServiceEndpoint>, Status> {
+        let path = path_of(&request)?;
         let mut nse = request.into_inner();
-        self.note(format!("register {}", nse.name));
-        let expires = std::time::SystemTime::now() + Duration::from_secs(60);
+        self.note(format!("register {} path={path}", nse.name));
+        let expires = std::time::SystemTime::now() + self.expiry;
         nse.expiration_time = Some(prost_types::Timestamp::from(expires));
-        Ok(Response::new(nse))
+        // The path as nsmgr sends it back: the caller's segment and nsmgr's.
+        let n = self
+            .answered
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let back = format!(
+            r#"{{"Index":1,"PathSegments":[{{"token":"caller-{n}"}},{{"token":"nsmgr-{n}"}}]}}"#
+        );
+        let mut answer = Response::new(nse);
+        if let Ok(v) = tonic::metadata::MetadataValue::try_from(back) {
+            answer.metadata_mut().insert("path", v);
+        }
+        Ok(answer)
     }
 
     type FindStream = tokio_stream::Empty<Result<NetworkServiceEndpointResponse, Status>>;
@@ -395,7 +425,11 @@ impl NetworkServiceEndpointRegistry for Registry {
         &self,
         request: Request<NetworkServiceEndpoint>,
     ) -> Result<Response<()>, Status> {
-        self.note(format!("unregister {}", request.into_inner().name));
+        let path = path_of(&request)?;
+        self.note(format!(
+            "unregister {} path={path}",
+            request.into_inner().name
+        ));
         Ok(Response::new(()))
     }
 }
@@ -409,18 +443,30 @@ impl Registry {
     }
 }
 
-/// nsmgr's registry as a forwarder sees it, for tests: records each Register and Unregister
-/// (answering a registration with an expiry a minute away), finds nothing. Stops when dropped.
+/// nsmgr's registry as a forwarder sees it, for tests: refuses a Register or Unregister that
+/// carries no registry path (`PermissionDenied`, as nsmgr's authorization does), answers a
+/// registration with an expiry and with a new path in its `path` header, records each call,
+/// finds nothing. Stops when dropped.
 pub struct TestRegistry {
     log: RegistryLog,
     _served: Served,
 }
 
 impl TestRegistry {
-    /// Listens on `socket` (a path) and serves.
+    /// Listens on `socket` (a path) and serves, granting registrations a minute.
     pub fn start(socket: &Path) -> std::io::Result<Self> {
+        Self::start_granting(socket, Duration::from_secs(60))
+    }
+
+    /// [`TestRegistry::start`], granting registrations `expiry` (a forwarder registers again
+    /// at 2/3 of it).
+    pub fn start_granting(socket: &Path, expiry: Duration) -> std::io::Result<Self> {
         let log = RegistryLog::default();
-        let registry = Registry { log: log.clone() };
+        let registry = Registry {
+            log: log.clone(),
+            expiry,
+            answered: Arc::default(),
+        };
         Ok(TestRegistry {
             log,
             _served: Served::start(

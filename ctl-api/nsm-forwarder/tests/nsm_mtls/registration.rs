@@ -221,14 +221,15 @@ async fn register_find_and_unregister_carry_quivers_path_token_for_the_registry(
         ..NsmConfig::default()
     };
 
-    registration::register(&cfg).await.unwrap();
+    let path = registration::RegistryPath::default();
+    registration::register(&cfg, &path).await.unwrap();
     let lookup = Connection {
         network_service_endpoint_name: "quiver-node-1".into(),
         ..Default::default()
     };
     let found = RegistryDiscovery::new(&cfg).find(&lookup).await.unwrap();
     assert_eq!(found, "tcp://192.0.2.1:5001");
-    registration::unregister(&cfg).await;
+    registration::unregister(&cfg, &path).await;
     assert_eq!(
         registry.log.lock().unwrap().unregistered,
         ["quiver-node-1".to_string()]
