@@ -1,6 +1,6 @@
 //! `quiver run` with `NSM_LISTEN_ON=tcp://host:port`: NSM over TCP is served with SPIFFE mTLS
 //! only, so without `SPIFFE_ENDPOINT_SOCKET` Quiver refuses to start and says why. (Serving it
-//! with an identity is tested in `ctl-api/tests/nsm_mtls.rs`, with a test CA and Workload API.)
+//! with an identity is tested in `ctl-api/nsm-forwarder/tests/nsm_mtls/`, with a test CA and Workload API.)
 
 mod support;
 
