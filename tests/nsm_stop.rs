@@ -4,12 +4,16 @@
 
 mod support;
 
+use std::time::Duration;
+
 use nix::sys::signal::Signal;
+use nsm_forwarder::testing::{BlockingClient, TestRegistry};
+use nsm_proto::connection::MonitorScopeSelector;
 use support::{memif_pair_config, Quiver, Scratch};
 use testkit::wait_for;
 
-use nsm_forwarder::testing::TestRegistry;
-
+/// Stops on `signal` with a MonitorConnections stream open (nsmgr keeps one to each forwarder
+/// for good): the stream ends and Quiver exits 0.
 fn stops_cleanly_on(signal: Signal) {
     let name = format!("stop-{}", signal.as_str().to_lowercase());
     let dir = Scratch::new(&name);
@@ -33,14 +37,30 @@ fn stops_cleanly_on(signal: Signal) {
     let ifs = q.json(&["show", "interfaces"]);
     support::one(&ifs, "name", "memif0");
 
+    // nsmgr's watch: a stream that stays open until Quiver ends it.
+    let mut watcher = BlockingClient::connect(&nsm).unwrap();
+    let mut events = watcher.monitor(MonitorScopeSelector::default()).unwrap();
+    let first = watcher.next_event(&mut events, Duration::from_secs(10));
+    assert!(matches!(first, Ok(Some(_))), "{first:?}");
+
     let pid = nix::unistd::Pid::from_raw(q.child.id() as i32);
     nix::sys::signal::kill(pid, signal).unwrap();
+    // The stream ends with the server (the watcher answers while it waits, as nsmgr would).
+    let after = watcher.next_event(&mut events, Duration::from_secs(20));
+    assert!(!matches!(after, Ok(Some(_))), "{after:?}");
+    // Unlike nsmgr, this client answers nothing while not called: it leaves instead.
+    drop(events);
+    drop(watcher);
     let stdout = q.stdout.clone();
     let (status, log) = q.wait_exit();
     assert_eq!(
         status.code(),
         Some(0),
         "quiver exited {status} on {signal}:\n{log}"
+    );
+    assert!(
+        !log.contains("still open after the stop"),
+        "the open stream held the stop until its grace period ran out:\n{log}"
     );
     let printed = stdout.lock().unwrap().clone();
     assert!(

@@ -30,6 +30,8 @@ struct Subscriber {
 struct Inner {
     connections: HashMap<String, Connection>,
     subscribers: Vec<Subscriber>,
+    /// The server is stopping: streams end, new ones end at once.
+    closed: bool,
 }
 
 /// The published connections and their subscribers.
@@ -61,8 +63,19 @@ impl Monitor {
             ConnectionEventType::InitialStateTransfer,
             initial,
         )));
-        inner.subscribers.push(Subscriber { selector, tx });
+        if !inner.closed {
+            inner.subscribers.push(Subscriber { selector, tx });
+        }
         EventStream::new(rx)
+    }
+
+    /// Ends every subscriber's stream, and every later one's after its first event: the server
+    /// is stopping, and a stream that never ends (nsmgr keeps one open to each forwarder) would
+    /// hold its graceful stop forever.
+    pub fn close(&self) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.closed = true;
+        inner.subscribers.clear();
     }
 
     /// Publishes `conn` as created or changed (UPDATE).

@@ -163,11 +163,34 @@ impl NsmService {
                  set): unix sockets only, path tokens passed on unchecked"
             ),
         }
+        let core = self.core.clone();
         let router = tonic::transport::Server::builder()
             .add_service(health_service)
             .add_service(NetworkServiceServer::new(self.clone()))
             .add_service(MonitorConnectionServer::new(self));
-        spiffe_identity::serve(router, listener, identity.as_ref(), shutdown).await?;
+        // At the stop: MonitorConnections streams end (nsmgr keeps one open for good), calls
+        // in progress get STOP_GRACE to finish, then the server is dropped with them.
+        let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
+        let signal = async move {
+            shutdown.await;
+            core.monitor.close();
+            let _ = stopping.send(());
+        };
+        let serve = spiffe_identity::serve(router, listener, identity.as_ref(), signal);
+        tokio::pin!(serve);
+        let deadline = async move {
+            match stopped.await {
+                Ok(()) => tokio::time::sleep(STOP_GRACE).await,
+                Err(_) => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            served = &mut serve => served?,
+            () = deadline => tracing::warn!(
+                grace = ?STOP_GRACE,
+                "NSM calls still open after the stop's grace period: closing them"
+            ),
+        }
         Ok(())
     }
 
@@ -292,6 +315,9 @@ impl Drop for NsmHandle {
         }
     }
 }
+
+/// How long calls in progress may take to finish once the server is told to stop.
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 struct AbortOnDrop(tokio::task::AbortHandle);
 
