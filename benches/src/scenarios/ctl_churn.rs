@@ -38,7 +38,7 @@ use std::time::{Duration, Instant, SystemTime};
 use dataplane::{BufferPool, BufferPoolConfig, HugepagePolicy, IdlePolicy, WorkerConfig};
 use memif::{InterfaceConfig, Master, MasterConfig, Slave, SocketAddress};
 use nsm_forwarder::dataplane::{KernelSpec, MemifRole, MemifSpec};
-use nsm_forwarder::endpoint::{BoxFuture, EndpointDiscovery};
+use nsm_forwarder::endpoint::{BoxFuture, EndpointDiscovery, Found};
 use nsm_forwarder::path::timestamp;
 use nsm_forwarder::testing::{BlockingClient, TestEndpoint};
 use nsm_forwarder::{Dataplane, DataplaneError, LinkEvents, NsmConfig, NsmHandle, PortName};
@@ -65,11 +65,12 @@ const GOAL_PAIRS_PER_S: f64 = 500.0;
 struct ByName(HashMap<String, String>);
 
 impl EndpointDiscovery for ByName {
-    fn find<'a>(&'a self, conn: &'a Connection) -> BoxFuture<'a, Result<String, tonic::Status>> {
+    fn find<'a>(&'a self, conn: &'a Connection) -> BoxFuture<'a, Result<Found, tonic::Status>> {
         Box::pin(async move {
+            let name = &conn.network_service_endpoint_name;
             self.0
-                .get(&conn.network_service_endpoint_name)
-                .cloned()
+                .get(name)
+                .map(|url| Found::one(name.clone(), url.clone()))
                 .ok_or_else(|| tonic::Status::not_found("no such endpoint"))
         })
     }

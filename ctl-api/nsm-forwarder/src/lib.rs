@@ -9,10 +9,11 @@
 //! - [`dataplane`]: the [`Dataplane`] trait the forwarder implements (ports, cross-connects,
 //!   everything tagged with the owning connection id).
 //! - [`dial`]: dialing a peer (mTLS with an identity, plaintext on unix sockets without);
-//!   [`endpoint`]: finding the endpoint (registry `Find`, or a given URL); [`channels`]: one
-//!   channel per endpoint URL; [`registration`]: registering Quiver with nsmgr; [`secure`]:
-//!   path tokens on the calls Quiver receives and makes (mTLS itself is
-//!   [`spiffe_identity`]'s).
+//!   [`endpoint`]: finding the endpoints a connection may go to (the one it names, or those of
+//!   its network service that the service's matches select, from the registry; or a given
+//!   URL); [`channels`]: one channel per endpoint URL; [`registration`]: registering Quiver
+//!   with nsmgr; [`secure`]: path tokens on the calls Quiver receives and makes (mTLS itself
+//!   is [`spiffe_identity`]'s).
 //! - [`table`], [`monitor`], [`connect`]: the connections (one lock per id), their events, and
 //!   the Request/Close/expiry state machine ([`Core`]); `next_hop`: the watch of each
 //!   connection's next hop.
@@ -49,6 +50,6 @@ pub mod vni;
 pub use config::NsmConfig;
 pub use connect::{ConnectionSummary, Core};
 pub use dataplane::{Dataplane, DataplaneError, LinkEvent, LinkEvents, PortName, PortSpec};
-pub use endpoint::{EndpointDiscovery, RegistryDiscovery, StaticEndpoint};
+pub use endpoint::{Candidate, EndpointDiscovery, Found, RegistryDiscovery, StaticEndpoint};
 pub use next_hop::NextHopStats;
 pub use server::{NsmHandle, NsmService, ServeError};

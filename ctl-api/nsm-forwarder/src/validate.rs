@@ -23,6 +23,16 @@ pub enum Payload {
     Ip,
 }
 
+impl Payload {
+    /// Its name in `Connection.payload` (and a network service's registration).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Payload::Ethernet => "ETHERNET",
+            Payload::Ip => "IP",
+        }
+    }
+}
+
 /// Parses `Connection.payload`.
 pub fn payload(s: &str) -> Result<Payload, Status> {
     match s {

@@ -20,7 +20,8 @@ pub mod networkservice {
     tonic::include_proto!("networkservice");
 }
 
-/// `package registry`: the endpoint registry (Quiver is its client).
+/// `package registry`: the registry of network services and their endpoints (Quiver is its
+/// client).
 pub mod registry {
     tonic::include_proto!("registry");
 }

@@ -1,5 +1,6 @@
 //! Building or refreshing one connection for a checked Request ([`Build`]): the client-side
-//! port, then the endpoint (Quiver Requests it as a client), the client-side port again if the
+//! port, then the endpoint (Quiver Requests it as a client: the candidates `route` found, in
+//! turn, until one accepts), the client-side port again if the
 //! endpoint's answer changed its addresses, the endpoint-side port, the cross-connect, and the
 //! answer. What is already right (a refresh) is left alone; what differs is torn down and
 //! rebuilt, the old cross-connects first (once).
@@ -19,7 +20,7 @@ use super::entry::{
     client_port, endpoint_port, frame_mode, memif_socket, short, CrossConnect, Entry,
 };
 use crate::dataplane::{KernelSpec, MemifRole, MemifSpec, PortSpec, VxlanSpec};
-use crate::endpoint::EndpointDiscovery;
+use crate::endpoint::Candidate;
 use crate::fds::{HeldFds, Resolved};
 use crate::mechanism::{self, ClientMechanism, EndpointMechanism, TunnelEnd};
 use crate::path::Position;
@@ -30,7 +31,6 @@ use crate::vni::VniTable;
 pub(super) struct Parts<'a> {
     pub(super) dp: &'a DataPath,
     pub(super) endpoints: EndpointClient<'a>,
-    pub(super) discovery: &'a dyn EndpointDiscovery,
     pub(super) vnis: &'a VniTable,
     pub(super) answer_fds: &'a HeldFds,
     /// Quiver's end of VXLAN tunnels, if it has a tunnel address.
@@ -45,6 +45,8 @@ pub(super) struct Built {
     pub(super) endpoint: PortSpec,
     pub(super) cross_connect: CrossConnect,
     pub(super) endpoint_url: String,
+    /// The endpoint's registered name (empty if it has none).
+    pub(super) endpoint_name: String,
     /// The endpoint's answer, as it wrote it.
     pub(super) endpoint_conn: Connection,
     pub(super) published: Connection,
@@ -133,18 +135,22 @@ impl<'a> Build<'a> {
         }
     }
 
-    /// Builds the connection `c` asks for. On error, returns the endpoint connection to close
-    /// (if the endpoint holds one).
-    pub(super) async fn run(mut self, c: Checked) -> Result<Built, (Status, EndpointHold)> {
-        match self.steps(c).await {
+    /// Builds the connection `c` asks for, toward the first of `endpoints` that accepts it. On
+    /// error, returns the endpoint connection to close (if the endpoint holds one).
+    pub(super) async fn run(
+        mut self,
+        c: Checked,
+        endpoints: Vec<Candidate>,
+    ) -> Result<Built, (Status, EndpointHold)> {
+        match self.steps(c, endpoints).await {
             Ok(built) => Ok(built),
             Err(e) => Err((e, self.endpoint_hold.take())),
         }
     }
 
-    async fn steps(&mut self, c: Checked) -> Result<Built, Status> {
+    async fn steps(&mut self, c: Checked, endpoints: Vec<Candidate>) -> Result<Built, Status> {
         let Checked {
-            conn,
+            mut conn,
             payload,
             mechanism: client_mech,
             client,
@@ -180,9 +186,13 @@ impl<'a> Build<'a> {
                 url.starts_with("tcp://"),
             )
         };
-        let (url, answer, passed) = self
-            .request_endpoint(&conn, path, &position, offers)
+        let (chosen, answer, passed) = self
+            .request_endpoint(&conn, path, &position, endpoints, offers)
             .await?;
+        if !chosen.name.is_empty() {
+            // Answered and published: a refresh comes back to this endpoint.
+            conn.network_service_endpoint_name = chosen.name.clone();
+        }
         let (ip, ep, answer_fds) = self.read_answer(&answer, &passed, &suggested, tunnel)?;
 
         // 3. The client side again, if the endpoint's context changed its addresses.
@@ -215,7 +225,8 @@ impl<'a> Build<'a> {
             client: want_client,
             endpoint: want_endpoint,
             cross_connect: xc,
-            endpoint_url: url,
+            endpoint_url: chosen.url,
+            endpoint_name: chosen.name,
             endpoint_conn: answer,
             published,
             caller: (position.prev_id, position.prev_index),
@@ -267,40 +278,61 @@ impl<'a> Build<'a> {
         Ok(())
     }
 
-    /// Step 2: Requests the endpoint (the old connection's, or the one discovery finds) with
-    /// Quiver's `offers` for its URL: the URL, the answer, and the fds passed with it.
+    /// Step 2: Requests the first of `endpoints` that accepts (the old connection's, or those
+    /// `route` found, in turn) with Quiver's `offers` for its URL: that endpoint, the answer,
+    /// and the fds passed with it. When every one refuses: the refusal of a lone endpoint as
+    /// it is, of several one status that lists them (with the last one's code).
     async fn request_endpoint(
         &mut self,
         conn: &Connection,
         path: Path,
         position: &Position,
-        offers: impl FnOnce(&str) -> Vec<Mechanism>,
-    ) -> Result<(String, Connection, ReceivedFds), Status> {
-        let known = self.old.filter(|o| {
-            o.endpoint_conn.network_service_endpoint_name == conn.network_service_endpoint_name
-        });
-        let url = match known {
-            Some(o) => o.endpoint_url.clone(),
-            None => self.parts.discovery.find(conn).await?,
-        };
-        let outgoing = Connection {
-            id: position.own_id.clone(),
-            network_service: conn.network_service.clone(),
-            mechanism: self.old.and_then(|o| o.endpoint_conn.mechanism.clone()),
-            context: conn.context.clone(),
-            labels: conn.labels.clone(),
-            path: Some(path),
-            network_service_endpoint_name: conn.network_service_endpoint_name.clone(),
-            payload: conn.payload.clone(),
-            state: State::Up as i32,
-        };
-        let request = NetworkServiceRequest {
-            connection: Some(outgoing),
-            mechanism_preferences: offers(&url),
-        };
-        let (answer, passed) = self.parts.endpoints.request(&url, request).await?;
-        self.endpoint_hold = Some((url.clone(), answer.clone()));
-        Ok((url, answer, passed))
+        endpoints: Vec<Candidate>,
+        offers: impl Fn(&str) -> Vec<Mechanism>,
+    ) -> Result<(Candidate, Connection, ReceivedFds), Status> {
+        let several = endpoints.len() > 1;
+        let mut refusals = Vec::new();
+        for endpoint in endpoints {
+            let outgoing = Connection {
+                id: position.own_id.clone(),
+                network_service: conn.network_service.clone(),
+                // The mechanism the endpoint chose before, if it is the same endpoint.
+                mechanism: self
+                    .old
+                    .filter(|o| o.endpoint_url == endpoint.url)
+                    .and_then(|o| o.endpoint_conn.mechanism.clone()),
+                context: conn.context.clone(),
+                labels: conn.labels.clone(),
+                path: Some(path.clone()),
+                network_service_endpoint_name: match endpoint.name.as_str() {
+                    "" => conn.network_service_endpoint_name.clone(),
+                    name => name.to_string(),
+                },
+                payload: conn.payload.clone(),
+                state: State::Up as i32,
+            };
+            let request = NetworkServiceRequest {
+                connection: Some(outgoing),
+                mechanism_preferences: offers(&endpoint.url),
+            };
+            match self.parts.endpoints.request(&endpoint.url, request).await {
+                Ok((answer, passed)) => {
+                    self.endpoint_hold = Some((endpoint.url.clone(), answer.clone()));
+                    return Ok((endpoint, answer, passed));
+                }
+                Err(e) if several => {
+                    tracing::warn!(
+                        id = self.owner,
+                        endpoint = endpoint.name,
+                        error = %e,
+                        "the endpoint refused the Request: trying the next one"
+                    );
+                    refusals.push((endpoint.name, e));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(all_refused(&conn.network_service, refusals))
     }
 
     /// Step 2, the answer: its IP context checked, its mechanism read with the fds the
@@ -401,6 +433,25 @@ impl<'a> Build<'a> {
     }
 }
 
+/// The status when every endpoint of `service` refused (`refusals`: each one's name and
+/// refusal): the last refusal's code, every refusal in the message.
+fn all_refused(service: &str, refusals: Vec<(String, Status)>) -> Status {
+    let code = refusals
+        .last()
+        .map_or(tonic::Code::NotFound, |(_, e)| e.code());
+    let each: Vec<String> = refusals
+        .iter()
+        .map(|(name, e)| format!("{name}: {}", e.message()))
+        .collect();
+    Status::new(
+        code,
+        format!(
+            "every endpoint of network service {service:?} refused the Request: {}",
+            each.join("; ")
+        ),
+    )
+}
+
 /// The endpoint-side port the endpoint's answer `ep` asks for.
 fn endpoint_spec(
     owner: &str,
@@ -469,8 +520,9 @@ fn client_answer(
 }
 
 /// What the monitor shows of the connection: the endpoint's answer with Quiver's segment id
-/// and index, the client's mechanism as answered, UP, and the caller's context if the endpoint
-/// gave none.
+/// and index, the client's mechanism as answered, UP, the caller's context if the endpoint
+/// gave none, and the endpoint's name and the payload as Quiver chose them (when `conn` has
+/// them).
 fn published(
     answer: &Connection,
     position: &Position,
@@ -486,6 +538,12 @@ fn published(
     published.state = State::Up as i32;
     if published.context.is_none() {
         published.context = conn.context.clone();
+    }
+    if !conn.network_service_endpoint_name.is_empty() {
+        published.network_service_endpoint_name = conn.network_service_endpoint_name.clone();
+    }
+    if !conn.payload.is_empty() {
+        published.payload = conn.payload.clone();
     }
     published
 }

@@ -75,11 +75,7 @@ pub(super) fn check(
         cfg.max_token_lifetime,
         SystemTime::now(),
     )?;
-    let (mechanism, client) = mechanism::select(
-        conn.mechanism.as_ref(),
-        &req.mechanism_preferences,
-        tunnel_end(cfg).is_some() && payload == Payload::Ethernet,
-    )?;
+    let (mechanism, client) = select_mechanism(cfg, &conn, req, payload)?;
     Ok(Checked {
         conn,
         payload,
@@ -88,4 +84,37 @@ pub(super) fn check(
         path,
         position,
     })
+}
+
+/// The client's mechanism for `conn` with `payload` (VXLAN toward the client only for ETHERNET
+/// with a tunnel address).
+fn select_mechanism(
+    cfg: &NsmConfig,
+    conn: &Connection,
+    req: &NetworkServiceRequest,
+    payload: Payload,
+) -> Result<(Mechanism, ClientMechanism), Status> {
+    mechanism::select(
+        conn.mechanism.as_ref(),
+        &req.mechanism_preferences,
+        tunnel_end(cfg).is_some() && payload == Payload::Ethernet,
+    )
+}
+
+impl Checked {
+    /// The same Request with `payload` (its network service's, for a Request that named
+    /// none): the connection says it, and the client's mechanism is chosen again for it.
+    pub(super) fn with_payload(
+        mut self,
+        cfg: &NsmConfig,
+        req: &NetworkServiceRequest,
+        payload: Payload,
+    ) -> Result<Checked, Status> {
+        self.conn.payload = payload.as_str().to_string();
+        let (mechanism, client) = select_mechanism(cfg, &self.conn, req, payload)?;
+        self.payload = payload;
+        self.mechanism = mechanism;
+        self.client = client;
+        Ok(self)
+    }
 }

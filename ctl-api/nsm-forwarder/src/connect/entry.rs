@@ -31,6 +31,9 @@ pub(crate) struct Entry {
     pub(super) endpoint: PortSpec,
     pub(super) cross_connect: CrossConnect,
     pub(super) endpoint_url: String,
+    /// The endpoint's registered name (see [`crate::endpoint::Candidate::name`]): a refresh
+    /// that names it, or none, goes on to it.
+    pub(super) endpoint_name: String,
     /// The endpoint's last answer (its connection id is Quiver's segment id).
     pub(super) endpoint_conn: Connection,
     /// What the monitor shows: Quiver's segment id and index.

@@ -1,23 +1,27 @@
 //! Request and Close: the forwarder's state machine for one connection.
 //!
 //! A Request checks everything it can first (`check`: nothing is touched for a bad request),
-//! then, under the connection's lock, reconciles what the data path holds with what the
-//! Request asks for (`build`): the client-side port, then the endpoint (Quiver Requests it as
-//! a client, `endpoint_client`), the endpoint-side port, and the cross-connect. What is already
+//! then, under the connection's lock, finds the endpoints it may go to (`route`: the one it
+//! holds, or those discovery finds for its network service, round robin) and reconciles what
+//! the data path holds with what the Request asks for (`build`): the client-side port, then
+//! the endpoint (Quiver Requests it as a client, `endpoint_client`, trying the endpoints in
+//! turn until one accepts), the endpoint-side port, and the cross-connect. What is already
 //! right is left alone; what differs is torn down and rebuilt. If anything fails once the data
 //! path or the endpoint was touched, everything the connection owned is removed and the
 //! endpoint side is closed: a failed Request leaves no state. After each successful Request
 //! Quiver watches the endpoint's MonitorConnections (`crate::next_hop`): a Close or expiry on
 //! the far side closes the connection here too.
 //!
-//! Modules: `entry` (a connection as held, and the names of its ports), `check`, `data_path`
-//! (data-path calls from async code), `endpoint_client`, `build`; [`Core`] here uses them all.
+//! Modules: `entry` (a connection as held, and the names of its ports), `check`, `route`,
+//! `data_path` (data-path calls from async code), `endpoint_client`, `build`; [`Core`] here
+//! uses them all.
 
 mod build;
 mod check;
 mod data_path;
 mod endpoint_client;
 mod entry;
+mod route;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -33,6 +37,7 @@ use self::check::{check, connection_id, tunnel_end, Checked};
 use self::data_path::{ignore_not_found, DataPath};
 use self::endpoint_client::EndpointClient;
 use self::entry::Entry;
+use self::route::RoundRobin;
 use crate::channels::Channels;
 use crate::config::NsmConfig;
 use crate::dataplane::{Dataplane, LinkEvent};
@@ -67,6 +72,8 @@ pub struct Core {
     pub cfg: NsmConfig,
     dp: DataPath,
     discovery: Arc<dyn EndpointDiscovery>,
+    /// Where the next Request of each network service starts among its endpoints.
+    round_robin: RoundRobin,
     table: Table<Entry>,
     /// The published connections and the MonitorConnections subscribers.
     pub monitor: Monitor,
@@ -92,6 +99,7 @@ impl Core {
             cfg,
             dp: DataPath::new(dp),
             discovery,
+            round_robin: RoundRobin::default(),
             table: Table::default(),
             monitor: Monitor::default(),
             generation: AtomicU64::new(0),
@@ -161,9 +169,15 @@ impl Core {
         }
         let old = slot.take();
         let old_published = old.as_ref().map(|o| o.published.clone());
-        match self.build(&id, checked, old.as_ref()).await {
+        match self.build(&id, &req, checked, old.as_ref()).await {
             Ok(built) => {
                 let entry = self.hold(&id, built);
+                if let Some(o) = old.as_ref().filter(|o| route::moved(o, &entry)) {
+                    // The Request went to another endpoint: the old one's connection ends.
+                    self.endpoints()
+                        .close(&o.endpoint_url, o.endpoint_conn.clone())
+                        .await;
+                }
                 // The old watch of the next hop stops once the new one runs.
                 drop(old);
                 let answer = entry.answer();
@@ -190,26 +204,30 @@ impl Core {
         }
     }
 
-    /// Builds or refreshes one connection (see `build`). On error, returns the endpoint
-    /// connection to close (if the endpoint holds one).
+    /// Builds or refreshes one connection (see `route` and `build`) for `c`, checked of
+    /// `req`. On error, returns the endpoint connection to close (if the endpoint holds one).
     async fn build(
         &self,
         owner: &str,
+        req: &NetworkServiceRequest,
         c: Checked,
         old: Option<&Entry>,
     ) -> Result<Built, (Status, EndpointHold)> {
         if let Some(o) = old {
             o.expiry.abort();
         }
+        let (c, endpoints) = self.route(req, c, old).await.map_err(|e| {
+            let hold = old.map(|o| (o.endpoint_url.clone(), o.endpoint_conn.clone()));
+            (e, hold)
+        })?;
         let parts = Parts {
             dp: &self.dp,
             endpoints: self.endpoints(),
-            discovery: &*self.discovery,
             vnis: &self.vnis,
             answer_fds: &self.answer_fds,
             tunnel_end: tunnel_end(&self.cfg),
         };
-        Build::new(owner, old, parts).run(c).await
+        Build::new(owner, old, parts).run(c, endpoints).await
     }
 
     /// The connection `built` as Quiver holds it: its generation, expiry timer, the fds it
@@ -233,6 +251,7 @@ impl Core {
             endpoint: built.endpoint,
             cross_connect: built.cross_connect,
             endpoint_url: built.endpoint_url,
+            endpoint_name: built.endpoint_name,
             endpoint_conn: built.endpoint_conn,
             published: built.published,
             caller: built.caller,
@@ -286,8 +305,13 @@ impl Core {
         }
         tracing::info!(id = conn.id, "Close of an unknown connection");
         if let Some(next) = self.next_hop_of_unknown(&conn) {
+            // Only the endpoint the connection names: no other one holds it.
+            let name = &conn.network_service_endpoint_name;
             match self.discovery.find(&conn).await {
-                Ok(url) => self.endpoints().close(&url, next).await,
+                Ok(found) => match found.endpoints.iter().find(|c| c.name == *name) {
+                    Some(c) => self.endpoints().close(&c.url, next).await,
+                    None => tracing::warn!(id = conn.id, "no endpoint named {name:?} to close"),
+                },
                 Err(e) => {
                     tracing::warn!(id = conn.id, error = %e, "cannot find the endpoint to close")
                 }

@@ -228,7 +228,10 @@ async fn register_find_and_unregister_carry_quivers_path_token_for_the_registry(
         ..Default::default()
     };
     let found = RegistryDiscovery::new(&cfg).find(&lookup).await.unwrap();
-    assert_eq!(found, "tcp://192.0.2.1:5001");
+    assert_eq!(
+        found,
+        nsm_forwarder::endpoint::Found::one("quiver-node-1", "tcp://192.0.2.1:5001")
+    );
     registration::unregister(&cfg, &path).await;
     assert_eq!(
         registry.log.lock().unwrap().unregistered,
