@@ -37,7 +37,7 @@ use self::check::{check, connection_id, tunnel_end, Checked};
 use self::data_path::{ignore_not_found, DataPath};
 use self::endpoint_client::EndpointClient;
 use self::entry::Entry;
-use self::route::RoundRobin;
+use self::route::{RoundRobin, Router};
 use crate::channels::Channels;
 use crate::config::NsmConfig;
 use crate::dataplane::{Dataplane, LinkEvent};
@@ -216,7 +216,12 @@ impl Core {
         if let Some(o) = old {
             o.expiry.abort();
         }
-        let (c, endpoints) = self.route(req, c, old).await.map_err(|e| {
+        let router = Router {
+            cfg: &self.cfg,
+            discovery: &*self.discovery,
+            round_robin: &self.round_robin,
+        };
+        let (c, endpoints) = router.route(req, c, old).await.map_err(|e| {
             let hold = old.map(|o| (o.endpoint_url.clone(), o.endpoint_conn.clone()));
             (e, hold)
         })?;

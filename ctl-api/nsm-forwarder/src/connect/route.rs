@@ -1,4 +1,4 @@
-//! Which endpoints a Request is sent to, in which order ([`Core::route`]): the one the
+//! Which endpoints a Request is sent to, in which order ([`route`]): the one the
 //! connection holds already (a refresh), or those discovery finds, in turn from one further
 //! along for each Request of the same network service ([`RoundRobin`], as cmd-forwarder-vpp's
 //! sdk `roundrobin` server); a Request without a payload takes its network service's.
@@ -11,8 +11,8 @@ use tonic::Status;
 
 use super::check::Checked;
 use super::entry::Entry;
-use super::Core;
-use crate::endpoint::Candidate;
+use crate::config::NsmConfig;
+use crate::endpoint::{Candidate, EndpointDiscovery};
 use crate::validate;
 
 /// The most network services whose turn [`RoundRobin`] remembers; beyond, it starts over.
@@ -63,7 +63,14 @@ pub(super) fn moved(old: &Entry, new: &Entry) -> bool {
         && (old.endpoint_name.is_empty() || old.endpoint_name != new.endpoint_name)
 }
 
-impl Core {
+/// Where a Request goes: the settings, how endpoints are found, and whose turn it is.
+pub(super) struct Router<'a> {
+    pub(super) cfg: &'a NsmConfig,
+    pub(super) discovery: &'a dyn EndpointDiscovery,
+    pub(super) round_robin: &'a RoundRobin,
+}
+
+impl Router<'_> {
     /// The endpoints to send `checked` (of `req`) to, in order, and `checked` with the payload
     /// its network service has when the Request named none (a refresh keeps the one `old`
     /// has). A payload that contradicts the service's is `FailedPrecondition`; no endpoint at
@@ -82,7 +89,7 @@ impl Core {
             let checked = match checked.conn.payload.as_str() {
                 "" if !o.published.payload.is_empty() => {
                     let payload = validate::payload(&o.published.payload)?;
-                    checked.with_payload(&self.cfg, req, payload)?
+                    checked.with_payload(self.cfg, req, payload)?
                 }
                 _ => checked,
             };
@@ -97,7 +104,7 @@ impl Core {
             )));
         }
         let checked = match (found.payload, conn.payload.as_str()) {
-            (Some(p), "") => checked.with_payload(&self.cfg, req, p)?,
+            (Some(p), "") => checked.with_payload(self.cfg, req, p)?,
             (Some(p), asked) if asked != p.as_str() => {
                 return Err(Status::failed_precondition(format!(
                     "connection.payload is {asked}, but network service {:?} carries {}",
