@@ -1,4 +1,4 @@
-//! Which endpoints a Request is sent to, in which order ([`route`]): the one the
+//! Which endpoints a Request is sent to, in which order ([`Router::route`]): the one the
 //! connection holds already (a refresh), or those discovery finds, in turn from one further
 //! along for each Request of the same network service ([`RoundRobin`], as cmd-forwarder-vpp's
 //! sdk `roundrobin` server); a Request without a payload takes its network service's.
