@@ -117,6 +117,14 @@ impl Router<'_> {
         let endpoints = self
             .round_robin
             .order(&checked.conn.network_service, found.endpoints);
+        let names: Vec<&str> = endpoints.iter().map(|e| e.name.as_str()).collect();
+        tracing::debug!(
+            id = checked.conn.id,
+            service = checked.conn.network_service,
+            payload = checked.conn.payload,
+            endpoints = ?names,
+            "endpoints to try, in order"
+        );
         Ok((checked, endpoints))
     }
 }
