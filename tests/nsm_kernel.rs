@@ -4,6 +4,7 @@
 //! and back; after Close no interface, veth, port or cross-connect remains, and once the
 //! forwarder stops every buffer is back in the pool.
 
+use nsm_forwarder::pod_watch::Pod;
 use nsm_forwarder::testing::{BlockingClient, TestEndpoint};
 use nsm_forwarder::Dataplane;
 use nsm_proto::connection::{Connection, State};
@@ -87,6 +88,88 @@ fn ping_crosses_quiver_between_nsc_and_nse_kernel_interfaces_and_close_leaves_no
     assert!(!dp.owners().unwrap().contains(&id), "no tagged veth left");
     assert!(!nsc.ping("10.72.0.2"));
 
+    drop(client);
+    drop(server);
+    drop(dp);
+    drop(fwd);
+    quiver.stop();
+}
+
+/// A pod that dies takes its connection with it: the endpoint's namespace has a process (its
+/// "pod"); once that process is gone (killed, as a pod is), Quiver closes the connection by
+/// itself — toward the endpoint, in its data path and on its monitor — with no Close from the
+/// client and long before expiry, as cmd-forwarder-vpp's namespace monitor does.
+#[test]
+fn a_dead_endpoint_pod_closes_its_connection() {
+    let Some(KernelTest {
+        nsc,
+        nse,
+        dir,
+        quiver,
+    }) = KernelTest::start(
+        "a_dead_endpoint_pod_closes_its_connection",
+        &[IP, "/usr/bin/sleep"],
+        ["nsc-pod", "nse-pod", "nsm-pod"],
+    )
+    else {
+        return;
+    };
+    let fwd = quiver.fwd.clone();
+    let endpoint = TestEndpoint::start(
+        &dir.join("nse.sock"),
+        "nse",
+        kernel_mech(&nse.url(), "nse0"),
+    )
+    .unwrap();
+    // The endpoint's pod: one process in its namespace, old enough to be taken for a pod's
+    // (a younger one may be an `ip netns exec` passing through).
+    let mut pod = nse.spawn(std::path::Path::new("/usr/bin/sleep"), &["600"]);
+    let netns = std::path::PathBuf::from(nse.path());
+    wait_for("the pod's process to count as a pod", 10, || {
+        Pod::find(&netns).is_some_and(|p| p.pid() == pod.id())
+    });
+    let listen = format!("unix://{}", dir.join("quiver.sock").display());
+    let dp = quiver.dataplane();
+    let next = format!("unix://{}", dir.join("nse.sock").display());
+    let server = quiver.serve_with(dp.clone(), "quiver", &listen, None, next, |cfg| {
+        cfg.watch_pods = true
+    });
+    let mut client = BlockingClient::connect(&listen).unwrap();
+    let mut events = client
+        .monitor(nsm_proto::connection::MonitorScopeSelector::default())
+        .unwrap();
+    let id = format!("pod-{}", std::process::id());
+    let answer = client
+        .request(NetworkServiceRequest {
+            connection: Some(nsc_connection(&id, "ping")),
+            mechanism_preferences: kernel_mech(&nsc.url(), "nsm0"),
+        })
+        .unwrap();
+    assert_eq!(answer.state, State::Up as i32);
+    assert_eq!(fwd.view().ports().len(), 2);
+    assert!(endpoint.log().closes.is_empty());
+
+    pod.kill().unwrap();
+    pod.wait().unwrap();
+    // Quiver's ports go first, the veths with them.
+    wait_for(
+        "the connection closed after its endpoint pod died",
+        30,
+        || fwd.view().ports().is_empty() && !nse.has_link("nse0") && !nsc.has_link("nsm0"),
+    );
+    assert!(fwd.view().owned_by(&id).is_empty());
+    assert_eq!(endpoint.log().closes.len(), 1, "closed toward the endpoint");
+    // The monitor: the initial transfer, the Request's UPDATE, then a DELETE.
+    let mut deleted = false;
+    while let Ok(Some(e)) = client.next_event(&mut events, std::time::Duration::from_secs(5)) {
+        if e.r#type == nsm_proto::connection::ConnectionEventType::Delete as i32 {
+            deleted = true;
+            break;
+        }
+    }
+    assert!(deleted, "no DELETE published");
+
+    drop(events);
     drop(client);
     drop(server);
     drop(dp);

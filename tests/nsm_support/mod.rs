@@ -420,19 +420,28 @@ impl TestForwarder {
         tunnel_ip: Option<IpAddr>,
         next: String,
     ) -> NsmHandle {
-        NsmHandle::spawn(
-            NsmConfig {
-                name: name.into(),
-                listen_on: listen.into(),
-                tunnel_ip,
-                reconcile_at_start: false,
-                ..NsmConfig::default()
-            },
-            dp,
-            Arc::new(StaticEndpoint(next)),
-            1,
-        )
-        .unwrap()
+        self.serve_with(dp, name, listen, tunnel_ip, next, |_| {})
+    }
+
+    /// [`TestForwarder::serve`], the configuration changed by `configure` first.
+    pub fn serve_with(
+        &self,
+        dp: Arc<ForwarderDataplane>,
+        name: &str,
+        listen: &str,
+        tunnel_ip: Option<IpAddr>,
+        next: String,
+        configure: impl FnOnce(&mut NsmConfig),
+    ) -> NsmHandle {
+        let mut cfg = NsmConfig {
+            name: name.into(),
+            listen_on: listen.into(),
+            tunnel_ip,
+            reconcile_at_start: false,
+            ..NsmConfig::default()
+        };
+        configure(&mut cfg);
+        NsmHandle::spawn(cfg, dp, Arc::new(StaticEndpoint(next)), 1).unwrap()
     }
 
     /// Serves NSM as `quiver` on `dir`'s `quiver.sock` over a new data path, sending every

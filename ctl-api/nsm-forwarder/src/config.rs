@@ -51,6 +51,11 @@ pub struct NsmConfig {
     /// Remove what no connection owns when the server starts (default true; not from the
     /// environment: tests sharing a host with other Quivers turn it off).
     pub reconcile_at_start: bool,
+    /// Close a connection as soon as its client's or endpoint's pod is gone
+    /// (`crate::pod_watch`), as cmd-forwarder-vpp does. On in `quiver run` (from the
+    /// environment); off by default for library users whose test namespaces hold only
+    /// short-lived processes.
+    pub watch_pods: bool,
     /// Register with nsmgr at `connect_to` and keep the registration fresh (on when
     /// `NSM_CONNECT_TO` is set in the environment).
     pub register: bool,
@@ -76,6 +81,7 @@ impl Default for NsmConfig {
             dial_timeout: Duration::from_millis(750),
             log_level: "INFO".into(),
             reconcile_at_start: true,
+            watch_pods: false,
             register: false,
             spiffe_endpoint: None,
             identity: None,
@@ -97,7 +103,10 @@ impl NsmConfig {
     /// Reads settings through `get` (an environment lookup); unset or empty variables take
     /// their defaults.
     pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<NsmConfig, ConfigError> {
-        let mut c = NsmConfig::default();
+        let mut c = NsmConfig {
+            watch_pods: true,
+            ..NsmConfig::default()
+        };
         let var = |k: &str| get(k).filter(|v| !v.trim().is_empty());
         let err = |var: &str, value: &str, why: &str| ConfigError {
             var: var.into(),
@@ -272,7 +281,15 @@ mod tests {
     #[test]
     fn defaults_like_cmd_forwarder_vpp() {
         let c = from(&[]).unwrap();
-        assert_eq!(c, NsmConfig::default());
+        // The daemon watches pods, as cmd-forwarder-vpp does; a library user opts in.
+        assert!(c.watch_pods && !NsmConfig::default().watch_pods);
+        assert_eq!(
+            c,
+            NsmConfig {
+                watch_pods: true,
+                ..NsmConfig::default()
+            }
+        );
         assert_eq!(c.listen_on, "unix:///listen.on.socket");
         assert_eq!(c.max_token_lifetime, Duration::from_secs(600));
         assert_eq!(c.dial_timeout, Duration::from_millis(750));

@@ -39,6 +39,7 @@ pub mod mechanism;
 pub mod monitor;
 mod next_hop;
 pub mod path;
+pub mod pod_watch;
 pub mod registration;
 pub mod secure;
 pub mod server;

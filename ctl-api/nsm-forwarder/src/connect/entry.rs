@@ -9,6 +9,7 @@ use nsm_proto::connection::{Connection, State};
 use crate::dataplane::{FrameMode, PortName, PortSpec};
 use crate::mechanism;
 use crate::next_hop::NextHop;
+use crate::pod_watch::PodWatch;
 use crate::validate::Payload;
 
 /// How the two ports are joined.
@@ -43,6 +44,8 @@ pub(crate) struct Entry {
     pub(super) expiry: tokio::task::AbortHandle,
     /// The watch of the endpoint (see `next_hop`), and whether it says DOWN.
     pub(super) next_hop: NextHop,
+    /// The watch of the client's and endpoint's pods (see `crate::pod_watch`).
+    pub(super) pods: PodWatch,
     /// The data path reported a port of it down.
     pub(super) link_down: bool,
 }

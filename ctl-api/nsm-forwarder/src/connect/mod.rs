@@ -40,12 +40,13 @@ use self::entry::Entry;
 use self::route::{RoundRobin, Router};
 use crate::channels::Channels;
 use crate::config::NsmConfig;
-use crate::dataplane::{Dataplane, LinkEvent};
+use crate::dataplane::{Dataplane, LinkEvent, PortSpec};
 use crate::endpoint::EndpointDiscovery;
 use crate::fds::HeldFds;
 use crate::monitor::Monitor;
 use crate::next_hop::{self, Counters, NextHopStats, Watched};
 use crate::path;
+use crate::pod_watch::{self, PodWatch};
 use crate::table::Table;
 use crate::vni::VniTable;
 
@@ -171,7 +172,9 @@ impl Core {
         let old_published = old.as_ref().map(|o| o.published.clone());
         match self.build(&id, &req, checked, old.as_ref()).await {
             Ok(built) => {
-                let entry = self.hold(&id, built);
+                // Found before the answer: a pod that dies right after it is still seen to.
+                let pods = self.find_pods(&built).await;
+                let entry = self.hold(&id, built, pods);
                 if let Some(o) = old.as_ref().filter(|o| route::moved(o, &entry)) {
                     // The Request went to another endpoint: the old one's connection ends.
                     self.endpoints()
@@ -237,10 +240,11 @@ impl Core {
 
     /// The connection `built` as Quiver holds it: its generation, expiry timer, the fds it
     /// holds, and the watch of its next hop.
-    fn hold(self: &Arc<Self>, owner: &str, built: Built) -> Entry {
+    fn hold(self: &Arc<Self>, owner: &str, built: Built, pods: Vec<pod_watch::Pod>) -> Entry {
         let generation = self.generation.fetch_add(1, Ordering::Relaxed);
         let expiry = self.schedule_expiry(owner.to_string(), generation, built.expires);
         self.answer_fds.keep_only(owner, &built.answer_fds);
+        let pods = self.watch_pods(owner.to_string(), generation, pods);
         let next_hop = next_hop::start(
             self,
             &self.cfg.name,
@@ -262,7 +266,65 @@ impl Core {
             caller: built.caller,
             expiry,
             next_hop,
+            pods,
             link_down: false,
+        }
+    }
+
+    /// The pods behind `built`: its client's and endpoint's namespaces' first processes, when
+    /// the namespaces are not Quiver's (none unless [`NsmConfig::watch_pods`]).
+    async fn find_pods(&self, built: &Built) -> Vec<pod_watch::Pod> {
+        if !self.cfg.watch_pods {
+            return Vec::new();
+        }
+        let netns = |p: &PortSpec| match p {
+            PortSpec::Memif(m) => m.netns.clone(),
+            PortSpec::Kernel(k) => Some(k.netns.clone()),
+            PortSpec::Vxlan(_) => None,
+        };
+        let paths = [netns(&built.client), netns(&built.endpoint)];
+        tokio::task::spawn_blocking(move || {
+            pod_watch::pod_namespaces(paths)
+                .iter()
+                .filter_map(|p| pod_watch::Pod::find(p))
+                .collect()
+        })
+        .await
+        .unwrap_or_default()
+    }
+
+    /// Watches `pods` (see [`crate::pod_watch`]): once one is gone, the connection is closed.
+    fn watch_pods(
+        self: &Arc<Self>,
+        owner: String,
+        generation: u64,
+        pods: Vec<pod_watch::Pod>,
+    ) -> PodWatch {
+        if pods.is_empty() {
+            return PodWatch::default();
+        }
+        let core = Arc::downgrade(self);
+        let task = tokio::spawn(async move {
+            pod_watch::until_one_is_gone(pods).await;
+            if let Some(core) = core.upgrade() {
+                core.pod_gone(&owner, generation).await;
+            }
+        });
+        PodWatch::new(task.abort_handle())
+    }
+
+    /// A pod of connection `owner` is gone: unless a Request or Close replaced or removed it
+    /// meanwhile, it is closed as Close closes it.
+    async fn pod_gone(&self, owner: &str, generation: u64) {
+        let mut slot = self.table.lock(owner).await;
+        let Some(mut entry) = slot.take_if(|e| e.generation == generation) else {
+            return;
+        };
+        // This task is the watch: it must not be cut short by the teardown.
+        entry.pods.disarm();
+        tracing::info!(id = owner, "a pod of the connection is gone: closing it");
+        if let Err(e) = self.teardown(owner, entry, Teardown::Close).await {
+            tracing::error!(id = owner, error = %e, "cannot remove what the connection owned");
         }
     }
 
