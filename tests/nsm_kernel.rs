@@ -121,11 +121,10 @@ fn a_dead_endpoint_pod_closes_its_connection() {
         kernel_mech(&nse.url(), "nse0"),
     )
     .unwrap();
-    // The endpoint's pod: one process in its namespace, old enough to be taken for a pod's
-    // (a younger one may be an `ip netns exec` passing through).
+    // The endpoint's pod: one process in its namespace (once `ip netns exec` has entered it).
     let mut pod = nse.spawn(std::path::Path::new("/usr/bin/sleep"), &["600"]);
     let netns = std::path::PathBuf::from(nse.path());
-    wait_for("the pod's process to count as a pod", 10, || {
+    wait_for("the pod's process in its namespace", 10, || {
         Pod::find(&netns).is_some_and(|p| p.pid() == pod.id())
     });
     let listen = format!("unix://{}", dir.join("quiver.sock").display());

@@ -91,37 +91,17 @@ impl Pod {
     }
 }
 
-/// The process of `/proc` other than this one in namespace `id` that started first, if it
-/// started at least [`MIN_AGE`] ago (a process younger than that is no pod's sandbox: most
-/// likely an `ip netns exec` passing through).
+/// The process of `/proc` other than this one in namespace `id` that started first.
 fn oldest_process_in(id: NetnsId) -> Option<u32> {
     let me = std::process::id();
-    let (pid, started) = std::fs::read_dir("/proc")
+    std::fs::read_dir("/proc")
         .ok()?
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter(|&pid| pid != me && id.holds(pid))
         .filter_map(|pid| Some((pid, start_time(pid)?)))
-        .min_by_key(|&(_, started)| started)?;
-    let ticks = clock_ticks()?;
-    let age = uptime_ticks(ticks)?.checked_sub(started)?;
-    (age >= MIN_AGE.as_secs() * ticks).then_some(pid)
-}
-
-/// How old a process must be to be taken for a pod.
-pub const MIN_AGE: Duration = Duration::from_secs(2);
-
-/// Clock ticks per second (the unit of `/proc/<pid>/stat`'s times).
-fn clock_ticks() -> Option<u64> {
-    let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok()??;
-    u64::try_from(ticks).ok().filter(|&t| t > 0)
-}
-
-/// The time since boot, in clock ticks.
-fn uptime_ticks(ticks: u64) -> Option<u64> {
-    let uptime = std::fs::read_to_string("/proc/uptime").ok()?;
-    let secs: f64 = uptime.split_whitespace().next()?.parse().ok()?;
-    Some((secs * ticks as f64) as u64)
+        .min_by_key(|&(_, started)| started)
+        .map(|(pid, _)| pid)
 }
 
 /// When process `pid` started, in clock ticks since boot.
