@@ -143,8 +143,14 @@ fn run(
             Err(RecvTimeoutError::Timeout) => {}
         }
         if Instant::now() >= next_housekeeping {
+            // A large route list left behind by the last change catches up here.
+            let lagging = view
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .routes_due(&f);
             match f.housekeeping() {
                 Ok(true) => publish(&f),
+                Ok(false) if lagging => publish(&f),
                 Ok(false) => {}
                 Err(e) => {
                     tracing::error!(error = %e, "housekeeping failed: the configuration owner stops");

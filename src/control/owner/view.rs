@@ -5,6 +5,7 @@
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use graph_nodes::forwarding::RouteInfo;
 use graph_nodes::state::Interface;
@@ -32,10 +33,14 @@ pub struct ForwarderView {
     pub cut_throughs: Vec<(IfIndex, IfIndex)>,
     /// VXLAN tunnels.
     pub tunnels: Vec<TunnelEntry>,
-    /// Every route, sorted by prefix.
+    /// Every route, sorted by prefix. With more than [`EAGER_ROUTES`] routes the list is made
+    /// again at most every [`ROUTE_LIST_EVERY`] (a large table changed route by route must not
+    /// be copied whole at every change), so it may lag that much behind.
     pub routes: Arc<Vec<RouteInfo>>,
     /// [`graph_nodes::Forwarding::route_generation`] as of `routes`.
     route_generation: u64,
+    /// When `routes` was made.
+    routes_made: Instant,
     /// The forwarding state as workers read it (adjacencies, load balances).
     pub state: Arc<ForwardingState>,
     /// The captures (their progress is live).
@@ -44,14 +49,27 @@ pub struct ForwarderView {
     pub owned: Vec<(String, Owned)>,
 }
 
+/// Up to this many routes, the route list is made again at every change.
+pub const EAGER_ROUTES: usize = 65_536;
+
+/// How often, at most, a larger route list is made again.
+pub const ROUTE_LIST_EVERY: Duration = Duration::from_secs(1);
+
 impl ForwarderView {
-    /// The view of `f`, reusing `previous`'s route list when no route changed since.
+    /// The view of `f`, reusing `previous`'s route list when no route changed since (or, for a
+    /// large table, when it was made less than [`ROUTE_LIST_EVERY`] ago).
     pub fn of(f: &Forwarder, previous: Option<&ForwarderView>) -> ForwarderView {
+        Self::of_with(f, previous, EAGER_ROUTES)
+    }
+
+    /// [`ForwarderView::of`], `eager` routes at most made again at every change.
+    fn of_with(f: &Forwarder, previous: Option<&ForwarderView>, eager: usize) -> ForwarderView {
         let fw = f.forwarding();
-        let generation = fw.route_generation();
-        let routes = match previous {
-            Some(p) if p.route_generation == generation => p.routes.clone(),
-            _ => Arc::new(fw.routes()),
+        let (routes, route_generation, routes_made) = match previous {
+            Some(p) if !p.routes_due_with(f, eager) => {
+                (p.routes.clone(), p.route_generation, p.routes_made)
+            }
+            _ => (Arc::new(fw.routes()), fw.route_generation(), Instant::now()),
         };
         let interfaces: Vec<Interface> = fw.interfaces().cloned().collect();
         let cross_connects = interfaces
@@ -75,7 +93,8 @@ impl ForwarderView {
             cut_throughs: f.cut_throughs(),
             tunnels: f.tunnels().to_vec(),
             routes,
-            route_generation: generation,
+            route_generation,
+            routes_made,
             state: Arc::new(fw.snapshot()),
             captures: f.capture_watches(),
             owned: f.owned().to_vec(),
@@ -90,6 +109,18 @@ impl ForwarderView {
     /// The VXLAN tunnels (as [`Forwarder::tunnels`]).
     pub fn tunnels(&self) -> &[TunnelEntry] {
         &self.tunnels
+    }
+
+    /// Whether the route list should be made again for `f`: a route changed, and the table is
+    /// small or the list is older than [`ROUTE_LIST_EVERY`].
+    pub fn routes_due(&self, f: &Forwarder) -> bool {
+        self.routes_due_with(f, EAGER_ROUTES)
+    }
+
+    fn routes_due_with(&self, f: &Forwarder, eager: usize) -> bool {
+        let fw = f.forwarding();
+        self.route_generation != fw.route_generation()
+            && (fw.route_count() <= eager || self.routes_made.elapsed() >= ROUTE_LIST_EVERY)
     }
 
     /// The port called `name`.
@@ -151,5 +182,42 @@ impl ForwarderView {
     /// `show interfaces` as text: link and counters per port.
     pub fn format_interfaces(&self) -> String {
         format_interfaces(&self.ports)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn drop_route(f: &mut Forwarder, third: u8) {
+        f.add_route(Ipv4Addr::new(192, 0, third, 0), 24, &[], None)
+            .unwrap();
+    }
+
+    #[test]
+    fn a_large_route_list_is_made_again_at_most_every_second() {
+        let mut f = super::super::test_forwarder();
+        drop_route(&mut f, 1);
+        // Tables of up to one route are "small" here.
+        let first = ForwarderView::of_with(&f, None, 1);
+        assert_eq!(first.routes.len(), 1);
+        drop_route(&mut f, 2);
+        assert!(first.routes_due_with(&f, 2), "a small table: made again");
+        assert!(
+            !first.routes_due_with(&f, 1),
+            "a large one, made just now: not yet"
+        );
+        let lagging = ForwarderView::of_with(&f, Some(&first), 1);
+        assert!(Arc::ptr_eq(&lagging.routes, &first.routes));
+        // Once the list is old enough, the next view has the route.
+        let old = ForwarderView {
+            routes_made: Instant::now() - ROUTE_LIST_EVERY,
+            ..lagging
+        };
+        assert!(old.routes_due_with(&f, 1));
+        let caught_up = ForwarderView::of_with(&f, Some(&old), 1);
+        assert_eq!(caught_up.routes.len(), 2);
+        assert!(!caught_up.routes_due_with(&f, 1));
+        f.stop();
     }
 }
