@@ -261,6 +261,7 @@ fn run_ports(
     drop(metrics);
     drop(nsm);
     drop(admin);
+    drop(control);
     let fwd = owner.stop()?;
     let elapsed = clock.started.elapsed();
     let interfaces = fwd.format_interfaces();

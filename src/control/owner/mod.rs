@@ -139,7 +139,10 @@ fn run(
                 let _ = reply.send(result);
             }
             Ok(Message::Inspect(look)) => look(&f),
-            Ok(Message::Stop) | Err(RecvTimeoutError::Disconnected) => return (f, Ok(())),
+            Ok(Message::Stop) | Err(RecvTimeoutError::Disconnected) => {
+                retire(&view);
+                return (f, Ok(()));
+            }
             Err(RecvTimeoutError::Timeout) => {}
         }
         if Instant::now() >= next_housekeeping {
@@ -154,12 +157,23 @@ fn run(
                 Ok(false) => {}
                 Err(e) => {
                     tracing::error!(error = %e, "housekeeping failed: the configuration owner stops");
+                    retire(&view);
                     return (f, Err(e));
                 }
             }
             next_housekeeping = Instant::now() + period;
         }
     }
+}
+
+/// Leaves the last view published without its ports: handles kept after the owner stops must
+/// not pin them (a DPDK port's receive ring holds a thousand of the pool's buffers).
+fn retire(view: &RwLock<Arc<ForwarderView>>) {
+    let last = view
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .without_ports();
+    *view.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(last);
 }
 
 impl Control {

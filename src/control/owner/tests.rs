@@ -118,3 +118,36 @@ fn readers_never_wait_behind_a_change_in_progress() {
     assert!(control.view().routes.is_empty());
     owner.stop().unwrap().stop();
 }
+
+#[test]
+fn a_handle_kept_after_the_stop_pins_no_port() {
+    let owner = ConfigOwner::start(forwarder(), Duration::from_millis(1));
+    let control = owner.control();
+    let dir = std::env::temp_dir().join(format!("quiver-owner-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = crate::config::Config::parse(&format!(
+        "[[port]]\nname = \"m0\"\ntype = \"memif\"\nrole = \"master\"\nsocket = \"{}\"\n",
+        dir.join("m.sock").display()
+    ))
+    .unwrap()
+    .port
+    .remove(0);
+    let applied = control
+        .apply(Change::AddPort { port, owner: None })
+        .unwrap();
+    assert!(matches!(applied, Applied::Interface(_)));
+    let view = control.view();
+    let port = view.port("m0").unwrap().port.clone();
+    drop(view);
+    // Held by the forwarder, by the published view and here.
+    assert!(Arc::strong_count(&port) >= 3);
+    let f = owner.stop().unwrap();
+    assert!(control.view().ports.is_empty());
+    drop(f);
+    assert_eq!(
+        Arc::strong_count(&port),
+        1,
+        "only this test holds the port now"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

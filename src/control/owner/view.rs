@@ -101,6 +101,27 @@ impl ForwarderView {
         }
     }
 
+    /// This view without its ports: what a stopped owner leaves published, so that a handle
+    /// kept after the stop pins no port (and none of the buffers a port's rings hold).
+    pub fn without_ports(&self) -> ForwarderView {
+        ForwarderView {
+            ports: Vec::new(),
+            sections: Vec::new(),
+            interfaces: self.interfaces.clone(),
+            neighbors: self.neighbors.clone(),
+            cross_connects: self.cross_connects.clone(),
+            l3_cross_connects: self.l3_cross_connects.clone(),
+            cut_throughs: self.cut_throughs.clone(),
+            tunnels: self.tunnels.clone(),
+            routes: self.routes.clone(),
+            route_generation: self.route_generation,
+            routes_made: self.routes_made,
+            state: self.state.clone(),
+            captures: Vec::new(),
+            owned: self.owned.clone(),
+        }
+    }
+
     /// The ports (as [`Forwarder::ports`]).
     pub fn ports(&self) -> &[PortEntry] {
         &self.ports
