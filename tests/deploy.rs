@@ -15,7 +15,7 @@ fn deploy_dir() -> PathBuf {
 /// A virtual environment with kubernetes-validate, made once per target directory.
 fn venv_python() -> PathBuf {
     let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kubernetes-validate-venv");
-    testkit::python_venv(&venv, &["kubernetes-validate", "pyyaml"])
+    testkit::python_venv(&venv, &["kubernetes-validate==1.37.0", "pyyaml==6.0.4"])
         .unwrap_or_else(|e| panic!("{e}"))
 }
 

@@ -87,10 +87,13 @@ fn workers_are_pinned_and_stop_leaves_nothing_running() {
             .all(|w| w.node("sink").unwrap().packets > 0)
     });
     dp.stop();
+    // The join returns once a thread has cleared its tid, a moment before the kernel reaps the
+    // task and its /proc entry: wait for the entry to go (a thread left running never does).
     for (tid, _) in threads {
-        assert!(
-            !std::path::Path::new(&format!("/proc/self/task/{tid}")).exists(),
-            "worker thread {tid} still exists after stop"
+        wait_until(
+            &format!("worker thread {tid} gone after stop"),
+            Duration::from_secs(10),
+            || !std::path::Path::new(&format!("/proc/self/task/{tid}")).exists(),
         );
     }
     assert_eq!(pool.in_use_count(), 0, "workers gave back every buffer");

@@ -14,16 +14,27 @@ pub fn python_venv(dir: &Path, packages: &[&str]) -> Result<PathBuf, String> {
     if ready.exists() {
         return Ok(python);
     }
+    // A half-made environment (an earlier run stopped mid-install) is made again from scratch.
+    let _ = std::fs::remove_dir_all(dir);
     run(
         Command::new(SYSTEM_PYTHON).args(["-m", "venv"]).arg(dir),
         &format!("{SYSTEM_PYTHON} -m venv (Debian's python3-venv)"),
     )?;
-    run(
-        Command::new(&python)
-            .args(["-m", "pip", "install", "--quiet"])
-            .args(packages),
-        &format!("pip install {} (from PyPI)", packages.join(" ")),
-    )?;
+    // A registry that drops a connection mid-download should not fail a test run: pip retries
+    // each request, and a failed install is tried once more whole before the error is returned.
+    let install = || {
+        run(
+            Command::new(&python)
+                .args(["-m", "pip", "install", "--quiet", "--retries", "10"])
+                .args(["--timeout", "60"])
+                .args(packages),
+            &format!("pip install {} (from PyPI)", packages.join(" ")),
+        )
+    };
+    if let Err(first) = install() {
+        eprintln!("{first}\ntrying the install once more");
+        install()?;
+    }
     std::fs::write(&ready, b"").map_err(|e| format!("{}: {e}", ready.display()))?;
     Ok(python)
 }
