@@ -17,6 +17,7 @@ pub mod harness;
 pub mod memory;
 pub mod node;
 pub mod observer;
+pub mod offload;
 pub mod port;
 pub mod snapshot;
 pub mod trace;

@@ -49,6 +49,13 @@ pub trait TxQueue: Send {
     fn copies_external(&self) -> bool {
         false
     }
+
+    /// Whether [`TxQueue::transmit`] hands checksum and segmentation work left on a packet
+    /// ([`crate::offload`]) to its device, which finishes it. When false (the default) the
+    /// caller does that work in software first.
+    fn accepts_offload(&self) -> bool {
+        false
+    }
 }
 
 /// Polls one receive queue and sends what arrives to its next node (usually `ethernet-input`),
@@ -222,5 +229,9 @@ impl<Q: TxQueue + ?Sized> TxQueue for Box<Q> {
 
     fn copies_external(&self) -> bool {
         (**self).copies_external()
+    }
+
+    fn accepts_offload(&self) -> bool {
+        (**self).accepts_offload()
     }
 }

@@ -21,6 +21,9 @@ pub mod flags {
     pub const FLOW_HASH_VALID: u32 = 1 << 6;
     /// The IPv4 header checksum was verified (by hardware or ip4-input).
     pub const IP4_CHECKSUM_OK: u32 = 1 << 7;
+    /// [`super::BufferMeta::offload`] holds checksum or segmentation work left on the packet
+    /// (see [`crate::offload`]).
+    pub const OFFLOAD: u32 = 1 << 8;
     /// First bit free for nodes' own use.
     pub const USER_0: u32 = 1 << 16;
 }
@@ -59,8 +62,11 @@ pub struct BufferMeta {
     pub adjacency: u32,
     /// The trace this packet belongs to, when [`flags::TRACED`] is set.
     pub trace_index: u32,
+    /// Checksum or segmentation work left on the packet, valid while [`flags::OFFLOAD`] is
+    /// set (see [`BufferMeta::offload`]).
+    pub(crate) offload: crate::offload::Offload,
     /// Scratch space for the node that owns the packet (a tunnel index, a loop count, …).
-    pub opaque: [u32; 5],
+    pub opaque: [u32; 3],
 }
 
 const _: () = assert!(std::mem::size_of::<BufferMeta>() == 64);
@@ -83,7 +89,14 @@ impl BufferMeta {
             flow_hash: 0,
             adjacency: INVALID_INDEX,
             trace_index: 0,
-            opaque: [0; 5],
+            offload: crate::offload::Offload {
+                csum_start: 0,
+                csum_offset: 0,
+                gso_size: 0,
+                gso: crate::offload::Gso::None,
+                bits: 0,
+            },
+            opaque: [0; 3],
         }
     }
 

@@ -1,5 +1,6 @@
 //! `ethernet-input`: Ethernet II with at most one 802.1Q tag. L2-mode interfaces go to the
-//! cross-connect untouched; L3 interfaces dispatch IPv4 and ARP by EtherType.
+//! cross-connect untouched; L3 interfaces dispatch IPv4 and ARP by EtherType, after
+//! `offload-resolve` has done any checksum or segmentation work a kernel left on the frame.
 
 use dataplane::buffer::{flags, BufferMeta};
 use dataplane::{Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
@@ -11,6 +12,7 @@ use crate::wire::{self, be16};
 const IP4: Next = Next::declared(0);
 const ARP: Next = Next::declared(1);
 const XCONNECT: Next = Next::declared(2);
+const RESOLVE: Next = Next::declared(3);
 
 const RUNT: u16 = 0;
 const UNKNOWN_INTERFACE: u16 = 1;
@@ -143,7 +145,12 @@ fn classify<'s>(
 impl Node<ForwardingState> for EthernetInput {
     fn spec(&self) -> NodeSpec {
         NodeSpec::internal(names::ETHERNET_INPUT)
-            .nexts(&[names::IP4_INPUT, names::ARP_INPUT, names::L2_XCONNECT])
+            .nexts(&[
+                names::IP4_INPUT,
+                names::ARP_INPUT,
+                names::L2_XCONNECT,
+                names::OFFLOAD_RESOLVE,
+            ])
             .errors(&[
                 ("runt", "frame shorter than its Ethernet header"),
                 (
@@ -193,6 +200,12 @@ impl Node<ForwardingState> for EthernetInput {
                 continue;
             }
             let (meta, d) = buffers.meta_and_data_mut(bi);
+            if meta.flags & flags::OFFLOAD != 0 {
+                // A checksum to fill in or a super-frame to cut before anything reads L4;
+                // it comes back without the work.
+                arcs.set(i, RESOLVE);
+                continue;
+            }
             if plain_ip4(&cache, d) {
                 meta.l2_offset = meta.data_offset();
                 // The window holds the 14 bytes just checked.

@@ -2,8 +2,11 @@
 //! one port in one call), sends tunnel interfaces' packets to be encapsulated, and counts and
 //! frees what a full ring refuses. Transmit queues are attached and detached at run time by
 //! worker commands ([`InterfaceOutput::attach`], [`InterfaceOutput::detach`]); packets for an
-//! interface with no queue on this worker are dropped as `no-queue`.
+//! interface with no queue on this worker are dropped as `no-queue`. A run that carries
+//! checksum or segmentation work ([`dataplane::offload`]) toward a queue that does not accept
+//! it, or toward a tunnel, first goes through `offload-resolve`, which sends it back done.
 
+use dataplane::buffer::flags;
 use dataplane::capture::CaptureTap;
 use dataplane::{Context, Frame, Next, Node, NodeSpec, TxQueue, FRAME_SIZE};
 
@@ -11,6 +14,7 @@ use super::names;
 use crate::state::{ForwardingState, IfIndex};
 
 const ENCAP: Next = Next::declared(0);
+const RESOLVE: Next = Next::declared(1);
 
 const UNKNOWN_INTERFACE: u16 = 0;
 const NO_QUEUE: u16 = 1;
@@ -73,7 +77,7 @@ impl InterfaceOutput {
 impl Node<ForwardingState> for InterfaceOutput {
     fn spec(&self) -> NodeSpec {
         NodeSpec::internal(names::INTERFACE_OUTPUT)
-            .nexts(&[names::VXLAN4_ENCAP])
+            .nexts(&[names::VXLAN4_ENCAP, names::OFFLOAD_RESOLVE])
             .errors(&[
                 (
                     "unknown-interface",
@@ -99,9 +103,12 @@ impl Node<ForwardingState> for InterfaceOutput {
         // Packets of a frame usually leave by one interface: resolve it once per run.
         let (mut last_tx, mut last_port) = (u32::MAX, TO_DROP);
         let mut one_port = true;
+        // Whether any packet carries offload work (one OR per packet).
+        let mut offload = 0;
         let mut buffers = cx.buffers.view();
         for ((&bi, port), i) in bis.iter().zip(&mut self.port_of[..n]).zip(0..) {
             let meta = buffers.meta_mut(bi);
+            offload |= meta.flags;
             let tx = meta.tx_interface;
             if tx != last_tx {
                 last_tx = tx;
@@ -119,8 +126,9 @@ impl Node<ForwardingState> for InterfaceOutput {
             }
             *port = last_port;
         }
+        let offload = offload & flags::OFFLOAD != 0;
         if one_port {
-            self.send(cx, last_port, bis);
+            self.send(cx, last_port, bis, offload);
             return n;
         }
         let mut i = 0;
@@ -130,7 +138,7 @@ impl Node<ForwardingState> for InterfaceOutput {
             while j < n && self.port_of[j] == port {
                 j += 1;
             }
-            self.send(cx, port, &bis[i..j]);
+            self.send(cx, port, &bis[i..j], offload);
             i = j;
         }
         n
@@ -142,14 +150,23 @@ impl Node<ForwardingState> for InterfaceOutput {
 }
 
 impl InterfaceOutput {
-    /// Sends a run of packets for one port (or to be encapsulated, or dropped).
+    /// Sends a run of packets for one port (or to be encapsulated, or dropped). `offload`:
+    /// some packet of the frame may carry offload work.
     #[inline]
-    fn send(&mut self, cx: &mut Context<'_, ForwardingState>, port: u32, run: &[u32]) {
+    fn send(
+        &mut self,
+        cx: &mut Context<'_, ForwardingState>,
+        port: u32,
+        run: &[u32],
+        offload: bool,
+    ) {
         let base = cx.error_id(0);
         match port {
+            TO_ENCAP if offload => cx.enqueue_slice(RESOLVE, run),
             TO_ENCAP => cx.enqueue_slice(ENCAP, run),
             TO_DROP => cx.enqueue_slice(Next::DROP, run),
             p => match self.queues.get_mut(p as usize).and_then(Option::as_mut) {
+                Some(q) if offload && !q.accepts_offload() => cx.enqueue_slice(RESOLVE, run),
                 Some(q) => {
                     if !q.copies_external() {
                         // Bytes still in a memif peer's memory, copied in for a queue that

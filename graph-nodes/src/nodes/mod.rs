@@ -9,6 +9,7 @@ mod ip4_local;
 mod ip4_lookup;
 mod ip4_rewrite;
 mod l2_xconnect;
+mod offload_resolve;
 mod vxlan;
 
 pub use arp::{ArpInput, Ip4Arp};
@@ -20,6 +21,7 @@ pub use ip4_local::Ip4Local;
 pub use ip4_lookup::Ip4Lookup;
 pub use ip4_rewrite::Ip4Rewrite;
 pub use l2_xconnect::{L2Xconnect, XconnectStats};
+pub use offload_resolve::OffloadResolve;
 pub use vxlan::{Vxlan4Encap, Vxlan4Input};
 
 use std::sync::Arc;
@@ -55,6 +57,8 @@ pub mod names {
     pub const VXLAN4_INPUT: &str = "vxlan4-input";
     /// Hands packets to ports' transmit queues.
     pub const INTERFACE_OUTPUT: &str = "interface-output";
+    /// Checksums and segmentation left by a kernel, done in software.
+    pub const OFFLOAD_RESOLVE: &str = "offload-resolve";
 }
 
 /// The next arcs of a frame's packets when most take one common arc: nothing is written for
@@ -142,6 +146,7 @@ pub fn add_forwarding_nodes(
         .add(xc)
         .add(Vxlan4Encap::new())
         .add(Vxlan4Input::new())
-        .add(InterfaceOutput::new(tx));
+        .add(InterfaceOutput::new(tx))
+        .add(OffloadResolve::new());
     handles
 }
