@@ -109,6 +109,7 @@ fn config(connection_id: &str, name: &str) -> KernelInterfaceConfig {
             ip: "10.60.0.9".into(),
             mac: "02:00:00:00:00:09".into(),
         }],
+        policies: Vec::new(),
     }
 }
 

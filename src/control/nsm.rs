@@ -24,11 +24,14 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use drivers::kernel_interface::{
-    self, KernelInterface, KernelInterfaceConfig, KernelInterfaceError, NeighborConfig, RouteConfig,
+    self, KernelInterface, KernelInterfaceConfig, KernelInterfaceError, NeighborConfig,
+    PolicyConfig, RouteConfig,
 };
 use drivers::netns::NetNs;
 use drivers::LinkStatus;
-use nsm_forwarder::dataplane::{FrameMode, KernelSpec, MemifRole as NsmRole, MemifSpec, VxlanSpec};
+use nsm_forwarder::dataplane::{
+    FrameMode, KernelSpec, MemifRole as NsmRole, MemifSpec, PolicySpec, RouteSpec, VxlanSpec,
+};
 use nsm_forwarder::{
     Dataplane, DataplaneError, LinkEvent, LinkEvents, NsmConfig, NsmHandle, PortName,
 };
@@ -87,6 +90,7 @@ fn kernel_error(e: KernelInterfaceError) -> DataplaneError {
         KernelInterfaceError::InvalidName { .. }
         | KernelInterfaceError::InvalidConnectionId { .. }
         | KernelInterfaceError::InvalidAddress { .. }
+        | KernelInterfaceError::InvalidPolicy { .. }
         | KernelInterfaceError::InvalidMtu(_) => DataplaneError::InvalidArgument(m),
         KernelInterfaceError::AlreadyExists(_) => DataplaneError::AlreadyExists(m),
         KernelInterfaceError::Namespace(_) | KernelInterfaceError::Netlink { .. } => {
@@ -126,6 +130,25 @@ fn kernel_tag(owner: &str, port: &PortName) -> String {
 /// The connection a veth tag belongs to.
 fn tag_owner(tag: &str) -> &str {
     tag.rsplit_once('/').map_or(tag, |(o, _)| o)
+}
+
+/// A checked NSM policy route as the kernel interface takes it.
+fn policy_config(p: &PolicySpec) -> PolicyConfig {
+    let ports = |r: Option<(u16, u16)>| r.map_or(String::new(), |(a, b)| format!("{a}-{b}"));
+    PolicyConfig {
+        from: p.from.map_or(String::new(), |f| f.to_string()),
+        proto: p.proto.map_or(String::new(), |n| n.to_string()),
+        src_port: ports(p.src_port),
+        dst_port: ports(p.dst_port),
+        routes: p.routes.iter().map(route_config).collect(),
+    }
+}
+
+fn route_config(r: &RouteSpec) -> RouteConfig {
+    RouteConfig {
+        prefix: r.prefix.to_string(),
+        next_hop: r.via.map(|v| v.to_string()),
+    }
 }
 
 fn mtu16(mtu: Option<u32>) -> Result<u16, DataplaneError> {
@@ -265,15 +288,7 @@ impl Dataplane for ForwarderDataplane {
             name: spec.ifname.clone(),
             mtu: spec.mtu.unwrap_or(0),
             addresses: spec.ip.addresses.iter().map(|a| a.to_string()).collect(),
-            routes: spec
-                .ip
-                .routes
-                .iter()
-                .map(|r| RouteConfig {
-                    prefix: r.prefix.to_string(),
-                    next_hop: r.via.map(|v| v.to_string()),
-                })
-                .collect(),
+            routes: spec.ip.routes.iter().map(route_config).collect(),
             neighbors: spec
                 .ip
                 .neighbors
@@ -283,6 +298,7 @@ impl Dataplane for ForwarderDataplane {
                     mac: n.mac.to_string(),
                 })
                 .collect(),
+            policies: spec.ip.policies.iter().map(policy_config).collect(),
         };
         let veth = KernelInterface::create(&netns, &config).map_err(kernel_error)?;
         allow_ping_sockets(&netns);
@@ -537,13 +553,23 @@ pub fn start(control: &Control, mut cfg: NsmConfig) -> Result<NsmHandle, String>
             .map_err(|e| e.to_string())?
             .map(IpAddr::V4);
     }
+    if let Some(IpAddr::V4(ip)) = cfg.tunnel_ip {
+        if let Some(mtu) = control.view().mtu_of_address(ip) {
+            cfg.tunnel_mtu = u32::from(mtu);
+        }
+    }
     match cfg.tunnel_ip {
         Some(IpAddr::V4(ip)) if !control.view().is_own_address(ip) => tracing::warn!(
             %ip,
             "NSM_TUNNEL_IP is not an address of Quiver's: VXLAN to other nodes will fail until \
              an uplink port has it ([[address]] in quiver.toml)"
         ),
-        Some(ip) => tracing::info!(%ip, port = cfg.vxlan_port, "VXLAN tunnels to other nodes from"),
+        Some(ip) => tracing::info!(
+            %ip,
+            port = cfg.vxlan_port,
+            uplink_mtu = cfg.tunnel_mtu,
+            "VXLAN tunnels to other nodes from"
+        ),
         None => tracing::info!(
             "no NSM_TUNNEL_IP and no default route with an address: no VXLAN to other nodes"
         ),

@@ -42,6 +42,9 @@ pub struct NsmConfig {
     pub tunnel_ip: Option<IpAddr>,
     /// `NSM_VXLAN_PORT`: the VXLAN UDP port (default 4789).
     pub vxlan_port: u16,
+    /// The MTU of the uplink holding [`NsmConfig::tunnel_ip`] (not from the environment: the
+    /// forwarder sets it from its port; default 1500). VXLAN connections get 50 bytes less.
+    pub tunnel_mtu: u32,
     /// `NSM_MAX_TOKEN_LIFETIME`: how long Quiver's own path segment is valid (default 10m).
     pub max_token_lifetime: Duration,
     /// `NSM_DIAL_TIMEOUT`: how long dialing the endpoint or the registry may take (750ms).
@@ -77,6 +80,7 @@ impl Default for NsmConfig {
             listen_on: DEFAULT_LISTEN_ON.into(),
             tunnel_ip: None,
             vxlan_port: 4789,
+            tunnel_mtu: 1500,
             max_token_lifetime: Duration::from_secs(600),
             dial_timeout: Duration::from_millis(750),
             log_level: "INFO".into(),

@@ -73,15 +73,55 @@ pub struct NeighborSpec {
     pub mac: MacAddr,
 }
 
-/// Addresses, routes and neighbours for one side of a connection.
+/// A policy route (NSM's `PolicyRoute`): traffic selected by source prefix, protocol and
+/// ports is routed by a table of its own holding `routes`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicySpec {
+    /// Source prefix (`None`: any source).
+    pub from: Option<IpPrefix>,
+    /// IP protocol number (`None`: any).
+    pub proto: Option<u8>,
+    /// Source port range, inclusive (`None`: any).
+    pub src_port: Option<(u16, u16)>,
+    /// Destination port range, inclusive (`None`: any).
+    pub dst_port: Option<(u16, u16)>,
+    /// The routes of the policy's table.
+    pub routes: Vec<RouteSpec>,
+}
+
+impl PolicySpec {
+    /// What the policy's rule matches on (two policies alike would collide).
+    pub fn selector(&self) -> impl PartialEq + '_ {
+        (
+            self.from.map(|f| (f.addr, f.len)),
+            self.proto,
+            self.src_port,
+            self.dst_port,
+            self.is_ipv6(),
+        )
+    }
+
+    /// Whether the policy is IPv6: its source's family, else its routes'.
+    pub fn is_ipv6(&self) -> bool {
+        self.from
+            .map(|f| f.addr.is_ipv6())
+            .or_else(|| self.routes.first().map(|r| r.prefix.addr.is_ipv6()))
+            .unwrap_or(false)
+    }
+}
+
+/// Addresses, routes, neighbours and policy routes for one side of a connection (IPv4 and
+/// IPv6).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct IpConfig {
-    /// Addresses to put on the interface (`a.b.c.d/len`).
+    /// Addresses to put on the interface (`a.b.c.d/len` or `x::y/len`).
     pub addresses: Vec<IpPrefix>,
     /// Routes through the interface.
     pub routes: Vec<RouteSpec>,
     /// Static neighbours on the interface.
     pub neighbors: Vec<NeighborSpec>,
+    /// Policy routes (the client side's; sdk-kernel applies them in the client's namespace).
+    pub policies: Vec<PolicySpec>,
 }
 
 /// A kernel interface to create: a veth pair with one end moved into `netns` and named

@@ -37,6 +37,7 @@ pub mod fds;
 pub mod health;
 pub mod mechanism;
 pub mod monitor;
+pub mod mtu;
 mod next_hop;
 pub mod path;
 pub mod pod_watch;

@@ -67,6 +67,9 @@ pub struct TunnelEnd {
     pub ip: Ipv4Addr,
     /// `NSM_VXLAN_PORT`.
     pub port: u16,
+    /// The MTU of the uplink holding `ip` (tunnels carry [`crate::mtu::VXLAN4_OVERHEAD`]
+    /// less).
+    pub mtu: u32,
 }
 
 /// The client-side mechanism, checked.
@@ -579,6 +582,7 @@ mod tests {
         let end = TunnelEnd {
             ip: Ipv4Addr::new(10, 9, 0, 1),
             port: 4789,
+            mtu: 1500,
         };
         let o = offers(MEMIF, "nse0", Some(end), false);
         let types: Vec<_> = o.iter().map(|m| m.r#type.as_str()).collect();

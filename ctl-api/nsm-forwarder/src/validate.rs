@@ -5,11 +5,11 @@
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use nsm_proto::connectioncontext::{ConnectionContext, IpContext, Route};
+use nsm_proto::connectioncontext::{ConnectionContext, IpContext, PolicyRoute, Route};
 use tonic::Status;
 
 use crate::addr::{IpPrefix, MacError, PrefixError};
-use crate::dataplane::{IpConfig, NeighborSpec, RouteSpec};
+use crate::dataplane::{IpConfig, NeighborSpec, PolicySpec, RouteSpec};
 
 /// The longest Linux interface name (IFNAMSIZ - 1).
 pub const MAX_IFNAME: usize = 15;
@@ -142,15 +142,97 @@ fn routes(what: &str, routes: &[Route]) -> Result<Vec<RouteSpec>, Status> {
     routes
         .iter()
         .map(|r| {
+            let prefix = prefix(&format!("{what}.prefix"), &r.prefix)?;
             Ok(RouteSpec {
-                prefix: prefix(&format!("{what}.prefix"), &r.prefix)?,
+                prefix,
                 via: match r.next_hop.as_str() {
                     "" => None,
-                    h => Some(ip(&format!("{what}.nextHop"), h)?),
+                    h => {
+                        let via = ip(&format!("{what}.nextHop"), h)?;
+                        if via.is_ipv4() != prefix.addr.is_ipv4() {
+                            return Err(Status::invalid_argument(format!(
+                                "{what}.nextHop: {h:?} is not of the family of {:?}",
+                                r.prefix
+                            )));
+                        }
+                        Some(via)
+                    }
                 },
             })
         })
         .collect()
+}
+
+/// An IP protocol of a policy: a name (`tcp`, `udp`, `icmp`, `icmpv6`, `sctp`) or a number.
+fn ip_proto(what: &str, value: &str) -> Result<Option<u8>, Status> {
+    Ok(Some(match value.to_ascii_lowercase().as_str() {
+        "" => return Ok(None),
+        "icmp" => 1,
+        "tcp" => 6,
+        "udp" => 17,
+        "icmpv6" | "ipv6-icmp" => 58,
+        "sctp" => 132,
+        n => n.parse().map_err(|_| {
+            Status::invalid_argument(format!(
+                "{what}: {value:?} is not a protocol name (tcp, udp, icmp, icmpv6, sctp) or number"
+            ))
+        })?,
+    }))
+}
+
+/// A policy's port: "N" or "N-M", 1 to 65535.
+fn port_range(what: &str, value: &str) -> Result<Option<(u16, u16)>, Status> {
+    if value.is_empty() {
+        return Ok(None);
+    }
+    let bad = || {
+        Status::invalid_argument(format!(
+            "{what}: {value:?} is not a port (N) or range (N-M) of 1 to 65535"
+        ))
+    };
+    let (a, b) = value.split_once('-').unwrap_or((value, value));
+    let a: u16 = a.trim().parse().map_err(|_| bad())?;
+    let b: u16 = b.trim().parse().map_err(|_| bad())?;
+    if a == 0 || a > b {
+        return Err(bad());
+    }
+    Ok(Some((a, b)))
+}
+
+/// Checks `IPContext.policies`: each one's source prefix, protocol, ports and routes, of one
+/// address family, and no two selecting the same traffic (their rules would collide).
+fn policies(policies: &[PolicyRoute]) -> Result<Vec<PolicySpec>, Status> {
+    let mut out: Vec<PolicySpec> = Vec::with_capacity(policies.len());
+    for (i, p) in policies.iter().enumerate() {
+        let what = format!("ip_context.policies[{i}]");
+        let from = match p.from.as_str() {
+            "" => None,
+            f => Some(prefix(&format!("{what}.from"), f)?),
+        };
+        let routes = routes(&format!("{what}.routes"), &p.routes)?;
+        let spec = PolicySpec {
+            from,
+            proto: ip_proto(&format!("{what}.proto"), &p.proto)?,
+            src_port: port_range(&format!("{what}.src_port"), &p.src_port)?,
+            dst_port: port_range(&format!("{what}.dst_port"), &p.dst_port)?,
+            routes,
+        };
+        let v6 = spec.is_ipv6();
+        if let Some(r) = spec.routes.iter().find(|r| r.prefix.addr.is_ipv6() != v6) {
+            return Err(Status::invalid_argument(format!(
+                "{what}.routes: {} is not of the policy's address family",
+                r.prefix
+            )));
+        }
+        if out.iter().any(|o| o.selector() == spec.selector()) {
+            return Err(Status::invalid_argument(format!(
+                "{what}: selects the same traffic as an earlier policy (their rules and \
+                 tables would collide)"
+            )));
+        }
+        out.push(spec);
+    }
+    Ok(out)
 }
 
 /// The checked IP context of a connection, split by side.
@@ -192,9 +274,7 @@ fn ip_context(c: &IpContext) -> Result<SidesIp, Status> {
     for p in &c.extra_prefixes {
         prefix("ip_context.extra_prefixes", p)?;
     }
-    for p in &c.policies {
-        routes("ip_context.policies.routes", &p.routes)?;
-    }
+    let policies = policies(&c.policies)?;
     let neighbors = c
         .ip_neighbors
         .iter()
@@ -214,11 +294,13 @@ fn ip_context(c: &IpContext) -> Result<SidesIp, Status> {
             addresses: addrs("ip_context.src_ip_addrs", &c.src_ip_addrs)?,
             routes: routes("ip_context.src_routes", &c.src_routes)?,
             neighbors,
+            policies,
         },
         endpoint: IpConfig {
             addresses: addrs("ip_context.dst_ip_addrs", &c.dst_ip_addrs)?,
             routes: routes("ip_context.dst_routes", &c.dst_routes)?,
             neighbors: Vec::new(),
+            policies: Vec::new(),
         },
     })
 }

@@ -1,8 +1,11 @@
 //! What to create ([`KernelInterfaceConfig`], as the strings NSM sends) and its checks: names
-//! the way the kernel checks them, addresses parsed, all of it into a `Plan` before anything is
-//! made.
+//! the way the kernel checks them, IPv4 and IPv6 addresses parsed, policies checked, all of it
+//! into a `Plan` before anything is made.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
+
+use super::policy::PlannedPolicy;
+pub use super::policy::PolicyConfig;
 
 use super::error::{KernelInterfaceError, Result};
 
@@ -15,11 +18,12 @@ pub const ALIAS_PREFIX: &str = "quiver:";
 /// Longest connection id that fits in an alias (`IFALIASZ` is 256 with its NUL).
 pub const MAX_CONNECTION_ID_LEN: usize = 255 - ALIAS_PREFIX.len();
 
-/// A route in the namespace: to `prefix` ("a.b.c.d/len"), through `next_hop` ("a.b.c.d") or,
-/// when `None` or empty, straight out of the interface.
+/// A route in the namespace: to `prefix` ("a.b.c.d/len" or "x::y/len"), through `next_hop`
+/// (an address of the same family) or, when `None` or empty, straight out of the interface.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RouteConfig {
-    /// The destination, "a.b.c.d/len" (host bits are ignored, as NSM's Go side does).
+    /// The destination, "a.b.c.d/len" or "x::y/len" (host bits are ignored, as NSM's Go side
+    /// does).
     pub prefix: String,
     /// The gateway, if any.
     pub next_hop: Option<String>,
@@ -28,7 +32,7 @@ pub struct RouteConfig {
 /// A static (permanent) neighbour in the namespace.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct NeighborConfig {
-    /// Its IPv4 address, "a.b.c.d".
+    /// Its IPv4 or IPv6 address.
     pub ip: String,
     /// Its MAC address, "aa:bb:cc:dd:ee:ff".
     pub mac: String,
@@ -44,12 +48,15 @@ pub struct KernelInterfaceConfig {
     pub name: String,
     /// MTU of both ends; 0 leaves the kernel's default (1500).
     pub mtu: u32,
-    /// IPv4 addresses of the namespace end, "a.b.c.d/len".
+    /// Addresses of the namespace end, "a.b.c.d/len" or "x::y/len" (IPv6 ones are added
+    /// without duplicate address detection, usable at once).
     pub addresses: Vec<String>,
     /// Routes in the namespace, through this interface.
     pub routes: Vec<RouteConfig>,
     /// Static neighbours on this interface.
     pub neighbors: Vec<NeighborConfig>,
+    /// Policy routes: each an `ip rule` with a routing table of its own holding its routes.
+    pub policies: Vec<PolicyConfig>,
 }
 
 /// Checks `name` the way the kernel does (`dev_valid_name`): 1 to 15 bytes, not `.` or `..`,
@@ -116,35 +123,30 @@ fn invalid_address(value: &str, reason: &'static str) -> KernelInterfaceError {
     }
 }
 
-pub(super) fn parse_ip(value: &str) -> Result<Ipv4Addr> {
-    if value.contains(':') {
-        return Err(invalid_address(value, "IPv6 is not supported yet"));
-    }
+pub(super) fn parse_ip(value: &str) -> Result<IpAddr> {
     value
         .parse()
-        .map_err(|_| invalid_address(value, "not an IPv4 address (a.b.c.d)"))
+        .map_err(|_| invalid_address(value, "not an IPv4 (a.b.c.d) or IPv6 address"))
 }
 
-/// "a.b.c.d/len" → (address, len).
-pub fn parse_cidr(value: &str) -> Result<(Ipv4Addr, u8)> {
+/// "a.b.c.d/len" or "x::y/len" → (address, len).
+pub fn parse_cidr(value: &str) -> Result<(IpAddr, u8)> {
     let Some((ip, len)) = value.split_once('/') else {
-        return Err(invalid_address(value, "no prefix length (a.b.c.d/len)"));
+        return Err(invalid_address(value, "no prefix length (address/len)"));
     };
-    let ip = parse_ip(ip).map_err(|_| {
-        if ip.contains(':') {
-            invalid_address(value, "IPv6 is not supported yet")
-        } else {
-            invalid_address(value, "not an IPv4 address (a.b.c.d/len)")
-        }
-    })?;
-    if len.is_empty() || len.len() > 2 || !len.bytes().all(|b| b.is_ascii_digit()) {
+    let ip = parse_ip(ip).map_err(|_| invalid_address(value, "not an IPv4 or IPv6 prefix"))?;
+    if len.is_empty() || len.len() > 3 || !len.bytes().all(|b| b.is_ascii_digit()) {
         return Err(invalid_address(value, "the prefix length is not a number"));
     }
     let len: u8 = len
         .parse()
         .map_err(|_| invalid_address(value, "the prefix length is not a number"))?;
-    if len > 32 {
-        return Err(invalid_address(value, "the prefix length is above 32"));
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    if len > max {
+        return Err(invalid_address(
+            value,
+            "the prefix length is above the address's bits",
+        ));
     }
     Ok((ip, len))
 }
@@ -167,19 +169,59 @@ pub fn parse_mac(value: &str) -> Result<[u8; 6]> {
     Ok(mac)
 }
 
-pub(super) fn masked(ip: Ipv4Addr, len: u8) -> Ipv4Addr {
-    let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
-    Ipv4Addr::from(u32::from(ip) & mask)
+/// `ip` with its host bits (those past `len`) cleared.
+pub(super) fn masked(ip: IpAddr, len: u8) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) => {
+            let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
+            IpAddr::V4((u32::from(v4) & mask).into())
+        }
+        IpAddr::V6(v6) => {
+            let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
+            IpAddr::V6((u128::from(v6) & mask).into())
+        }
+    }
+}
+
+/// A route with every string parsed: destination, its length, the gateway.
+pub(super) type PlannedRoute = (IpAddr, u8, Option<IpAddr>);
+
+/// Parses a route; its gateway must be of the destination's family.
+pub(super) fn plan_route(r: &RouteConfig) -> Result<PlannedRoute> {
+    let (ip, len) = parse_cidr(&r.prefix)?;
+    let via = match r.next_hop.as_deref() {
+        None | Some("") => None,
+        Some(v) => {
+            let via = parse_ip(v)?;
+            if via.is_ipv4() != ip.is_ipv4() {
+                return Err(invalid_address(
+                    v,
+                    "the next hop is not of the route's address family",
+                ));
+            }
+            Some(via)
+        }
+    };
+    Ok((masked(ip, len), len, via))
 }
 
 /// A config with every string parsed: what `create` applies.
 pub(super) struct Plan {
-    pub(super) addresses: Vec<(Ipv4Addr, u8)>,
-    pub(super) routes: Vec<(Ipv4Addr, u8, Option<Ipv4Addr>)>,
-    pub(super) neighbors: Vec<(Ipv4Addr, [u8; 6])>,
+    pub(super) addresses: Vec<(IpAddr, u8)>,
+    pub(super) routes: Vec<PlannedRoute>,
+    pub(super) neighbors: Vec<(IpAddr, [u8; 6])>,
+    pub(super) policies: Vec<PlannedPolicy>,
 }
 
 impl Plan {
+    /// Whether anything of the plan is IPv6 (the interface then needs IPv6 on).
+    pub(super) fn has_ipv6(&self) -> bool {
+        self.addresses.iter().any(|a| a.0.is_ipv6())
+            || self.routes.iter().any(|r| r.0.is_ipv6())
+            || self.neighbors.iter().any(|n| n.0.is_ipv6())
+            || self.policies.iter().any(|p| p.is_ipv6())
+    }
+
     pub(super) fn new(config: &KernelInterfaceConfig) -> Result<Plan> {
         validate_connection_id(&config.connection_id)?;
         validate_name(&config.name)?;
@@ -194,24 +236,19 @@ impl Plan {
         let routes = config
             .routes
             .iter()
-            .map(|r| {
-                let (ip, len) = parse_cidr(&r.prefix)?;
-                let via = match r.next_hop.as_deref() {
-                    None | Some("") => None,
-                    Some(v) => Some(parse_ip(v)?),
-                };
-                Ok((masked(ip, len), len, via))
-            })
+            .map(plan_route)
             .collect::<Result<_>>()?;
         let neighbors = config
             .neighbors
             .iter()
             .map(|n| Ok((parse_ip(&n.ip)?, parse_mac(&n.mac)?)))
             .collect::<Result<_>>()?;
+        let policies = super::policy::plan(&config.policies)?;
         Ok(Plan {
             addresses,
             routes,
             neighbors,
+            policies,
         })
     }
 }

@@ -1,4 +1,5 @@
 use super::*;
+use std::net::{IpAddr, Ipv4Addr};
 
 #[test]
 fn names_are_checked_like_the_kernel_does() {
@@ -37,7 +38,15 @@ fn host_names_are_short_stable_and_distinct() {
 fn addresses_parse_or_say_why_not() {
     assert_eq!(
         parse_cidr("172.16.1.2/31").unwrap(),
-        (Ipv4Addr::new(172, 16, 1, 2), 31)
+        (IpAddr::V4(Ipv4Addr::new(172, 16, 1, 2)), 31)
+    );
+    assert_eq!(
+        parse_cidr("fe80::1/64").unwrap(),
+        ("fe80::1".parse().unwrap(), 64)
+    );
+    assert_eq!(
+        parse_cidr("2001:db8::1/128").unwrap(),
+        ("2001:db8::1".parse().unwrap(), 128)
     );
     for bad in [
         "172.16.1.2",
@@ -46,7 +55,9 @@ fn addresses_parse_or_say_why_not() {
         "172.16.1/24",
         "300.1.1.1/8",
         "10.0.0.1/+8",
-        "fe80::1/64",
+        "fe80::1/129",
+        "fe80::1",
+        "fe80::g/64",
         "10.0.0.1/24/1",
     ] {
         assert!(
@@ -69,11 +80,14 @@ fn addresses_parse_or_say_why_not() {
     ] {
         assert!(parse_mac(bad).is_err(), "{bad}");
     }
-    assert_eq!(
-        masked(Ipv4Addr::new(10, 1, 2, 3), 16),
-        Ipv4Addr::new(10, 1, 0, 0)
-    );
-    assert_eq!(masked(Ipv4Addr::new(10, 1, 2, 3), 0), Ipv4Addr::UNSPECIFIED);
+    let v4 = |a, b, c, d| IpAddr::V4(Ipv4Addr::new(a, b, c, d));
+    assert_eq!(masked(v4(10, 1, 2, 3), 16), v4(10, 1, 0, 0));
+    assert_eq!(masked(v4(10, 1, 2, 3), 0), v4(0, 0, 0, 0));
+    assert_eq!(masked(v4(10, 1, 2, 3), 32), v4(10, 1, 2, 3));
+    let v6 = |s: &str| s.parse::<IpAddr>().unwrap();
+    assert_eq!(masked(v6("2001:db8:1:2::5"), 48), v6("2001:db8:1::"));
+    assert_eq!(masked(v6("2001:db8::5"), 0), v6("::"));
+    assert_eq!(masked(v6("2001:db8::5"), 128), v6("2001:db8::5"));
 }
 
 #[test]
@@ -91,8 +105,38 @@ fn a_config_is_checked_whole_before_anything_is_made() {
             ip: "10.0.0.2".into(),
             mac: "02:00:00:00:00:02".into(),
         }],
+        policies: vec![PolicyConfig {
+            from: "10.0.0.0/24".into(),
+            proto: "tcp".into(),
+            dst_port: "6666".into(),
+            routes: vec![RouteConfig {
+                prefix: "10.9.0.0/16".into(),
+                next_hop: Some("10.0.0.2".into()),
+            }],
+            ..PolicyConfig::default()
+        }],
     };
-    Plan::new(&good).unwrap();
+    assert!(!Plan::new(&good).unwrap().has_ipv6());
+    let mut c = good.clone();
+    c.addresses.push("2001:db8::1/64".into());
+    c.routes.push(RouteConfig {
+        prefix: "2001:db8:1::/48".into(),
+        next_hop: Some("2001:db8::2".into()),
+    });
+    assert!(Plan::new(&c).unwrap().has_ipv6(), "dual stack is one plan");
+    let mut c = good.clone();
+    c.routes[0].next_hop = Some("2001:db8::2".into());
+    let e = Plan::new(&c).err().expect("a next hop of the wrong family");
+    assert!(e.to_string().contains("family"), "{e}");
+    let mut c = good.clone();
+    c.policies[0].dst_port = "x".into();
+    assert!(matches!(
+        Plan::new(&c),
+        Err(KernelInterfaceError::InvalidPolicy {
+            field: "dst_port",
+            ..
+        })
+    ));
     let mut c = good.clone();
     c.mtu = 67;
     assert!(matches!(

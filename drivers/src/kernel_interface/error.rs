@@ -39,6 +39,16 @@ pub enum KernelInterfaceError {
         /// What is wrong with it.
         reason: &'static str,
     },
+    /// A policy route that cannot be made.
+    #[error("invalid policy {field} {value:?}: {reason}")]
+    InvalidPolicy {
+        /// The policy's field.
+        field: &'static str,
+        /// Its value.
+        value: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// An MTU a veth cannot have.
     #[error("invalid MTU {0}: a veth takes 68 to 65535")]
     InvalidMtu(u32),

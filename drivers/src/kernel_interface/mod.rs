@@ -1,6 +1,7 @@
 //! NSM's KERNEL mechanism: a veth pair whose one end is Quiver's (in Quiver's namespace, opened
 //! as an AF_PACKET port) and whose other end is the client's interface, inside the client's
-//! network namespace, with the addresses, routes and neighbours of the connection's IP context.
+//! network namespace, with the addresses, routes, neighbours and policy routes of the
+//! connection's IP context, IPv4 and IPv6.
 //! Everything is done over route netlink; no `ip` is spawned.
 //!
 //! - Quiver's end is named from the connection id ([`host_name_for`]: `qvk` and 12 hex digits
@@ -19,17 +20,18 @@
 //! [`KernelInterface::delete`] (or [`delete_for_connection`]) on Close.
 //!
 //! Files: `config` (what to create, checked into a plan first), `veth` ([`KernelInterface`]),
-//! `links` (the netlink requests), `owned` (finding what Quiver made), `error`.
+//! `links` (the netlink requests), `policy` (policy routes: rules and their tables), `owned` (finding what Quiver made), `error`.
 
 mod config;
 mod error;
 mod links;
 mod owned;
+mod policy;
 mod veth;
 
 pub use config::{
     host_name_for, parse_cidr, parse_mac, validate_name, KernelInterfaceConfig, NeighborConfig,
-    RouteConfig, ALIAS_PREFIX, MAX_CONNECTION_ID_LEN, MAX_NAME_LEN,
+    PolicyConfig, RouteConfig, ALIAS_PREFIX, MAX_CONNECTION_ID_LEN, MAX_NAME_LEN,
 };
 pub use error::KernelInterfaceError;
 pub use owned::{delete_for_connection, list_owned, remove_orphans, OwnedInterface};

@@ -8,6 +8,7 @@ use netlink_packet_route::link::{
     InfoData, InfoKind, InfoVeth, LinkAttribute, LinkInfo, LinkMessage,
 };
 use netlink_packet_route::neighbour::{NeighbourAddress, NeighbourAttribute, NeighbourMessage};
+use netlink_packet_route::rule::RuleMessage;
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use nix::errno::Errno;
 
@@ -17,6 +18,7 @@ use super::links::{
     add_neighbor, apply_ip_context, delete_link, find_link, set_link, tx_checksum_off, FoundLink,
 };
 use super::owned::delete_for_connection;
+use super::policy::{apply_policies, remove_rules};
 use crate::netlink::Rtnl;
 use crate::netns::NetNs;
 
@@ -31,14 +33,16 @@ pub struct KernelInterface {
     index: u32,
     mac: [u8; 6],
     netns: NetNs,
+    /// The policy rules made in the namespace (their tables' routes go with the interface).
+    rules: Vec<RuleMessage>,
 }
 
 impl KernelInterface {
     /// Creates the veth pair for `config` with its far end in `netns` (see the module docs):
     /// Quiver's end ([`KernelInterface::host_name`]) in the calling thread's namespace, up,
     /// with IPv6 off; the other end named `config.name` in `netns`, up, with the addresses,
-    /// routes (replacing any to the same prefix) and permanent neighbours. On any error nothing
-    /// is left behind.
+    /// routes (replacing any to the same prefix), permanent neighbours and policy routes (IPv4
+    /// and IPv6). On any error nothing is left behind.
     pub fn create(netns: &NetNs, config: &KernelInterfaceConfig) -> Result<KernelInterface> {
         let plan = Plan::new(config)?;
         let host_name = host_name_for(&config.connection_id);
@@ -66,7 +70,7 @@ impl KernelInterface {
                 return Err(e);
             }
         };
-        let (index, mac) = match pair.configure(&mut host, &mut inner, host_index, &plan) {
+        let (index, mac, rules) = match pair.configure(&mut host, &mut inner, host_index, &plan) {
             Ok(v) => v,
             Err(e) => {
                 let _ = delete_link(&mut host, host_index);
@@ -89,6 +93,7 @@ impl KernelInterface {
             index,
             mac,
             netns: netns.clone(),
+            rules,
         })
     }
 
@@ -143,7 +148,7 @@ impl KernelInterface {
         }
         let mut rtnl = self.rtnl()?;
         for &(ip, mac) in neighbors {
-            add_neighbor(&mut rtnl, self.index, ip, mac, &self.name)?;
+            add_neighbor(&mut rtnl, self.index, ip.into(), mac, &self.name)?;
         }
         Ok(())
     }
@@ -180,8 +185,15 @@ impl KernelInterface {
         )))
     }
 
-    /// Deletes the pair (both ends). Already gone (the namespace died with its end) is fine.
+    /// Deletes the pair (both ends) and its policy rules. Already gone (the namespace died with
+    /// its end) is fine.
     pub fn delete(self) -> Result<()> {
+        if !self.rules.is_empty() {
+            // A namespace that is gone took its rules with it.
+            if let Ok(mut rtnl) = self.rtnl() {
+                remove_rules(&mut rtnl, &self.rules);
+            }
+        }
         delete_for_connection(&self.connection_id).map(|_| ())
     }
 }
@@ -264,14 +276,14 @@ impl Pair<'_> {
 
     /// Configures both ends: Quiver's without IPv6 or IPv4 forwarding, then up; the
     /// namespace's tagged, up, without transmit checksum offload, with `plan`'s IP context.
-    /// Returns the namespace end's index and MAC.
+    /// Returns the namespace end's index and MAC, and the policy rules made.
     fn configure(
         &self,
         host: &mut Rtnl,
         inner: &mut Rtnl,
         host_index: u32,
         plan: &Plan,
-    ) -> Result<(u32, [u8; 6])> {
+    ) -> Result<(u32, [u8; 6], Vec<RuleMessage>)> {
         let (config, host_name, netns) = (self.config, self.host_name, self.netns);
         // No IPv6 on Quiver's end: the kernel would otherwise send its own router
         // solicitations and MLD reports out of it, into the cross-connect.
@@ -302,14 +314,30 @@ impl Pair<'_> {
                 "turn off tx checksum offload on {}",
                 config.name
             )))?;
+        if plan.has_ipv6() {
+            // The namespace may default to IPv6 off on new interfaces; this one needs it.
+            let name = config.name.clone();
+            netns
+                .run(move || {
+                    std::fs::write(format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6"), "0")
+                })?
+                .map_err(|e| {
+                    let op = format!("turn on IPv6 on {}", config.name);
+                    netlink(op)(Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))
+                })?;
+        }
         apply_ip_context(inner, index, plan, &config.name)?;
-        set_link(
+        let rules = apply_policies(inner, index, &plan.policies, &config.name)?;
+        if let Err(e) = set_link(
             host,
             host_index,
             &format!("set up {host_name}"),
             Vec::new(),
             true,
-        )?;
-        Ok((index, mac))
+        ) {
+            remove_rules(inner, &rules);
+            return Err(e);
+        }
+        Ok((index, mac, rules))
     }
 }

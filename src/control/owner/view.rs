@@ -195,6 +195,14 @@ impl ForwarderView {
             .any(|i| i.addresses.iter().any(|&(a, _)| a == u32::from(ip)))
     }
 
+    /// The MTU of the interface holding `ip`, if one does.
+    pub fn mtu_of_address(&self, ip: Ipv4Addr) -> Option<u16> {
+        self.interfaces
+            .iter()
+            .find(|i| i.addresses.iter().any(|&(a, _)| a == u32::from(ip)))
+            .map(|i| i.mtu)
+    }
+
     /// Frames sent by every port.
     pub fn tx_packets(&self) -> u64 {
         self.ports.iter().map(|e| e.port.stats().tx_packets).sum()

@@ -23,6 +23,7 @@ use crate::dataplane::{KernelSpec, MemifRole, MemifSpec, PortSpec, VxlanSpec};
 use crate::endpoint::Candidate;
 use crate::fds::{HeldFds, Resolved};
 use crate::mechanism::{self, ClientMechanism, EndpointMechanism, TunnelEnd};
+use crate::mtu;
 use crate::path::Position;
 use crate::validate::{self, Payload, SidesIp};
 use crate::vni::VniTable;
@@ -83,6 +84,8 @@ struct ClientSide<'a> {
     tunnel: Option<TunnelEnd>,
     /// The VNI Quiver chose as the answering end of a VXLAN tunnel (0 otherwise).
     vni: u32,
+    /// The connection's MTU, for a mechanism that names none.
+    mtu: u32,
 }
 
 impl ClientSide<'_> {
@@ -96,7 +99,7 @@ impl ClientSide<'_> {
                 socket: memif_socket(owner),
                 netns: Some(netns.clone()),
                 mode: frame_mode(self.payload),
-                mtu: *mtu,
+                mtu: Some(mtu.unwrap_or(self.mtu)),
             }),
             ClientMechanism::Kernel { netns, ifname, mtu } => PortSpec::Kernel(KernelSpec {
                 name: client_port(owner),
@@ -104,7 +107,7 @@ impl ClientSide<'_> {
                 ifname: ifname
                     .clone()
                     .unwrap_or_else(|| format!("nsm-{}", self.own_short)),
-                mtu: *mtu,
+                mtu: Some(mtu.unwrap_or(self.mtu)),
                 ip: ip.client.clone(),
             }),
             ClientMechanism::Vxlan {
@@ -156,19 +159,31 @@ impl<'a> Build<'a> {
             client,
             path,
             position,
+            mtu: requested_mtu,
         } = c;
         let own_short = short(&position.own_id);
         let tunnel = self
             .parts
             .tunnel_end
             .filter(|_| payload == Payload::Ethernet);
-        let side = ClientSide {
+        // The MTU: a tunnel on either side lowers it (toward the endpoint when every
+        // candidate is on another node); the endpoint may lower it in its answer.
+        let tunnelled = |remote: bool| match tunnel {
+            Some(t) if remote => mtu::through_vxlan(requested_mtu, t.mtu),
+            _ => requested_mtu,
+        };
+        let all_remote = !endpoints.is_empty() && endpoints.iter().all(|e| is_remote(&e.url));
+        let client_vxlan = matches!(client, ClientMechanism::Vxlan { .. });
+        let mtu = tunnelled(client_vxlan || all_remote);
+        mtu::set(&mut conn, mtu);
+        let mut side = ClientSide {
             owner: self.owner,
             mechanism: &client,
             payload,
             own_short: &own_short,
             tunnel,
             vni: self.claim_client_vni(&client)?,
+            mtu,
         };
 
         // 1. The client side.
@@ -178,14 +193,8 @@ impl<'a> Build<'a> {
 
         // 2. The endpoint: Quiver Requests it as a client.
         let suggested = format!("nse-{own_short}");
-        let offers = |url: &str| {
-            mechanism::offers(
-                &client_mech.r#type,
-                &suggested,
-                tunnel,
-                url.starts_with("tcp://"),
-            )
-        };
+        let offers =
+            |url: &str| mechanism::offers(&client_mech.r#type, &suggested, tunnel, is_remote(url));
         let (chosen, answer, passed) = self
             .request_endpoint(&conn, path, &position, endpoints, offers)
             .await?;
@@ -194,8 +203,13 @@ impl<'a> Build<'a> {
             conn.network_service_endpoint_name = chosen.name.clone();
         }
         let (ip, ep, answer_fds) = self.read_answer(&answer, &passed, &suggested, tunnel)?;
+        let endpoint_vxlan = matches!(ep, EndpointMechanism::Vxlan { .. });
+        let mtu = mtu::answered(tunnelled(client_vxlan || endpoint_vxlan).min(mtu), &answer);
+        mtu::set(&mut conn, mtu);
+        side.mtu = mtu;
 
-        // 3. The client side again, if the endpoint's context changed its addresses.
+        // 3. The client side again, if the endpoint's context changed its addresses (or its
+        // tunnel the MTU).
         let with_answer = side.spec(&ip);
         if with_answer != want_client {
             self.replace_client_port(&want_client, &with_answer).await?;
@@ -203,7 +217,7 @@ impl<'a> Build<'a> {
         }
 
         // 4. The endpoint side (made with the cross-connect, in one data-path call).
-        let want_endpoint = endpoint_spec(self.owner, ep, payload, tunnel, &ip);
+        let want_endpoint = endpoint_spec(self.owner, ep, payload, tunnel, &ip, mtu);
         let create_endpoint = self.endpoint_port(&want_endpoint).await?;
 
         // 5. The cross-connect.
@@ -452,6 +466,11 @@ fn all_refused(service: &str, refusals: Vec<(String, Status)>) -> Status {
     )
 }
 
+/// Whether an endpoint URL is on another node (reached over TCP, so through a tunnel).
+fn is_remote(url: &str) -> bool {
+    url.starts_with("tcp://")
+}
+
 /// The endpoint-side port the endpoint's answer `ep` asks for.
 fn endpoint_spec(
     owner: &str,
@@ -459,6 +478,7 @@ fn endpoint_spec(
     payload: Payload,
     tunnel: Option<TunnelEnd>,
     ip: &SidesIp,
+    conn_mtu: u32,
 ) -> PortSpec {
     match ep {
         EndpointMechanism::Memif { netns, socket, mtu } => PortSpec::Memif(MemifSpec {
@@ -467,13 +487,13 @@ fn endpoint_spec(
             socket,
             netns,
             mode: frame_mode(payload),
-            mtu,
+            mtu: Some(mtu.unwrap_or(conn_mtu)),
         }),
         EndpointMechanism::Kernel { netns, ifname, mtu } => PortSpec::Kernel(KernelSpec {
             name: endpoint_port(owner),
             netns,
             ifname,
-            mtu,
+            mtu: Some(mtu.unwrap_or(conn_mtu)),
             ip: ip.endpoint.clone(),
         }),
         EndpointMechanism::Vxlan {
@@ -539,6 +559,8 @@ fn published(
     if published.context.is_none() {
         published.context = conn.context.clone();
     }
+    // The MTU both ends got.
+    mtu::set(&mut published, conn.context.as_ref().map_or(0, |c| c.mtu));
     if !conn.network_service_endpoint_name.is_empty() {
         published.network_service_endpoint_name = conn.network_service_endpoint_name.clone();
     }

@@ -9,6 +9,7 @@ use tonic::Status;
 
 use crate::config::NsmConfig;
 use crate::mechanism::{self, ClientMechanism, TunnelEnd};
+use crate::mtu;
 use crate::path::{self, Position};
 use crate::validate::{self, Payload};
 
@@ -23,6 +24,8 @@ pub(super) struct Checked {
     pub(super) client: ClientMechanism,
     pub(super) path: Path,
     pub(super) position: Position,
+    /// The MTU the Request asks for (its context's, or NSM's default).
+    pub(super) mtu: u32,
 }
 
 /// The id of the connection `req` asks for: not empty, at most [`MAX_ID_LEN`] bytes. Checked
@@ -50,6 +53,7 @@ pub(super) fn tunnel_end(cfg: &NsmConfig) -> Option<TunnelEnd> {
         Some(std::net::IpAddr::V4(ip)) => Some(TunnelEnd {
             ip,
             port: cfg.vxlan_port,
+            mtu: cfg.tunnel_mtu,
         }),
         _ => None,
     }
@@ -68,6 +72,7 @@ pub(super) fn check(
         .ok_or_else(|| Status::invalid_argument("the request has no connection"))?;
     let payload = validate::payload(&conn.payload)?;
     validate::context(conn.context.as_ref())?;
+    let mtu = mtu::requested(&conn)?;
     let (path, position) = path::advance(
         &conn,
         &cfg.name,
@@ -83,6 +88,7 @@ pub(super) fn check(
         client,
         path,
         position,
+        mtu,
     })
 }
 

@@ -1,0 +1,347 @@
+//! Policy routes (NSM's `IPContext.policies`): each policy is an `ip rule` selecting traffic by
+//! source prefix, IP protocol and ports, which sends it to a routing table of its own holding
+//! the policy's routes through the interface. Tables are picked free in the namespace (no rule
+//! or route uses them) when the interface is made; the rules are removed with it.
+
+use std::net::IpAddr;
+
+use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
+use netlink_packet_route::route::{RouteAttribute, RouteMessage};
+use netlink_packet_route::rule::{RuleAction, RuleAttribute, RuleMessage, RulePortRange};
+use netlink_packet_route::{AddressFamily, IpProtocol, RouteNetlinkMessage};
+use nix::errno::Errno;
+
+use super::config::{masked, parse_cidr, plan_route, PlannedRoute, RouteConfig};
+use super::error::{netlink, KernelInterfaceError, Result};
+use super::links::add_route;
+use crate::netlink::Rtnl;
+
+/// One policy route, as the strings NSM sends (`PolicyRoute`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PolicyConfig {
+    /// Source prefix the rule selects ("a.b.c.d/len" or "x::y/len"); empty selects any.
+    pub from: String,
+    /// IP protocol: a name (`tcp`, `udp`, `icmp`, `icmpv6`, `sctp`) or a number; empty is any.
+    pub proto: String,
+    /// Source port or range ("N" or "N-M"); empty is any.
+    pub src_port: String,
+    /// Destination port or range; empty is any.
+    pub dst_port: String,
+    /// The routes of the policy's table (through the interface).
+    pub routes: Vec<RouteConfig>,
+}
+
+/// A policy with every string parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct PlannedPolicy {
+    /// IPv6 (else IPv4): of `from`, else of the routes.
+    v6: bool,
+    from: Option<(IpAddr, u8)>,
+    proto: Option<u8>,
+    src_port: Option<(u16, u16)>,
+    dst_port: Option<(u16, u16)>,
+    routes: Vec<PlannedRoute>,
+}
+
+fn invalid(field: &'static str, value: &str, reason: &'static str) -> KernelInterfaceError {
+    KernelInterfaceError::InvalidPolicy {
+        field,
+        value: value.into(),
+        reason,
+    }
+}
+
+fn parse_proto(value: &str) -> Result<Option<u8>> {
+    Ok(Some(match value.to_ascii_lowercase().as_str() {
+        "" => return Ok(None),
+        "icmp" => 1,
+        "tcp" => 6,
+        "udp" => 17,
+        "icmpv6" | "ipv6-icmp" => 58,
+        "sctp" => 132,
+        n => n
+            .parse()
+            .map_err(|_| invalid("proto", value, "not a protocol name or number"))?,
+    }))
+}
+
+fn parse_ports(field: &'static str, value: &str) -> Result<Option<(u16, u16)>> {
+    if value.is_empty() {
+        return Ok(None);
+    }
+    let bad = || invalid(field, value, "not a port (N) or range (N-M) of 1 to 65535");
+    let (a, b) = value.split_once('-').unwrap_or((value, value));
+    let a: u16 = a.trim().parse().map_err(|_| bad())?;
+    let b: u16 = b.trim().parse().map_err(|_| bad())?;
+    if a == 0 || a > b {
+        return Err(bad());
+    }
+    Ok(Some((a, b)))
+}
+
+/// Checks `policies` whole: prefixes, protocols, ports, one family per policy, and no two
+/// policies selecting the same traffic (they would need the same rule).
+pub(super) fn plan(policies: &[PolicyConfig]) -> Result<Vec<PlannedPolicy>> {
+    let mut out: Vec<PlannedPolicy> = Vec::with_capacity(policies.len());
+    for p in policies {
+        let from = match p.from.as_str() {
+            "" => None,
+            f => {
+                let (ip, len) = parse_cidr(f)?;
+                Some((masked(ip, len), len))
+            }
+        };
+        let routes: Vec<PlannedRoute> = p.routes.iter().map(plan_route).collect::<Result<_>>()?;
+        let v6 = match (from, routes.first()) {
+            (Some((ip, _)), _) | (None, Some(&(ip, _, _))) => ip.is_ipv6(),
+            (None, None) => false,
+        };
+        if let Some(r) = routes.iter().find(|r| r.0.is_ipv6() != v6) {
+            return Err(invalid(
+                "routes",
+                &format!("{}/{}", r.0, r.1),
+                "a policy's routes and source are of one address family",
+            ));
+        }
+        let planned = PlannedPolicy {
+            v6,
+            from,
+            proto: parse_proto(&p.proto)?,
+            src_port: parse_ports("src_port", &p.src_port)?,
+            dst_port: parse_ports("dst_port", &p.dst_port)?,
+            routes,
+        };
+        if out.iter().any(|o| o.selects_as(&planned)) {
+            return Err(invalid(
+                "from",
+                &p.from,
+                "two policies select the same traffic (their rules and tables would collide)",
+            ));
+        }
+        out.push(planned);
+    }
+    Ok(out)
+}
+
+impl PlannedPolicy {
+    /// Whether the policy is an IPv6 one.
+    pub(super) fn is_ipv6(&self) -> bool {
+        self.v6
+    }
+
+    fn selects_as(&self, other: &PlannedPolicy) -> bool {
+        (self.v6, self.from, self.proto, self.src_port, self.dst_port)
+            == (
+                other.v6,
+                other.from,
+                other.proto,
+                other.src_port,
+                other.dst_port,
+            )
+    }
+
+    fn rule(&self, table: u32) -> RuleMessage {
+        let mut rule = RuleMessage::default();
+        rule.header.family = family(self.v6);
+        rule.header.action = RuleAction::ToTable;
+        rule.header.table = u8::try_from(table).unwrap_or(0);
+        if let Some((ip, len)) = self.from {
+            rule.header.src_len = len;
+            rule.attributes.push(RuleAttribute::Source(ip));
+        }
+        if let Some(p) = self.proto {
+            rule.attributes
+                .push(RuleAttribute::IpProtocol(IpProtocol::from(p)));
+        }
+        if let Some((start, end)) = self.src_port {
+            rule.attributes
+                .push(RuleAttribute::SourcePortRange(RulePortRange { start, end }));
+        }
+        if let Some((start, end)) = self.dst_port {
+            rule.attributes
+                .push(RuleAttribute::DestinationPortRange(RulePortRange {
+                    start,
+                    end,
+                }));
+        }
+        rule.attributes.push(RuleAttribute::Table(table));
+        rule
+    }
+}
+
+fn family(v6: bool) -> AddressFamily {
+    if v6 {
+        AddressFamily::Inet6
+    } else {
+        AddressFamily::Inet
+    }
+}
+
+/// Table ids no rule or route in the namespace uses, lowest first (1 to 252, then from 256).
+fn free_tables(rtnl: &mut Rtnl, count: usize) -> Result<Vec<u32>> {
+    let mut used = Vec::new();
+    for v6 in [false, true] {
+        let mut rule = RuleMessage::default();
+        rule.header.family = family(v6);
+        let rules = rtnl
+            .dump(RouteNetlinkMessage::GetRule(rule))
+            .map_err(netlink("list rules"))?;
+        for m in rules {
+            if let RouteNetlinkMessage::NewRule(r) = m {
+                used.push(u32::from(r.header.table));
+                used.extend(r.attributes.iter().filter_map(|a| match a {
+                    RuleAttribute::Table(t) => Some(*t),
+                    _ => None,
+                }));
+            }
+        }
+        let mut route = RouteMessage::default();
+        route.header.address_family = family(v6);
+        let routes = rtnl
+            .dump(RouteNetlinkMessage::GetRoute(route))
+            .map_err(netlink("list routes"))?;
+        for m in routes {
+            if let RouteNetlinkMessage::NewRoute(r) = m {
+                used.push(u32::from(r.header.table));
+                used.extend(r.attributes.iter().filter_map(|a| match a {
+                    RouteAttribute::Table(t) => Some(*t),
+                    _ => None,
+                }));
+            }
+        }
+    }
+    Ok((1..253)
+        .chain(256..)
+        .filter(|t| !used.contains(t))
+        .take(count)
+        .collect())
+}
+
+/// Adds each policy's table (its routes through interface `index`) and then its rule; returns
+/// the rules added, for [`remove_rules`]. On an error, the rules added so far are removed (the
+/// routes go with the interface).
+pub(super) fn apply_policies(
+    rtnl: &mut Rtnl,
+    index: u32,
+    policies: &[PlannedPolicy],
+    name: &str,
+) -> Result<Vec<RuleMessage>> {
+    if policies.is_empty() {
+        return Ok(Vec::new());
+    }
+    let tables = free_tables(rtnl, policies.len())?;
+    let mut added = Vec::with_capacity(policies.len());
+    for (policy, &table) in policies.iter().zip(&tables) {
+        let result = policy
+            .routes
+            .iter()
+            .try_for_each(|&route| add_route(rtnl, index, route, table, name))
+            .and_then(|()| {
+                let rule = policy.rule(table);
+                rtnl.request(
+                    RouteNetlinkMessage::NewRule(rule.clone()),
+                    NLM_F_CREATE | NLM_F_EXCL,
+                )
+                .map_err(netlink(format!("add rule to table {table} for {name}")))?;
+                Ok(rule)
+            });
+        match result {
+            Ok(rule) => added.push(rule),
+            Err(e) => {
+                remove_rules(rtnl, &added);
+                return Err(e);
+            }
+        }
+    }
+    Ok(added)
+}
+
+/// Removes `rules`; one already gone is fine, and so is any other refusal (logged).
+pub(super) fn remove_rules(rtnl: &mut Rtnl, rules: &[RuleMessage]) {
+    for rule in rules {
+        match rtnl.request(RouteNetlinkMessage::DelRule(rule.clone()), 0) {
+            Ok(()) | Err(Errno::ENOENT) => {}
+            Err(e) => tracing::warn!(error = %e, ?rule, "cannot remove a policy rule"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(from: &str, proto: &str, dst: &str, routes: &[(&str, &str)]) -> PolicyConfig {
+        PolicyConfig {
+            from: from.into(),
+            proto: proto.into(),
+            dst_port: dst.into(),
+            routes: routes
+                .iter()
+                .map(|(p, via)| RouteConfig {
+                    prefix: (*p).into(),
+                    next_hop: Some((*via).into()).filter(|v: &String| !v.is_empty()),
+                })
+                .collect(),
+            ..PolicyConfig::default()
+        }
+    }
+
+    #[test]
+    fn policies_parse_per_family() {
+        let p = plan(&[
+            policy(
+                "172.16.2.0/24",
+                "tcp",
+                "6666",
+                &[("172.16.3.0/24", "172.16.2.1")],
+            ),
+            policy(
+                "2001:db8::1/64",
+                "udp",
+                "5000-5010",
+                &[("2001:db8:1::/48", "")],
+            ),
+            policy("", "", "", &[]),
+        ])
+        .unwrap();
+        assert!(!p[0].v6);
+        assert_eq!(p[0].proto, Some(6));
+        assert_eq!(p[0].dst_port, Some((6666, 6666)));
+        assert!(p[1].v6);
+        assert_eq!(p[1].from, Some(("2001:db8::".parse().unwrap(), 64)));
+        assert_eq!(p[1].dst_port, Some((5000, 5010)));
+        assert!(!p[2].v6);
+        let rule = p[0].rule(300);
+        assert_eq!(
+            rule.header.table, 0,
+            "a table above 255 goes in the attribute only"
+        );
+        assert!(rule.attributes.contains(&RuleAttribute::Table(300)));
+    }
+
+    #[test]
+    fn bad_policies_name_their_field() {
+        let cases = [
+            (policy("10.0.0.0/33", "", "", &[]), "10.0.0.0/33"),
+            (policy("", "bogus", "", &[]), "proto"),
+            (policy("", "tcp", "0", &[]), "dst_port"),
+            (policy("", "tcp", "9-3", &[]), "dst_port"),
+            (policy("", "tcp", "70000", &[]), "dst_port"),
+            (
+                policy("10.0.0.0/8", "", "", &[("2001:db8::/32", "")]),
+                "routes",
+            ),
+            (
+                policy("", "", "", &[("10.1.0.0/16", "2001:db8::1")]),
+                "next hop",
+            ),
+        ];
+        for (p, says) in cases {
+            let e = plan(std::slice::from_ref(&p)).unwrap_err().to_string();
+            assert!(e.contains(says), "{p:?}: {e}");
+        }
+        let twice = policy("10.0.0.0/8", "tcp", "80", &[]);
+        let e = plan(&[twice.clone(), twice]).unwrap_err().to_string();
+        assert!(e.contains("same traffic"), "{e}");
+    }
+}
