@@ -57,6 +57,13 @@ counters! {
     RxBufferStalls = "rx-buffer-stalls", Info;
     /// Frames received with a checksum the sender's stack left for offload (not filled in).
     RxChecksumPartial = "rx-checksum-partial", Info;
+    /// Frames whose virtio-net header does not fit them (offsets or sizes outside the frame,
+    /// an unsupported GSO type): dropped.
+    RxBadVnetHdr = "rx-bad-vnet-hdr", RxDrop;
+    /// GSO super-frames received whole (their segmentation left for later).
+    RxGso = "rx-gso-frames", Info;
+    /// GSO super-frames handed to the kernel whole, which segments them.
+    TxGso = "tx-gso-frames", Info;
     /// Frames too long for the device (or a transmit slot): freed, not sent.
     TxTooLong = "tx-too-long", TxDrop;
     /// Frames the kernel refused on write.

@@ -15,10 +15,17 @@
 //!
 //! Needs `CAP_NET_RAW`. Ports see interfaces in the network namespace of the thread that opens
 //! them, and queues bind in the namespace of the worker that asks for them: keep both in one
-//! namespace. Frames a peer in the same host hands over with segmentation or checksum offload
-//! pending arrive as the kernel holds them: over-long GSO frames are dropped (`rx-too-long`)
-//! and frames with a checksum still to fill in are counted (`rx-checksum-partial`); turn those
-//! offloads off on such peers (`ethtool -K <peer> tso off gso off tx off`).
+//! namespace.
+//!
+//! Offloads (`AfPacketConfig::offload`, on by default): the sockets use `PACKET_VNET_HDR`, so
+//! a frame a peer in the same host hands over with its checksum still to fill in, or as a GSO
+//! super-frame (up to 64 KiB, chained over buffers), arrives with a virtio-net header that says
+//! so; the work is kept on the buffer ([`dataplane::offload`]; a header that does not fit its
+//! frame is dropped as `rx-bad-vnet-hdr`). On transmit the work is written back as the header
+//! and the kernel finishes it (`TxQueue::accepts_offload`): a super-frame leaves as one frame,
+//! through a second socket when no transmit slot holds it. Egresses that cannot take the work
+//! get it done in software by `offload-resolve`. Without offloads, over-long GSO frames are
+//! dropped (`rx-too-long`) and partial checksums only counted (`rx-checksum-partial`).
 
 mod counters;
 pub(crate) mod netdev;
@@ -33,8 +40,8 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use crate::netns::NetNs;
 use crate::port::{LinkStatus, Port, PortError, PortStats, QueuePair};
 use netdev::NetDevice;
-use queue::{max_frame_len, AfPacketRx, AfPacketTx};
-use ring::{RingLayout, RX_BLOCK_OVERHEAD, TX_DATA_OFFSET};
+use queue::{max_frame_len, AfPacketRx, AfPacketTx, GSO_MAX_FRAME};
+use ring::{RingLayout, RX_BLOCK_OVERHEAD, TX_DATA_OFFSET, VNET_HDR};
 use socket::{Fanout, PacketSocket, SocketConfig};
 
 /// How an AF_PACKET port is opened.
@@ -59,6 +66,10 @@ pub struct AfPacketConfig {
     pub rx_block_timeout_ms: u32,
     /// Transmit slots per queue (rounded up to fill whole blocks).
     pub tx_slots: usize,
+    /// Keep checksum and segmentation offload (`PACKET_VNET_HDR`, see the module docs). The
+    /// receive ring then holds the same bytes in blocks large enough for a 64 KiB frame
+    /// (fewer blocks).
+    pub offload: bool,
 }
 
 impl AfPacketConfig {
@@ -79,6 +90,7 @@ impl AfPacketConfig {
             rx_blocks: 128,
             rx_block_timeout_ms: 1,
             tx_slots: 1024,
+            offload: true,
         }
     }
 }
@@ -107,16 +119,29 @@ fn layouts(config: &AfPacketConfig, mtu: u32) -> Result<(RingLayout, RingLayout)
             "a port needs receive blocks and transmit slots".into(),
         ));
     }
-    // A block holds at least its descriptor and one whole frame with its header.
-    let longest = RX_BLOCK_OVERHEAD + max_frame_len(mtu);
+    // A block holds at least its descriptor and one whole frame with its header (a GSO
+    // super-frame with offloads), and the ring at least as many bytes as asked for, in fewer
+    // blocks when they had to grow (but not fewer than 64).
+    let (pre, longest_frame) = if config.offload {
+        (VNET_HDR, GSO_MAX_FRAME.max(max_frame_len(mtu)))
+    } else {
+        (0, max_frame_len(mtu))
+    };
+    let longest = RX_BLOCK_OVERHEAD + pre + longest_frame;
+    let rx_block = block.max(longest.next_power_of_two());
+    let rx_blocks = if rx_block > block {
+        (config.rx_blocks * block / rx_block).max(64.min(config.rx_blocks))
+    } else {
+        config.rx_blocks
+    };
     let rx = RingLayout {
-        block_size: block.max(longest.next_power_of_two()),
-        block_count: config.rx_blocks,
+        block_size: rx_block,
+        block_count: rx_blocks,
         // The kernel's accounting unit for a V3 receive ring; frames are packed regardless.
         frame_size: 2048,
     };
     // A slot holds its header and the longest frame the device sends.
-    let frame_size = (TX_DATA_OFFSET + max_frame_len(mtu))
+    let frame_size = (TX_DATA_OFFSET + pre + max_frame_len(mtu))
         .next_power_of_two()
         .max(2048);
     let tx_block = frame_size.max(page).max(64 * 1024);
@@ -182,6 +207,7 @@ impl AfPacketPort {
                 tx,
                 promiscuous: config.promiscuous,
                 qdisc_bypass: config.qdisc_bypass,
+                vnet_hdr: config.offload,
             },
             queues: Mutex::new(
                 (0..config.queues)
@@ -295,7 +321,10 @@ mod tests {
 
     #[test]
     fn ring_layouts_fit_the_mtu_and_whole_blocks() {
-        let c = AfPacketConfig::new("x", 1);
+        let c = AfPacketConfig {
+            offload: false,
+            ..AfPacketConfig::new("x", 1)
+        };
         let (rx, tx) = layouts(&c, 1500).unwrap();
         assert_eq!(rx.bytes(), 4 << 20);
         assert_eq!(rx.block_size, 32 * 1024);
@@ -311,6 +340,20 @@ mod tests {
             ..c.clone()
         };
         assert!(matches!(layouts(&bad, 1500), Err(PortError::Config(_))));
+    }
+
+    #[test]
+    fn with_offloads_a_block_holds_a_super_frame_and_a_slot_its_header() {
+        let c = AfPacketConfig::new("x", 1);
+        assert!(c.offload, "on by default");
+        let (rx, tx) = layouts(&c, 1500).unwrap();
+        assert_eq!(rx.block_size, 128 * 1024);
+        assert!(rx.block_size >= RX_BLOCK_OVERHEAD + VNET_HDR + GSO_MAX_FRAME);
+        assert_eq!(rx.block_count, 64, "fewer, larger blocks (8 MiB)");
+        assert_eq!(tx.frame_size, 2048);
+        assert!(tx.frame_size - TX_DATA_OFFSET >= VNET_HDR + 1500 + 22);
+        let (rx, _) = layouts(&AfPacketConfig { rx_blocks: 8, ..c }, 1500).unwrap();
+        assert_eq!(rx.block_count, 8, "never more blocks than asked");
     }
 
     #[test]

@@ -1,12 +1,14 @@
 //! The receive and transmit queues of one AF_PACKET socket: frames copied between the rings and
 //! Quiver's buffers.
 
+use std::io::IoSlice;
 use std::sync::Arc;
 
+use dataplane::offload::{BadOffload, Gso, Offload};
 use dataplane::{RxQueue, TxQueue, WorkerBuffers};
 
 use super::counters::{Counter, QueueCounters};
-use super::ring::{RxFrame, RxRing, TxRing};
+use super::ring::{RxFrame, RxRing, TxRing, VNET_HDR};
 use super::socket::PacketSocket;
 
 /// Ethernet header bytes, and what an 802.1Q tag adds.
@@ -17,6 +19,22 @@ const VLAN_TAG: usize = 4;
 /// tags on top of the MTU.
 pub(crate) fn max_frame_len(mtu: u32) -> usize {
     mtu as usize + ETHERNET_HEADER + 2 * VLAN_TAG
+}
+
+/// The longest GSO super-frame: an IP packet of 64 KiB with its Ethernet header and two tags.
+pub(crate) const GSO_MAX_FRAME: usize = u16::MAX as usize + ETHERNET_HEADER + 2 * VLAN_TAG;
+
+/// The work a frame's virtio-net header leaves (none on a socket without them), with its
+/// offsets moved past a VLAN tag that will be put back.
+#[inline(always)]
+fn frame_offload(frame: &RxFrame<'_>) -> Result<Option<Offload>, BadOffload> {
+    match Offload::from_virtio(&frame.vnet, frame.bytes.len())? {
+        Some(o) if frame.vlan.is_some() => o
+            .shifted(VLAN_TAG as u16)
+            .map(Some)
+            .ok_or(BadOffload::Checksum),
+        o => Ok(o),
+    }
 }
 
 /// No buffer was left for a frame's tail.
@@ -63,9 +81,11 @@ fn copy_frame(buffers: &mut WorkerBuffers, bi: u32, frame: &RxFrame<'_>) -> Resu
     }
 }
 
-/// Copies up to `out.len()` frames from `ring` into buffers (see [`RxQueue::receive`]).
-/// Frames the graph could not use (cut short, longer than `max_len`) are counted and skipped;
-/// when buffers run out, the frames stay in the ring for the next poll.
+/// Copies up to `out.len()` frames from `ring` into buffers (see [`RxQueue::receive`]), with
+/// the work their virtio-net headers leave kept on them ([`dataplane::offload`]). Frames the
+/// graph could not use (cut short, longer than `max_len` unless a GSO super-frame, with a
+/// virtio-net header that does not fit them) are counted and skipped; when buffers run out,
+/// the frames stay in the ring for the next poll.
 pub(crate) fn receive_from(
     ring: &mut RxRing,
     buffers: &mut WorkerBuffers,
@@ -75,13 +95,20 @@ pub(crate) fn receive_from(
 ) -> usize {
     // out[..n] are received packets; out[n..n + spare] buffers allocated but not yet filled.
     let (mut n, mut spare) = (0, 0);
-    let (mut bytes, mut partial) = (0u64, 0u64);
+    let (mut bytes, mut partial, mut gso) = (0u64, 0u64, 0u64);
     while n < out.len() && ring.poll() {
         let frame = ring.frame();
         let len = frame.bytes.len() + frame.vlan.map_or(0, |t| t.len());
+        let offload = frame_offload(&frame);
+        let limit = match offload {
+            Ok(Some(o)) if o.gso != Gso::None => GSO_MAX_FRAME,
+            _ => max_len,
+        };
         if (frame.wire_len as usize) > frame.bytes.len() {
             counters.bump(Counter::RxTruncated, 1);
-        } else if len > max_len {
+        } else if offload.is_err() {
+            counters.bump(Counter::RxBadVnetHdr, 1);
+        } else if len > limit {
             counters.bump(Counter::RxTooLong, 1);
         } else {
             if spare == 0 {
@@ -95,6 +122,10 @@ pub(crate) fn receive_from(
             }
             match copy_frame(buffers, out[n], &frame) {
                 Ok(()) => {
+                    if let Ok(Some(o)) = offload {
+                        buffers.meta_mut(out[n]).set_offload(o);
+                        gso += (o.gso != Gso::None) as u64;
+                    }
                     partial += frame.checksum_partial as u64;
                     bytes += len as u64;
                     n += 1;
@@ -123,6 +154,9 @@ pub(crate) fn receive_from(
     if partial > 0 {
         counters.bump(Counter::RxChecksumPartial, partial);
     }
+    if gso > 0 {
+        counters.bump(Counter::RxGso, gso);
+    }
     n
 }
 
@@ -145,32 +179,59 @@ fn gather(buffers: &WorkerBuffers, bi: u32, slot: &mut [u8]) -> Option<usize> {
     Some(at)
 }
 
-/// Copies packets into `ring` slots (see [`TxQueue::transmit`]); returns how many were taken
-/// and how many of those were queued for the kernel. Every taken packet is freed here: sent ones
-/// are copied, too long ones counted.
+/// What one [`transmit_into`] pass did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TxPass {
+    /// Packets taken (and freed): queued or dropped.
+    pub taken: usize,
+    /// Of those, queued for the kernel.
+    pub queued: usize,
+    /// The pass stopped before a super-frame too long for a slot (`packets[taken]`), to be
+    /// sent by [`send_big`] once the slots before it are.
+    pub big: bool,
+}
+
+/// Copies packets into `ring` slots (see [`TxQueue::transmit`]), each after its virtio-net
+/// header when `vnet` (the work left on it, or zeros). Every taken packet is freed here: sent
+/// ones are copied, too long ones counted. Stops at a full ring, or before a super-frame no
+/// slot holds.
 pub(crate) fn transmit_into(
     ring: &mut TxRing,
     buffers: &mut WorkerBuffers,
     packets: &[u32],
     counters: &QueueCounters,
     mtu: u32,
-) -> (usize, usize) {
-    let (mut taken, mut queued, mut bytes) = (0, 0, 0u64);
+    vnet: bool,
+) -> TxPass {
+    let (mut taken, mut queued, mut bytes, mut big) = (0, 0, 0u64, false);
+    let pre = if vnet { VNET_HDR } else { 0 };
+    let room = ring.capacity() - pre;
     for &bi in packets {
-        let len = buffers.meta(bi).total_length() as usize;
-        if len > ring.capacity() || len > device_limit(mtu, buffers.data(bi)) {
+        let meta = buffers.meta(bi);
+        let len = meta.total_length() as usize;
+        let offload = meta.offload().copied().filter(|_| vnet);
+        if offload.is_some_and(|o| o.gso != Gso::None) {
+            // The kernel segments it to the device's size.
+            if len > room {
+                big = true;
+                break;
+            }
+        } else if len > room || len > device_limit(mtu, buffers.data(bi)) {
             counters.bump(Counter::TxTooLong, 1);
             taken += 1;
             continue;
         }
+        let header = offload.map(|o| o.to_virtio(buffers.data(bi)));
         let Some(slot) = ring.next_free() else {
             counters.bump(Counter::TxRingFull, 1);
             break;
         };
         taken += 1;
-        match gather(buffers, bi, slot) {
+        let (head, body) = slot.split_at_mut(pre);
+        head.copy_from_slice(&header.unwrap_or_default()[..pre]);
+        match gather(buffers, bi, body) {
             Some(len) => {
-                ring.send(len);
+                ring.send(pre + len);
                 bytes += len as u64;
                 queued += 1;
             }
@@ -182,7 +243,55 @@ pub(crate) fn transmit_into(
         counters.bump(Counter::TxPackets, queued as u64);
         counters.bump(Counter::TxBytes, bytes);
     }
-    (taken, queued)
+    TxPass { taken, queued, big }
+}
+
+/// Buffers a super-frame sent by [`send_big`] may span.
+const MAX_PARTS: usize = 96;
+
+/// Sends super-frame `bi` whole, virtio-net header first, through the socket's super-frame
+/// socket. `false` when the socket is busy: `bi` is still the caller's. Otherwise `bi` is
+/// freed, sent or dropped (counted).
+pub(crate) fn send_big(
+    socket: &PacketSocket,
+    buffers: &mut WorkerBuffers,
+    bi: u32,
+    counters: &QueueCounters,
+) -> bool {
+    let header = buffers
+        .meta(bi)
+        .offload()
+        .map(|o| o.to_virtio(buffers.data(bi)))
+        .unwrap_or_default();
+    let result = {
+        let mut parts = [IoSlice::new(&[]); MAX_PARTS];
+        parts[0] = IoSlice::new(&header);
+        let mut n = 1;
+        for segment in buffers.chain(bi) {
+            if n == MAX_PARTS {
+                break;
+            }
+            parts[n] = IoSlice::new(buffers.data(segment));
+            n += 1;
+        }
+        if n == MAX_PARTS {
+            Err(nix::Error::EMSGSIZE)
+        } else {
+            socket.send_big(&parts[..n])
+        }
+    };
+    match result {
+        Err(nix::Error::EAGAIN | nix::Error::ENOBUFS) => return false,
+        Ok(_) => {
+            counters.bump(Counter::TxPackets, 1);
+            counters.bump(Counter::TxBytes, buffers.meta(bi).total_length() as u64);
+            counters.bump(Counter::TxGso, 1);
+        }
+        Err(nix::Error::EMSGSIZE) => counters.bump(Counter::TxTooLong, 1),
+        Err(_) => counters.bump(Counter::TxErrors, 1),
+    }
+    buffers.free(&[bi]);
+    true
 }
 
 /// One worker's receive queue of an AF_PACKET port.
@@ -224,6 +333,8 @@ pub(crate) struct AfPacketTx {
     counters: Arc<QueueCounters>,
     /// The last kick failed: frames wait in the ring for the next one.
     kick_pending: bool,
+    /// Frames carry virtio-net headers: offload work is handed to the kernel.
+    vnet: bool,
     socket: Arc<PacketSocket>,
 }
 
@@ -238,6 +349,7 @@ impl AfPacketTx {
             mtu,
             counters: socket.counters().clone(),
             kick_pending: false,
+            vnet: socket.vnet_hdr(),
             socket,
         }
     }
@@ -245,16 +357,35 @@ impl AfPacketTx {
 
 impl TxQueue for AfPacketTx {
     fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[u32]) -> usize {
-        let (taken, queued) =
-            transmit_into(&mut self.ring, buffers, packets, &self.counters, self.mtu);
-        if queued > 0 || self.kick_pending {
-            // One system call per burst: the kernel sends every requested slot.
-            self.kick_pending = self.socket.kick().is_err();
-            if self.kick_pending {
-                self.counters.bump(Counter::TxKickErrors, 1);
+        let mut done = 0;
+        loop {
+            let rest = &packets[done..];
+            let pass = transmit_into(
+                &mut self.ring,
+                buffers,
+                rest,
+                &self.counters,
+                self.mtu,
+                self.vnet,
+            );
+            done += pass.taken;
+            if pass.queued > 0 || self.kick_pending {
+                // One system call per burst: the kernel sends every requested slot.
+                self.kick_pending = self.socket.kick().is_err();
+                if self.kick_pending {
+                    self.counters.bump(Counter::TxKickErrors, 1);
+                }
             }
+            // A super-frame: sent after the slots before it (kicked just above).
+            if !pass.big || !send_big(&self.socket, buffers, packets[done], &self.counters) {
+                return done;
+            }
+            done += 1;
         }
-        taken
+    }
+
+    fn accepts_offload(&self) -> bool {
+        self.vnet
     }
 }
 
@@ -418,7 +549,8 @@ mod tests {
             make(&mut buffers, &[4; 60]),
         ];
         let mtu = 600;
-        let (taken, queued) = transmit_into(&mut ring, &mut buffers, &packets, &counters, mtu);
+        let TxPass { taken, queued, .. } =
+            transmit_into(&mut ring, &mut buffers, &packets, &counters, mtu, false);
         assert_eq!(
             (taken, queued),
             (5, 4),
@@ -435,9 +567,131 @@ mod tests {
             "only the refused packet is still the caller's"
         );
         k.complete();
-        let (taken, _) = transmit_into(&mut ring, &mut buffers, &packets[5..], &counters, mtu);
+        let TxPass { taken, .. } = transmit_into(
+            &mut ring,
+            &mut buffers,
+            &packets[5..],
+            &counters,
+            mtu,
+            false,
+        );
         assert_eq!(taken, 1);
         assert_eq!(k.take_sent(), vec![vec![4; 60]]);
+        assert_eq!(pool.in_use_count(), 0);
+    }
+
+    /// A virtio-net header (little-endian fields).
+    fn vnet(flags: u8, gso: u8, gso_size: u16, start: u16, offset: u16) -> [u8; VNET_HDR] {
+        let mut h = [flags, gso, 0, 0, 0, 0, 0, 0, 0, 0];
+        h[4..6].copy_from_slice(&gso_size.to_le_bytes());
+        h[6..8].copy_from_slice(&start.to_le_bytes());
+        h[8..10].copy_from_slice(&offset.to_le_bytes());
+        h
+    }
+
+    #[test]
+    fn virtio_net_headers_become_offload_work_and_bad_ones_are_dropped() {
+        let pool = pool(128, 2048);
+        let mut buffers = pool.worker_buffers();
+        const BIG: RingLayout = RingLayout {
+            block_size: 16384,
+            block_count: 2,
+            frame_size: 2048,
+        };
+        let mut k = FakeKernel::new(BIG);
+        // SAFETY: `k` outlives the ring.
+        let mut ring = unsafe { RxRing::new(k.base(), BIG) }.with_vnet_hdr(true);
+        let counters = QueueCounters::default();
+        let frames: Vec<Vec<u8>> = [60, 60, 60, 5000, 60]
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| vec![i as u8; n])
+            .collect();
+        k.vnet = vec![
+            vnet(1, 0, 0, 34, 16),    // a partial checksum
+            [0; VNET_HDR],            // nothing to do
+            vnet(1, 0, 0, 50, 16),    // the checksum field beyond the frame
+            vnet(1, 1, 1448, 34, 16), // a super-frame, over max_len
+            vnet(1, 1, 1448, 34, 16), // (tagged below: offsets move by 4)
+        ];
+        k.deliver(&[
+            (&frames[0], 60, 0, None),
+            (&frames[1], 60, 0, None),
+            (&frames[2], 60, 0, None),
+            (&frames[3], 5000, 0, None),
+            (&frames[4], 60, 0, Some((0x8100, 7))),
+        ]);
+        let mut out = [0u32; 8];
+        let n = receive_from(&mut ring, &mut buffers, &mut out, &counters, 1514);
+        assert_eq!(n, 4);
+        let o = |bi: u32| buffers.meta(bi).offload().copied();
+        let csum = Offload::from_virtio(&vnet(1, 0, 0, 34, 16), 60).unwrap();
+        assert_eq!(o(out[0]), csum);
+        assert_eq!(o(out[1]), None);
+        let gso = o(out[2]).expect("work on the super-frame");
+        assert_eq!(
+            (gso.gso, gso.gso_size, gso.csum_start),
+            (Gso::Tcp4, 1448, 34)
+        );
+        assert_eq!(packet(&buffers, out[2]), frames[3], "chained whole");
+        assert_eq!(
+            o(out[3]).map(|o| o.csum_start),
+            Some(38),
+            "moved past the tag"
+        );
+        assert_eq!(counters.get(Counter::RxBadVnetHdr), 1);
+        assert_eq!(counters.get(Counter::RxGso), 2);
+        buffers.free(&out[..n]);
+        assert_eq!(pool.in_use_count(), 0);
+    }
+
+    #[test]
+    fn each_slot_gets_the_virtio_net_header_of_its_frame() {
+        let pool = pool(64, 2048);
+        let mut buffers = pool.worker_buffers();
+        let mut k = FakeKernel::new(TX);
+        // SAFETY: `k` outlives the ring.
+        let mut ring = unsafe { TxRing::new(k.base(), TX) };
+        let counters = QueueCounters::default();
+        let mut frame = vec![0u8; 80];
+        frame[12..14].copy_from_slice(&[0x08, 0x00]);
+        let plain = make(&mut buffers, &frame);
+        let partial = make(&mut buffers, &frame);
+        let csum = Offload::from_virtio(&vnet(1, 0, 0, 34, 16), 80)
+            .unwrap()
+            .unwrap();
+        buffers.meta_mut(partial).set_offload(csum);
+        // A super-frame too long for a slot stops the pass, still the caller's.
+        let big = make(&mut buffers, &[0; 3000]);
+        let gso = Offload::from_virtio(&vnet(1, 1, 1000, 34, 16), 3000)
+            .unwrap()
+            .unwrap();
+        buffers.meta_mut(big).set_offload(gso);
+        let packets = [plain, partial, big];
+        let pass = transmit_into(&mut ring, &mut buffers, &packets, &counters, 1500, true);
+        assert_eq!(
+            pass,
+            TxPass {
+                taken: 2,
+                queued: 2,
+                big: true
+            }
+        );
+        let sent = k.take_sent();
+        assert_eq!(sent[0][..VNET_HDR], [0; VNET_HDR]);
+        assert_eq!(sent[0][VNET_HDR..], frame);
+        assert_eq!(
+            sent[1][..VNET_HDR],
+            vnet(1, 0, 0, 34, 16)[..2]
+                .iter()
+                .chain(&52u16.to_le_bytes())
+                .chain(&vnet(1, 0, 0, 34, 16)[4..])
+                .copied()
+                .collect::<Vec<u8>>()[..]
+        );
+        assert_eq!(sent[1][VNET_HDR..], frame);
+        assert_eq!(pool.in_use_count(), 2, "the super-frame, two buffers");
+        buffers.free(&[big]);
         assert_eq!(pool.in_use_count(), 0);
     }
 }

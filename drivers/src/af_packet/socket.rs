@@ -11,6 +11,11 @@
 //!    that the group's other sockets also get: a port whose queues start under traffic would
 //!    forward duplicates. Dropping instead loses a few frames at start-up, as a link coming up
 //!    does.
+//!
+//! With `PACKET_VNET_HDR` (set before the rings, as the kernel requires) every frame in both
+//! rings has a virtio-net header before it, and a second socket (`big`, bound to the interface
+//! with protocol 0, so it receives nothing) sends the GSO super-frames that no transmit slot
+//! holds: `sendmsg` on a socket with a transmit ring only ever sends the ring.
 
 use std::mem::size_of;
 use std::num::NonZeroUsize;
@@ -19,7 +24,9 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
-use nix::sys::socket::{send, socket, AddressFamily, MsgFlags, SockFlag, SockType};
+use std::io::IoSlice;
+
+use nix::sys::socket::{send, sendmsg, socket, AddressFamily, MsgFlags, SockFlag, SockType};
 
 use super::counters::{Counter, QueueCounters};
 use super::ring::{RingLayout, RxRing, TxRing};
@@ -40,6 +47,9 @@ pub(crate) struct SocketConfig {
     pub promiscuous: bool,
     /// Send straight to the driver, skipping the qdisc layer.
     pub qdisc_bypass: bool,
+    /// A virtio-net header before every frame (`PACKET_VNET_HDR`): checksum and segmentation
+    /// offload kept, not done by the kernel.
+    pub vnet_hdr: bool,
 }
 
 /// Which fanout group the socket goes into.
@@ -123,6 +133,8 @@ pub(crate) struct PacketSocket {
     tx: RingLayout,
     fanout_id: u16,
     counters: Arc<QueueCounters>,
+    /// The socket that sends super-frames (with `vnet_hdr`).
+    big: Option<OwnedFd>,
 }
 
 // SAFETY: the mapping pointer is only used to build the rings (each then used by one queue at a
@@ -139,20 +151,7 @@ impl PacketSocket {
         fanout: Fanout,
         counters: Arc<QueueCounters>,
     ) -> Result<PacketSocket, PortError> {
-        let fd = socket(
-            AddressFamily::Packet,
-            SockType::Raw,
-            SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
-            None,
-        )
-        .map_err(|e| {
-            let hint = if e == nix::Error::EPERM {
-                " (AF_PACKET needs CAP_NET_RAW)"
-            } else {
-                ""
-            };
-            sys(&format!("AF_PACKET socket{hint}"), e)
-        })?;
+        let fd = packet_socket()?;
         let sol = libc::SOL_PACKET;
         let v3 = libc::tpacket_versions::TPACKET_V3 as libc::c_int;
         set_option(
@@ -164,6 +163,12 @@ impl PacketSocket {
         )?;
         // A slot the kernel cannot send is skipped rather than stopping the ring.
         set_option(&fd, sol, libc::PACKET_LOSS, &1, "PACKET_LOSS")?;
+        let big = if cfg.vnet_hdr {
+            set_option(&fd, sol, libc::PACKET_VNET_HDR, &1, "PACKET_VNET_HDR")?;
+            Some(big_socket(cfg)?)
+        } else {
+            None
+        };
         if cfg.qdisc_bypass {
             set_option(
                 &fd,
@@ -213,6 +218,7 @@ impl PacketSocket {
             tx: cfg.tx,
             fanout_id: 0,
             counters,
+            big,
         };
         socket.attach(cfg, fanout)?;
         Ok(socket)
@@ -304,7 +310,7 @@ impl PacketSocket {
         // SAFETY: the receive ring is the first `rx.bytes()` of the mapping, page aligned, shared
         // with the kernel only; the caller keeps the mapping alive and the ring unique; the
         // kernel starts every block as its own.
-        unsafe { RxRing::new(self.map, self.rx) }
+        unsafe { RxRing::new(self.map, self.rx) }.with_vnet_hdr(self.vnet_hdr())
     }
 
     /// A walk over the transmit ring.
@@ -320,6 +326,18 @@ impl PacketSocket {
     /// Asks the kernel to send every slot requested so far, without waiting.
     pub(crate) fn kick(&self) -> nix::Result<usize> {
         send(self.fd.as_raw_fd(), &[], MsgFlags::MSG_DONTWAIT)
+    }
+
+    /// Whether frames carry virtio-net headers.
+    pub(crate) fn vnet_hdr(&self) -> bool {
+        self.big.is_some()
+    }
+
+    /// Sends one frame, virtio-net header first, through the super-frame socket, without
+    /// waiting (`EAGAIN` when the socket's buffer is full).
+    pub(crate) fn send_big(&self, parts: &[IoSlice<'_>]) -> nix::Result<usize> {
+        let fd = self.big.as_ref().ok_or(nix::Error::EOPNOTSUPP)?;
+        sendmsg::<()>(fd.as_raw_fd(), parts, &[], MsgFlags::MSG_DONTWAIT, None)
     }
 
     /// Adds the kernel's receive drops since the last call to the queue's counters (reading them
@@ -348,6 +366,62 @@ impl PacketSocket {
                 .add_shared(Counter::KernelFreezes, st.tp_freeze_q_cnt as u64);
         }
     }
+}
+
+/// A fresh AF_PACKET socket that receives nothing yet.
+fn packet_socket() -> Result<OwnedFd, PortError> {
+    socket(
+        AddressFamily::Packet,
+        SockType::Raw,
+        SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+        None,
+    )
+    .map_err(|e| {
+        let hint = if e == nix::Error::EPERM {
+            " (AF_PACKET needs CAP_NET_RAW)"
+        } else {
+            ""
+        };
+        sys(&format!("AF_PACKET socket{hint}"), e)
+    })
+}
+
+/// The socket that sends super-frames: virtio-net headers, the qdisc choice of the rings,
+/// bound to the interface with protocol 0 (it receives nothing).
+fn big_socket(cfg: &SocketConfig) -> Result<OwnedFd, PortError> {
+    let fd = packet_socket()?;
+    set_option(
+        &fd,
+        libc::SOL_PACKET,
+        libc::PACKET_VNET_HDR,
+        &1,
+        "PACKET_VNET_HDR",
+    )?;
+    if cfg.qdisc_bypass {
+        set_option(
+            &fd,
+            libc::SOL_PACKET,
+            libc::PACKET_QDISC_BYPASS,
+            &1,
+            "PACKET_QDISC_BYPASS",
+        )?;
+    }
+    // SAFETY: `sockaddr_ll` is plain integers and bytes; all zero is valid.
+    let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    addr.sll_family = libc::AF_PACKET as u16;
+    addr.sll_ifindex = cfg.ifindex;
+    // SAFETY: `addr` is a live `sockaddr_ll` and the length says so.
+    let r = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&raw const addr).cast(),
+            size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(sys("bind the super-frame socket", nix::Error::last()));
+    }
+    Ok(fd)
 }
 
 /// Joins (or makes) the fanout group; returns its id. Hash mode without

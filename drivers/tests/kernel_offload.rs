@@ -1,0 +1,186 @@
+//! TCP through AF_PACKET ports whose peers keep the kernel's default offloads (issue 24): the
+//! namespaces' veths hand over frames with their TCP checksum still to fill in and as GSO
+//! super-frames up to 64 KiB. Quiver keeps that work on the buffers (virtio-net headers) and
+//! gives it back to the kernel on an AF_PACKET egress, or does it in software toward a port
+//! that does not take it. A real transfer of a few MB is checked for content at the far end.
+//!
+//! Needs root, `ip`, `ethtool` and `/usr/bin/python3`; without them each test prints why and
+//! passes, unless `QUIVER_REQUIRE_SYSTEM_TESTS=1`.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+
+use common::*;
+use drivers::af_packet::{AfPacketConfig, AfPacketPort};
+use graph_nodes::names;
+
+const PYTHON: &str = "/usr/bin/python3";
+
+fn ready(test: &str) -> bool {
+    if !system_ready(test) {
+        return false;
+    }
+    for tool in [PYTHON, "/usr/sbin/ethtool"] {
+        if !std::path::Path::new(tool).exists() {
+            assert_ne!(
+                std::env::var("QUIVER_REQUIRE_SYSTEM_TESTS").as_deref(),
+                Ok("1"),
+                "{test}: {tool} is missing"
+            );
+            eprintln!("skipping {test}: {tool} is missing");
+            return false;
+        }
+    }
+    true
+}
+
+/// Receives one connection on `addr`:5001 and prints how many bytes came and their SHA-256.
+const SERVER: &str = r#"
+import hashlib, socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], 5001))
+s.listen(1)
+s.settimeout(60)
+print("listening", flush=True)
+c, _ = s.accept()
+c.settimeout(60)
+h, n = hashlib.sha256(), 0
+while True:
+    d = c.recv(1 << 20)
+    if not d:
+        break
+    h.update(d)
+    n += len(d)
+print(n, h.hexdigest(), flush=True)
+"#;
+
+/// Sends `argv[2]` MiB of seeded pseudo-random bytes to `argv[1]`:5001; prints their length
+/// and SHA-256.
+const CLIENT: &str = r#"
+import hashlib, random, socket, sys
+data = random.Random(24).randbytes(int(sys.argv[2]) << 20)
+s = socket.create_connection((sys.argv[1], 5001), timeout=30)
+s.sendall(data)
+s.shutdown(socket.SHUT_WR)
+s.recv(1)
+print(len(data), hashlib.sha256(data).hexdigest(), flush=True)
+"#;
+
+/// Sends `mib` MiB from `from` to a server at `to_addr` in `to`; returns what the server and
+/// the client printed (each: length and hash).
+fn transfer(from: &Netns, to: &Netns, to_addr: &str, mib: u32) -> (String, String) {
+    let mut server = Command::new("ip")
+        .args(["netns", "exec", &to.name, PYTHON, "-c", SERVER, to_addr])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("server starts");
+    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+    assert_eq!(
+        lines.next().and_then(Result::ok).as_deref(),
+        Some("listening")
+    );
+    let client = from.exec(&[PYTHON, "-c", CLIENT, to_addr, &mib.to_string()]);
+    let received = lines.next().and_then(Result::ok).unwrap_or_default();
+    let _ = server.wait();
+    assert!(
+        client.status.success(),
+        "client: {}",
+        String::from_utf8_lossy(&client.stderr)
+    );
+    (
+        received,
+        String::from_utf8_lossy(&client.stdout).trim().to_string(),
+    )
+}
+
+fn offloads(ns: &Netns, dev: &str) -> String {
+    String::from_utf8_lossy(&ns.sh(&format!("ethtool -k {dev}")).stdout).into_owned()
+}
+
+#[test]
+fn tcp_crosses_an_af_packet_cross_connect_between_veths_with_default_offloads() {
+    if !ready("tcp_crosses_an_af_packet_cross_connect_between_veths_with_default_offloads") {
+        return;
+    }
+    let (ns1, ns2) = (Netns::new(), Netns::new());
+    let (v1, v2) = (
+        Veth::new(&ns1, "10.0.24.1/24"),
+        Veth::new(&ns2, "10.0.24.2/24"),
+    );
+    for (ns, v) in [(&ns1, &v1), (&ns2, &v2)] {
+        let k = offloads(ns, &v.inner);
+        assert!(k.contains("tx-checksumming: on"), "default offloads: {k}");
+        assert!(k.contains("tcp-segmentation-offload: on"), "{k}");
+    }
+    let mut fwd = forwarding();
+    let a = af_packet_port(&mut fwd, &v1.root, 1);
+    let b = af_packet_port(&mut fwd, &v2.root, 1);
+    fwd.cross_connect(a.1, b.1).unwrap();
+    let q = Quiver::start(fwd, &[a.clone(), b.clone()], &[0]);
+
+    let (received, sent) = transfer(&ns1, &ns2, "10.0.24.2", 8);
+    assert_eq!(received, sent, "every byte arrived, in order");
+    assert!(sent.starts_with("8388608 "), "{sent}");
+
+    assert!(detail(&*a.0, "rx-checksum-partial") > 0);
+    assert!(
+        detail(&*a.0, "rx-gso-frames") > 0,
+        "super-frames came in whole"
+    );
+    assert!(detail(&*b.0, "tx-gso-frames") > 0, "and left whole");
+    for p in [&a, &b] {
+        assert_eq!(detail(&*p.0, "rx-bad-vnet-hdr"), 0);
+        assert_eq!(detail(&*p.0, "tx-too-long"), 0);
+    }
+    assert_eq!(
+        q.error(names::OFFLOAD_RESOLVE, "gso-segmented"),
+        0,
+        "the kernel segments, not Quiver"
+    );
+}
+
+#[test]
+fn super_frames_toward_a_port_without_offloads_are_segmented_in_software() {
+    if !ready("super_frames_toward_a_port_without_offloads_are_segmented_in_software") {
+        return;
+    }
+    let (ns1, ns2) = (Netns::new(), Netns::new());
+    let (v1, v2) = (
+        Veth::new(&ns1, "10.0.25.1/24"),
+        Veth::new(&ns2, "10.0.25.2/24"),
+    );
+    // The far side takes no offloads: its port has no virtio-net headers, its peer sends
+    // complete frames.
+    ns2.sh(&format!("ethtool -K {} tx off", v2.inner));
+    let mut fwd = forwarding();
+    let a = af_packet_port(&mut fwd, &v1.root, 1);
+    let plain = AfPacketConfig {
+        offload: false,
+        ..AfPacketConfig::new(&v2.root, 1)
+    };
+    let port = AfPacketPort::open(&plain).expect("AF_PACKET without offloads");
+    let mtu = port.mtu() as u16;
+    let b = add_port(&mut fwd, Arc::new(port), mtu);
+    fwd.cross_connect(a.1, b.1).unwrap();
+    let q = Quiver::start(fwd, &[a.clone(), b.clone()], &[0]);
+
+    let (received, sent) = transfer(&ns1, &ns2, "10.0.25.2", 4);
+    assert_eq!(received, sent, "every byte arrived, in order");
+    assert!(sent.starts_with("4194304 "), "{sent}");
+
+    let segmented = q.error(names::OFFLOAD_RESOLVE, "gso-segmented");
+    let segments = q.error(names::OFFLOAD_RESOLVE, "gso-segments");
+    assert!(segmented > 0, "super-frames were cut in software");
+    assert!(segments > segmented, "{segments} segments of {segmented}");
+    assert!(
+        q.error(names::OFFLOAD_RESOLVE, "csum-completed") > 0,
+        "ACKs and the like"
+    );
+    assert_eq!(q.error(names::OFFLOAD_RESOLVE, "bad-offload"), 0);
+    assert_eq!(detail(&*b.0, "tx-too-long"), 0, "segments fit the MTU");
+    assert_eq!(detail(&*b.0, "rx-too-long"), 0);
+}
