@@ -165,6 +165,11 @@ fn a_dual_stack_context_with_policies_is_applied_pings_both_ways_and_leaves_noth
         table.contains("fd00:99::/48 via fd00:76::2 dev nsm0"),
         "{table}"
     );
+    // The aliases NSM's tools look for.
+    let link = ip_out(&nsc, &["-d", "link", "show", "nsm0"]);
+    assert!(link.contains(&format!("alias client-{id}")), "{link}");
+    let link = ip_out(&nse, &["-d", "link", "show", "nse0"]);
+    assert!(link.contains(&format!("alias server-{id}")), "{link}");
     // The MTU, on both ends of both veths.
     assert_eq!(mtu_of(&nsc, "nsm0"), 9000);
     assert_eq!(mtu_of(&nse, "nse0"), 9000);

@@ -110,6 +110,7 @@ fn config(connection_id: &str, name: &str) -> KernelInterfaceConfig {
             mac: "02:00:00:00:00:09".into(),
         }],
         policies: Vec::new(),
+        alias: String::new(),
     }
 }
 

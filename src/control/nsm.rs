@@ -127,6 +127,17 @@ fn kernel_tag(owner: &str, port: &PortName) -> String {
     format!("{owner}/{side}")
 }
 
+/// The alias NSM's tools expect on a connection's kernel interface (sdk-vpp's): `client-<id>`
+/// on the client's, `server-<id>` on the endpoint's.
+fn nsm_alias(owner: &str, port: &PortName) -> String {
+    let side = if port.0.ends_with("-endpoint") {
+        "server"
+    } else {
+        "client"
+    };
+    format!("{side}-{owner}")
+}
+
 /// The connection a veth tag belongs to.
 fn tag_owner(tag: &str) -> &str {
     tag.rsplit_once('/').map_or(tag, |(o, _)| o)
@@ -299,6 +310,7 @@ impl Dataplane for ForwarderDataplane {
                 })
                 .collect(),
             policies: spec.ip.policies.iter().map(policy_config).collect(),
+            alias: nsm_alias(owner, &spec.name),
         };
         let veth = KernelInterface::create(&netns, &config).map_err(kernel_error)?;
         allow_ping_sockets(&netns);

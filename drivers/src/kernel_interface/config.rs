@@ -57,6 +57,9 @@ pub struct KernelInterfaceConfig {
     pub neighbors: Vec<NeighborConfig>,
     /// Policy routes: each an `ip rule` with a routing table of its own holding its routes.
     pub policies: Vec<PolicyConfig>,
+    /// The alias of the namespace's end (NSM's tools look for `client-<id>` / `server-<id>`);
+    /// empty: Quiver's ownership tag, as Quiver's end always carries.
+    pub alias: String,
 }
 
 /// Checks `name` the way the kernel does (`dev_valid_name`): 1 to 15 bytes, not `.` or `..`,
@@ -225,6 +228,12 @@ impl Plan {
     pub(super) fn new(config: &KernelInterfaceConfig) -> Result<Plan> {
         validate_connection_id(&config.connection_id)?;
         validate_name(&config.name)?;
+        if config.alias.len() > 255 || config.alias.bytes().any(|b| b.is_ascii_control()) {
+            return Err(KernelInterfaceError::InvalidName {
+                name: config.alias.clone(),
+                reason: "an alias is at most 255 bytes without control characters",
+            });
+        }
         if config.mtu != 0 && !(68..=65535).contains(&config.mtu) {
             return Err(KernelInterfaceError::InvalidMtu(config.mtu));
         }

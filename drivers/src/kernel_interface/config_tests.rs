@@ -115,6 +115,7 @@ fn a_config_is_checked_whole_before_anything_is_made() {
             }],
             ..PolicyConfig::default()
         }],
+        alias: "client-c1".into(),
     };
     assert!(!Plan::new(&good).unwrap().has_ipv6());
     let mut c = good.clone();
@@ -128,6 +129,9 @@ fn a_config_is_checked_whole_before_anything_is_made() {
     c.routes[0].next_hop = Some("2001:db8::2".into());
     let e = Plan::new(&c).err().expect("a next hop of the wrong family");
     assert!(e.to_string().contains("family"), "{e}");
+    let mut c = good.clone();
+    c.alias = "a\nb".into();
+    assert!(Plan::new(&c).is_err(), "an alias with a newline");
     let mut c = good.clone();
     c.policies[0].dst_port = "x".into();
     assert!(matches!(

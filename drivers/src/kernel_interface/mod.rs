@@ -8,9 +8,10 @@
 //!   of a hash, so the same id always gives the same name); the other end is created directly
 //!   inside the target namespace under the requested name (it never exists under that name in
 //!   Quiver's namespace, so it cannot clash with a host interface).
-//! - Both ends carry the alias (`IFLA_IFALIAS`) `quiver:<connection-id>`: [`list_owned`] finds
-//!   Quiver's interfaces by it, and [`remove_orphans`] deletes, at startup, those no live
-//!   connection owns.
+//! - Quiver's end carries the alias (`IFLA_IFALIAS`) `quiver:<connection-id>`: [`list_owned`]
+//!   finds Quiver's interfaces by it, and [`remove_orphans`] deletes, at startup, those no live
+//!   connection owns. The namespace's end carries the config's alias (NSM's `client-<id>` /
+//!   `server-<id>`), or the same tag when it names none.
 //! - The namespace end has transmit checksum offload turned off (which also turns off TSO):
 //!   frames the client sends then reach Quiver complete, with checksums filled in and no larger
 //!   than the MTU, which is what a userspace forwarder needs.

@@ -204,7 +204,7 @@ struct Pair<'a> {
     config: &'a KernelInterfaceConfig,
     /// Quiver's end's name.
     host_name: &'a str,
-    /// The alias both ends carry.
+    /// The alias Quiver's end carries (its ownership tag).
     alias: &'a str,
 }
 
@@ -300,11 +300,15 @@ impl Pair<'_> {
         let FoundLink { index, mac, .. } = find_link(inner, &config.name)?.ok_or_else(|| {
             netlink(format!("find {} in {:?}", config.name, netns.path()))(Errno::ENODEV)
         })?;
+        let alias = match config.alias.as_str() {
+            "" => self.alias,
+            own => own,
+        };
         set_link(
             inner,
             index,
             &format!("tag and set up {}", config.name),
-            vec![LinkAttribute::IfAlias(self.alias.into())],
+            vec![LinkAttribute::IfAlias(alias.into())],
             true,
         )?;
         let name = config.name.clone();
