@@ -84,16 +84,30 @@ def render(directory):
     return objects
 
 
+def check_selector(directory, ds):
+    """The API server refuses a DaemonSet whose selector does not match its pods' labels (a
+    rule the schemas do not carry): check it, and say what the pods are labelled."""
+    selector = ds["spec"]["selector"].get("matchLabels", {})
+    labels = ds["spec"]["template"]["metadata"].get("labels", {})
+    for k, v in selector.items():
+        if labels.get(k) != v:
+            sys.exit("%s: selector %s=%s does not match the pods' labels %s" % (directory, k, v, labels))
+    print("%s: pods labelled app=%s" % (directory, labels.get("app")))
+
+
 def main():
     out_dir = sys.argv[1]
     version = sys.argv[2] if len(sys.argv) > 2 else "1.30.0"
     os.makedirs(out_dir, exist_ok=True)
-    for name, directory in [("base", "base"), ("dpdk", "overlays/dpdk")]:
+    overlays = [("base", "base"), ("dpdk", "overlays/dpdk"), ("nsm-compat", "overlays/nsm-compat")]
+    for name, directory in overlays:
         objects = render(os.path.join(HERE, directory))
         kinds = sorted(o["kind"] for o in objects)
         assert kinds == ["ConfigMap", "DaemonSet"], "%s renders %s" % (directory, kinds)
         for o in objects:
             kubernetes_validate.validate(o, version, strict=True)
+            if o["kind"] == "DaemonSet":
+                check_selector(directory, o)
             if o["kind"] == "ConfigMap":
                 with open(os.path.join(out_dir, name + ".toml"), "w") as f:
                     f.write(o["data"]["quiver.toml"])

@@ -56,9 +56,14 @@ fn the_manifests_validate_and_their_configs_load() {
     for rendered in [
         "base: DaemonSet/forwarder-quiver valid",
         "overlays/dpdk: DaemonSet/forwarder-quiver valid",
+        "overlays/nsm-compat: DaemonSet/forwarder-quiver valid",
+        "base: pods labelled app=forwarder-quiver",
+        // NSM's scripts find the forwarder by cmd-forwarder-vpp's label.
+        "overlays/nsm-compat: pods labelled app=forwarder-vpp",
     ] {
         assert!(text.contains(rendered), "{text}");
     }
+    quiver::Config::load(&out_dir.join("nsm-compat.toml")).unwrap();
     let base = quiver::Config::load(&out_dir.join("base.toml")).unwrap();
     assert!(
         base.port.is_empty(),
@@ -88,6 +93,20 @@ fn the_manifests_validate_and_their_configs_load() {
     assert!(!bad.status.success(), "a misspelt field passed validation");
     assert!(
         String::from_utf8_lossy(&bad.stderr).contains("hostPid"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+
+    // So is the selector check: pods the selector does not match are refused.
+    std::fs::write(&ds, yaml).unwrap();
+    let patch = copy.join("overlays/nsm-compat/daemonset-label.yaml");
+    let text = std::fs::read_to_string(&patch).unwrap();
+    let (head, tail) = text.rsplit_once("app: forwarder-vpp").unwrap();
+    std::fs::write(&patch, format!("{head}app: forwarder-other{tail}")).unwrap();
+    let bad = validate(&python, &copy, &out_dir);
+    assert!(!bad.status.success(), "a selector matching no pod passed");
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("does not match"),
         "{}",
         String::from_utf8_lossy(&bad.stderr)
     );
