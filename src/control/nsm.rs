@@ -33,11 +33,11 @@ use nsm_forwarder::dataplane::{
     FrameMode, KernelSpec, MemifRole as NsmRole, MemifSpec, PolicySpec, RouteSpec, VxlanSpec,
 };
 use nsm_forwarder::{
-    Dataplane, DataplaneError, LinkEvent, LinkEvents, NsmConfig, NsmHandle, PortName,
+    Dataplane, DataplaneError, LinkEvent, LinkEvents, NsmConfig, NsmHandle, PortCounters, PortName,
 };
 
 use crate::config::{AfPacketSection, MemifMode, MemifRole, MemifSection, PortSection};
-use crate::control::owner::{Change, Control};
+use crate::control::owner::{Change, Control, ForwarderView};
 use crate::forwarder::ForwarderError;
 
 /// How often the link watcher looks at the ports.
@@ -97,6 +97,20 @@ fn kernel_error(e: KernelInterfaceError) -> DataplaneError {
             DataplaneError::Failed(m)
         }
     }
+}
+
+/// The counters of port `name` in `view` as NSM's metrics report them: the driver's, never
+/// rewound by `clear counters`; drops are both ways'. `None` for an interface without a port
+/// (a VXLAN tunnel).
+pub fn port_counters(view: &ForwarderView, name: &str) -> Option<PortCounters> {
+    let s = view.port(name)?.port.stats();
+    Some(PortCounters {
+        rx_bytes: s.rx_bytes,
+        tx_bytes: s.tx_bytes,
+        rx_packets: s.rx_packets,
+        tx_packets: s.tx_packets,
+        drops: s.rx_dropped.saturating_add(s.tx_dropped),
+    })
 }
 
 /// Lets every group open unprivileged ICMP sockets in `netns` (`net.ipv4.ping_group_range`,
@@ -539,6 +553,10 @@ impl Dataplane for ForwarderDataplane {
             owners.insert(tag_owner(&o.connection_id).to_string());
         }
         Ok(owners.into_iter().collect())
+    }
+
+    fn port_counters(&self, port: &PortName) -> Option<PortCounters> {
+        port_counters(&self.control.view(), &port.0)
     }
 
     fn watch_links(&self, events: LinkEvents) {

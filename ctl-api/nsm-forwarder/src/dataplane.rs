@@ -225,6 +225,21 @@ impl LinkEvents {
     }
 }
 
+/// A port's counters since it was made, as NSM's path segment metrics report them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PortCounters {
+    /// Bytes received from the port's peer.
+    pub rx_bytes: u64,
+    /// Bytes sent to the port's peer.
+    pub tx_bytes: u64,
+    /// Packets received from the port's peer.
+    pub rx_packets: u64,
+    /// Packets sent to the port's peer.
+    pub tx_packets: u64,
+    /// Packets lost on the port, either way.
+    pub drops: u64,
+}
+
 /// What the NSM server needs from the data path. Implemented by Quiver's forwarder
 /// (`quiver::control::nsm`) and by in-memory fakes in tests.
 pub trait Dataplane: Send + Sync + 'static {
@@ -271,4 +286,10 @@ pub trait Dataplane: Send + Sync + 'static {
     fn owners(&self) -> Result<Vec<String>, DataplaneError>;
     /// Where to report link changes of owned ports from now on.
     fn watch_links(&self, events: LinkEvents);
+    /// The counters of `port` now (`None`: no such port, or one without counters, as a
+    /// tunnel). The default has none.
+    fn port_counters(&self, port: &PortName) -> Option<PortCounters> {
+        let _ = port;
+        None
+    }
 }

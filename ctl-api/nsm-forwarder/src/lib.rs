@@ -51,7 +51,9 @@ pub mod vni;
 
 pub use config::NsmConfig;
 pub use connect::{ConnectionSummary, Core};
-pub use dataplane::{Dataplane, DataplaneError, LinkEvent, LinkEvents, PortName, PortSpec};
+pub use dataplane::{
+    Dataplane, DataplaneError, LinkEvent, LinkEvents, PortCounters, PortName, PortSpec,
+};
 pub use endpoint::{Candidate, EndpointDiscovery, Found, RegistryDiscovery, StaticEndpoint};
 pub use next_hop::NextHopStats;
 pub use server::{NsmHandle, NsmService, ServeError};

@@ -74,6 +74,12 @@ impl Entry {
             id: p.id.clone(),
             owner: owner.to_string(),
             network_service: p.network_service.clone(),
+            nsc: p
+                .path
+                .as_ref()
+                .and_then(|path| path.path_segments.first())
+                .map(|s| s.name.clone())
+                .unwrap_or_default(),
             up: p.state == State::Up as i32,
             client: mechanism_and_port(&self.client),
             endpoint: mechanism_and_port(&self.endpoint),
@@ -91,6 +97,8 @@ pub struct ConnectionSummary {
     pub owner: String,
     /// The network service.
     pub network_service: String,
+    /// The client's name: the first path segment's.
+    pub nsc: String,
     /// UP or DOWN.
     pub up: bool,
     /// The client side: mechanism type and Quiver's port.

@@ -13,14 +13,15 @@
 //! the far side closes the connection here too.
 //!
 //! Modules: `entry` (a connection as held, and the names of its ports), `check`, `route`,
-//! `data_path` (data-path calls from async code), `endpoint_client`, `build`; [`Core`] here
-//! uses them all.
+//! `data_path` (data-path calls from async code), `endpoint_client`, `build`, [`metrics`] (the
+//! ports' counters in Quiver's path segment); [`Core`] here uses them all.
 
 mod build;
 mod check;
 mod data_path;
 mod endpoint_client;
 mod entry;
+pub mod metrics;
 mod route;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -174,7 +175,7 @@ impl Core {
             Ok(built) => {
                 // Found before the answer: a pod that dies right after it is still seen to.
                 let pods = self.find_pods(&built).await;
-                let entry = self.hold(&id, built, pods);
+                let mut entry = self.hold(&id, built, pods);
                 if let Some(o) = old.as_ref().filter(|o| route::moved(o, &entry)) {
                     // The Request went to another endpoint: the old one's connection ends.
                     self.endpoints()
@@ -183,6 +184,8 @@ impl Core {
                 }
                 // The old watch of the next hop stops once the new one runs.
                 drop(old);
+                // The ports' counters in Quiver's segment: the answer and the event carry them.
+                self.fill_metrics(&mut entry).await;
                 let answer = entry.answer();
                 self.monitor.update(&entry.published);
                 *slot = Some(entry);
