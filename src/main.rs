@@ -112,6 +112,20 @@ fn run(args: RunArgs) -> Result<(), String> {
     if let Some(m) = args.metrics_listen {
         cfg.metrics.listen = m;
     }
+    let nsm = (args.nsm || nsm_forwarder::NsmConfig::requested_by_env())
+        .then(nsm_config)
+        .transpose()?;
+    if let Some(addr) = nsm.as_ref().and_then(|n| n.prometheus_addr()) {
+        if cfg.metrics.listen.trim().is_empty() {
+            cfg.metrics.listen = addr.to_string();
+        } else {
+            tracing::warn!(
+                metrics = cfg.metrics.listen,
+                "PROMETHEUS=true: metrics are served where --metrics-listen or [metrics] listen \
+                 says, not at NSM_PROMETHEUS_LISTEN_ON"
+            );
+        }
+    }
     // Bound now: a bad address stops quiver before anything starts.
     let metrics = (!cfg.metrics.listen.trim().is_empty())
         .then(|| quiver::metrics::bind(&cfg.metrics.listen))
@@ -146,10 +160,6 @@ fn run(args: RunArgs) -> Result<(), String> {
             .map(|d| Instant::now() + Duration::from_secs(d)),
         stop,
     };
-    let nsm = (args.nsm || nsm_forwarder::NsmConfig::requested_by_env())
-        .then(nsm_forwarder::NsmConfig::from_env)
-        .transpose()
-        .map_err(|e| e.to_string())?;
     if cfg.port.is_empty() && nsm.is_none() {
         if metrics.is_some() {
             tracing::warn!("the built-in demo serves no metrics");
@@ -166,6 +176,16 @@ fn run(args: RunArgs) -> Result<(), String> {
             metrics,
         )
     }
+}
+
+/// The NSM forwarder's settings from the environment; each variable of cmd-forwarder-vpp's
+/// that is set but does not apply to Quiver is logged once, with the reason.
+fn nsm_config() -> Result<nsm_forwarder::NsmConfig, String> {
+    let cfg = nsm_forwarder::NsmConfig::from_env().map_err(|e| e.to_string())?;
+    for n in nsm_forwarder::config::not_applicable(|k| std::env::var(k).ok()) {
+        tracing::warn!("{} is set but does not apply to Quiver: {}", n.var, n.why);
+    }
+    Ok(cfg)
 }
 
 /// When to report and when to stop.
@@ -229,6 +249,10 @@ fn run_ports(
     let control = owner.control();
     let connections = quiver::control::admin::ConnectionSlot::default();
     let admin = quiver::control::admin::start_with(&control, admin_socket, connections.clone())?;
+    let prefix = nsm
+        .as_ref()
+        .map(|c| c.prometheus_metrics_prefix.clone())
+        .unwrap_or_default();
     let nsm = nsm
         .map(|c| quiver::control::nsm::start(&control, c))
         .transpose()?;
@@ -236,7 +260,15 @@ fn run_ports(
         connections.set(quiver::control::admin::nsm_connections(nsm));
     }
     let metrics = metrics
-        .map(|l| quiver::metrics::start(&control, l, nsm.as_ref().map(|_| connections.clone())))
+        .map(|l| {
+            quiver::metrics::start(
+                &control,
+                l,
+                nsm.as_ref().map(|_| connections.clone()),
+                nsm.as_ref()
+                    .map(|n| quiver::metrics::nsm::NsmSource::new(n, &prefix)),
+            )
+        })
         .transpose()?;
     tracing::info!(
         ports = control.view().ports.len(),

@@ -7,9 +7,11 @@
 //! of its own thread and never touches a worker.
 //!
 //! - [`render`]: the text format;
+//! - [`nsm`]: NSM's connection counters, named as cmd-forwarder-vpp names them;
 //! - [`http`]: the endpoint.
 
 pub mod http;
+pub mod nsm;
 pub mod render;
 
 use std::sync::Arc;
@@ -22,11 +24,13 @@ use crate::control::owner::Control;
 pub use http::{bind, MetricsServer};
 pub use render::{render, PoolUsage, Scrape};
 
-/// Reads everything a scrape shows. `nsm`: the NSM service's connections, when it runs.
+/// Reads everything a scrape shows. `nsm`: the NSM service's connections, and `nsm_metrics`
+/// their counters, when it runs.
 pub fn scrape(
     admin: &ForwarderAdmin,
     pool: &dataplane::BufferPool,
     nsm: Option<&ConnectionSlot>,
+    nsm_metrics: Option<(&nsm::NsmSource, &Control)>,
 ) -> Result<Scrape, String> {
     let e = |e: quiver_admin_api::AdminError| e.to_string();
     // Free before capacity - free: a buffer freed in between is not counted twice.
@@ -37,6 +41,7 @@ pub fn scrape(
         errors: admin.errors().map_err(e)?,
         memifs: admin.memifs().map_err(e)?,
         connections: nsm.map(|c| c.list()),
+        nsm: nsm_metrics.map(|(source, control)| source.read(&control.view())),
         pool: PoolUsage {
             capacity: u64::from(pool.capacity()),
             free,
@@ -46,19 +51,23 @@ pub fn scrape(
 }
 
 /// Serves metrics of the forwarder `control` reads on `listener` (from [`bind`]) until the
-/// returned server is dropped. A scrape reads the owner's published view: it never waits for a
-/// change in progress.
+/// returned server is dropped; with `nsm_metrics`, NSM's connection counters too. A scrape
+/// reads the owner's published view: it never waits for a change in progress.
 pub fn start(
     control: &Control,
     listener: std::net::TcpListener,
     nsm: Option<ConnectionSlot>,
+    nsm_metrics: Option<nsm::NsmSource>,
 ) -> Result<MetricsServer, String> {
     let pool = control.pool().clone();
     // Its own backend: `clear counters` through the admin API does not rewind the interface
     // counters Prometheus sees (node and error counters are the data plane's and do rewind,
     // which Prometheus treats as a counter reset).
     let admin = ForwarderAdmin::new(control.clone(), nsm.clone().unwrap_or_default());
-    let page: http::Render =
-        Arc::new(move || scrape(&admin, &pool, nsm.as_ref()).map(|s| render(&s)));
+    let control = control.clone();
+    let page: http::Render = Arc::new(move || {
+        let nsm_metrics = nsm_metrics.as_ref().map(|s| (s, &control));
+        scrape(&admin, &pool, nsm.as_ref(), nsm_metrics).map(|s| render(&s))
+    });
     MetricsServer::start(listener, page)
 }

@@ -30,6 +30,8 @@ pub struct Scrape {
     pub memifs: Vec<pb::Memif>,
     /// `show connections`, when the NSM service runs.
     pub connections: Option<Vec<pb::Connection>>,
+    /// NSM's connection counters, when the NSM service runs.
+    pub nsm: Option<super::nsm::NsmScrape>,
     /// The buffer pool.
     pub pool: PoolUsage,
 }
@@ -57,15 +59,15 @@ fn escape_help(v: &str) -> String {
 }
 
 /// The text being written.
-struct Out(String);
+pub(super) struct Out(pub(super) String);
 
 impl Out {
-    fn family(&mut self, name: &str, kind: &str, help: &str) {
+    pub(super) fn family(&mut self, name: &str, kind: &str, help: &str) {
         let _ = writeln!(self.0, "# HELP {name} {}", escape_help(help));
         let _ = writeln!(self.0, "# TYPE {name} {kind}");
     }
 
-    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: u64) {
+    pub(super) fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: u64) {
         self.0.push_str(name);
         if !labels.is_empty() {
             self.0.push('{');
@@ -278,6 +280,9 @@ pub fn render(s: &Scrape) -> String {
             let n = connections.iter().filter(|c| c.state == state).count();
             o.sample("quiver_nsm_connections", &[("state", state)], n as u64);
         }
+    }
+    if let Some(nsm) = &s.nsm {
+        super::nsm::render(&mut o, nsm);
     }
 
     o.family(

@@ -1,5 +1,12 @@
 //! The NSM forwarder's settings, from the environment as cmd-forwarder-vpp reads them
-//! (`NSM_NAME`, `NSM_CONNECT_TO`, `NSM_LISTEN_ON`, …), and `SPIFFE_ENDPOINT_SOCKET`.
+//! (`NSM_NAME`, `NSM_CONNECT_TO`, `NSM_LISTEN_ON`, …), `SPIFFE_ENDPOINT_SOCKET`, and its
+//! Prometheus settings (`PROMETHEUS`, `NSM_PROMETHEUS_LISTEN_ON`, `PROMETHEUS_METRICS_PREFIX`).
+//! cmd-forwarder-vpp's variables that do not apply to Quiver (VPP's, SR-IOV's, pprof's, …) are
+//! accepted and named by [`not_applicable`], each with the reason, for the caller to log.
+
+mod env;
+
+pub use env::{not_applicable, parse_go_bool, NotApplicable, NOT_APPLICABLE};
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -11,6 +18,9 @@ use spiffe_identity::{Identity, ENDPOINT_ENV};
 pub const DEFAULT_LISTEN_ON: &str = "unix:///listen.on.socket";
 /// nsmgr's socket when `NSM_CONNECT_TO` is not set.
 pub const DEFAULT_CONNECT_TO: &str = "unix:///var/lib/networkservicemesh/nsm.io.sock";
+/// Where Prometheus metrics are served when `PROMETHEUS` is true and
+/// `NSM_PROMETHEUS_LISTEN_ON` is not set (Go's `:8081`: every address, port 8081).
+pub const DEFAULT_PROMETHEUS_LISTEN_ON: &str = ":8081";
 
 /// A bad setting.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -40,7 +50,7 @@ pub struct NsmConfig {
     pub listen_on: String,
     /// `NSM_TUNNEL_IP`: the source address of tunnels (VXLAN), if set.
     pub tunnel_ip: Option<IpAddr>,
-    /// `NSM_VXLAN_PORT`: the VXLAN UDP port (default 4789).
+    /// `NSM_VXLAN_PORT`: the VXLAN UDP port (default, and 0: 4789).
     pub vxlan_port: u16,
     /// The MTU of the uplink holding [`NsmConfig::tunnel_ip`] (not from the environment: the
     /// forwarder sets it from its port; default 1500). VXLAN connections get 50 bytes less.
@@ -51,6 +61,24 @@ pub struct NsmConfig {
     pub dial_timeout: Duration,
     /// `NSM_LOG_LEVEL`: `TRACE`, `DEBUG`, `INFO` (default), `WARN`, `ERROR`.
     pub log_level: String,
+    /// `NSM_NSNAME`: the network service Quiver registers under (default `forwarder`).
+    pub nsname: String,
+    /// `NSM_MECHANISM_PRIORITY`: mechanism types (`KERNEL,MEMIF`, …) Quiver offers the
+    /// endpoint first, in this order; the others follow in their usual order (empty: no
+    /// change).
+    pub mechanism_priority: Vec<String>,
+    /// `NSM_METRICS_EXPORT_INTERVAL`: how often each connection's path segment metrics are
+    /// read again and, when they changed, published to MonitorConnections (default 10s; 0:
+    /// only at each Request).
+    pub metrics_export_interval: Duration,
+    /// `PROMETHEUS`: serve Prometheus metrics at [`NsmConfig::prometheus_listen_on`].
+    pub prometheus: bool,
+    /// `NSM_PROMETHEUS_LISTEN_ON`: Go's `host:port` (default `:8081`); see
+    /// [`NsmConfig::prometheus_addr`].
+    pub prometheus_listen_on: String,
+    /// `PROMETHEUS_METRICS_PREFIX`: put before the NSM connection metrics' names, joined with
+    /// `_` (empty: none).
+    pub prometheus_metrics_prefix: String,
     /// Remove what no connection owns when the server starts (default true; not from the
     /// environment: tests sharing a host with other Quivers turn it off).
     pub reconcile_at_start: bool,
@@ -84,6 +112,12 @@ impl Default for NsmConfig {
             max_token_lifetime: Duration::from_secs(600),
             dial_timeout: Duration::from_millis(750),
             log_level: "INFO".into(),
+            nsname: "forwarder".into(),
+            mechanism_priority: Vec::new(),
+            metrics_export_interval: Duration::from_secs(10),
+            prometheus: false,
+            prometheus_listen_on: DEFAULT_PROMETHEUS_LISTEN_ON.into(),
+            prometheus_metrics_prefix: String::new(),
             reconcile_at_start: true,
             watch_pods: false,
             register: false,
@@ -120,6 +154,13 @@ impl NsmConfig {
         if let Some(v) = var("NSM_NAME") {
             c.name = v;
         }
+        if let Some(v) = var("NSM_NSNAME") {
+            c.nsname = v.trim().to_string();
+        }
+        if let Some(v) = var("NSM_MECHANISM_PRIORITY") {
+            c.mechanism_priority =
+                env::mechanism_list(&v).map_err(|why| err("NSM_MECHANISM_PRIORITY", &v, &why))?;
+        }
         if let Some(v) = var("NSM_LABELS") {
             for kv in v.split(',').filter(|s| !s.is_empty()) {
                 let (k, val) = kv
@@ -148,13 +189,20 @@ impl NsmConfig {
             );
         }
         if let Some(v) = var("NSM_VXLAN_PORT") {
-            c.vxlan_port = v
-                .parse()
-                .map_err(|_| err("NSM_VXLAN_PORT", &v, "not a UDP port"))?;
+            c.vxlan_port = match v.parse() {
+                // cmd-forwarder-vpp's default: 0 means VXLAN's own port.
+                Ok(0) => 4789,
+                Ok(port) => port,
+                Err(_) => return Err(err("NSM_VXLAN_PORT", &v, "not a UDP port")),
+            };
         }
         for (name, slot) in [
             ("NSM_MAX_TOKEN_LIFETIME", &mut c.max_token_lifetime),
             ("NSM_DIAL_TIMEOUT", &mut c.dial_timeout),
+            (
+                "NSM_METRICS_EXPORT_INTERVAL",
+                &mut c.metrics_export_interval,
+            ),
         ] {
             if let Some(v) = var(name) {
                 *slot = parse_go_duration(&v).map_err(|why| err(name, &v, &why.to_string()))?;
@@ -171,7 +219,28 @@ impl NsmConfig {
             }
             c.log_level = up;
         }
+        if let Some(v) = var("PROMETHEUS") {
+            c.prometheus =
+                parse_go_bool(&v).ok_or_else(|| err("PROMETHEUS", &v, "expected true or false"))?;
+        }
+        if let Some(v) = var("NSM_PROMETHEUS_LISTEN_ON") {
+            env::listen_addr(&v).map_err(|why| err("NSM_PROMETHEUS_LISTEN_ON", &v, &why))?;
+            c.prometheus_listen_on = v.trim().to_string();
+        }
+        if let Some(v) = var("PROMETHEUS_METRICS_PREFIX") {
+            env::metric_prefix(&v).map_err(|why| err("PROMETHEUS_METRICS_PREFIX", &v, &why))?;
+            c.prometheus_metrics_prefix = v.trim().to_string();
+        }
         Ok(c)
+    }
+
+    /// Where to serve Prometheus metrics (`IP:PORT`), when `PROMETHEUS` is true:
+    /// `NSM_PROMETHEUS_LISTEN_ON` with an empty host as every IPv4 address and `localhost` as
+    /// 127.0.0.1.
+    pub fn prometheus_addr(&self) -> Option<std::net::SocketAddr> {
+        self.prometheus
+            .then(|| env::listen_addr(&self.prometheus_listen_on).ok())
+            .flatten()
     }
 
     /// Fetches [`NsmConfig::identity`] from the Workload API at

@@ -1,5 +1,5 @@
 //! Registration with nsmgr: Quiver registers itself as an endpoint of the network service
-//! `forwarder` (labels from `NSM_LABELS`, by default `{"forwarder": {"p2p": "true"}}`, url =
+//! `NSM_NSNAME` (default `forwarder`; labels from `NSM_LABELS`, by default `{"forwarder": {"p2p": "true"}}`, url =
 //! its own socket), as cmd-forwarder-vpp does, registers again at 2/3 of the expiration nsmgr
 //! returns, and at once when nsmgr restarts or drops the entry (Quiver watches its own entry
 //! between refreshes); a failed registration is retried with backoff. It unregisters when the
@@ -27,7 +27,7 @@ use crate::dial::dial_peer;
 use crate::path::system_time;
 use crate::secure::sign_call;
 
-/// The network service every forwarder registers under.
+/// The network service forwarders register under unless `NSM_NSNAME` says otherwise.
 pub const FORWARDER_SERVICE: &str = "forwarder";
 
 /// How long to wait before registering again when nsmgr returned no expiration.
@@ -99,9 +99,9 @@ pub fn endpoint(cfg: &NsmConfig) -> NetworkServiceEndpoint {
     let labels = cfg.registration_labels();
     NetworkServiceEndpoint {
         name: cfg.name.clone(),
-        network_service_names: vec![FORWARDER_SERVICE.into()],
+        network_service_names: vec![cfg.nsname.clone()],
         network_service_labels: HashMap::from([(
-            FORWARDER_SERVICE.to_string(),
+            cfg.nsname.clone(),
             NetworkServiceLabels { labels },
         )]),
         url: cfg.listen_on.clone(),
@@ -318,5 +318,13 @@ mod tests {
         let labels = &endpoint(&cfg).network_service_labels["forwarder"].labels;
         assert_eq!(labels["p2p"], "false");
         assert_eq!(labels["zone"], "a");
+        // NSM_NSNAME names the service, and keys its labels.
+        let cfg = NsmConfig {
+            nsname: "fwd-b".into(),
+            ..cfg
+        };
+        let e = endpoint(&cfg);
+        assert_eq!(e.network_service_names, ["fwd-b"]);
+        assert_eq!(e.network_service_labels["fwd-b"].labels["zone"], "a");
     }
 }

@@ -163,6 +163,15 @@ impl NsmService {
                  set): unix sockets only, path tokens passed on unchecked"
             ),
         }
+        let every = self.core.cfg.metrics_export_interval;
+        // Stops with the server, even when this future is dropped.
+        let _metrics = (!every.is_zero()).then(|| {
+            let task = tokio::spawn(crate::connect::metrics::refresh_every(
+                Arc::downgrade(&self.core),
+                every,
+            ));
+            AbortOnDrop(task.abort_handle())
+        });
         let core = self.core.clone();
         let router = tonic::transport::Server::builder()
             .add_service(health_service)

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use grpc_unix::ReceivedFds;
-use nsm_proto::connection::Connection;
+use nsm_proto::connection::{Connection, Mechanism};
 use nsm_proto::networkservice::network_service_client::NetworkServiceClient;
 use nsm_proto::networkservice::NetworkServiceRequest;
 use spiffe_identity::PeerChannel;
@@ -27,7 +27,8 @@ pub(super) struct EndpointClient<'a> {
 }
 
 impl EndpointClient<'_> {
-    /// Requests the endpoint at `url`: its answer, and the fds passed on the channel (grpcfd;
+    /// Requests the endpoint at `url` (Quiver's offers in `NSM_MECHANISM_PRIORITY`'s order,
+    /// see [`prioritize`]): its answer, and the fds passed on the channel (grpcfd;
     /// Quiver's own `file://` URLs, if it offers any, go as `inode://` with their fds).
     pub(super) async fn request(
         &self,
@@ -35,6 +36,11 @@ impl EndpointClient<'_> {
         request: NetworkServiceRequest,
     ) -> Result<(Connection, ReceivedFds), Status> {
         let unix = url.starts_with("unix://");
+        let mut request = request;
+        prioritize(
+            &mut request.mechanism_preferences,
+            &self.cfg.mechanism_priority,
+        );
         self.call(url, request, |channel, mut r| async move {
             if unix {
                 pass_offered_files(channel.fds(), r.get_mut())?;
@@ -96,5 +102,41 @@ impl EndpointClient<'_> {
                 Err(s) => return Err(s),
             }
         }
+    }
+}
+
+/// Puts the offers whose type `priority` names first, in `priority`'s order; the others keep
+/// their order after them (sdk's `mechanismpriority` client, `NSM_MECHANISM_PRIORITY`).
+pub(super) fn prioritize(offers: &mut [Mechanism], priority: &[String]) {
+    if priority.is_empty() {
+        return;
+    }
+    // A stable sort: equal ranks keep their order.
+    offers.sort_by_key(|m| {
+        priority
+            .iter()
+            .position(|p| p.eq_ignore_ascii_case(&m.r#type))
+            .unwrap_or(priority.len())
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn priority_reorders_the_offers_named_and_keeps_the_rest() {
+        let m = |t: &str| Mechanism {
+            r#type: t.into(),
+            ..Default::default()
+        };
+        let types = |o: &[Mechanism]| o.iter().map(|m| m.r#type.clone()).collect::<Vec<_>>();
+        let mut offers = vec![m("MEMIF"), m("KERNEL"), m("VXLAN")];
+        prioritize(&mut offers, &[]);
+        assert_eq!(types(&offers), ["MEMIF", "KERNEL", "VXLAN"]);
+        prioritize(&mut offers, &["VXLAN".into(), "KERNEL".into()]);
+        assert_eq!(types(&offers), ["VXLAN", "KERNEL", "MEMIF"]);
+        prioritize(&mut offers, &["memif".into(), "WIREGUARD".into()]);
+        assert_eq!(types(&offers), ["MEMIF", "VXLAN", "KERNEL"]);
     }
 }
