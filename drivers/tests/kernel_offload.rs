@@ -184,3 +184,43 @@ fn super_frames_toward_a_port_without_offloads_are_segmented_in_software() {
     assert_eq!(detail(&*b.0, "tx-too-long"), 0, "segments fit the MTU");
     assert_eq!(detail(&*b.0, "rx-too-long"), 0);
 }
+
+#[test]
+fn tcp_is_routed_between_veths_with_default_offloads_and_jumbo_frames() {
+    if !ready("tcp_is_routed_between_veths_with_default_offloads_and_jumbo_frames") {
+        return;
+    }
+    let (ns1, ns2) = (Netns::new(), Netns::new());
+    let (v1, v2) = (
+        Veth::new(&ns1, "10.0.27.2/24"),
+        Veth::new(&ns2, "10.0.28.2/24"),
+    );
+    // Jumbo frames: segments of 9000 bytes span several buffers.
+    for (ns, v) in [(&ns1, &v1), (&ns2, &v2)] {
+        run(&["ip", "link", "set", &v.root, "mtu", "9000"]);
+        ns.ip(&["link", "set", &v.inner, "mtu", "9000"]);
+    }
+    ns1.ip(&["route", "add", "default", "via", "10.0.27.1"]);
+    ns2.ip(&["route", "add", "default", "via", "10.0.28.1"]);
+    let mut fwd = forwarding();
+    let a = af_packet_port(&mut fwd, &v1.root, 1);
+    let b = af_packet_port(&mut fwd, &v2.root, 1);
+    fwd.add_address(a.1, u32::from(std::net::Ipv4Addr::new(10, 0, 27, 1)), 24)
+        .unwrap();
+    fwd.add_address(b.1, u32::from(std::net::Ipv4Addr::new(10, 0, 28, 1)), 24)
+        .unwrap();
+    let q = Quiver::start(fwd, &[a.clone(), b.clone()], &[0]);
+    // ARP both ways before the transfer.
+    ns1.ping("10.0.28.2", std::time::Duration::from_secs(20));
+
+    let (received, sent) = transfer(&ns1, &ns2, "10.0.28.2", 4);
+    assert_eq!(received, sent, "every byte arrived, in order");
+    assert!(sent.starts_with("4194304 "), "{sent}");
+    assert!(detail(&*a.0, "rx-gso-frames") > 0);
+    assert!(
+        q.error(names::OFFLOAD_RESOLVE, "gso-segmented") > 0,
+        "cut before the L3 path read them"
+    );
+    assert_eq!(q.error(names::OFFLOAD_RESOLVE, "bad-offload"), 0);
+    assert_eq!(detail(&*b.0, "tx-too-long"), 0);
+}

@@ -1,8 +1,7 @@
-//! The netlink (and one ioctl) requests the kernel interfaces are made of: find, set up and
-//! delete links, apply an IP context, add neighbours, turn off transmit checksum offload.
+//! The netlink requests the kernel interfaces are made of: find, set up and delete links,
+//! apply an IP context, add neighbours.
 
 use std::net::{IpAddr, Ipv4Addr};
-use std::os::fd::AsRawFd;
 
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_REPLACE};
 use netlink_packet_route::address::{
@@ -197,34 +196,4 @@ pub(super) fn add_neighbor(
         NLM_F_CREATE | NLM_F_REPLACE,
     )
     .map_err(netlink(format!("add neighbour {ip} on {name}")))
-}
-
-/// `struct ethtool_value` (linux/ethtool.h).
-#[repr(C)]
-struct EthtoolValue {
-    cmd: u32,
-    data: u32,
-}
-
-/// `ETHTOOL_STXCSUM`: set transmit checksum offload.
-const ETHTOOL_STXCSUM: u32 = 0x17;
-
-/// Turns off transmit checksum offload on `name` (in the calling thread's namespace); the
-/// kernel then drops TSO too, so frames leave whole and checksummed.
-pub(super) fn tx_checksum_off(name: &str) -> std::result::Result<(), Errno> {
-    use nix::sys::socket::{socket, AddressFamily as Af, SockFlag, SockType};
-    let sock = socket(Af::Inet, SockType::Datagram, SockFlag::SOCK_CLOEXEC, None)?;
-    let mut value = EthtoolValue {
-        cmd: ETHTOOL_STXCSUM,
-        data: 0,
-    };
-    let mut req = crate::af_packet::netdev::ifreq(name).ok_or(Errno::EINVAL)?;
-    req.ifr_ifru.ifru_data = (&mut value as *mut EthtoolValue).cast();
-    // SAFETY: SIOCETHTOOL reads the ifreq (a valid name) and the ethtool_value it points to,
-    // both alive and exclusively ours for the call.
-    let r = unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCETHTOOL as _, &mut req) };
-    if r < 0 {
-        return Err(Errno::last());
-    }
-    Ok(())
 }

@@ -12,9 +12,10 @@
 //!   finds Quiver's interfaces by it, and [`remove_orphans`] deletes, at startup, those no live
 //!   connection owns. The namespace's end carries the config's alias (NSM's `client-<id>` /
 //!   `server-<id>`), or the same tag when it names none.
-//! - The namespace end has transmit checksum offload turned off (which also turns off TSO):
-//!   frames the client sends then reach Quiver complete, with checksums filled in and no larger
-//!   than the MTU, which is what a userspace forwarder needs.
+//! - The namespace end keeps the kernel's default offloads (transmit checksum, TSO): the
+//!   AF_PACKET port on Quiver's end takes frames with their checksum still to fill in and GSO
+//!   super-frames as they come (virtio-net headers, see [`crate::af_packet`]), and hands that
+//!   work back to the kernel on egress or does it in software.
 //! - A failure midway deletes what was created: a veth goes with either of its ends.
 //!
 //! [`KernelInterface`] is a record, not a guard: dropping it leaves the interface; call

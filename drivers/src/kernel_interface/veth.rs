@@ -14,9 +14,7 @@ use nix::errno::Errno;
 
 use super::config::{host_name_for, KernelInterfaceConfig, Plan, ALIAS_PREFIX};
 use super::error::{netlink, KernelInterfaceError, Result};
-use super::links::{
-    add_neighbor, apply_ip_context, delete_link, find_link, set_link, tx_checksum_off, FoundLink,
-};
+use super::links::{add_neighbor, apply_ip_context, delete_link, find_link, set_link, FoundLink};
 use super::owned::delete_for_connection;
 use super::policy::{apply_policies, remove_rules};
 use crate::netlink::Rtnl;
@@ -275,7 +273,7 @@ impl Pair<'_> {
     }
 
     /// Configures both ends: Quiver's without IPv6 or IPv4 forwarding, then up; the
-    /// namespace's tagged, up, without transmit checksum offload, with `plan`'s IP context.
+    /// namespace's tagged, up (offloads left on), with `plan`'s IP context.
     /// Returns the namespace end's index and MAC, and the policy rules made.
     fn configure(
         &self,
@@ -311,13 +309,6 @@ impl Pair<'_> {
             vec![LinkAttribute::IfAlias(alias.into())],
             true,
         )?;
-        let name = config.name.clone();
-        netns
-            .run(move || tx_checksum_off(&name))?
-            .map_err(netlink(format!(
-                "turn off tx checksum offload on {}",
-                config.name
-            )))?;
         if plan.has_ipv6() {
             // The namespace may default to IPv6 off on new interfaces; this one needs it.
             let name = config.name.clone();
