@@ -253,6 +253,9 @@ fn run_ports(
         .as_ref()
         .map(|c| c.prometheus_metrics_prefix.clone())
         .unwrap_or_default();
+    let header_timeout = nsm.as_ref().map_or(quiver::metrics::HEADER_TIMEOUT, |c| {
+        c.prometheus_server_header_timeout
+    });
     let nsm = nsm
         .map(|c| quiver::control::nsm::start(&control, c))
         .transpose()?;
@@ -267,6 +270,7 @@ fn run_ports(
                 nsm.as_ref().map(|_| connections.clone()),
                 nsm.as_ref()
                     .map(|n| quiver::metrics::nsm::NsmSource::new(n, &prefix)),
+                header_timeout,
             )
         })
         .transpose()?;

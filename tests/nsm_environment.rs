@@ -142,6 +142,7 @@ const APPLIED: &[&str] = &[
     "NSM_DIAL_TIMEOUT",
     "NSM_METRICS_EXPORT_INTERVAL",
     "NSM_PROMETHEUS_LISTEN_ON",
+    "NSM_PROMETHEUS_SERVER_HEADER_TIMEOUT",
     "NSM_TUNNEL_IP",
     "NSM_VXLAN_PORT",
     "NSM_MECHANISM_PRIORITY",
@@ -219,6 +220,7 @@ fn a_malformed_value_of_a_variable_that_applies_stops_quiver_naming_it() {
         ("NSM_PROMETHEUS_LISTEN_ON", "8081"),
         ("PROMETHEUS_METRICS_PREFIX", "1st"),
         ("NSM_METRICS_EXPORT_INTERVAL", "10"),
+        ("NSM_PROMETHEUS_SERVER_HEADER_TIMEOUT", "5"),
         ("NSM_MECHANISM_PRIORITY", "MEMIF,,KERNEL"),
     ] {
         let q = Quiver::spawn_with(&dir, "quiver", &config, &dir.path("admin.sock"), |c| {

@@ -137,6 +137,7 @@ fn path_segment_metrics_and_prometheus_counters_follow_a_live_connection() {
         quiver::metrics::bind("127.0.0.1:0").unwrap(),
         Some(connections),
         Some(NsmSource::new(&server, PREFIX)),
+        quiver::metrics::HEADER_TIMEOUT,
     )
     .unwrap();
 

@@ -10,7 +10,11 @@ use std::time::Duration;
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
+
+/// How long a client may take to send its request's headers unless told otherwise (as
+/// cmd-forwarder-vpp's `NSM_PROMETHEUS_SERVER_HEADER_TIMEOUT`).
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Produces the page (blocking: it locks the forwarder), or why it cannot.
 pub type Render = Arc<dyn Fn() -> Result<String, String> + Send + Sync>;
@@ -37,8 +41,13 @@ pub struct MetricsServer {
 }
 
 impl MetricsServer {
-    /// Serves `render` on `listener` (from [`bind`]) from a new thread (`quiver-metrics`).
-    pub fn start(listener: TcpListener, render: Render) -> Result<MetricsServer, String> {
+    /// Serves `render` on `listener` (from [`bind`]) from a new thread (`quiver-metrics`); a
+    /// connection whose request headers take longer than `header_timeout` is closed.
+    pub fn start(
+        listener: TcpListener,
+        render: Render,
+        header_timeout: Duration,
+    ) -> Result<MetricsServer, String> {
         let addr = listener.local_addr().map_err(|e| format!("metrics: {e}"))?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -48,7 +57,7 @@ impl MetricsServer {
         let thread = std::thread::Builder::new()
             .name("quiver-metrics".into())
             .spawn(move || {
-                runtime.block_on(serve(listener, render, rx));
+                runtime.block_on(serve(listener, render, header_timeout, rx));
                 // Dropping the runtime ends connections and waits for scrapes still running,
                 // so nothing holds the forwarder once the thread is joined.
                 drop(runtime);
@@ -82,6 +91,7 @@ impl Drop for MetricsServer {
 async fn serve(
     listener: TcpListener,
     render: Render,
+    header_timeout: Duration,
     mut stop: tokio::sync::oneshot::Receiver<()>,
 ) {
     let listener = match tokio::net::TcpListener::from_std(listener) {
@@ -108,6 +118,8 @@ async fn serve(
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |req| respond(req, render.clone()));
                     if let Err(e) = hyper::server::conn::http1::Builder::new()
+                        .timer(TokioTimer::new())
+                        .header_read_timeout(header_timeout)
                         .serve_connection(TokioIo::new(stream), service)
                         .await
                     {
@@ -162,4 +174,38 @@ async fn respond(
             format!("the scrape failed: {e}\n"),
         ),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    #[test]
+    fn a_client_slow_with_its_headers_is_cut_off_and_others_are_served() {
+        let listener = bind("127.0.0.1:0").unwrap();
+        let page: Render = Arc::new(|| Ok("up 1\n".to_string()));
+        let server = MetricsServer::start(listener, page, Duration::from_millis(100)).unwrap();
+        let mut slow = std::net::TcpStream::connect(server.addr()).unwrap();
+        slow.write_all(b"GET /metrics HTTP/1.1\r\n").unwrap();
+        // Far longer than the timeout, far shorter than hyper's own 30 s.
+        slow.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let started = std::time::Instant::now();
+        let mut rest = Vec::new();
+        let read = slow.read_to_end(&mut rest);
+        assert!(read.is_ok(), "not closed: {read:?}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let text = String::from_utf8_lossy(&rest);
+        assert!(!text.contains("up 1"), "{text}");
+        let mut ok = std::net::TcpStream::connect(server.addr()).unwrap();
+        ok.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut answer = String::new();
+        ok.read_to_string(&mut answer).unwrap();
+        assert!(
+            answer.starts_with("HTTP/1.1 200") && answer.ends_with("up 1\n"),
+            "{answer}"
+        );
+    }
 }

@@ -21,7 +21,7 @@ use quiver_admin_api::AdminBackend;
 use crate::control::admin::{ConnectionSlot, ForwarderAdmin};
 use crate::control::owner::Control;
 
-pub use http::{bind, MetricsServer};
+pub use http::{bind, MetricsServer, HEADER_TIMEOUT};
 pub use render::{render, PoolUsage, Scrape};
 
 /// Reads everything a scrape shows. `nsm`: the NSM service's connections, and `nsm_metrics`
@@ -51,13 +51,15 @@ pub fn scrape(
 }
 
 /// Serves metrics of the forwarder `control` reads on `listener` (from [`bind`]) until the
-/// returned server is dropped; with `nsm_metrics`, NSM's connection counters too. A scrape
-/// reads the owner's published view: it never waits for a change in progress.
+/// returned server is dropped; with `nsm_metrics`, NSM's connection counters too. A client
+/// slower than `header_timeout` with its request's headers is cut off. A scrape reads the
+/// owner's published view: it never waits for a change in progress.
 pub fn start(
     control: &Control,
     listener: std::net::TcpListener,
     nsm: Option<ConnectionSlot>,
     nsm_metrics: Option<nsm::NsmSource>,
+    header_timeout: std::time::Duration,
 ) -> Result<MetricsServer, String> {
     let pool = control.pool().clone();
     // Its own backend: `clear counters` through the admin API does not rewind the interface
@@ -69,5 +71,5 @@ pub fn start(
         let nsm_metrics = nsm_metrics.as_ref().map(|s| (s, &control));
         scrape(&admin, &pool, nsm.as_ref(), nsm_metrics).map(|s| render(&s))
     });
-    MetricsServer::start(listener, page)
+    MetricsServer::start(listener, page, header_timeout)
 }

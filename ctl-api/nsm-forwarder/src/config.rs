@@ -76,6 +76,9 @@ pub struct NsmConfig {
     /// `NSM_PROMETHEUS_LISTEN_ON`: Go's `host:port` (default `:8081`); see
     /// [`NsmConfig::prometheus_addr`].
     pub prometheus_listen_on: String,
+    /// `NSM_PROMETHEUS_SERVER_HEADER_TIMEOUT`: how long a client of the Prometheus endpoint may
+    /// take to send its request's headers (default 5s).
+    pub prometheus_server_header_timeout: Duration,
     /// `PROMETHEUS_METRICS_PREFIX`: put before the NSM connection metrics' names, joined with
     /// `_` (empty: none).
     pub prometheus_metrics_prefix: String,
@@ -117,6 +120,7 @@ impl Default for NsmConfig {
             metrics_export_interval: Duration::from_secs(10),
             prometheus: false,
             prometheus_listen_on: DEFAULT_PROMETHEUS_LISTEN_ON.into(),
+            prometheus_server_header_timeout: Duration::from_secs(5),
             prometheus_metrics_prefix: String::new(),
             reconcile_at_start: true,
             watch_pods: false,
@@ -202,6 +206,10 @@ impl NsmConfig {
             (
                 "NSM_METRICS_EXPORT_INTERVAL",
                 &mut c.metrics_export_interval,
+            ),
+            (
+                "NSM_PROMETHEUS_SERVER_HEADER_TIMEOUT",
+                &mut c.prometheus_server_header_timeout,
             ),
         ] {
             if let Some(v) = var(name) {

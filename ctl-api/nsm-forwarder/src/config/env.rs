@@ -59,10 +59,6 @@ pub const NOT_APPLICABLE: &[NotApplicable] = &[
         why: NO_PROMETHEUS_TLS,
     },
     NotApplicable {
-        var: "NSM_PROMETHEUS_SERVER_HEADER_TIMEOUT",
-        why: "Quiver's metrics endpoint has no header timeout to set",
-    },
-    NotApplicable {
         var: "NSM_PROMETHEUS_MAX_BIND_THRESHOLD",
         why: "Quiver binds its metrics address once at start and refuses to start if it cannot, \
               instead of retrying",
@@ -232,6 +228,9 @@ mod tests {
             ("PROMETHEUS_METRICS_PREFIX", "nsm_fwd", |c| {
                 c.prometheus_metrics_prefix == "nsm_fwd"
             }),
+            ("NSM_PROMETHEUS_SERVER_HEADER_TIMEOUT", "2s", |c| {
+                c.prometheus_server_header_timeout == Duration::from_secs(2)
+            }),
             ("NSM_LOG_LEVEL", "warn", |c| c.tracing_level() == "warn"),
             ("NSM_DIAL_TIMEOUT", "100ms", |c| {
                 c.dial_timeout == Duration::from_millis(100)
@@ -260,6 +259,7 @@ mod tests {
             ("PROMETHEUS_METRICS_PREFIX", "9lives"),
             ("PROMETHEUS_METRICS_PREFIX", "a-b"),
             ("NSM_DIAL_TIMEOUT", "soon"),
+            ("NSM_PROMETHEUS_SERVER_HEADER_TIMEOUT", "5"),
             ("NSM_LOG_LEVEL", "chatty"),
         ];
         for (var, value) in bad {
