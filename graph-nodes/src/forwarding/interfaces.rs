@@ -53,6 +53,18 @@ impl Forwarding {
         self.add_interface(name, mac, mtu, InterfaceMode::L3, InterfaceKind::Port)
     }
 
+    /// Sets interface `i`'s MTU: the largest IP packet it sends (routed packets over it are
+    /// checked against it, and so are frames an L2 cross-connect sends to it, less their L2
+    /// header). Its VLAN sub-interfaces follow it.
+    pub fn set_mtu(&mut self, i: IfIndex, mtu: u16) -> Result<(), ForwardingError> {
+        let vlans: Vec<IfIndex> = self.iface(i)?.vlans.iter().map(|&(_, s)| s).collect();
+        self.iface_mut(i)?.mtu = mtu;
+        for sub in vlans {
+            self.iface_mut(sub)?.mtu = mtu;
+        }
+        Ok(())
+    }
+
     /// Adds an 802.1Q sub-interface of `parent` for tag `vlan` (routed).
     pub fn add_vlan(
         &mut self,

@@ -1,5 +1,7 @@
 //! `ip4-rewrite`: TTL decrement with an incremental checksum update (RFC 1624), the MTU check,
-//! and the adjacency's L2 header written into the headroom.
+//! and the adjacency's L2 header written into the headroom. A packet too long for the next hop
+//! with Don't Fragment set goes to `ip4-icmp-error`, which answers its source; without DF it
+//! is dropped (Quiver does not fragment).
 
 use dataplane::{Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
@@ -10,6 +12,7 @@ use crate::state::{Adjacency, AdjacencyKind, ForwardingState};
 use crate::wire::{self, ip4};
 
 const OUTPUT: Next = Next::declared(0);
+const ICMP_ERROR: Next = Next::declared(1);
 
 const TTL_EXPIRED: u16 = 0;
 const MTU_EXCEEDED: u16 = 1;
@@ -40,7 +43,7 @@ impl Default for Ip4Rewrite {
 impl Node<ForwardingState> for Ip4Rewrite {
     fn spec(&self) -> NodeSpec {
         NodeSpec::internal(names::IP4_REWRITE)
-            .nexts(&[names::INTERFACE_OUTPUT])
+            .nexts(&[names::INTERFACE_OUTPUT, names::IP4_ICMP_ERROR])
             .errors(&[
                 ("ttl-expired", "TTL would reach zero while forwarding"),
                 (
@@ -49,7 +52,7 @@ impl Node<ForwardingState> for Ip4Rewrite {
                 ),
                 (
                     "fragmentation-needed",
-                    "longer than the outgoing MTU with Don't Fragment set",
+                    "longer than the outgoing MTU with Don't Fragment set (ICMP sent back)",
                 ),
                 ("no-headroom", "no headroom for the L2 header"),
                 ("bad-adjacency", "the adjacency is not a rewrite (a bug)"),
@@ -68,6 +71,7 @@ impl Node<ForwardingState> for Ip4Rewrite {
         // Held in registers: the stores into packets below would otherwise make the compiler
         // reload the vector's address and length for every packet.
         let adjacencies: &[Adjacency] = &state.adjacencies;
+        let mut too_big = 0;
         for (i, &bi) in bis.iter().enumerate() {
             let (meta, headroom, d) = buffers.meta_headroom_and_data_mut(bi);
             // Looked up for every packet: with traffic spread over several next hops, remembering
@@ -109,6 +113,10 @@ impl Node<ForwardingState> for Ip4Rewrite {
                         Next::DROP
                     }
                 }
+                Err(FRAGMENTATION_NEEDED) => {
+                    too_big += 1;
+                    ICMP_ERROR
+                }
                 Err(code) => {
                     meta.error = base + code;
                     Next::DROP
@@ -117,6 +125,9 @@ impl Node<ForwardingState> for Ip4Rewrite {
             arcs.set(i, arc);
         }
         arcs.enqueue(cx, frame);
+        if too_big > 0 {
+            cx.count_error(FRAGMENTATION_NEEDED, too_big);
+        }
         n
     }
 }

@@ -1,16 +1,22 @@
 //! `l2-xconnect`: a frame received on interface A leaves on its cross-connected peer B,
-//! untouched. Counts packets and bytes per cross-connect (by receiving interface).
+//! untouched. Counts packets and bytes per cross-connect (by receiving interface). A frame
+//! longer than B's MTU (with its Ethernet header and any 802.1Q tag) is dropped as
+//! `mtu-exceeded`; a super-frame (segmentation left to do) is not, as its segments fit.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use dataplane::buffer::{BufferMeta, WorkerBuffers};
+use dataplane::offload::Gso;
 use dataplane::{Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
 use super::names;
 use crate::state::{ForwardingState, MAX_INTERFACES};
+use crate::wire;
 
 const OUTPUT: Next = Next::declared(0);
 const NO_XCONNECT: u16 = 0;
+const MTU_EXCEEDED: u16 = 1;
 
 /// One worker's per-cross-connect counters, indexed by receiving interface. Written only by
 /// that worker; read by anyone.
@@ -78,21 +84,29 @@ impl Node<ForwardingState> for L2Xconnect {
     fn spec(&self) -> NodeSpec {
         NodeSpec::internal(names::L2_XCONNECT)
             .nexts(&[names::INTERFACE_OUTPUT])
-            .errors(&[(
-                "no-xconnect",
-                "L2 frame on an interface with no cross-connect",
-            )])
+            .errors(&[
+                (
+                    "no-xconnect",
+                    "L2 frame on an interface with no cross-connect",
+                ),
+                (
+                    "mtu-exceeded",
+                    "longer than the outgoing interface's MTU (with its L2 header)",
+                ),
+            ])
     }
 
     fn process(&mut self, cx: &mut Context<'_, ForwardingState>, frame: &mut Frame) -> usize {
-        let xc = &cx.state().xconnect;
+        let state = cx.state();
+        let xc = &state.xconnect;
         let no_xc = cx.error_id(NO_XCONNECT);
+        let too_long = cx.error_id(MTU_EXCEEDED);
         let n = frame.len();
         let bis = frame.as_slice();
         let mut dropped = false;
         // Counters are added once per run of packets from one interface (usually a frame).
         let (mut run_rx, mut run_packets, mut run_bytes) = (u32::MAX, 0u64, 0u64);
-        let mut tx_of_run = u32::MAX;
+        let (mut tx_of_run, mut limit) = (u32::MAX, u32::MAX);
         for (i, &bi) in bis.iter().enumerate() {
             let meta = cx.buffers.meta_mut(bi);
             let rx = meta.rx_interface;
@@ -102,7 +116,15 @@ impl Node<ForwardingState> for L2Xconnect {
                 }
                 (run_rx, run_packets, run_bytes) = (rx, 0, 0);
                 tx_of_run = xc.get(rx as usize).copied().unwrap_or(u32::MAX);
+                limit = frame_limit(state, tx_of_run);
             }
+            if meta.total_length() > limit && exceeds(cx.buffers, bi, limit) {
+                cx.buffers.meta_mut(bi).error = too_long;
+                self.nexts[i] = Next::DROP;
+                dropped = true;
+                continue;
+            }
+            let meta = cx.buffers.meta_mut(bi);
             if tx_of_run != u32::MAX {
                 meta.tx_interface = tx_of_run;
                 self.nexts[i] = OUTPUT;
@@ -129,4 +151,28 @@ impl Node<ForwardingState> for L2Xconnect {
     fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
         Some(self)
     }
+}
+
+/// The longest untagged frame interface `tx` sends: its MTU and an Ethernet header
+/// (`u32::MAX`, no limit, for no interface or an MTU of 0).
+#[inline]
+fn frame_limit(state: &ForwardingState, tx: u32) -> u32 {
+    match state.interfaces.get(tx as usize).and_then(Option::as_ref) {
+        Some(i) if i.mtu > 0 => u32::from(i.mtu) + wire::ETHERNET_HEADER as u32,
+        _ => u32::MAX,
+    }
+}
+
+/// Whether a frame longer than `limit` (the untagged limit) really is too long: an 802.1Q tag
+/// is allowed on top, and a super-frame is cut to size later.
+#[cold]
+fn exceeds(buffers: &mut WorkerBuffers, bi: u32, limit: u32) -> bool {
+    let meta: &BufferMeta = buffers.meta_mut(bi);
+    if meta.offload().is_some_and(|o| o.gso != Gso::None) {
+        return false;
+    }
+    let len = meta.total_length();
+    let d = buffers.data(bi);
+    let tagged = d.len() >= 14 && wire::be16(d, 12) == wire::ETHERTYPE_VLAN;
+    len > limit + if tagged { 4 } else { 0 }
 }

@@ -3,6 +3,7 @@
 mod arp;
 mod ethernet_input;
 mod interface_output;
+mod ip4_icmp_error;
 mod ip4_input;
 mod ip4_l3xc;
 mod ip4_local;
@@ -15,6 +16,7 @@ mod vxlan;
 pub use arp::{ArpInput, Ip4Arp};
 pub use ethernet_input::EthernetInput;
 pub use interface_output::InterfaceOutput;
+pub use ip4_icmp_error::Ip4IcmpError;
 pub use ip4_input::Ip4Input;
 pub use ip4_l3xc::Ip4L3xc;
 pub use ip4_local::Ip4Local;
@@ -43,6 +45,8 @@ pub mod names {
     pub const IP4_LOOKUP: &str = "ip4-lookup";
     /// TTL, checksum, MTU, L2 header.
     pub const IP4_REWRITE: &str = "ip4-rewrite";
+    /// ICMP "fragmentation needed" back to the source of a packet too long for its next hop.
+    pub const IP4_ICMP_ERROR: &str = "ip4-icmp-error";
     /// Packets for our own addresses.
     pub const IP4_LOCAL: &str = "ip4-local";
     /// ARP requests for unresolved next hops.
@@ -140,6 +144,7 @@ pub fn add_forwarding_nodes(
         .add(Ip4L3xc::new())
         .add(Ip4Lookup::new())
         .add(Ip4Rewrite::new())
+        .add(Ip4IcmpError::new())
         .add(Ip4Local::new())
         .add(Ip4Arp::new())
         .add(ArpInput::new())
