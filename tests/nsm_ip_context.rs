@@ -298,3 +298,98 @@ fn the_requested_mtu_reaches_both_ends_and_bad_contexts_make_nothing() {
     drop(fwd);
     quiver.stop();
 }
+
+/// One echo of `ping -6` to `to` with hop limit `hops`: its reply line when it came back.
+fn ping6_reply(ns: &Netns, to: &str, hops: u8) -> Option<String> {
+    let hops = hops.to_string();
+    let out = std::process::Command::new(IP)
+        .args([
+            "netns", "exec", &ns.0, PING, "-6", "-n", "-c", "1", "-W", "1", "-t", &hops, to,
+        ])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.contains("bytes from"))
+        .map(str::to_string)
+}
+
+#[test]
+fn a_dual_stack_ip_payload_connection_carries_ipv6_with_the_hop_limit_decremented() {
+    let Some(KernelTest {
+        nsc,
+        nse,
+        dir,
+        quiver,
+    }) = KernelTest::start(
+        "a_dual_stack_ip_payload_connection_carries_ipv6",
+        &[IP, PING],
+        ["nscip6", "nseip6", "nsm-ip6"],
+    )
+    else {
+        return;
+    };
+    let fwd = quiver.fwd.clone();
+    let endpoint = TestEndpoint::start(
+        &dir.join("nse.sock"),
+        "nse",
+        kernel_mech(&nse.url(), "nse0"),
+    )
+    .unwrap();
+    let (listen, dp, server) = quiver.serve_in(&dir);
+    let mut client = BlockingClient::connect(&listen).unwrap();
+    let id = format!("ip6-{}", std::process::id());
+    // The endpoint lists its IPv6 address first: the cross-connect's next hop is still its
+    // IPv4 one (Quiver resolves next hops with ARP).
+    let ip = IpContext {
+        src_ip_addrs: vec!["10.78.0.1/24".into(), "fd00:78::1/64".into()],
+        dst_ip_addrs: vec!["fd00:78::2/64".into(), "10.78.0.2/24".into()],
+        ..Default::default()
+    };
+    let mut req = request(&id, &nsc, ip, 0);
+    req.connection.as_mut().unwrap().payload = "IP".into();
+    let answer = client.request(req).unwrap();
+    assert_eq!(answer.state, State::Up as i32);
+
+    // Inside each namespace the other side's IPv6 address is Quiver's end, permanently:
+    // nothing answers neighbour discovery across an L3 cross-connect.
+    for (ns, dev, peer) in [(&nsc, "nsm0", "fd00:78::2"), (&nse, "nse0", "fd00:78::1")] {
+        let entry = ip_out(ns, &["-6", "neigh", "show", peer, "dev", dev]);
+        assert!(entry.contains("PERMANENT"), "{peer} in {}: {entry:?}", ns.0);
+    }
+    wait_for("an IPv4 ping across the L3 cross-connect", 30, || {
+        nsc.ping("10.78.0.2")
+    });
+    let mut reply = None;
+    wait_for("an IPv6 ping across the L3 cross-connect", 30, || {
+        reply = ping6_reply(&nsc, "fd00:78::2", 64);
+        reply.is_some()
+    });
+    let reply = reply.expect("waited for");
+    assert!(reply.contains("ttl=63"), "one hop each way: {reply}");
+    assert!(ping6_reply(&nse, "fd00:78::1", 64).is_some(), "and back");
+    assert_eq!(
+        ping6_reply(&nsc, "fd00:78::2", 1),
+        None,
+        "hop limit 1 does not cross Quiver"
+    );
+    let runtime = fwd.dataplane().runtime();
+    let expired: u64 = runtime
+        .workers
+        .iter()
+        .map(|w| w.error("ip6-l3xc", "hop-limit-exceeded"))
+        .sum();
+    assert!(expired >= 1, "counted where it expired");
+
+    client.close(answer).unwrap();
+    assert_eq!(endpoint.log().closes.len(), 1);
+    assert!(!nsc.has_link("nsm0"));
+    assert!(fwd.view().ports().is_empty());
+
+    drop(client);
+    drop(server);
+    drop(dp);
+    drop(fwd);
+    quiver.stop();
+}

@@ -10,6 +10,8 @@ pub const VLAN_TAG: usize = 4;
 pub const ETHERTYPE_IP4: u16 = 0x0800;
 /// EtherType ARP.
 pub const ETHERTYPE_ARP: u16 = 0x0806;
+/// EtherType IPv6.
+pub const ETHERTYPE_IP6: u16 = 0x86dd;
 /// EtherType 802.1Q.
 pub const ETHERTYPE_VLAN: u16 = 0x8100;
 /// IPv4 header length without options.

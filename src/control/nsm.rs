@@ -57,12 +57,13 @@ struct OwnedPort {
 /// What an L3 cross-connect needs of a veth's IP context, and what it added in the namespace.
 #[derive(Default)]
 struct InsideNeighbors {
-    /// The IPv4 next hops of the routes through the veth.
-    route_hops: Vec<Ipv4Addr>,
+    /// What the namespace reaches through the veth directly: the next hops of its routes and
+    /// the other side's IPv6 addresses (its IPv4 next hop comes with the cross-connect).
+    route_hops: Vec<IpAddr>,
     /// The neighbours the IP context asked for (put back when the cross-connect goes).
-    configured: Vec<(Ipv4Addr, [u8; 6])>,
+    configured: Vec<(IpAddr, [u8; 6])>,
     /// The neighbours the L3 cross-connect added toward Quiver's end.
-    added: Vec<Ipv4Addr>,
+    added: Vec<IpAddr>,
     /// The other port of the port's L3 cross-connect.
     with: Option<String>,
 }
@@ -333,20 +334,10 @@ impl Dataplane for ForwarderDataplane {
                 .ip
                 .routes
                 .iter()
-                .filter_map(|r| match r.via {
-                    Some(IpAddr::V4(v)) => Some(v),
-                    _ => None,
-                })
+                .filter_map(|r| r.via)
+                .chain(spec.ip.peers.iter().copied().filter(IpAddr::is_ipv6))
                 .collect(),
-            configured: spec
-                .ip
-                .neighbors
-                .iter()
-                .filter_map(|n| match n.ip {
-                    IpAddr::V4(ip) => Some((ip, n.mac.0)),
-                    IpAddr::V6(_) => None,
-                })
-                .collect(),
+            configured: spec.ip.neighbors.iter().map(|n| (n.ip, n.mac.0)).collect(),
             added: Vec::new(),
             with: None,
         };
@@ -462,7 +453,7 @@ impl Dataplane for ForwarderDataplane {
                 let Some(veth) = p.kernel.clone() else {
                     continue;
                 };
-                let mut ips: Vec<Ipv4Addr> = toward.into_iter().collect();
+                let mut ips: Vec<IpAddr> = toward.into_iter().map(IpAddr::V4).collect();
                 ips.extend(&p.inside.route_hops);
                 ips.sort_unstable();
                 ips.dedup();
@@ -474,7 +465,7 @@ impl Dataplane for ForwarderDataplane {
                 }
                 (veth, ips)
             };
-            let entries: Vec<(Ipv4Addr, [u8; 6])> =
+            let entries: Vec<(IpAddr, [u8; 6])> =
                 ips.iter().map(|&ip| (ip, veth.host_mac())).collect();
             veth.add_neighbors(&entries).map_err(kernel_error)?;
         }
@@ -498,7 +489,7 @@ impl Dataplane for ForwarderDataplane {
                     p.inside.with = None;
                     let veth = p.kernel.clone()?;
                     let added = std::mem::take(&mut p.inside.added);
-                    let restore: Vec<(Ipv4Addr, [u8; 6])> = p
+                    let restore: Vec<(IpAddr, [u8; 6])> = p
                         .inside
                         .configured
                         .iter()

@@ -122,6 +122,9 @@ pub struct IpConfig {
     pub neighbors: Vec<NeighborSpec>,
     /// Policy routes (the client side's; sdk-kernel applies them in the client's namespace).
     pub policies: Vec<PolicySpec>,
+    /// The other side's addresses: for an L3 cross-connect they resolve to Quiver inside this
+    /// side's namespace (static neighbours; nothing answers ARP or neighbour discovery there).
+    pub peers: Vec<IpAddr>,
 }
 
 /// A kernel interface to create: a veth pair with one end moved into `netns` and named

@@ -245,15 +245,24 @@ pub struct SidesIp {
 }
 
 impl SidesIp {
-    /// The next hop toward the endpoint (its first address), for an L3 cross-connect.
+    /// The next hop toward the endpoint, for an L3 cross-connect: its first IPv4 address
+    /// (Quiver resolves next hops with ARP), else its first.
     pub fn endpoint_hop(&self) -> Option<IpAddr> {
-        self.endpoint.addresses.first().map(|p| p.addr)
+        hop(&self.endpoint.addresses)
     }
 
-    /// The next hop toward the client (its first address).
+    /// The next hop toward the client: its first IPv4 address, else its first.
     pub fn client_hop(&self) -> Option<IpAddr> {
-        self.client.addresses.first().map(|p| p.addr)
+        hop(&self.client.addresses)
     }
+}
+
+fn hop(addresses: &[IpPrefix]) -> Option<IpAddr> {
+    addresses
+        .iter()
+        .find(|p| p.addr.is_ipv4())
+        .or(addresses.first())
+        .map(|p| p.addr)
 }
 
 /// Checks every address, prefix, route and neighbour of `ctx` and splits them by side.
@@ -289,15 +298,26 @@ fn ip_context(c: &IpContext) -> Result<SidesIp, Status> {
             })
         })
         .collect::<Result<Vec<_>, Status>>()?;
+    let (client_addresses, endpoint_addresses) = (
+        addrs("ip_context.src_ip_addrs", &c.src_ip_addrs)?,
+        addrs("ip_context.dst_ip_addrs", &c.dst_ip_addrs)?,
+    );
+    let addresses_of = |v: &[IpPrefix]| v.iter().map(|p| p.addr).collect::<Vec<_>>();
+    let (client_peers, endpoint_peers) = (
+        addresses_of(&endpoint_addresses),
+        addresses_of(&client_addresses),
+    );
     Ok(SidesIp {
         client: IpConfig {
-            addresses: addrs("ip_context.src_ip_addrs", &c.src_ip_addrs)?,
+            peers: client_peers,
+            addresses: client_addresses,
             routes: routes("ip_context.src_routes", &c.src_routes)?,
             neighbors,
             policies,
         },
         endpoint: IpConfig {
-            addresses: addrs("ip_context.dst_ip_addrs", &c.dst_ip_addrs)?,
+            peers: endpoint_peers,
+            addresses: endpoint_addresses,
             routes: routes("ip_context.dst_routes", &c.dst_routes)?,
             neighbors: Vec::new(),
             policies: Vec::new(),
@@ -381,6 +401,20 @@ mod tests {
         assert_eq!(s.client.routes.len(), 1);
         assert_eq!(s.client.neighbors.len(), 1);
         assert!(s.endpoint.routes.is_empty());
+        assert_eq!(
+            s.client.peers,
+            vec!["172.16.0.3".parse::<IpAddr>().unwrap()]
+        );
+        assert_eq!(
+            s.endpoint.peers,
+            vec!["172.16.0.2".parse::<IpAddr>().unwrap()]
+        );
+        // The cross-connect's next hop is an IPv4 address whatever the order.
+        let mut dual = good.clone();
+        dual.dst_ip_addrs = vec!["fd00::3/64".into(), "172.16.0.3/31".into()];
+        let s = ip_context(&dual).unwrap();
+        assert_eq!(s.endpoint_hop(), Some("172.16.0.3".parse().unwrap()));
+        assert_eq!(s.client.peers.len(), 2);
 
         let mut bad = good.clone();
         bad.src_ip_addrs = vec!["172.16.0.2".into()];

@@ -1,6 +1,6 @@
 //! [`KernelInterface`]: the veth pair made for a connection, created whole or not at all.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::os::fd::{AsFd, AsRawFd};
 
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
@@ -136,34 +136,42 @@ impl KernelInterface {
         &self.netns
     }
 
-    /// Adds (or replaces) permanent neighbours (IPv4 address, MAC) on the interface, inside
-    /// its namespace: for an L3 cross-connect, the addresses the namespace sends to through
-    /// the interface resolve to Quiver's end ([`KernelInterface::host_mac`]), as nothing
-    /// answers ARP for them. Stops at the first refusal.
-    pub fn add_neighbors(&self, neighbors: &[(Ipv4Addr, [u8; 6])]) -> Result<()> {
+    /// Adds (or replaces) permanent neighbours (IPv4 or IPv6 address, MAC) on the interface,
+    /// inside its namespace: for an L3 cross-connect, the addresses the namespace sends to
+    /// through the interface resolve to Quiver's end ([`KernelInterface::host_mac`]), as
+    /// nothing answers ARP or neighbour discovery for them. Stops at the first refusal.
+    pub fn add_neighbors(&self, neighbors: &[(IpAddr, [u8; 6])]) -> Result<()> {
         if neighbors.is_empty() {
             return Ok(());
         }
         let mut rtnl = self.rtnl()?;
         for &(ip, mac) in neighbors {
-            add_neighbor(&mut rtnl, self.index, ip.into(), mac, &self.name)?;
+            add_neighbor(&mut rtnl, self.index, ip, mac, &self.name)?;
         }
         Ok(())
     }
 
     /// Removes the neighbours `ips` from the interface, inside its namespace. One that is not
     /// there (or an interface gone already) is fine.
-    pub fn remove_neighbors(&self, ips: &[Ipv4Addr]) -> Result<()> {
+    pub fn remove_neighbors(&self, ips: &[IpAddr]) -> Result<()> {
         if ips.is_empty() {
             return Ok(());
         }
         let mut rtnl = self.rtnl()?;
         for &ip in ips {
             let mut msg = NeighbourMessage::default();
-            msg.header.family = AddressFamily::Inet;
+            let dst = match ip {
+                IpAddr::V4(v4) => {
+                    msg.header.family = AddressFamily::Inet;
+                    NeighbourAddress::Inet(v4)
+                }
+                IpAddr::V6(v6) => {
+                    msg.header.family = AddressFamily::Inet6;
+                    NeighbourAddress::Inet6(v6)
+                }
+            };
             msg.header.ifindex = self.index;
-            msg.attributes
-                .push(NeighbourAttribute::Destination(NeighbourAddress::Inet(ip)));
+            msg.attributes.push(NeighbourAttribute::Destination(dst));
             match rtnl.request(RouteNetlinkMessage::DelNeighbour(msg), 0) {
                 Ok(()) | Err(Errno::ENOENT | Errno::ENODEV) => {}
                 Err(e) => {

@@ -1,5 +1,6 @@
 //! `ethernet-input`: Ethernet II with at most one 802.1Q tag. L2-mode interfaces go to the
-//! cross-connect untouched; L3 interfaces dispatch IPv4 and ARP by EtherType, after
+//! cross-connect untouched; L3 interfaces dispatch IPv4 and ARP by EtherType (and IPv6 when
+//! they are L3 cross-connected: Quiver routes no IPv6 otherwise), after
 //! `offload-resolve` has done any checksum or segmentation work a kernel left on the frame.
 
 use dataplane::buffer::{flags, BufferMeta};
@@ -13,6 +14,7 @@ const IP4: Next = Next::declared(0);
 const ARP: Next = Next::declared(1);
 const XCONNECT: Next = Next::declared(2);
 const RESOLVE: Next = Next::declared(3);
+const IP6: Next = Next::declared(4);
 
 const RUNT: u16 = 0;
 const UNKNOWN_INTERFACE: u16 = 1;
@@ -138,6 +140,7 @@ fn classify<'s>(
     match ethertype {
         wire::ETHERTYPE_IP4 => Ok((IP4, header)),
         wire::ETHERTYPE_ARP => Ok((ARP, header)),
+        wire::ETHERTYPE_IP6 if state.l3xconnect(meta.rx_interface).is_some() => Ok((IP6, header)),
         _ => Err(UNKNOWN_ETHERTYPE),
     }
 }
@@ -150,6 +153,7 @@ impl Node<ForwardingState> for EthernetInput {
                 names::ARP_INPUT,
                 names::L2_XCONNECT,
                 names::OFFLOAD_RESOLVE,
+                names::IP6_L3XC,
             ])
             .errors(&[
                 ("runt", "frame shorter than its Ethernet header"),

@@ -9,6 +9,7 @@ mod ip4_l3xc;
 mod ip4_local;
 mod ip4_lookup;
 mod ip4_rewrite;
+mod ip6_l3xc;
 mod l2_xconnect;
 mod offload_resolve;
 mod vxlan;
@@ -22,6 +23,7 @@ pub use ip4_l3xc::Ip4L3xc;
 pub use ip4_local::Ip4Local;
 pub use ip4_lookup::Ip4Lookup;
 pub use ip4_rewrite::Ip4Rewrite;
+pub use ip6_l3xc::Ip6L3xc;
 pub use l2_xconnect::{L2Xconnect, XconnectStats};
 pub use offload_resolve::OffloadResolve;
 pub use vxlan::{Vxlan4Encap, Vxlan4Input};
@@ -41,6 +43,8 @@ pub mod names {
     pub const IP4_INPUT: &str = "ip4-input";
     /// L3 cross-connect: IPv4 from an interface to its peer's next hop, bypassing the FIB.
     pub const IP4_L3XC: &str = "ip4-l3xc";
+    /// L3 cross-connect for IPv6 (Quiver routes no IPv6 otherwise).
+    pub const IP6_L3XC: &str = "ip6-l3xc";
     /// Longest-prefix match and ECMP.
     pub const IP4_LOOKUP: &str = "ip4-lookup";
     /// TTL, checksum, MTU, L2 header.
@@ -142,6 +146,7 @@ pub fn add_forwarding_nodes(
     b.add(EthernetInput::new())
         .add(Ip4Input::new())
         .add(Ip4L3xc::new())
+        .add(Ip6L3xc::new())
         .add(Ip4Lookup::new())
         .add(Ip4Rewrite::new())
         .add(Ip4IcmpError::new())

@@ -1,0 +1,219 @@
+//! `ip6-l3xc`: IPv6 through an L3 cross-connect. Every IPv6 packet received on an L3
+//! cross-connected interface leaves by the cross-connect's adjacency (the peer interface toward
+//! its next hop, resolved by the IPv4 side's ARP) with its hop limit decremented, as NSM's IP
+//! payload needs for dual-stack connections. Quiver does not route IPv6: what an L3
+//! cross-connect may not carry is dropped and counted — link-local and multicast traffic
+//! (neighbour discovery stays on its link; the namespaces get static neighbours instead), a
+//! hop limit that would reach zero, a packet longer than the next hop's MTU.
+
+use dataplane::{Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
+
+use super::{names, Arcs};
+use crate::state::{Adjacency, AdjacencyKind, ForwardingState};
+use crate::wire;
+
+const OUTPUT: Next = Next::declared(0);
+const ARP: Next = Next::declared(1);
+
+const NO_L3XC: u16 = 0;
+const MALFORMED: u16 = 1;
+const LINK_LOCAL: u16 = 2;
+const HOP_LIMIT: u16 = 3;
+const MTU_EXCEEDED: u16 = 4;
+const NO_HEADROOM: u16 = 5;
+const NOT_READY: u16 = 6;
+
+/// The IPv6 header's length.
+const IP6_HEADER: usize = 40;
+
+/// The `ip6-l3xc` node.
+pub struct Ip6L3xc {
+    nexts: [Next; FRAME_SIZE],
+}
+
+impl Ip6L3xc {
+    /// A new node.
+    pub fn new() -> Self {
+        Ip6L3xc {
+            nexts: [OUTPUT; FRAME_SIZE],
+        }
+    }
+}
+
+impl Default for Ip6L3xc {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Whether `a` (16 bytes) is link-local unicast (fe80::/10) or multicast (ff00::/8).
+#[inline]
+fn link_scope(a: &[u8]) -> bool {
+    a[0] == 0xff || (a[0] == 0xfe && a[1] & 0xc0 == 0x80)
+}
+
+/// Checks one packet (IPv6 header at `d[0]`, `total` bytes in all) and decrements its hop
+/// limit; the length the packet really has (Ethernet may have padded it).
+#[inline]
+fn check(d: &mut [u8], total: u32, mtu: u16) -> Result<u32, u16> {
+    let h = d.first_chunk_mut::<IP6_HEADER>().ok_or(MALFORMED)?;
+    let len = IP6_HEADER as u32 + u32::from(u16::from_be_bytes([h[4], h[5]]));
+    if h[0] >> 4 != 6 || len > total {
+        return Err(MALFORMED);
+    }
+    if link_scope(&h[8..24]) || link_scope(&h[24..40]) {
+        return Err(LINK_LOCAL);
+    }
+    if h[7] <= 1 {
+        return Err(HOP_LIMIT);
+    }
+    if len > u32::from(mtu) {
+        return Err(MTU_EXCEEDED);
+    }
+    h[7] -= 1;
+    Ok(len)
+}
+
+impl Node<ForwardingState> for Ip6L3xc {
+    fn spec(&self) -> NodeSpec {
+        NodeSpec::internal(names::IP6_L3XC)
+            .nexts(&[names::INTERFACE_OUTPUT, names::IP4_ARP])
+            .errors(&[
+                (
+                    "no-l3xc",
+                    "the receiving interface is no longer L3 cross-connected",
+                ),
+                (
+                    "malformed",
+                    "not IPv6, or shorter than its header or payload length",
+                ),
+                (
+                    "link-local",
+                    "link-local or multicast: not forwarded off its link",
+                ),
+                ("hop-limit-exceeded", "the hop limit would reach zero"),
+                ("mtu-exceeded", "longer than the next hop's MTU"),
+                ("no-headroom", "no headroom for the L2 header"),
+                (
+                    "not-ready",
+                    "the cross-connect's adjacency is not a next hop (a bug)",
+                ),
+            ])
+    }
+
+    fn process(&mut self, cx: &mut Context<'_, ForwardingState>, frame: &mut Frame) -> usize {
+        let state = cx.state();
+        let base = cx.error_id(0);
+        let bis = frame.as_slice();
+        let n = bis.len();
+        let mut arcs = Arcs::new(&mut self.nexts[..n], OUTPUT);
+        let mut buffers = cx.buffers.view();
+        // Packets of a frame usually come from one interface: resolve it once per run.
+        let mut last_rx = u32::MAX;
+        let mut adj: Result<(u32, &Adjacency), u16> = Err(NO_L3XC);
+        for (i, &bi) in bis.iter().enumerate() {
+            let (meta, d) = buffers.meta_and_data_mut(bi);
+            if meta.rx_interface != last_rx {
+                last_rx = meta.rx_interface;
+                adj = match state.l3xconnect(last_rx) {
+                    None => Err(NO_L3XC),
+                    Some(a) => match state.adjacencies.get(a as usize) {
+                        Some(x)
+                            if matches!(x.kind, AdjacencyKind::Rewrite | AdjacencyKind::Arp) =>
+                        {
+                            Ok((a, x))
+                        }
+                        _ => Err(NOT_READY),
+                    },
+                };
+            }
+            let checked = adj.and_then(|(index, a)| {
+                let len = check(d, meta.total_length(), a.mtu)?;
+                meta.adjacency = index;
+                Ok((a, len, len < meta.total_length() && meta.next().is_none()))
+            });
+            let verdict = checked.and_then(|(a, len, padded)| {
+                if padded {
+                    // Ethernet padding after the packet.
+                    buffers.set_length(bi, len as u16);
+                }
+                if a.kind == AdjacencyKind::Arp {
+                    // Resolved by the IPv4 side's ARP (its next hop is the same station).
+                    return Ok(ARP);
+                }
+                let (meta, headroom, _) = buffers.meta_headroom_and_data_mut(bi);
+                let hl = a.header_len as usize;
+                if headroom.len() < hl || !meta.retreat(hl as u16) {
+                    return Err(NO_HEADROOM);
+                }
+                let at = headroom.len() - hl;
+                let h = &mut headroom[at..];
+                h.copy_from_slice(&a.header[..hl]);
+                h[hl - 2..].copy_from_slice(&wire::ETHERTYPE_IP6.to_be_bytes());
+                meta.tx_interface = a.tx;
+                meta.l2_offset = meta.data_offset();
+                Ok(OUTPUT)
+            });
+            match verdict {
+                Ok(arc) => arcs.set(i, arc),
+                Err(code) => {
+                    buffers.meta_mut(bi).error = base + code;
+                    arcs.set(i, Next::DROP);
+                }
+            }
+        }
+        arcs.enqueue(cx, frame);
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(src: [u8; 2], dst: [u8; 2], hop: u8, payload: u16) -> Vec<u8> {
+        let mut h = vec![0u8; IP6_HEADER + payload as usize];
+        h[0] = 0x60;
+        h[4..6].copy_from_slice(&payload.to_be_bytes());
+        h[6] = 17;
+        h[7] = hop;
+        h[8..10].copy_from_slice(&src);
+        h[24..26].copy_from_slice(&dst);
+        h
+    }
+
+    const G: [u8; 2] = [0x20, 0x01];
+
+    #[test]
+    fn packets_are_checked_and_their_hop_limit_decremented() {
+        let mut p = header(G, G, 64, 10);
+        assert_eq!(check(&mut p, 50, 1500), Ok(50));
+        assert_eq!(p[7], 63);
+        let mut padded = header(G, G, 64, 6);
+        padded.extend_from_slice(&[0; 4]);
+        assert_eq!(
+            check(&mut padded, 50, 1500),
+            Ok(46),
+            "padding is not packet"
+        );
+        assert_eq!(check(&mut header(G, G, 1, 0), 40, 1500), Err(HOP_LIMIT));
+        assert_eq!(check(&mut header(G, G, 64, 20), 50, 1500), Err(MALFORMED));
+        for (src, dst) in [(G, [0xff, 0x02]), ([0xfe, 0x80], G), (G, [0xfe, 0xbf])] {
+            assert_eq!(
+                check(&mut header(src, dst, 64, 0), 40, 1500),
+                Err(LINK_LOCAL),
+                "{src:x?} -> {dst:x?}"
+            );
+        }
+        // fec0::/10 (site-local, deprecated) is not link-local.
+        assert!(check(&mut header([0xfe, 0xc0], G, 64, 0), 40, 1500).is_ok());
+        assert_eq!(
+            check(&mut header(G, G, 64, 1461), 1501, 1500),
+            Err(MTU_EXCEEDED)
+        );
+        let mut v4 = header(G, G, 64, 0);
+        v4[0] = 0x45;
+        assert_eq!(check(&mut v4, 40, 1500), Err(MALFORMED));
+        assert_eq!(check(&mut [0u8; 39], 39, 1500), Err(MALFORMED));
+    }
+}
