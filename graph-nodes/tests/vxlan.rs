@@ -127,6 +127,12 @@ fn inner_frames() -> Vec<Vec<u8>> {
         ),
     ));
     v.push(eth(HOST_A, [0x02, 0xcc, 0, 0, 0, 1], 0x88b5, &[7; 1400]));
+    // IPv6 inside (a dual-stack connection over VXLAN): carried as any other frame.
+    let mut ip6 = vec![0x60, 0, 0, 0, 0, 16, 17, 64];
+    ip6.extend_from_slice(&[0xfd, 0, 0, 0x77, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+    ip6.extend_from_slice(&[0xfd, 0, 0, 0x77, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+    ip6.extend_from_slice(&udp(5000, 5001, &[6; 8]));
+    v.push(eth(HOST_A, [0x02, 0xcc, 0, 0, 0, 1], 0x86dd, &ip6));
     v
 }
 
