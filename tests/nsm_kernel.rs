@@ -125,7 +125,7 @@ fn a_dead_endpoint_pod_closes_its_connection() {
     let mut pod = nse.spawn(std::path::Path::new("/usr/bin/sleep"), &["600"]);
     let netns = std::path::PathBuf::from(nse.path());
     wait_for("the pod's process in its namespace", 10, || {
-        Pod::find(&netns).is_some_and(|p| p.pid() == pod.id())
+        Pod::find(&netns).is_some_and(|p| p.pid() == Some(pod.id()))
     });
     let listen = format!("unix://{}", dir.join("quiver.sock").display());
     let dp = quiver.dataplane();
@@ -169,6 +169,76 @@ fn a_dead_endpoint_pod_closes_its_connection() {
     assert!(deleted, "no DELETE published");
 
     drop(events);
+    drop(client);
+    drop(server);
+    drop(dp);
+    drop(fwd);
+    quiver.stop();
+}
+
+/// A namespace deleted under a live connection (`ip netns del` of a namespace no process is in,
+/// so it is followed by its name) closes the connection as a dead pod does: Quiver's ports and
+/// the veths go, the endpoint gets its Close, with no Close from the client.
+#[test]
+fn a_deleted_client_namespace_closes_its_connection() {
+    let Some(KernelTest {
+        nsc,
+        nse,
+        dir,
+        quiver,
+    }) = KernelTest::start(
+        "a_deleted_client_namespace_closes_its_connection",
+        &[IP],
+        ["nsc-del", "nse-del", "nsm-del"],
+    )
+    else {
+        return;
+    };
+    let fwd = quiver.fwd.clone();
+    let endpoint = TestEndpoint::start(
+        &dir.join("nse.sock"),
+        "nse",
+        kernel_mech(&nse.url(), "nse0"),
+    )
+    .unwrap();
+    let netns = std::path::PathBuf::from(nsc.path());
+    assert_eq!(
+        Pod::find(&netns).map(|p| p.pid()),
+        Some(None),
+        "no process in it: followed by its name"
+    );
+    let listen = format!("unix://{}", dir.join("quiver.sock").display());
+    let dp = quiver.dataplane();
+    let next = format!("unix://{}", dir.join("nse.sock").display());
+    let server = quiver.serve_with(dp.clone(), "quiver", &listen, None, next, |cfg| {
+        cfg.watch_pods = true
+    });
+    let mut client = BlockingClient::connect(&listen).unwrap();
+    let id = format!("del-{}", std::process::id());
+    let answer = client
+        .request(NetworkServiceRequest {
+            connection: Some(nsc_connection(&id, "ping")),
+            mechanism_preferences: kernel_mech(&nsc.url(), "nsm0"),
+        })
+        .unwrap();
+    assert_eq!(answer.state, State::Up as i32);
+    assert_eq!(fwd.view().ports().len(), 2);
+
+    let deleted = std::time::Instant::now();
+    nsm_support::run(&[IP, "netns", "del", &nsc.0]);
+    wait_for(
+        "the connection closed after its client namespace was deleted",
+        30,
+        || fwd.view().ports().is_empty() && !nse.has_link("nse0"),
+    );
+    eprintln!(
+        "closed {} ms after the namespace was deleted",
+        deleted.elapsed().as_millis()
+    );
+    assert!(fwd.view().owned_by(&id).is_empty());
+    assert!(!dp.owners().unwrap().contains(&id), "no tagged veth left");
+    assert_eq!(endpoint.log().closes.len(), 1, "closed toward the endpoint");
+
     drop(client);
     drop(server);
     drop(dp);

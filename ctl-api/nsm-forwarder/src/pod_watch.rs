@@ -8,8 +8,10 @@
 //! than Quiver) is in it any more. At the start the oldest such process is taken (a pod's first
 //! process, its sandbox, lives as long as the pod); every [`POLL`] its `/proc/<pid>/ns/net` is
 //! compared with the namespace, and once that process is gone (or its pid reused elsewhere) the
-//! pod is. A namespace with no process at the start (one `ip netns add` made, say) is not
-//! watched.
+//! pod is. A namespace with no process at the start (one `ip netns add` made, say) is watched by
+//! its name instead: once its path (a bind mount under `/run/netns`) no longer is that
+//! namespace (`ip netns del`), it is gone. One known only by an fd passed to Quiver, with no
+//! process in it, is not watched.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -64,30 +66,60 @@ enum Seen {
     Unknown,
 }
 
-/// A process in a pod's namespace, followed until none is left.
+/// A pod's namespace, followed until it is gone: by its oldest process, or by its name.
 #[derive(Debug)]
 pub struct Pod {
     netns: NetnsId,
-    pid: u32,
+    by: By,
+}
+
+/// What tells that a pod is there.
+#[derive(Debug)]
+enum By {
+    /// Its first process.
+    Process(u32),
+    /// Its name: a path that is the namespace while it lives.
+    Path(PathBuf),
 }
 
 impl Pod {
-    /// The pod in the namespace `netns`: its oldest process other than Quiver; `None` when the
-    /// namespace has none (or cannot be read).
+    /// The pod in the namespace `netns`: its oldest process other than Quiver, or, when it has
+    /// none, the path itself when it names the namespace for good (not a `/proc/self` fd);
+    /// `None` when there is nothing to follow (or the namespace cannot be read).
     pub fn find(netns: &Path) -> Option<Pod> {
         let id = NetnsId::of(netns)?;
-        oldest_process_in(id).map(|pid| Pod { netns: id, pid })
+        if let Some(pid) = oldest_process_in(id) {
+            return Some(Pod {
+                netns: id,
+                by: By::Process(pid),
+            });
+        }
+        let transient = netns.starts_with("/proc/self") || netns.starts_with("/proc/thread-self");
+        (!transient).then(|| Pod {
+            netns: id,
+            by: By::Path(netns.to_path_buf()),
+        })
     }
 
-    /// The process followed now.
-    pub fn pid(&self) -> u32 {
-        self.pid
+    /// The process followed, if the pod is followed by one.
+    pub fn pid(&self) -> Option<u32> {
+        match self.by {
+            By::Process(pid) => Some(pid),
+            By::Path(_) => None,
+        }
     }
 
-    /// Whether the pod is still there: its first process is. (Another process that entered
-    /// the namespace — an `ip netns exec` — says nothing of the pod.)
+    /// Whether the pod is still there: its first process is (another process that entered
+    /// the namespace — an `ip netns exec` — says nothing of the pod), or its name still is the
+    /// namespace.
     pub fn alive(&self) -> bool {
-        self.netns.look(self.pid) != Seen::Out
+        match &self.by {
+            By::Process(pid) => self.netns.look(*pid) != Seen::Out,
+            By::Path(path) => match std::fs::metadata(path) {
+                Ok(m) => m.dev() == self.netns.dev && m.ino() == self.netns.ino,
+                Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+            },
+        }
     }
 }
 
@@ -190,7 +222,10 @@ mod tests {
         let id = NetnsId::of(&ns).unwrap();
         assert!(id.holds(pid));
         assert_eq!(NetnsId::of(Path::new("/proc/self/ns/net")), Some(id));
-        let pod = Pod { netns: id, pid };
+        let pod = Pod {
+            netns: id,
+            by: By::Process(pid),
+        };
         assert!(pod.alive());
         // The oldest process of the namespace is older than the child.
         let oldest = oldest_process_in(id).unwrap();
@@ -200,6 +235,26 @@ mod tests {
         child.wait().unwrap();
         // Its process gone, the pod is, though others share the namespace.
         assert!(!pod.alive());
+    }
+
+    #[test]
+    fn a_namespace_without_a_process_is_followed_by_its_name() {
+        // A stand-in for a bind mount under /run/netns: a file whose (dev, inode) is the id.
+        let dir = std::env::temp_dir().join(format!("pod-watch-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let name = dir.join("ns");
+        std::fs::write(&name, b"").unwrap();
+        let pod = Pod {
+            netns: NetnsId::of(&name).unwrap(),
+            by: By::Path(name.clone()),
+        };
+        assert!(pod.alive());
+        assert_eq!(pod.pid(), None);
+        std::fs::remove_file(&name).unwrap();
+        assert!(!pod.alive(), "the name is gone");
+        std::fs::remove_dir_all(&dir).unwrap();
+        // Quiver's own fds name nothing for good.
+        assert!(Pod::find(Path::new("/proc/self/ns/net")).is_none_or(|p| p.pid().is_some()));
     }
 
     #[test]
