@@ -101,7 +101,11 @@ impl NodeSpec {
 ///
 /// A node's hot path must not allocate, lock, or panic on any packet content; every packet it is
 /// given must leave through an arc or be freed, and every drop must be counted under an error.
-pub trait Node<S>: Send {
+///
+/// Every node is [`Any`](std::any::Any): a worker command that changes a node between loop
+/// passes (a port attached to `port-input`, a transmit queue to `interface-output`) finds it by
+/// name and type with [`crate::Graph::node_mut`].
+pub trait Node<S>: Send + std::any::Any {
     /// The node's name, arcs and errors.
     fn spec(&self) -> NodeSpec;
 
@@ -117,13 +121,5 @@ pub trait Node<S>: Send {
     /// burst …). Called once when the worker stops.
     fn release(&mut self, buffers: &mut WorkerBuffers) {
         let _ = buffers;
-    }
-
-    /// The node as [`std::any::Any`], for nodes that accept runtime changes (a port attached
-    /// to `port-input`, a transmit queue to `interface-output`): a worker command finds the node
-    /// with [`crate::Graph::node_mut`] and changes it between loop passes. `None` (the default)
-    /// for nodes that do not.
-    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
-        None
     }
 }

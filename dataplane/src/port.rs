@@ -79,7 +79,7 @@ impl<Q: RxQueue> PortInput<Q> {
     }
 }
 
-impl<S, Q: RxQueue> Node<S> for PortInput<Q> {
+impl<S, Q: RxQueue + 'static> Node<S> for PortInput<Q> {
     fn spec(&self) -> NodeSpec {
         NodeSpec::input(&self.name).nexts(&[&self.next])
     }
@@ -205,10 +205,6 @@ impl<S> Node<S> for PortsInput {
             produced += n;
         }
         produced
-    }
-
-    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
-        Some(self)
     }
 }
 

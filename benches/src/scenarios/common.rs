@@ -122,7 +122,7 @@ impl TxQueue for NullTx {
 
 /// Warms up, then runs passes until `packets` have been produced; returns the counters of the
 /// measured part and the seconds it took.
-pub fn measure<S>(
+pub fn measure<S: 'static>(
     graph: &mut Graph<S>,
     buffers: &mut WorkerBuffers,
     state: &S,

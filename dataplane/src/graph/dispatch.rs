@@ -21,7 +21,7 @@ pub struct Graph<S> {
     shared: Arc<GraphShared>,
 }
 
-impl<S> Graph<S> {
+impl<S: 'static> Graph<S> {
     pub(crate) fn from_parts(
         nodes: Vec<Box<dyn Node<S>>>,
         rt: Runtime,
@@ -48,11 +48,12 @@ impl<S> Graph<S> {
             .map(|i| i as u32)
     }
 
-    /// The node called `name` as its concrete type `T`, if it is one and offers itself through
-    /// [`Node::as_any_mut`] (for worker commands that change a node between loop passes).
+    /// The node called `name` as its concrete type `T`, if it is one (for worker commands that
+    /// change a node between loop passes).
     pub fn node_mut<T: 'static>(&mut self, name: &str) -> Option<&mut T> {
         let i = self.node_index(name)? as usize;
-        self.nodes[i].as_any_mut()?.downcast_mut::<T>()
+        let node: &mut dyn std::any::Any = &mut *self.nodes[i];
+        node.downcast_mut::<T>()
     }
 
     /// Packets sitting in pending frames (nonzero only between a capped pass and the next).
@@ -192,7 +193,7 @@ impl<S> Graph<S> {
     }
 }
 
-impl<S> Graph<S> {
+impl<S: 'static> Graph<S> {
     /// Names of the input nodes.
     pub fn input_node_names(&self) -> Vec<String> {
         self.rt

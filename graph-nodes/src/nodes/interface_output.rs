@@ -143,10 +143,6 @@ impl Node<ForwardingState> for InterfaceOutput {
         }
         n
     }
-
-    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
-        Some(self)
-    }
 }
 
 impl InterfaceOutput {

@@ -147,10 +147,6 @@ impl Node<ForwardingState> for L2Xconnect {
         }
         n
     }
-
-    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
-        Some(self)
-    }
 }
 
 /// The longest untagged frame interface `tx` sends: its MTU and an Ethernet header
