@@ -224,3 +224,106 @@ fn tcp_is_routed_between_veths_with_default_offloads_and_jumbo_frames() {
     assert_eq!(q.error(names::OFFLOAD_RESOLVE, "bad-offload"), 0);
     assert_eq!(detail(&*b.0, "tx-too-long"), 0);
 }
+
+/// Receives datagrams on `argv[1]`:5002 until 3 s pass without one; prints how many came and
+/// how many were malformed (not 1000 bytes of one repeated value).
+const UDP_SERVER: &str = r#"
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, 33, 8 << 20)  # SO_RCVBUFFORCE: no drop for want of room
+s.bind((sys.argv[1], 5002))
+s.settimeout(3)
+print("listening", flush=True)
+n = bad = 0
+try:
+    while True:
+        d = s.recv(65536)
+        n += 1
+        bad += len(d) != 1000 or d != d[:1] * len(d)
+except socket.timeout:
+    pass
+print(n, bad, flush=True)
+"#;
+
+/// Sends 20 datagrams of 8000 bytes to `argv[1]`:5002 as UDP GSO super-frames of 1000-byte
+/// segments (`UDP_SEGMENT`).
+const UDP_CLIENT: &str = r#"
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_UDP, 103, 1000)
+s.connect((sys.argv[1], 5002))
+for i in range(20):
+    s.send(bytes([i]) * 8000)
+"#;
+
+#[test]
+fn udp_super_frames_leave_as_datagrams_through_either_kind_of_port() {
+    if !ready("udp_super_frames_leave_as_datagrams_through_either_kind_of_port") {
+        return;
+    }
+    for offload in [true, false] {
+        let (ns1, ns2) = (Netns::new(), Netns::new());
+        let (v1, v2) = (
+            Veth::new(&ns1, "10.0.29.1/24"),
+            Veth::new(&ns2, "10.0.29.2/24"),
+        );
+        if !offload {
+            ns2.sh(&format!("ethtool -K {} tx off", v2.inner));
+        }
+        let mut fwd = forwarding();
+        let a = af_packet_port(&mut fwd, &v1.root, 1);
+        let config = AfPacketConfig {
+            offload,
+            ..AfPacketConfig::new(&v2.root, 1)
+        };
+        let port = AfPacketPort::open(&config).expect("AF_PACKET");
+        let mtu = port.mtu() as u16;
+        let b = add_port(&mut fwd, Arc::new(port), mtu);
+        fwd.cross_connect(a.1, b.1).unwrap();
+        let q = Quiver::start(fwd, &[a.clone(), b.clone()], &[0]);
+        // Neighbours known first: no datagram waits for ARP.
+        ns1.ping("10.0.29.2", std::time::Duration::from_secs(20));
+
+        let mut server = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &ns2.name,
+                PYTHON,
+                "-c",
+                UDP_SERVER,
+                "10.0.29.2",
+            ])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("server starts");
+        let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+        assert_eq!(
+            lines.next().and_then(Result::ok).as_deref(),
+            Some("listening")
+        );
+        let client = ns1.exec(&[PYTHON, "-c", UDP_CLIENT, "10.0.29.2"]);
+        assert!(
+            client.status.success(),
+            "{}",
+            String::from_utf8_lossy(&client.stderr)
+        );
+        let got = lines.next().and_then(Result::ok).unwrap_or_default();
+        let _ = server.wait();
+        assert_eq!(
+            got, "160 0",
+            "offload {offload}: 20 × 8 datagrams, all whole"
+        );
+        assert!(
+            detail(&*a.0, "rx-gso-frames") > 0,
+            "UDP super-frames came in"
+        );
+        let segmented = q.error(names::OFFLOAD_RESOLVE, "gso-segmented");
+        if offload {
+            assert!(detail(&*b.0, "tx-gso-frames") > 0);
+            assert_eq!(segmented, 0);
+        } else {
+            assert!(segmented > 0, "cut in software");
+        }
+    }
+}
