@@ -170,7 +170,7 @@ pub fn start_with(
             tracing::warn!("{e}: running without the admin API (choose one with --admin-socket)");
             Ok(None)
         }
-        Err(e) => Err(e),
+        Err(e) => Err(e.to_string()),
     }
 }
 

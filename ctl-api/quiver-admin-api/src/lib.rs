@@ -31,7 +31,7 @@ pub use backend::{
 };
 pub use client::{AdminClient, ClientError};
 pub use parse::{format_mac, parse_ip, parse_mac, parse_prefix};
-pub use server::{serve, AdminServer, ServeError};
+pub use server::{serve, AdminServer, ServeError, StartError};
 pub use socket::{bind_socket, SocketError, SOCKET_MODE};
 /// gRPC statuses, as the client sees refusals.
 pub use tonic::{Code, Status};

@@ -10,7 +10,7 @@ use tokio_stream::StreamExt;
 use crate::backend::AdminBackend;
 use crate::proto::admin_server::AdminServer as AdminService;
 use crate::service::Service;
-use crate::socket::bind_socket;
+use crate::socket::{bind_socket, SocketError};
 
 /// The running admin service. Dropping it (or [`AdminServer::stop`]) stops the service, waits
 /// for calls in progress, and removes the socket.
@@ -23,13 +23,13 @@ pub struct AdminServer {
 impl AdminServer {
     /// Binds `path` (see [`bind_socket`]) and serves `backend` on it from a new thread
     /// (`quiver-admin`) running a tokio runtime.
-    pub fn start(backend: Arc<dyn AdminBackend>, path: &Path) -> Result<AdminServer, String> {
-        let listener = bind_socket(path).map_err(|e| format!("admin socket: {e}"))?;
+    pub fn start(backend: Arc<dyn AdminBackend>, path: &Path) -> Result<AdminServer, StartError> {
+        let listener = bind_socket(path)?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .thread_name("quiver-admin")
             .build()
-            .map_err(|e| format!("admin service: cannot start a tokio runtime: {e}"))?;
+            .map_err(StartError::Runtime)?;
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let shown = path.to_path_buf();
         let thread = std::thread::Builder::new()
@@ -46,7 +46,7 @@ impl AdminServer {
                 });
                 // Dropping the runtime waits for blocking calls still running.
             })
-            .map_err(|e| format!("admin service: cannot start its thread: {e}"))?;
+            .map_err(StartError::Thread)?;
         tracing::info!(socket = %path.display(), "admin API listening");
         Ok(AdminServer {
             path: path.to_path_buf(),
@@ -98,6 +98,20 @@ pub async fn serve(
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await?;
     Ok(())
+}
+
+/// Why [`AdminServer::start`] could not start the service.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The socket could not be set up.
+    #[error("admin socket: {0}")]
+    Socket(#[from] SocketError),
+    /// No tokio runtime could be made.
+    #[error("admin service: cannot start a tokio runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    /// No thread could be started.
+    #[error("admin service: cannot start its thread: {0}")]
+    Thread(#[source] std::io::Error),
 }
 
 /// Why [`serve`] stopped serving.
