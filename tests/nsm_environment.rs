@@ -1,7 +1,8 @@
 //! `quiver run --nsm` with cmd-forwarder-vpp's whole environment (v1.18, every variable its
 //! DaemonSet may set, each with a plausible value): Quiver starts, acts on the variables that
 //! apply (a SPIFFE identity from a test Workload API, Prometheus metrics at
-//! `NSM_PROMETHEUS_LISTEN_ON` with `PROMETHEUS_METRICS_PREFIX` on NSM's names), and logs one line
+//! `NSM_PROMETHEUS_LISTEN_ON` with `PROMETHEUS_METRICS_PREFIX` on NSM's names; `TELEMETRY` is
+//! false, as NSM deploys it, so no span is exported: tests/nsm_telemetry.rs), and logs one line
 //! for each of the others, naming it and why it does not apply. A malformed value of one that
 //! applies stops it at start, naming the variable.
 
@@ -149,6 +150,8 @@ const APPLIED: &[&str] = &[
     "SPIFFE_ENDPOINT_SOCKET",
     "PROMETHEUS",
     "PROMETHEUS_METRICS_PREFIX",
+    "TELEMETRY",
+    "NSM_OPEN_TELEMETRY_ENDPOINT",
 ];
 
 fn not_applicable_line(var: &str) -> String {
@@ -222,6 +225,8 @@ fn a_malformed_value_of_a_variable_that_applies_stops_quiver_naming_it() {
         ("NSM_METRICS_EXPORT_INTERVAL", "10"),
         ("NSM_PROMETHEUS_SERVER_HEADER_TIMEOUT", "5"),
         ("NSM_MECHANISM_PRIORITY", "MEMIF,,KERNEL"),
+        ("TELEMETRY", "on"),
+        ("NSM_OPEN_TELEMETRY_ENDPOINT", "otel-collector"),
     ] {
         let q = Quiver::spawn_with(&dir, "quiver", &config, &dir.path("admin.sock"), |c| {
             c.arg("--nsm")

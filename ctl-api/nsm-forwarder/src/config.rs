@@ -1,6 +1,7 @@
 //! The NSM forwarder's settings, from the environment as cmd-forwarder-vpp reads them
 //! (`NSM_NAME`, `NSM_CONNECT_TO`, `NSM_LISTEN_ON`, …), `SPIFFE_ENDPOINT_SOCKET`, and its
-//! Prometheus settings (`PROMETHEUS`, `NSM_PROMETHEUS_LISTEN_ON`, `PROMETHEUS_METRICS_PREFIX`).
+//! Prometheus settings (`PROMETHEUS`, `NSM_PROMETHEUS_LISTEN_ON`, `PROMETHEUS_METRICS_PREFIX`)
+//! and OpenTelemetry's (`TELEMETRY`, `NSM_OPEN_TELEMETRY_ENDPOINT`).
 //! cmd-forwarder-vpp's variables that do not apply to Quiver (VPP's, SR-IOV's, pprof's, …) are
 //! accepted and named by [`not_applicable`], each with the reason, for the caller to log.
 
@@ -21,6 +22,11 @@ pub const DEFAULT_CONNECT_TO: &str = "unix:///var/lib/networkservicemesh/nsm.io.
 /// Where Prometheus metrics are served when `PROMETHEUS` is true and
 /// `NSM_PROMETHEUS_LISTEN_ON` is not set (Go's `:8081`: every address, port 8081).
 pub const DEFAULT_PROMETHEUS_LISTEN_ON: &str = ":8081";
+
+/// Where spans go when `TELEMETRY` is true and `NSM_OPEN_TELEMETRY_ENDPOINT` is not set (NSM's
+/// collector).
+pub const DEFAULT_OPEN_TELEMETRY_ENDPOINT: &str =
+    "otel-collector.observability.svc.cluster.local:4317";
 
 /// A bad setting.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -82,6 +88,12 @@ pub struct NsmConfig {
     /// `PROMETHEUS_METRICS_PREFIX`: put before the NSM connection metrics' names, joined with
     /// `_` (empty: none).
     pub prometheus_metrics_prefix: String,
+    /// `TELEMETRY`: send OpenTelemetry spans of Request and Close to
+    /// [`NsmConfig::open_telemetry_endpoint`] (see [`crate::telemetry`]).
+    pub telemetry: bool,
+    /// `NSM_OPEN_TELEMETRY_ENDPOINT`: the OTLP/gRPC collector, Go's `host:port`, plaintext
+    /// (default [`DEFAULT_OPEN_TELEMETRY_ENDPOINT`]).
+    pub open_telemetry_endpoint: String,
     /// Remove what no connection owns when the server starts (default true; not from the
     /// environment: tests sharing a host with other Quivers turn it off).
     pub reconcile_at_start: bool,
@@ -122,6 +134,8 @@ impl Default for NsmConfig {
             prometheus_listen_on: DEFAULT_PROMETHEUS_LISTEN_ON.into(),
             prometheus_server_header_timeout: Duration::from_secs(5),
             prometheus_metrics_prefix: String::new(),
+            telemetry: false,
+            open_telemetry_endpoint: DEFAULT_OPEN_TELEMETRY_ENDPOINT.into(),
             reconcile_at_start: true,
             watch_pods: false,
             register: false,
@@ -238,6 +252,15 @@ impl NsmConfig {
         if let Some(v) = var("PROMETHEUS_METRICS_PREFIX") {
             env::metric_prefix(&v).map_err(|why| err("PROMETHEUS_METRICS_PREFIX", &v, &why))?;
             c.prometheus_metrics_prefix = v.trim().to_string();
+        }
+        if let Some(v) = var("TELEMETRY") {
+            c.telemetry =
+                parse_go_bool(&v).ok_or_else(|| err("TELEMETRY", &v, "expected true or false"))?;
+        }
+        if let Some(v) = var("NSM_OPEN_TELEMETRY_ENDPOINT") {
+            crate::telemetry::endpoint_url(&v)
+                .map_err(|why| err("NSM_OPEN_TELEMETRY_ENDPOINT", &v, &why))?;
+            c.open_telemetry_endpoint = v.trim().to_string();
         }
         Ok(c)
     }

@@ -20,7 +20,7 @@
 //! - [`fds`]: `inode://` URLs resolved to the fds clients pass on the socket, and those
 //!   endpoints and the registry pass back to Quiver (grpcfd, over [`grpc_unix`]).
 //! - [`server`]: the gRPC services; [`config`]: the `NSM_*` environment; [`health`]: the
-//!   probe's check of a running server.
+//!   probe's check of a running server; [`telemetry`]: OpenTelemetry spans of its calls.
 //! - [`testing`]: a test endpoint (NSE) and a blocking client, for tests and benchmarks.
 //!
 //! No module imports one that imports it back: the order above (values, then calls to peers,
@@ -45,6 +45,7 @@ pub mod registration;
 pub mod secure;
 pub mod server;
 pub mod table;
+pub mod telemetry;
 pub mod testing;
 pub mod validate;
 pub mod vni;

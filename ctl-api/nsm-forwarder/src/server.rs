@@ -25,6 +25,7 @@ use crate::dataplane::{Dataplane, LinkEvents};
 use crate::endpoint::{EndpointDiscovery, RegistryDiscovery};
 use crate::fds::HeldFds;
 use crate::monitor::EventStream;
+use crate::telemetry::{self, Telemetry};
 use crate::{registration, secure};
 
 /// Why the server could not start or stopped.
@@ -66,16 +67,35 @@ pub struct NsmService {
     core: Arc<Core>,
     /// The fds clients passed that connections use (grpcfd).
     fds: HeldFds,
+    /// Spans of Request and Close (`TELEMETRY=true`); `None` costs one branch per call.
+    telemetry: Option<Arc<Telemetry>>,
 }
 
 impl NsmService {
-    /// The services over a new core; starts watching the data path's link events (call
-    /// within a tokio runtime).
+    /// The services over a new core; starts watching the data path's link events, and with
+    /// `TELEMETRY` the exporter of spans (call within a tokio runtime; telemetry that cannot
+    /// start is logged and left off).
     pub fn new(
         cfg: NsmConfig,
         dp: Arc<dyn Dataplane>,
         discovery: Arc<dyn EndpointDiscovery>,
     ) -> NsmService {
+        let telemetry = cfg.telemetry.then(|| {
+            match Telemetry::start(&cfg.open_telemetry_endpoint, &cfg.name) {
+                Ok(t) => {
+                    tracing::info!(
+                        endpoint = cfg.open_telemetry_endpoint,
+                        "OpenTelemetry spans of Request and Close exported"
+                    );
+                    Some(Arc::new(t))
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "no OpenTelemetry export");
+                    None
+                }
+            }
+        });
+        let telemetry = telemetry.flatten();
         let core = Arc::new(Core::new(cfg, dp.clone(), discovery));
         let (events, mut rx) = LinkEvents::channel();
         dp.watch_links(events);
@@ -88,7 +108,11 @@ impl NsmService {
         });
         let fds = HeldFds::default();
         sweep_after_deletes(&fds, Arc::downgrade(&core));
-        NsmService { core, fds }
+        NsmService {
+            core,
+            fds,
+            telemetry,
+        }
     }
 
     /// The passed fds connections hold (grpcfd; for tests).
@@ -173,6 +197,7 @@ impl NsmService {
             AbortOnDrop(task.abort_handle())
         });
         let core = self.core.clone();
+        let telemetry = self.telemetry.clone();
         let router = tonic::transport::Server::builder()
             .add_service(health_service)
             .add_service(NetworkServiceServer::new(self.clone()))
@@ -193,14 +218,21 @@ impl NsmService {
                 Err(_) => std::future::pending().await,
             }
         };
-        tokio::select! {
-            served = &mut serve => served?,
-            () = deadline => tracing::warn!(
-                grace = ?STOP_GRACE,
-                "NSM calls still open after the stop's grace period: closing them"
-            ),
+        let served = tokio::select! {
+            served = &mut serve => served.map_err(ServeError::from),
+            () = deadline => {
+                tracing::warn!(
+                    grace = ?STOP_GRACE,
+                    "NSM calls still open after the stop's grace period: closing them"
+                );
+                Ok(())
+            }
+        };
+        // The last calls' spans, while the runtime that carries their export still runs.
+        if let Some(t) = telemetry {
+            let _ = tokio::task::spawn_blocking(move || t.shutdown()).await;
         }
-        Ok(())
+        served
     }
 
     /// Binds `NSM_LISTEN_ON` (replacing a stale socket file) and serves until `shutdown`.
@@ -434,6 +466,32 @@ impl NetworkService for NsmService {
         &self,
         request: Request<NetworkServiceRequest>,
     ) -> Result<Response<Connection>, Status> {
+        let Some(telemetry) = &self.telemetry else {
+            return self.handle_request(request).await;
+        };
+        let id = request.get_ref().connection.as_ref().map(|c| c.id.as_str());
+        let span = telemetry.span(telemetry::REQUEST, id.unwrap_or_default());
+        let answer = self.handle_request(request).await;
+        span.end(&answer);
+        answer
+    }
+
+    async fn close(&self, request: Request<Connection>) -> Result<Response<()>, Status> {
+        let Some(telemetry) = &self.telemetry else {
+            return self.handle_close(request).await;
+        };
+        let span = telemetry.span(telemetry::CLOSE, &request.get_ref().id);
+        let closed = self.handle_close(request).await;
+        span.end(&closed);
+        closed
+    }
+}
+
+impl NsmService {
+    async fn handle_request(
+        &self,
+        request: Request<NetworkServiceRequest>,
+    ) -> Result<Response<Connection>, Status> {
         let received =
             spiffe_identity::ConnectionInfo::from_request(&request).map(|c| c.fds.clone());
         // The path token first: a refused call changes nothing.
@@ -462,7 +520,7 @@ impl NetworkService for NsmService {
         .map_err(|e| Status::internal(format!("Request task failed: {e}")))?
     }
 
-    async fn close(&self, request: Request<Connection>) -> Result<Response<()>, Status> {
+    async fn handle_close(&self, request: Request<Connection>) -> Result<Response<()>, Status> {
         let conn = secure::accept(self.core.cfg.identity.as_ref(), request)?;
         let (core, fds) = (self.core.clone(), self.fds.clone());
         tokio::spawn(async move {

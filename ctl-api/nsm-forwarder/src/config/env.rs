@@ -17,22 +17,12 @@ const NO_SRIOV: &str = "Quiver offers no SR-IOV, PCI or VFIO mechanisms: no devi
 const NO_PPROF: &str = "Go's pprof profiler: Quiver is not a Go program";
 const NO_PROMETHEUS_TLS: &str =
     "Quiver serves Prometheus metrics over plain HTTP only (no TLS on the metrics endpoint)";
-const NO_OTEL: &str = "Quiver exports no OpenTelemetry: its metrics are in path segments and on \
-                       the Prometheus endpoint (PROMETHEUS=true)";
 
 /// Every variable of cmd-forwarder-vpp (v1.18) that Quiver accepts without acting on it.
 pub const NOT_APPLICABLE: &[NotApplicable] = &[
     NotApplicable {
         var: "NSM_REGISTRY_CLIENT_POLICIES",
         why: "Quiver has no OPA policy engine: registry answers are checked by its own rules",
-    },
-    NotApplicable {
-        var: "NSM_OPEN_TELEMETRY_ENDPOINT",
-        why: NO_OTEL,
-    },
-    NotApplicable {
-        var: "TELEMETRY",
-        why: NO_OTEL,
     },
     NotApplicable {
         var: "NSM_PPROF_ENABLED",
@@ -240,9 +230,18 @@ mod tests {
             }),
             ("NSM_VXLAN_PORT", "0", |c| c.vxlan_port == 4789),
             ("NSM_VXLAN_PORT", "8472", |c| c.vxlan_port == 8472),
+            ("TELEMETRY", "true", |c| {
+                c.telemetry
+                    && c.open_telemetry_endpoint
+                        == "otel-collector.observability.svc.cluster.local:4317"
+            }),
+            ("TELEMETRY", "F", |c| !c.telemetry),
+            ("NSM_OPEN_TELEMETRY_ENDPOINT", "collector.obs:4317", |c| {
+                c.open_telemetry_endpoint == "collector.obs:4317" && !c.telemetry
+            }),
             // Not applicable: accepted whatever its value, and changes nothing.
             ("NSM_VPP_INIT", "NONE", |c| *c == from(&[]).unwrap()),
-            ("TELEMETRY", "maybe", |c| *c == from(&[]).unwrap()),
+            ("NSM_PPROF_ENABLED", "maybe", |c| *c == from(&[]).unwrap()),
         ];
         for (var, value, check) in good {
             let c = from(&[(var, value)]).unwrap_or_else(|e| panic!("{var}={value}: {e}"));
@@ -261,6 +260,9 @@ mod tests {
             ("NSM_DIAL_TIMEOUT", "soon"),
             ("NSM_PROMETHEUS_SERVER_HEADER_TIMEOUT", "5"),
             ("NSM_LOG_LEVEL", "chatty"),
+            ("TELEMETRY", "maybe"),
+            ("NSM_OPEN_TELEMETRY_ENDPOINT", "otel-collector"),
+            ("NSM_OPEN_TELEMETRY_ENDPOINT", "https://otel-collector:4317"),
         ];
         for (var, value) in bad {
             let e = from(&[(var, value)]).expect_err(&format!("{var}={value} accepted"));
@@ -286,14 +288,20 @@ mod tests {
         let set = HashMap::from([
             ("NSM_VPP_API_SOCKET", "/var/run/vpp/api.sock"),
             ("TELEMETRY", "true"),
+            ("NSM_OPEN_TELEMETRY_ENDPOINT", "otel:4317"),
             ("NSM_PPROF_ENABLED", ""),
+            ("NSM_PROMETHEUS_CA_FILE", "/ca.crt"),
             ("NSM_NAME", "q"),
         ]);
         let named: Vec<&str> = not_applicable(|k| set.get(k).map(|v| v.to_string()))
             .iter()
             .map(|n| n.var)
             .collect();
-        assert_eq!(named, ["TELEMETRY", "NSM_VPP_API_SOCKET"]);
+        assert_eq!(named, ["NSM_PROMETHEUS_CA_FILE", "NSM_VPP_API_SOCKET"]);
+        // OpenTelemetry applies now.
+        for var in ["TELEMETRY", "NSM_OPEN_TELEMETRY_ENDPOINT"] {
+            assert!(NOT_APPLICABLE.iter().all(|n| n.var != var), "{var}");
+        }
         let mut vars: Vec<&str> = NOT_APPLICABLE.iter().map(|n| n.var).collect();
         vars.sort_unstable();
         vars.dedup();
