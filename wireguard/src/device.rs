@@ -432,7 +432,7 @@ impl Device {
         src: SocketAddr,
         buf: &mut [u8],
     ) -> Result<Received, DeviceError> {
-        let (receiver, counter) = transport::peek(buf)?;
+        let (receiver, _) = transport::peek(buf)?;
         let id = *self
             .indices
             .get(&receiver)
@@ -463,7 +463,7 @@ impl Device {
             }
             Err(e) => return Err(e.into()),
         };
-        let _ = counter;
+        session.received += 1;
         let initiator_age = session
             .keys
             .initiator

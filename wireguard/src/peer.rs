@@ -20,6 +20,8 @@ pub struct Session {
     pub counter: SendCounter,
     /// The receiving replay window.
     pub window: ReplayWindow,
+    /// Messages received and authenticated with it (keepalives included).
+    pub received: u64,
 }
 
 impl Session {
@@ -28,6 +30,7 @@ impl Session {
             keys,
             counter: SendCounter::new(),
             window: ReplayWindow::new(),
+            received: 0,
         }
     }
 
