@@ -11,6 +11,7 @@ pub mod buffer;
 pub mod capture;
 pub mod counters;
 pub mod cycles;
+pub mod declare;
 pub mod frame;
 pub mod graph;
 pub mod harness;

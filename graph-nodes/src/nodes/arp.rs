@@ -8,14 +8,35 @@ use super::{names, LOCALLY_ORIGINATED};
 use crate::state::{AdjacencyKind, DataplaneEvent, ForwardingState, Interface, InterfaceKind};
 use crate::wire::{self, be16, be32, ip4, Mac};
 
-const OUTPUT: Next = Next::declared(0);
+/// `arp-input`'s arcs and errors.
+mod input {
+    use super::names;
+    dataplane::next_arcs! { pub(super) OUTPUT => names::INTERFACE_OUTPUT }
+    dataplane::node_errors! {
+        pub(super) MALFORMED => ("malformed", "not an IPv4-over-Ethernet ARP packet"),
+        NOT_FOR_US => ("not-for-us", "a request for an address that is not ours"),
+        REPLIES => ("replies", "replies received and learned (consumed here)"),
+        REQUESTS_ANSWERED => ("requests-answered", "requests answered (not a drop)"),
+        EVENTS_LOST => (
+            "events-lost",
+            "learned neighbours not reported: the control side is behind"
+        ),
+    }
+}
 
-mod input_errors {
-    pub const MALFORMED: u16 = 0;
-    pub const NOT_FOR_US: u16 = 1;
-    pub const REPLIES: u16 = 2;
-    pub const REQUESTS_ANSWERED: u16 = 3;
-    pub const EVENTS_LOST: u16 = 4;
+/// `ip4-arp`'s arcs and errors.
+mod request {
+    use super::names;
+    dataplane::next_arcs! { pub(super) OUTPUT => names::INTERFACE_OUTPUT }
+    dataplane::node_errors! {
+        pub(super) RESOLVING => ("resolving", "dropped while the next hop's MAC is resolved"),
+        REQUESTS_SENT => ("requests-sent", "ARP requests sent (not a drop)"),
+        NO_BUFFERS => ("no-buffers", "no buffer for an ARP request"),
+        NO_SOURCE_ADDRESS => (
+            "no-source-address",
+            "the interface has no address in the next hop's subnet"
+        ),
+    }
 }
 
 /// The `arp-input` node.
@@ -103,21 +124,12 @@ fn write_l2(d: &mut [u8], dst: &Mac, iface: &Interface, ethertype: u16) -> usize
 impl Node<ForwardingState> for ArpInput {
     fn spec(&self) -> NodeSpec {
         NodeSpec::internal(names::ARP_INPUT)
-            .nexts(&[names::INTERFACE_OUTPUT])
-            .errors(&[
-                ("malformed", "not an IPv4-over-Ethernet ARP packet"),
-                ("not-for-us", "a request for an address that is not ours"),
-                ("replies", "replies received and learned (consumed here)"),
-                ("requests-answered", "requests answered (not a drop)"),
-                (
-                    "events-lost",
-                    "learned neighbours not reported: the control side is behind",
-                ),
-            ])
+            .nexts(input::NEXTS)
+            .errors(input::ERRORS)
     }
 
     fn process(&mut self, cx: &mut Context<'_, ForwardingState>, frame: &mut Frame) -> usize {
-        use input_errors::*;
+        use input::{EVENTS_LOST, MALFORMED, NOT_FOR_US, OUTPUT, REPLIES, REQUESTS_ANSWERED};
         let state = cx.state();
         let base = cx.error_id(0);
         let (mut answered, mut lost) = (0, 0);
@@ -190,13 +202,6 @@ impl Node<ForwardingState> for ArpInput {
 
 const THROTTLE_SLOTS: usize = 1024;
 
-mod arp_errors {
-    pub const RESOLVING: u16 = 0;
-    pub const REQUESTS_SENT: u16 = 1;
-    pub const NO_BUFFERS: u16 = 2;
-    pub const NO_SOURCE_ADDRESS: u16 = 3;
-}
-
 /// The `ip4-arp` node: packets whose next hop has no MAC yet.
 pub struct Ip4Arp {
     /// Direct-mapped (address, last request time) so that one next hop is asked at most once
@@ -226,20 +231,12 @@ impl Default for Ip4Arp {
 impl Node<ForwardingState> for Ip4Arp {
     fn spec(&self) -> NodeSpec {
         NodeSpec::internal(names::IP4_ARP)
-            .nexts(&[names::INTERFACE_OUTPUT])
-            .errors(&[
-                ("resolving", "dropped while the next hop's MAC is resolved"),
-                ("requests-sent", "ARP requests sent (not a drop)"),
-                ("no-buffers", "no buffer for an ARP request"),
-                (
-                    "no-source-address",
-                    "the interface has no address in the next hop's subnet",
-                ),
-            ])
+            .nexts(request::NEXTS)
+            .errors(request::ERRORS)
     }
 
     fn process(&mut self, cx: &mut Context<'_, ForwardingState>, frame: &mut Frame) -> usize {
-        use arp_errors::*;
+        use request::{NO_BUFFERS, NO_SOURCE_ADDRESS, OUTPUT, REQUESTS_SENT, RESOLVING};
         let state = cx.state();
         let now = cx.now();
         let resolving = cx.error_id(RESOLVING);

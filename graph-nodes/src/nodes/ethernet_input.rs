@@ -4,23 +4,27 @@
 //! `offload-resolve` has done any checksum or segmentation work a kernel left on the frame.
 
 use dataplane::buffer::{flags, BufferMeta};
-use dataplane::{Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
+use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
 use super::{names, Arcs};
 use crate::state::{ForwardingState, Interface, InterfaceMode};
 use crate::wire::{self, be16};
 
-const IP4: Next = Next::declared(0);
-const ARP: Next = Next::declared(1);
-const XCONNECT: Next = Next::declared(2);
-const RESOLVE: Next = Next::declared(3);
-const IP6: Next = Next::declared(4);
+next_arcs! {
+    IP4 => names::IP4_INPUT,
+    ARP => names::ARP_INPUT,
+    XCONNECT => names::L2_XCONNECT,
+    RESOLVE => names::OFFLOAD_RESOLVE,
+    IP6 => names::IP6_L3XC,
+}
 
-const RUNT: u16 = 0;
-const UNKNOWN_INTERFACE: u16 = 1;
-const UNKNOWN_ETHERTYPE: u16 = 2;
-const UNKNOWN_VLAN: u16 = 3;
-const NOT_FOR_US: u16 = 4;
+node_errors! {
+    RUNT => ("runt", "frame shorter than its Ethernet header"),
+    UNKNOWN_INTERFACE => ("unknown-interface", "received on an interface that does not exist"),
+    UNKNOWN_ETHERTYPE => ("unknown-ethertype", "EtherType not handled on an L3 interface"),
+    UNKNOWN_VLAN => ("unknown-vlan", "802.1Q tag with no sub-interface"),
+    NOT_FOR_US => ("not-for-us", "destination MAC is neither ours nor broadcast/multicast"),
+}
 
 /// Packets ahead whose buffer is prefetched.
 const PREFETCH_AHEAD: usize = 4;
@@ -148,29 +152,8 @@ fn classify<'s>(
 impl Node<ForwardingState> for EthernetInput {
     fn spec(&self) -> NodeSpec {
         NodeSpec::internal(names::ETHERNET_INPUT)
-            .nexts(&[
-                names::IP4_INPUT,
-                names::ARP_INPUT,
-                names::L2_XCONNECT,
-                names::OFFLOAD_RESOLVE,
-                names::IP6_L3XC,
-            ])
-            .errors(&[
-                ("runt", "frame shorter than its Ethernet header"),
-                (
-                    "unknown-interface",
-                    "received on an interface that does not exist",
-                ),
-                (
-                    "unknown-ethertype",
-                    "EtherType not handled on an L3 interface",
-                ),
-                ("unknown-vlan", "802.1Q tag with no sub-interface"),
-                (
-                    "not-for-us",
-                    "destination MAC is neither ours nor broadcast/multicast",
-                ),
-            ])
+            .nexts(NEXTS)
+            .errors(ERRORS)
     }
 
     fn process(&mut self, cx: &mut Context<'_, ForwardingState>, frame: &mut Frame) -> usize {

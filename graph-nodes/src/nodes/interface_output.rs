@@ -8,18 +8,24 @@
 
 use dataplane::buffer::flags;
 use dataplane::capture::CaptureTap;
-use dataplane::{Context, Frame, Next, Node, NodeSpec, TxQueue, FRAME_SIZE};
+use dataplane::{
+    next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, TxQueue, FRAME_SIZE,
+};
 
 use super::names;
 use crate::state::{ForwardingState, IfIndex};
 
-const ENCAP: Next = Next::declared(0);
-const RESOLVE: Next = Next::declared(1);
+next_arcs! {
+    ENCAP => names::VXLAN4_ENCAP,
+    RESOLVE => names::OFFLOAD_RESOLVE,
+}
 
-const UNKNOWN_INTERFACE: u16 = 0;
-const NO_QUEUE: u16 = 1;
-const TX_FULL: u16 = 2;
-const CAPTURE_DROPPED: u16 = 3;
+node_errors! {
+    UNKNOWN_INTERFACE => ("unknown-interface", "sent to an interface that does not exist"),
+    NO_QUEUE => ("no-queue", "the interface has no transmit queue on this worker (never attached, or detached)"),
+    TX_FULL => ("tx-full", "the transmit ring was full"),
+    CAPTURE_DROPPED => ("capture-dropped", "sent packets a capture missed (its writer fell behind)"),
+}
 
 const TO_ENCAP: u32 = u32::MAX - 1;
 const TO_DROP: u32 = u32::MAX;
@@ -77,22 +83,8 @@ impl InterfaceOutput {
 impl Node<ForwardingState> for InterfaceOutput {
     fn spec(&self) -> NodeSpec {
         NodeSpec::internal(names::INTERFACE_OUTPUT)
-            .nexts(&[names::VXLAN4_ENCAP, names::OFFLOAD_RESOLVE])
-            .errors(&[
-                (
-                    "unknown-interface",
-                    "sent to an interface that does not exist",
-                ),
-                (
-                    "no-queue",
-                    "the interface has no transmit queue on this worker (never attached, or detached)",
-                ),
-                ("tx-full", "the transmit ring was full"),
-                (
-                    "capture-dropped",
-                    "sent packets a capture missed (its writer fell behind)",
-                ),
-            ])
+            .nexts(NEXTS)
+            .errors(ERRORS)
     }
 
     fn process(&mut self, cx: &mut Context<'_, ForwardingState>, frame: &mut Frame) -> usize {

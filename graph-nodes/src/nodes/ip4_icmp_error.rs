@@ -15,19 +15,23 @@
 use std::time::Instant;
 
 use dataplane::buffer::WorkerBuffers;
-use dataplane::{Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
+use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
 use super::{names, LOCALLY_ORIGINATED};
 use crate::state::ForwardingState;
 use crate::wire::{self, ip4};
 
-const L3XC: Next = Next::declared(0);
-const LOOKUP: Next = Next::declared(1);
+next_arcs! {
+    L3XC => names::IP4_L3XC,
+    LOOKUP => names::IP4_LOOKUP,
+}
 
-const SENT: u16 = 0;
-const NOT_FOR_THIS: u16 = 1;
-const RATE_LIMITED: u16 = 2;
-const TOO_SHORT: u16 = 3;
+node_errors! {
+    SENT => ("sent", "ICMP fragmentation-needed errors sent (not a drop)"),
+    NOT_FOR_THIS => ("not-for-this", "no error for an ICMP error, a later fragment or a non-unicast source"),
+    RATE_LIMITED => ("rate-limited", "over the per-worker budget of ICMP errors"),
+    TOO_SHORT => ("too-short", "no room in the buffer to build the error"),
+}
 
 /// Errors a worker sends per second at most (and in a burst).
 const RATE: f64 = 1000.0;
@@ -74,16 +78,8 @@ impl Default for Ip4IcmpError {
 impl Node<ForwardingState> for Ip4IcmpError {
     fn spec(&self) -> NodeSpec {
         NodeSpec::internal(names::IP4_ICMP_ERROR)
-            .nexts(&[names::IP4_L3XC, names::IP4_LOOKUP])
-            .errors(&[
-                ("sent", "ICMP fragmentation-needed errors sent (not a drop)"),
-                (
-                    "not-for-this",
-                    "no error for an ICMP error, a later fragment or a non-unicast source",
-                ),
-                ("rate-limited", "over the per-worker budget of ICMP errors"),
-                ("too-short", "no room in the buffer to build the error"),
-            ])
+            .nexts(NEXTS)
+            .errors(ERRORS)
     }
 
     fn process(&mut self, cx: &mut Context<'_, ForwardingState>, frame: &mut Frame) -> usize {

@@ -1,14 +1,16 @@
 //! `ip4-input`: checks an IPv4 header before anything trusts it. Every drop names its reason.
 
 use dataplane::buffer::flags;
-use dataplane::{Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
+use dataplane::{next_arcs, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
 use super::{names, Arcs};
 use crate::state::ForwardingState;
 use crate::wire::{self, be16, be32, ip4};
 
-const LOOKUP: Next = Next::declared(0);
-const L3XC: Next = Next::declared(1);
+next_arcs! {
+    LOOKUP => names::IP4_LOOKUP,
+    L3XC => names::IP4_L3XC,
+}
 
 /// Drop reasons, in the order of the node's errors.
 #[derive(Clone, Copy)]
@@ -107,25 +109,23 @@ fn check(d: &[u8], checksum_verified: bool, buffer_total: u32) -> Result<u16, Dr
 
 impl Node<ForwardingState> for Ip4Input {
     fn spec(&self) -> NodeSpec {
-        NodeSpec::internal(names::IP4_INPUT)
-            .nexts(&[names::IP4_LOOKUP, names::IP4_L3XC])
-            .errors(&[
-                ("too-short", "shorter than an IPv4 header"),
-                ("bad-version", "IP version is not 4"),
-                ("bad-ihl", "header length below 5 words"),
-                ("options", "IPv4 options are not handled"),
-                ("bad-checksum", "header checksum is wrong"),
-                ("bad-length", "total length below the header length"),
-                ("truncated", "total length beyond the received bytes"),
-                (
-                    "fragment-offset-1",
-                    "fragment offset of 1 (RFC 1858 overlap attack)",
-                ),
-                (
-                    "bad-source",
-                    "source is 0.0.0.0, 255.255.255.255 or multicast",
-                ),
-            ])
+        NodeSpec::internal(names::IP4_INPUT).nexts(NEXTS).errors(&[
+            ("too-short", "shorter than an IPv4 header"),
+            ("bad-version", "IP version is not 4"),
+            ("bad-ihl", "header length below 5 words"),
+            ("options", "IPv4 options are not handled"),
+            ("bad-checksum", "header checksum is wrong"),
+            ("bad-length", "total length below the header length"),
+            ("truncated", "total length beyond the received bytes"),
+            (
+                "fragment-offset-1",
+                "fragment offset of 1 (RFC 1858 overlap attack)",
+            ),
+            (
+                "bad-source",
+                "source is 0.0.0.0, 255.255.255.255 or multicast",
+            ),
+        ])
     }
 
     fn process(&mut self, cx: &mut Context<'_, ForwardingState>, frame: &mut Frame) -> usize {

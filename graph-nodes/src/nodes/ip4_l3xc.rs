@@ -4,16 +4,20 @@
 //! TTL and writes the L2 header, or `ip4-arp` asks for the next hop's MAC first. This is what
 //! NSM's IP payload needs ("everything from A goes to B's peer, and back"), VPP's `l3xc`.
 
-use dataplane::{Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
+use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
 use super::{names, Arcs};
 use crate::state::{AdjacencyKind, ForwardingState};
 
-const REWRITE: Next = Next::declared(0);
-const ARP: Next = Next::declared(1);
+next_arcs! {
+    REWRITE => names::IP4_REWRITE,
+    ARP => names::IP4_ARP,
+}
 
-const NO_L3XC: u16 = 0;
-const NOT_READY: u16 = 1;
+node_errors! {
+    NO_L3XC => ("no-l3xc", "the receiving interface is no longer L3 cross-connected"),
+    NOT_READY => ("not-ready", "the cross-connect's adjacency is not a next hop (a bug)"),
+}
 
 /// The `ip4-l3xc` node.
 pub struct Ip4L3xc {
@@ -38,17 +42,8 @@ impl Default for Ip4L3xc {
 impl Node<ForwardingState> for Ip4L3xc {
     fn spec(&self) -> NodeSpec {
         NodeSpec::internal(names::IP4_L3XC)
-            .nexts(&[names::IP4_REWRITE, names::IP4_ARP])
-            .errors(&[
-                (
-                    "no-l3xc",
-                    "the receiving interface is no longer L3 cross-connected",
-                ),
-                (
-                    "not-ready",
-                    "the cross-connect's adjacency is not a next hop (a bug)",
-                ),
-            ])
+            .nexts(NEXTS)
+            .errors(ERRORS)
     }
 
     fn process(&mut self, cx: &mut Context<'_, ForwardingState>, frame: &mut Frame) -> usize {

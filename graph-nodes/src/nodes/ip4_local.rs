@@ -1,19 +1,23 @@
 //! `ip4-local`: packets for our own addresses. ICMP echo requests are answered (so people can
 //! ping Quiver); VXLAN goes to `vxlan4-input`; anything else is counted and dropped.
 
-use dataplane::{Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
+use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
 use super::{names, LOCALLY_ORIGINATED};
 use crate::state::ForwardingState;
 use crate::wire::{self, be16, ip4};
 
-const LOOKUP: Next = Next::declared(0);
-const VXLAN: Next = Next::declared(1);
+next_arcs! {
+    LOOKUP => names::IP4_LOOKUP,
+    VXLAN => names::VXLAN4_INPUT,
+}
 
-const UNKNOWN_PROTOCOL: u16 = 0;
-const BAD_ICMP: u16 = 1;
-const ICMP_NOT_ECHO: u16 = 2;
-const ECHO_REPLIES: u16 = 3;
+node_errors! {
+    UNKNOWN_PROTOCOL => ("unknown-protocol", "for us, but no handler for its protocol or port"),
+    BAD_ICMP => ("bad-icmp", "ICMP shorter than 8 bytes or with a bad checksum"),
+    ICMP_NOT_ECHO => ("icmp-not-echo", "ICMP other than an echo request"),
+    ECHO_REPLIES => ("echo-replies", "echo replies sent (not a drop)"),
+}
 
 /// The `ip4-local` node.
 pub struct Ip4Local {
@@ -67,19 +71,8 @@ fn echo_reply(d: &mut [u8]) -> Result<(), u16> {
 impl Node<ForwardingState> for Ip4Local {
     fn spec(&self) -> NodeSpec {
         NodeSpec::internal(names::IP4_LOCAL)
-            .nexts(&[names::IP4_LOOKUP, names::VXLAN4_INPUT])
-            .errors(&[
-                (
-                    "unknown-protocol",
-                    "for us, but no handler for its protocol or port",
-                ),
-                (
-                    "bad-icmp",
-                    "ICMP shorter than 8 bytes or with a bad checksum",
-                ),
-                ("icmp-not-echo", "ICMP other than an echo request"),
-                ("echo-replies", "echo replies sent (not a drop)"),
-            ])
+            .nexts(NEXTS)
+            .errors(ERRORS)
     }
 
     fn process(&mut self, cx: &mut Context<'_, ForwardingState>, frame: &mut Frame) -> usize {

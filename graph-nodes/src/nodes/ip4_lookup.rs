@@ -2,19 +2,23 @@
 //! frame's destinations are looked up together so that table misses overlap.
 
 use dataplane::buffer::{flags, BufferMeta, BufferView};
-use dataplane::{Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
+use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
 use super::{names, Arcs};
 use crate::state::{AdjacencyKind, ForwardingState, SinglePath};
 use crate::wire::{self, be32, ip4};
 
-const REWRITE: Next = Next::declared(0);
-const LOCAL: Next = Next::declared(1);
-const ARP: Next = Next::declared(2);
+next_arcs! {
+    REWRITE => names::IP4_REWRITE,
+    LOCAL => names::IP4_LOCAL,
+    ARP => names::IP4_ARP,
+}
 
-const NO_ROUTE: u16 = 0;
-const BLACKHOLE: u16 = 1;
-const BAD_OBJECT: u16 = 2;
+node_errors! {
+    NO_ROUTE => ("no-route", "no route to the destination"),
+    BLACKHOLE => ("blackhole", "the route drops (a blackhole)"),
+    BAD_OBJECT => ("bad-object", "the route points at a missing object (a bug)"),
+}
 
 /// The `ip4-lookup` node.
 pub struct Ip4Lookup {
@@ -70,12 +74,8 @@ pub(crate) fn ip4_flow_hash_of(h: &[u8; wire::IP4_HEADER + 4]) -> u32 {
 impl Node<ForwardingState> for Ip4Lookup {
     fn spec(&self) -> NodeSpec {
         NodeSpec::internal(names::IP4_LOOKUP)
-            .nexts(&[names::IP4_REWRITE, names::IP4_LOCAL, names::IP4_ARP])
-            .errors(&[
-                ("no-route", "no route to the destination"),
-                ("blackhole", "the route drops (a blackhole)"),
-                ("bad-object", "the route points at a missing object (a bug)"),
-            ])
+            .nexts(NEXTS)
+            .errors(ERRORS)
     }
 
     fn process(&mut self, cx: &mut Context<'_, ForwardingState>, frame: &mut Frame) -> usize {

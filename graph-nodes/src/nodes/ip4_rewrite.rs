@@ -3,7 +3,7 @@
 //! with Don't Fragment set goes to `ip4-icmp-error`, which answers its source; without DF it
 //! is dropped (Quiver does not fragment).
 
-use dataplane::{Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
+use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
 use super::{names, Arcs, LOCALLY_ORIGINATED};
 use dataplane::buffer::BufferMeta;
@@ -11,14 +11,18 @@ use dataplane::buffer::BufferMeta;
 use crate::state::{Adjacency, AdjacencyKind, ForwardingState};
 use crate::wire::{self, ip4};
 
-const OUTPUT: Next = Next::declared(0);
-const ICMP_ERROR: Next = Next::declared(1);
+next_arcs! {
+    OUTPUT => names::INTERFACE_OUTPUT,
+    ICMP_ERROR => names::IP4_ICMP_ERROR,
+}
 
-const TTL_EXPIRED: u16 = 0;
-const MTU_EXCEEDED: u16 = 1;
-const FRAGMENTATION_NEEDED: u16 = 2;
-const NO_HEADROOM: u16 = 3;
-const BAD_ADJACENCY: u16 = 4;
+node_errors! {
+    TTL_EXPIRED => ("ttl-expired", "TTL would reach zero while forwarding"),
+    MTU_EXCEEDED => ("mtu-exceeded", "longer than the outgoing MTU (fragmentation not supported)"),
+    FRAGMENTATION_NEEDED => ("fragmentation-needed", "longer than the outgoing MTU with Don't Fragment set (ICMP sent back)"),
+    NO_HEADROOM => ("no-headroom", "no headroom for the L2 header"),
+    BAD_ADJACENCY => ("bad-adjacency", "the adjacency is not a rewrite (a bug)"),
+}
 
 /// The `ip4-rewrite` node.
 pub struct Ip4Rewrite {
@@ -43,20 +47,8 @@ impl Default for Ip4Rewrite {
 impl Node<ForwardingState> for Ip4Rewrite {
     fn spec(&self) -> NodeSpec {
         NodeSpec::internal(names::IP4_REWRITE)
-            .nexts(&[names::INTERFACE_OUTPUT, names::IP4_ICMP_ERROR])
-            .errors(&[
-                ("ttl-expired", "TTL would reach zero while forwarding"),
-                (
-                    "mtu-exceeded",
-                    "longer than the outgoing MTU (fragmentation not supported)",
-                ),
-                (
-                    "fragmentation-needed",
-                    "longer than the outgoing MTU with Don't Fragment set (ICMP sent back)",
-                ),
-                ("no-headroom", "no headroom for the L2 header"),
-                ("bad-adjacency", "the adjacency is not a rewrite (a bug)"),
-            ])
+            .nexts(NEXTS)
+            .errors(ERRORS)
     }
 
     fn process(&mut self, cx: &mut Context<'_, ForwardingState>, frame: &mut Frame) -> usize {

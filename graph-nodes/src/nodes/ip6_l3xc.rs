@@ -6,22 +6,26 @@
 //! (neighbour discovery stays on its link; the namespaces get static neighbours instead), a
 //! hop limit that would reach zero, a packet longer than the next hop's MTU.
 
-use dataplane::{Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
+use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
 use super::{names, Arcs};
 use crate::state::{Adjacency, AdjacencyKind, ForwardingState};
 use crate::wire;
 
-const OUTPUT: Next = Next::declared(0);
-const ARP: Next = Next::declared(1);
+next_arcs! {
+    OUTPUT => names::INTERFACE_OUTPUT,
+    ARP => names::IP4_ARP,
+}
 
-const NO_L3XC: u16 = 0;
-const MALFORMED: u16 = 1;
-const LINK_LOCAL: u16 = 2;
-const HOP_LIMIT: u16 = 3;
-const MTU_EXCEEDED: u16 = 4;
-const NO_HEADROOM: u16 = 5;
-const NOT_READY: u16 = 6;
+node_errors! {
+    NO_L3XC => ("no-l3xc", "the receiving interface is no longer L3 cross-connected"),
+    MALFORMED => ("malformed", "not IPv6, or shorter than its header or payload length"),
+    LINK_LOCAL => ("link-local", "link-local or multicast: not forwarded off its link"),
+    HOP_LIMIT => ("hop-limit-exceeded", "the hop limit would reach zero"),
+    MTU_EXCEEDED => ("mtu-exceeded", "longer than the next hop's MTU"),
+    NO_HEADROOM => ("no-headroom", "no headroom for the L2 header"),
+    NOT_READY => ("not-ready", "the cross-connect's adjacency is not a next hop (a bug)"),
+}
 
 /// The IPv6 header's length.
 const IP6_HEADER: usize = 40;
@@ -77,28 +81,8 @@ fn check(d: &mut [u8], total: u32, mtu: u16) -> Result<u32, u16> {
 impl Node<ForwardingState> for Ip6L3xc {
     fn spec(&self) -> NodeSpec {
         NodeSpec::internal(names::IP6_L3XC)
-            .nexts(&[names::INTERFACE_OUTPUT, names::IP4_ARP])
-            .errors(&[
-                (
-                    "no-l3xc",
-                    "the receiving interface is no longer L3 cross-connected",
-                ),
-                (
-                    "malformed",
-                    "not IPv6, or shorter than its header or payload length",
-                ),
-                (
-                    "link-local",
-                    "link-local or multicast: not forwarded off its link",
-                ),
-                ("hop-limit-exceeded", "the hop limit would reach zero"),
-                ("mtu-exceeded", "longer than the next hop's MTU"),
-                ("no-headroom", "no headroom for the L2 header"),
-                (
-                    "not-ready",
-                    "the cross-connect's adjacency is not a next hop (a bug)",
-                ),
-            ])
+            .nexts(NEXTS)
+            .errors(ERRORS)
     }
 
     fn process(&mut self, cx: &mut Context<'_, ForwardingState>, frame: &mut Frame) -> usize {

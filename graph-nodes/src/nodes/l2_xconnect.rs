@@ -8,15 +8,20 @@ use std::sync::Arc;
 
 use dataplane::buffer::{BufferMeta, WorkerBuffers};
 use dataplane::offload::Gso;
-use dataplane::{Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
+use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
 use super::names;
 use crate::state::{ForwardingState, MAX_INTERFACES};
 use crate::wire;
 
-const OUTPUT: Next = Next::declared(0);
-const NO_XCONNECT: u16 = 0;
-const MTU_EXCEEDED: u16 = 1;
+next_arcs! {
+    OUTPUT => names::INTERFACE_OUTPUT,
+}
+
+node_errors! {
+    NO_XCONNECT => ("no-xconnect", "L2 frame on an interface with no cross-connect"),
+    MTU_EXCEEDED => ("mtu-exceeded", "longer than the outgoing interface's MTU (with its L2 header)"),
+}
 
 /// One worker's per-cross-connect counters, indexed by receiving interface. Written only by
 /// that worker; read by anyone.
@@ -83,17 +88,8 @@ impl Default for L2Xconnect {
 impl Node<ForwardingState> for L2Xconnect {
     fn spec(&self) -> NodeSpec {
         NodeSpec::internal(names::L2_XCONNECT)
-            .nexts(&[names::INTERFACE_OUTPUT])
-            .errors(&[
-                (
-                    "no-xconnect",
-                    "L2 frame on an interface with no cross-connect",
-                ),
-                (
-                    "mtu-exceeded",
-                    "longer than the outgoing interface's MTU (with its L2 header)",
-                ),
-            ])
+            .nexts(NEXTS)
+            .errors(ERRORS)
     }
 
     fn process(&mut self, cx: &mut Context<'_, ForwardingState>, frame: &mut Frame) -> usize {

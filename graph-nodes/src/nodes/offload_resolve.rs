@@ -9,19 +9,23 @@
 
 use dataplane::buffer::INVALID_INDEX;
 use dataplane::offload::{resolve, BadOffload, Resolved};
-use dataplane::{Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
+use dataplane::{next_arcs, node_errors, Context, Frame, Node, NodeSpec, FRAME_SIZE};
 
 use super::names;
 use crate::state::ForwardingState;
 
-const INPUT: Next = Next::declared(0);
-const OUTPUT: Next = Next::declared(1);
+next_arcs! {
+    INPUT => names::ETHERNET_INPUT,
+    OUTPUT => names::INTERFACE_OUTPUT,
+}
 
-const CSUM_COMPLETED: u16 = 0;
-const GSO_SEGMENTED: u16 = 1;
-const GSO_SEGMENTS: u16 = 2;
-const BAD_OFFLOAD: u16 = 3;
-const NO_BUFFER: u16 = 4;
+node_errors! {
+    CSUM_COMPLETED => ("csum-completed", "partial checksums filled in in software (not a drop)"),
+    GSO_SEGMENTED => ("gso-segmented", "super-frames segmented in software (not a drop)"),
+    GSO_SEGMENTS => ("gso-segments", "segments those super-frames were cut into (not a drop)"),
+    BAD_OFFLOAD => ("bad-offload", "checksum or segmentation work that does not fit the packet's headers"),
+    NO_BUFFER => ("no-buffer", "no buffer left for a super-frame's segments"),
+}
 
 /// The `offload-resolve` node.
 pub struct OffloadResolve {
@@ -47,26 +51,8 @@ impl Default for OffloadResolve {
 impl Node<ForwardingState> for OffloadResolve {
     fn spec(&self) -> NodeSpec {
         NodeSpec::internal(names::OFFLOAD_RESOLVE)
-            .nexts(&[names::ETHERNET_INPUT, names::INTERFACE_OUTPUT])
-            .errors(&[
-                (
-                    "csum-completed",
-                    "partial checksums filled in in software (not a drop)",
-                ),
-                (
-                    "gso-segmented",
-                    "super-frames segmented in software (not a drop)",
-                ),
-                (
-                    "gso-segments",
-                    "segments those super-frames were cut into (not a drop)",
-                ),
-                (
-                    "bad-offload",
-                    "checksum or segmentation work that does not fit the packet's headers",
-                ),
-                ("no-buffer", "no buffer left for a super-frame's segments"),
-            ])
+            .nexts(NEXTS)
+            .errors(ERRORS)
     }
 
     fn process(&mut self, cx: &mut Context<'_, ForwardingState>, frame: &mut Frame) -> usize {

@@ -35,15 +35,19 @@ pub fn source_port(inner: &[u8]) -> (u16, u32) {
     (0xc000 | (h & 0x3fff) as u16, h)
 }
 
-const LOOKUP: Next = Next::declared(0);
+/// `vxlan4-encap`'s arcs and errors.
+mod encap {
+    use super::names;
+    dataplane::next_arcs! { pub(super) LOOKUP => names::IP4_LOOKUP }
+    dataplane::node_errors! {
+        pub(super) NO_TUNNEL => ("no-tunnel", "sent to an interface that is not a VXLAN tunnel"),
+        NO_HEADROOM => ("no-headroom", "no headroom for the outer headers"),
+    }
+}
+use encap::LOOKUP;
 
 /// Packets ahead whose buffer is prefetched.
 const PREFETCH_AHEAD: usize = 4;
-
-mod encap_errors {
-    pub const NO_TUNNEL: u16 = 0;
-    pub const NO_HEADROOM: u16 = 1;
-}
 
 /// The `vxlan4-encap` node.
 pub struct Vxlan4Encap {
@@ -68,18 +72,12 @@ impl Default for Vxlan4Encap {
 impl Node<ForwardingState> for Vxlan4Encap {
     fn spec(&self) -> NodeSpec {
         NodeSpec::internal(names::VXLAN4_ENCAP)
-            .nexts(&[names::IP4_LOOKUP])
-            .errors(&[
-                (
-                    "no-tunnel",
-                    "sent to an interface that is not a VXLAN tunnel",
-                ),
-                ("no-headroom", "no headroom for the outer headers"),
-            ])
+            .nexts(encap::NEXTS)
+            .errors(encap::ERRORS)
     }
 
     fn process(&mut self, cx: &mut Context<'_, ForwardingState>, frame: &mut Frame) -> usize {
-        use encap_errors::*;
+        use encap::{NO_HEADROOM, NO_TUNNEL};
         let state = cx.state();
         let base = cx.error_id(0);
         let n = frame.len();
@@ -148,13 +146,17 @@ impl Node<ForwardingState> for Vxlan4Encap {
     }
 }
 
-const XCONNECT: Next = Next::declared(0);
-
-mod input_errors {
-    pub const TOO_SHORT: u16 = 0;
-    pub const BAD_FLAGS: u16 = 1;
-    pub const NO_TUNNEL: u16 = 2;
+/// `vxlan4-input`'s arcs and errors.
+mod input {
+    use super::names;
+    dataplane::next_arcs! { pub(super) XCONNECT => names::L2_XCONNECT }
+    dataplane::node_errors! {
+        pub(super) TOO_SHORT => ("too-short", "too short for VXLAN and an inner Ethernet header"),
+        BAD_FLAGS => ("bad-flags", "VXLAN flags without the I (valid VNI) bit"),
+        NO_TUNNEL => ("no-tunnel", "no tunnel for this source, destination and VNI"),
+    }
 }
+use input::XCONNECT;
 
 /// The `vxlan4-input` node: IPv4 packets for our VXLAN port, outer IPv4 header first.
 pub struct Vxlan4Input {
@@ -181,22 +183,12 @@ impl Default for Vxlan4Input {
 impl Node<ForwardingState> for Vxlan4Input {
     fn spec(&self) -> NodeSpec {
         NodeSpec::internal(names::VXLAN4_INPUT)
-            .nexts(&[names::L2_XCONNECT])
-            .errors(&[
-                (
-                    "too-short",
-                    "too short for VXLAN and an inner Ethernet header",
-                ),
-                ("bad-flags", "VXLAN flags without the I (valid VNI) bit"),
-                (
-                    "no-tunnel",
-                    "no tunnel for this source, destination and VNI",
-                ),
-            ])
+            .nexts(input::NEXTS)
+            .errors(input::ERRORS)
     }
 
     fn process(&mut self, cx: &mut Context<'_, ForwardingState>, frame: &mut Frame) -> usize {
-        use input_errors::*;
+        use input::{BAD_FLAGS, NO_TUNNEL, TOO_SHORT};
         let state = cx.state();
         let base = cx.error_id(0);
         let bis = frame.as_slice();
