@@ -9,10 +9,11 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::ops::Range;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use rand_core::{CryptoRngCore, OsRng};
 
+use crate::allowed_ips::{inner_destination, inner_source};
 use crate::cookie::{mac1_valid, CookieChecker, CookieError};
 use crate::handshake::{
     consume_initiation, consume_response, create_initiation, create_response, HandshakeError,
@@ -72,6 +73,9 @@ pub enum DeviceError {
     /// A decrypted packet is neither IPv4 nor IPv6, or its length does not fit.
     #[error("decrypted packet is not IP")]
     NotIp,
+    /// A decrypted packet's source is not in its peer's allowed IPs.
+    #[error("source {0} not in the peer's allowed IPs")]
+    SourceNotAllowed(std::net::IpAddr),
     /// No session to send with: a handshake has to complete first.
     #[error("no session with the peer")]
     NoSession,
@@ -112,6 +116,9 @@ pub struct Device {
     indices: HashMap<u32, usize>,
     rng: Box<dyn CryptoRngCore + Send>,
     under_load: bool,
+    /// The wall-clock time of one monotonic instant: an initiation's TAI64N timestamp is derived
+    /// from its `now` through it, so no method reads a clock.
+    wall_clock: (Instant, SystemTime),
 }
 
 impl std::fmt::Debug for Device {
@@ -139,6 +146,7 @@ impl Device {
             indices: HashMap::new(),
             rng,
             under_load: false,
+            wall_clock: (Instant::now(), SystemTime::now()),
         }
     }
 
@@ -159,6 +167,23 @@ impl Device {
         PeerId(self.peers.len() - 1)
     }
 
+    /// The peer an inner packet to `dst` goes to: the one whose allowed IPs hold it most
+    /// specifically.
+    pub fn peer_for(&self, dst: std::net::IpAddr) -> Option<PeerId> {
+        let best = self
+            .peers
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| Some((p.allowed_ips.longest_match(dst)?, i)))
+            .max_by_key(|(len, _)| *len)?;
+        Some(PeerId(best.1))
+    }
+
+    /// The peer of the inner packet `packet` (by its destination), if any.
+    pub fn peer_for_packet(&self, packet: &[u8]) -> Option<PeerId> {
+        self.peer_for(inner_destination(packet)?)
+    }
+
     /// A peer.
     pub fn peer(&self, id: PeerId) -> &Peer {
         &self.peers[id.0]
@@ -173,6 +198,21 @@ impl Device {
     /// and are otherwise answered with a cookie reply.
     pub fn set_under_load(&mut self, under_load: bool) {
         self.under_load = under_load;
+    }
+
+    /// Sets which wall-clock time `at` is (TAI64N timestamps of initiations are derived from
+    /// `now` through it); `Device::new` takes the clocks' readings at construction.
+    pub fn set_wall_clock(&mut self, at: Instant, wall: SystemTime) {
+        self.wall_clock = (at, wall);
+    }
+
+    fn timestamp(&self, now: Instant) -> Tai64N {
+        let (at, wall) = self.wall_clock;
+        let wall = match now.checked_duration_since(at) {
+            Some(d) => wall + d,
+            None => wall - at.duration_since(now),
+        };
+        Tai64N::from_system_time(wall)
     }
 
     fn new_index(&mut self, peer: usize) -> u32 {
@@ -226,7 +266,7 @@ impl Device {
             &self.local,
             &peer.identity,
             index,
-            Tai64N::now(),
+            self.timestamp(now),
             &mut *self.rng,
             &mut msg,
         );
@@ -492,6 +532,10 @@ impl Device {
         }
         peer.timers.data_received(now);
         let len = inner_packet_len(&buf[range.clone()]).ok_or(DeviceError::NotIp)?;
+        let source = inner_source(&buf[range.clone()]).ok_or(DeviceError::NotIp)?;
+        if self.peers[id].allowed_ips.longest_match(source).is_none() {
+            return Err(DeviceError::SourceNotAllowed(source));
+        }
         Ok(Received::Data {
             peer: PeerId(id),
             range: range.start..range.start + len,

@@ -6,6 +6,7 @@
 //! | module | what it holds |
 //! |---|---|
 //! | [`wire`] | checked views of the four messages |
+//! | [`allowed_ips`] | a peer's allowed IPs (cryptokey routing) |
 //! | [`keys`] | public, private and preshared keys; base64 as `wg` writes them |
 //! | [`crypto`] | HASH, MAC, HMAC, KDF1..3, AEAD, XAEAD |
 //! | [`handshake`] | both halves of the Noise IKpsk2 handshake, TAI64N |
@@ -20,6 +21,7 @@
 //! [`replay::ReplayWindow`] per receiving session; handshakes, cookies and timers run on the
 //! control side ([`device::Device`]).
 
+pub mod allowed_ips;
 pub mod cookie;
 pub mod crypto;
 pub mod device;

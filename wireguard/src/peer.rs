@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::time::Instant;
 
+use crate::allowed_ips::AllowedIps;
 use crate::cookie::CookieJar;
 use crate::handshake::{InitiatorState, PeerIdentity, Tai64N};
 use crate::replay::ReplayWindow;
@@ -64,6 +65,8 @@ pub struct Peer {
     pub identity: PeerIdentity,
     /// Where its messages go: configured, then the source of its last authenticated message.
     pub endpoint: Option<SocketAddr>,
+    /// The inner source addresses accepted from it and the destinations sent to it.
+    pub allowed_ips: AllowedIps,
     /// Its timers.
     pub timers: PeerTimers,
     /// Its counters.
@@ -83,6 +86,7 @@ impl Peer {
         Self {
             identity,
             endpoint,
+            allowed_ips: AllowedIps::new(),
             timers: PeerTimers::new(),
             stats: PeerStats::default(),
             cookies: CookieJar::new(),

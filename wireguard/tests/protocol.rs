@@ -31,6 +31,11 @@ fn pair_with_psk(psk: [u8; 32]) -> Pair {
     let mut b = Device::new(kb.clone());
     let a_peer = a.add_peer(kb.public_key(), PresharedKey(psk), Some(addr(B_ADDR)));
     let b_peer = b.add_peer(ka.public_key(), PresharedKey(psk), None);
+    for (d, p) in [(&mut a, a_peer), (&mut b, b_peer)] {
+        d.peer_mut(p)
+            .allowed_ips
+            .insert("10.0.0.0/24".parse().unwrap());
+    }
     Pair {
         a,
         b,
@@ -263,6 +268,24 @@ fn refusals_are_named() {
         deliver(&mut p.b, now, A_ADDR, &mut buf[..n]).0,
         Err(DeviceError::NotIp)
     );
+}
+
+#[test]
+fn allowed_ips_filter_sources_and_pick_peers() {
+    let mut p = pair();
+    let now = p.t0;
+    handshake(&mut p.a, p.a_peer, A_ADDR, &mut p.b, B_ADDR, now);
+    let mut packet = ip4(8, 0);
+    packet[12..16].copy_from_slice(&[192, 0, 2, 77]);
+    let mut buf = vec![0u8; sealed_len(packet.len())];
+    buf[16..16 + packet.len()].copy_from_slice(&packet);
+    let n = p.a.send(p.a_peer, now, &mut buf, packet.len()).unwrap();
+    assert_eq!(
+        deliver(&mut p.b, now, A_ADDR, &mut buf[..n]).0,
+        Err(DeviceError::SourceNotAllowed("192.0.2.77".parse().unwrap()))
+    );
+    assert_eq!(p.a.peer_for_packet(&ip4(8, 0)), Some(p.a_peer));
+    assert_eq!(p.a.peer_for("10.0.1.1".parse().unwrap()), None);
 }
 
 #[test]

@@ -153,6 +153,10 @@ impl Ours {
         let mut dev = Device::new(key);
         let endpoint: SocketAddr = format!("{PEER_UNDERLAY}:{PEER_PORT}").parse().unwrap();
         let peer = dev.add_peer(peer_key, Default::default(), Some(endpoint));
+        let tunnel = std::net::IpAddr::from(PEER_TUNNEL);
+        dev.peer_mut(peer)
+            .allowed_ips
+            .insert(wireguard::allowed_ips::Prefix::new(tunnel, 32).expect("a host prefix"));
         sock.set_read_timeout(Some(Duration::from_millis(20)))
             .expect("read timeout");
         Self {
