@@ -204,3 +204,73 @@ impl CookieJar {
             .is_some_and(|(_, at)| now.saturating_duration_since(at) < COOKIE_REFRESH_TIME)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crypto::hash;
+    use crate::handshake::LABEL_COOKIE;
+    use rand_core::OsRng;
+    use std::time::Duration;
+
+    const MAC1_AT: usize = 116;
+
+    fn setup() -> (CookieChecker, [u8; 32], SocketAddr, [u8; 148]) {
+        let key = hash(&[LABEL_COOKIE, &[5u8; 32]]);
+        let src: SocketAddr = "192.0.2.1:4000".parse().unwrap();
+        let mut msg = [0u8; 148];
+        msg[0] = 1;
+        (CookieChecker::new(key), key, src, msg)
+    }
+
+    #[test]
+    fn a_cookie_makes_mac2_until_the_secret_rotates() {
+        let (mut checker, key, src, mut msg) = setup();
+        let t0 = Instant::now();
+        let mut jar = CookieJar::new();
+        let mac1_key = [3u8; 32];
+        jar.write_macs(t0, &mac1_key, &mut msg, MAC1_AT);
+        assert!(mac1_valid(&mac1_key, &msg, MAC1_AT));
+        assert!(!mac1_valid(&[4u8; 32], &msg, MAC1_AT));
+        assert_eq!(msg[MAC1_AT + 16..], [0u8; 16], "no cookie: mac2 is zero");
+        assert!(!checker.mac2_valid(t0, &mut OsRng, src, &msg, MAC1_AT));
+
+        let mac1: [u8; 16] = msg[MAC1_AT..MAC1_AT + 16].try_into().unwrap();
+        let mut reply = [0u8; 64];
+        checker.write_reply(t0, &mut OsRng, src, 42, &mac1, &mut reply);
+        let view = CookieReply::new_checked(&reply[..]).unwrap();
+        assert_eq!(view.receiver(), 42);
+        jar.consume_reply(t0, &key, &view).unwrap();
+        assert!(jar.has_cookie(t0));
+
+        jar.write_macs(t0, &mac1_key, &mut msg, MAC1_AT);
+        assert!(checker.mac2_valid(t0, &mut OsRng, src, &msg, MAC1_AT));
+        let other: SocketAddr = "192.0.2.1:4001".parse().unwrap();
+        assert!(!checker.mac2_valid(t0, &mut OsRng, other, &msg, MAC1_AT));
+        // Two minutes later the secret is new: the old cookie no longer counts.
+        let later = t0 + COOKIE_REFRESH_TIME;
+        assert!(!checker.mac2_valid(later, &mut OsRng, src, &msg, MAC1_AT));
+        assert!(!jar.has_cookie(later + Duration::from_millis(1)));
+    }
+
+    #[test]
+    fn cookie_replies_are_checked() {
+        let (mut checker, key, src, mut msg) = setup();
+        let t0 = Instant::now();
+        let mut jar = CookieJar::new();
+        let mut reply = [0u8; 64];
+        checker.write_reply(t0, &mut OsRng, src, 1, &[9; 16], &mut reply);
+        let view = CookieReply::new_checked(&reply[..]).unwrap();
+        assert_eq!(
+            jar.consume_reply(t0, &key, &view),
+            Err(CookieError::Unexpected)
+        );
+        // For a mac1 other than the one we sent.
+        jar.write_macs(t0, &[3u8; 32], &mut msg, MAC1_AT);
+        assert_eq!(
+            jar.consume_reply(t0, &key, &view),
+            Err(CookieError::Authentication)
+        );
+        assert!(!jar.has_cookie(t0));
+    }
+}

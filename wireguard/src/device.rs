@@ -210,7 +210,9 @@ impl Device {
         let (at, wall) = self.wall_clock;
         let wall = match now.checked_duration_since(at) {
             Some(d) => wall + d,
-            None => wall - at.duration_since(now),
+            None => wall
+                .checked_sub(at.duration_since(now))
+                .unwrap_or(std::time::UNIX_EPOCH),
         };
         Tai64N::from_system_time(wall)
     }
