@@ -662,3 +662,6 @@ impl Device {
     /// Shortest transport message.
     pub const KEEPALIVE_LEN: usize = TRANSPORT_MIN_LEN;
 }
+
+#[cfg(test)]
+mod tests;
