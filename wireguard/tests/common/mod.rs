@@ -2,8 +2,13 @@
 //! /var/cache/quiver-interop), network namespaces joined by a veth, our side's UDP socket in its
 //! namespace driven by `wireguard::Device`, and ICMP echo packets built by hand.
 
+// Each test binary uses a part of this module.
+#![allow(dead_code)]
+
 pub mod icmp;
 pub mod peers;
+pub mod setup;
+pub mod tun;
 
 use std::fs::File;
 use std::io::Write;
@@ -135,6 +140,16 @@ impl Drop for Topology {
     }
 }
 
+/// What one [`Ours::step_full`] did.
+pub enum Step {
+    /// No datagram was waiting.
+    Idle,
+    /// A datagram was handled (or refused); nothing came out of the tunnel.
+    Handled,
+    /// An inner packet came out of the tunnel.
+    Data(Vec<u8>),
+}
+
 /// Our side: a `Device` with one peer, on a UDP socket.
 pub struct Ours {
     /// The protocol state.
@@ -193,9 +208,28 @@ impl Ours {
         self.send_to_peer(&buf[..n]);
     }
 
-    /// Runs the timers, then handles at most one datagram (waiting up to 20 ms for it); returns the
-    /// inner packet it carried, if any.
+    /// Encrypts and sends an IP packet to the peer, if a session allows.
+    pub fn try_send_ip(&mut self, packet: &[u8]) -> Result<(), DeviceError> {
+        let mut buf = vec![0u8; wireguard::transport::sealed_len(packet.len())];
+        buf[16..16 + packet.len()].copy_from_slice(packet);
+        let n = self
+            .dev
+            .send(self.peer, Instant::now(), &mut buf, packet.len())?;
+        self.send_to_peer(&buf[..n]);
+        Ok(())
+    }
+
+    /// Runs the timers, then handles at most one datagram (waiting up to the socket's read
+    /// timeout for it); returns the inner packet it carried, if any.
     pub fn step(&mut self) -> Option<Vec<u8>> {
+        match self.step_full() {
+            Step::Data(p) => Some(p),
+            Step::Idle | Step::Handled => None,
+        }
+    }
+
+    /// [`step`](Self::step), telling an idle socket from a datagram handled.
+    pub fn step_full(&mut self) -> Step {
         let now = Instant::now();
         let mut out = [0u8; 256];
         while let Some((_, n)) = self.dev.poll(now, &mut out) {
@@ -210,7 +244,7 @@ impl Ours {
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) =>
             {
-                return None
+                return Step::Idle
             }
             Err(e) => panic!("recv: {e}"),
         };
@@ -221,14 +255,14 @@ impl Ours {
         {
             Ok(Received::Reply { to, len, .. }) => {
                 self.sock.send_to(&reply[..len], to).expect("send reply");
-                None
+                Step::Handled
             }
-            Ok(Received::Data { range, .. }) => Some(buf[range].to_vec()),
-            Ok(Received::Nothing) => None,
+            Ok(Received::Data { range, .. }) => Step::Data(buf[range].to_vec()),
+            Ok(Received::Nothing) => Step::Handled,
             Err(e) => {
                 say(&format!("refused a datagram of {n} bytes from {src}: {e}"));
                 self.refused.push(e);
-                None
+                Step::Handled
             }
         }
     }

@@ -1,0 +1,66 @@
+"""A TCP transfer checked for content, for wireguard/tests/tcp.rs.
+
+    tcp_check.py server ADDR PORT        accept one connection, read to EOF, answer "<bytes> <blake2s>"
+    tcp_check.py client ADDR PORT BYTES  send BYTES of a fixed pattern, expect the server's answer
+                                         to match what was sent; exit 0 and print it if so
+"""
+import hashlib
+import socket
+import sys
+import time
+
+
+def pattern(n):
+    out, x = bytearray(), 0x9E3779B9
+    block = bytearray(4096)
+    while len(out) < n:
+        for i in range(0, 4096, 4):
+            x = (x * 1103515245 + 12345) & 0xFFFFFFFF
+            block[i:i + 4] = x.to_bytes(4, "little")
+        out += block
+    return bytes(out[:n])
+
+
+def server(addr, port):
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((addr, port))
+    s.listen(1)
+    c, _ = s.accept()
+    h, n = hashlib.blake2s(), 0
+    while True:
+        b = c.recv(65536)
+        if not b:
+            break
+        h.update(b)
+        n += len(b)
+    c.sendall(f"{n} {h.hexdigest()}\n".encode())
+    c.close()
+
+
+def client(addr, port, n):
+    data = pattern(n)
+    want = f"{n} {hashlib.blake2s(data).hexdigest()}"
+    c = socket.create_connection((addr, port), timeout=30)
+    start = time.monotonic()
+    c.sendall(data)
+    c.shutdown(socket.SHUT_WR)
+    got = b""
+    while True:
+        b = c.recv(4096)
+        if not b:
+            break
+        got += b
+    secs = time.monotonic() - start
+    got = got.decode().strip()
+    if got != want:
+        print(f"content differs: sent {want}, server read {got}")
+        sys.exit(1)
+    print(f"{n} bytes in {secs:.2f} s, content checked ({got.split()[1][:16]}…)")
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "server":
+        server(sys.argv[2], int(sys.argv[3]))
+    else:
+        client(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
