@@ -15,7 +15,7 @@ use std::path::Path as FsPath;
 
 use grpc_unix::InodeKey;
 use nsm_forwarder::testing::{BlockingClient, TestEndpoint};
-use nsm_forwarder::Dataplane;
+use nsm_forwarder::NsmBackend;
 use nsm_proto::connection::{Connection, State};
 use nsm_proto::connectioncontext::{ConnectionContext, IpContext};
 use nsm_proto::networkservice::network_service_client::NetworkServiceClient;

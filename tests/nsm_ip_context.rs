@@ -6,7 +6,7 @@
 //! refused with the field named and nothing made.
 
 use nsm_forwarder::testing::{BlockingClient, TestEndpoint};
-use nsm_forwarder::Dataplane;
+use nsm_forwarder::NsmBackend;
 use nsm_proto::connection::{Connection, State};
 use nsm_proto::connectioncontext::{ConnectionContext, IpContext, PolicyRoute, Route};
 use nsm_proto::networkservice::NetworkServiceRequest;

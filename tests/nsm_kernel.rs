@@ -6,7 +6,7 @@
 
 use nsm_forwarder::pod_watch::Pod;
 use nsm_forwarder::testing::{BlockingClient, TestEndpoint};
-use nsm_forwarder::Dataplane;
+use nsm_forwarder::NsmBackend;
 use nsm_proto::connection::{Connection, State};
 use nsm_proto::connectioncontext::{ConnectionContext, IpContext};
 use nsm_proto::networkservice::NetworkServiceRequest;

@@ -7,7 +7,7 @@
 //! buffer is back in the pool.
 
 use nsm_forwarder::testing::{BlockingClient, TestEndpoint};
-use nsm_forwarder::Dataplane;
+use nsm_forwarder::NsmBackend;
 use nsm_proto::connection::{Connection, State};
 use nsm_proto::connectioncontext::{ConnectionContext, IpContext, Route};
 use nsm_proto::networkservice::NetworkServiceRequest;

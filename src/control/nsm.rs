@@ -1,5 +1,5 @@
 //! The NSM forwarder's data path over the running forwarder: [`ForwarderDataplane`] implements
-//! `nsm_forwarder::Dataplane` over a [`Control`] (each change a [`Change`] the configuration's
+//! `nsm_forwarder::NsmBackend` over a [`Control`] (each change a [`Change`] the configuration's
 //! owner applies, link states read from its view), and [`start`] serves the NSM services for it.
 //!
 //! - memif: a port of the forwarder (`PortSection::Memif`, with the namespace its socket
@@ -33,7 +33,7 @@ use nsm_forwarder::dataplane::{
     FrameMode, KernelSpec, MemifRole as NsmRole, MemifSpec, PolicySpec, RouteSpec, VxlanSpec,
 };
 use nsm_forwarder::{
-    Dataplane, DataplaneError, LinkEvent, LinkEvents, NsmConfig, NsmHandle, PortCounters, PortName,
+    BackendError, LinkEvent, LinkEvents, NsmBackend, NsmConfig, NsmHandle, PortCounters, PortName,
 };
 
 use crate::config::{AfPacketSection, MemifMode, MemifRole, MemifSection, PortSection};
@@ -68,34 +68,34 @@ struct InsideNeighbors {
     with: Option<String>,
 }
 
-/// `nsm_forwarder::Dataplane` over the configuration's owner.
+/// `nsm_forwarder::NsmBackend` over the configuration's owner.
 pub struct ForwarderDataplane {
     control: Control,
     ports: Mutex<HashMap<String, OwnedPort>>,
     me: Weak<ForwarderDataplane>,
 }
 
-fn fwd_error(e: ForwarderError) -> DataplaneError {
+fn fwd_error(e: ForwarderError) -> BackendError {
     match e {
-        ForwarderError::NotFound(m) => DataplaneError::NotFound(m),
-        ForwarderError::AlreadyExists(m) => DataplaneError::AlreadyExists(m),
-        ForwarderError::InvalidArgument(m) => DataplaneError::InvalidArgument(m),
-        ForwarderError::Unavailable(m) | ForwarderError::Internal(m) => DataplaneError::Failed(m),
+        ForwarderError::NotFound(m) => BackendError::NotFound(m),
+        ForwarderError::AlreadyExists(m) => BackendError::AlreadyExists(m),
+        ForwarderError::InvalidArgument(m) => BackendError::InvalidArgument(m),
+        ForwarderError::Unavailable(m) | ForwarderError::Internal(m) => BackendError::Failed(m),
     }
 }
 
-fn kernel_error(e: KernelInterfaceError) -> DataplaneError {
+fn kernel_error(e: KernelInterfaceError) -> BackendError {
     let m = e.to_string();
     match e {
-        KernelInterfaceError::NamespaceNotFound(_) => DataplaneError::NotFound(m),
+        KernelInterfaceError::NamespaceNotFound(_) => BackendError::NotFound(m),
         KernelInterfaceError::InvalidName { .. }
         | KernelInterfaceError::InvalidConnectionId { .. }
         | KernelInterfaceError::InvalidAddress { .. }
         | KernelInterfaceError::InvalidPolicy { .. }
-        | KernelInterfaceError::InvalidMtu(_) => DataplaneError::InvalidArgument(m),
-        KernelInterfaceError::AlreadyExists(_) => DataplaneError::AlreadyExists(m),
+        | KernelInterfaceError::InvalidMtu(_) => BackendError::InvalidArgument(m),
+        KernelInterfaceError::AlreadyExists(_) => BackendError::AlreadyExists(m),
         KernelInterfaceError::Namespace(_) | KernelInterfaceError::Netlink { .. } => {
-            DataplaneError::Failed(m)
+            BackendError::Failed(m)
         }
     }
 }
@@ -177,16 +177,16 @@ fn route_config(r: &RouteSpec) -> RouteConfig {
     }
 }
 
-fn mtu16(mtu: Option<u32>) -> Result<u16, DataplaneError> {
+fn mtu16(mtu: Option<u32>) -> Result<u16, BackendError> {
     u16::try_from(mtu.unwrap_or(1500))
-        .map_err(|_| DataplaneError::InvalidArgument(format!("MTU {mtu:?} is over 65535")))
+        .map_err(|_| BackendError::InvalidArgument(format!("MTU {mtu:?} is over 65535")))
 }
 
-fn v4(what: &str, ip: Option<IpAddr>) -> Result<Option<Ipv4Addr>, DataplaneError> {
+fn v4(what: &str, ip: Option<IpAddr>) -> Result<Option<Ipv4Addr>, BackendError> {
     match ip {
         None => Ok(None),
         Some(IpAddr::V4(a)) => Ok(Some(a)),
-        Some(IpAddr::V6(a)) => Err(DataplaneError::InvalidArgument(format!(
+        Some(IpAddr::V6(a)) => Err(BackendError::InvalidArgument(format!(
             "{what} {a}: the L3 cross-connect is IPv4 only"
         ))),
     }
@@ -206,11 +206,11 @@ impl ForwarderDataplane {
         self.ports.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn apply(&self, change: Change) -> Result<(), DataplaneError> {
+    fn apply(&self, change: Change) -> Result<(), BackendError> {
         self.control.apply(change).map(drop).map_err(fwd_error)
     }
 
-    fn add(&self, owner: &str, port: PortSection) -> Result<(), DataplaneError> {
+    fn add(&self, owner: &str, port: PortSection) -> Result<(), BackendError> {
         self.apply(Change::AddPort {
             port,
             owner: Some(owner.into()),
@@ -266,8 +266,8 @@ impl ForwarderDataplane {
     }
 }
 
-impl Dataplane for ForwarderDataplane {
-    fn create_memif(&self, owner: &str, spec: &MemifSpec) -> Result<(), DataplaneError> {
+impl NsmBackend for ForwarderDataplane {
+    fn create_memif(&self, owner: &str, spec: &MemifSpec) -> Result<(), BackendError> {
         let section = PortSection::Memif(MemifSection {
             name: spec.name.0.clone(),
             mac: None,
@@ -300,13 +300,13 @@ impl Dataplane for ForwarderDataplane {
         Ok(())
     }
 
-    fn create_kernel(&self, owner: &str, spec: &KernelSpec) -> Result<(), DataplaneError> {
+    fn create_kernel(&self, owner: &str, spec: &KernelSpec) -> Result<(), BackendError> {
         let netns = NetNs::open_path(&spec.netns).map_err(|e| {
             let m = e.to_string();
             if e.is_not_found() {
-                DataplaneError::NotFound(m)
+                BackendError::NotFound(m)
             } else {
-                DataplaneError::Failed(m)
+                BackendError::Failed(m)
             }
         })?;
         let config = KernelInterfaceConfig {
@@ -367,7 +367,7 @@ impl Dataplane for ForwarderDataplane {
         Ok(())
     }
 
-    fn create_vxlan(&self, owner: &str, spec: &VxlanSpec) -> Result<(), DataplaneError> {
+    fn create_vxlan(&self, owner: &str, spec: &VxlanSpec) -> Result<(), BackendError> {
         self.apply(Change::AddVxlanTunnel {
             name: spec.name.0.clone(),
             local: spec.local,
@@ -378,7 +378,7 @@ impl Dataplane for ForwarderDataplane {
         })
     }
 
-    fn remove_port(&self, _owner: &str, port: &PortName) -> Result<(), DataplaneError> {
+    fn remove_port(&self, _owner: &str, port: &PortName) -> Result<(), BackendError> {
         let removed = self.apply(Change::RemoveInterface {
             name: port.0.clone(),
         });
@@ -395,7 +395,7 @@ impl Dataplane for ForwarderDataplane {
         owner: &str,
         a: &PortName,
         b: &PortName,
-    ) -> Result<(), DataplaneError> {
+    ) -> Result<(), BackendError> {
         self.apply(Change::CrossConnect {
             a: a.0.clone(),
             b: b.0.clone(),
@@ -410,7 +410,7 @@ impl Dataplane for ForwarderDataplane {
         b: &PortName,
         peer_b: Option<IpAddr>,
         peer_a: Option<IpAddr>,
-    ) -> Result<(), DataplaneError> {
+    ) -> Result<(), BackendError> {
         let (pb, pa) = (v4("peer_b", peer_b)?, v4("peer_a", peer_a)?);
         // A kernel interface's far end has a known MAC: the peer's neighbour entry.
         let macs: Vec<(String, Ipv4Addr, [u8; 6])> = {
@@ -472,7 +472,7 @@ impl Dataplane for ForwarderDataplane {
         Ok(())
     }
 
-    fn disconnect(&self, _owner: &str, port: &PortName) -> Result<(), DataplaneError> {
+    fn disconnect(&self, _owner: &str, port: &PortName) -> Result<(), BackendError> {
         let disconnected = self.apply(Change::Disconnect {
             port: port.0.clone(),
         });
@@ -507,7 +507,7 @@ impl Dataplane for ForwarderDataplane {
         disconnected
     }
 
-    fn remove_owned(&self, owner: &str) -> Result<(), DataplaneError> {
+    fn remove_owned(&self, owner: &str) -> Result<(), BackendError> {
         let removed = self.apply(Change::RemoveOwned {
             owner: owner.into(),
         });
@@ -538,7 +538,7 @@ impl Dataplane for ForwarderDataplane {
         failed.map_or(Ok(()), Err)
     }
 
-    fn owners(&self) -> Result<Vec<String>, DataplaneError> {
+    fn owners(&self) -> Result<Vec<String>, BackendError> {
         let mut owners: HashSet<String> = self.ports().values().map(|p| p.owner.clone()).collect();
         for o in kernel_interface::list_owned().map_err(kernel_error)? {
             owners.insert(tag_owner(&o.connection_id).to_string());
@@ -616,11 +616,11 @@ mod tests {
     fn errors_keep_their_kind() {
         assert_eq!(
             fwd_error(ForwarderError::NotFound("x".into())),
-            DataplaneError::NotFound("x".into())
+            BackendError::NotFound("x".into())
         );
         assert!(matches!(
             fwd_error(ForwarderError::Unavailable("x".into())),
-            DataplaneError::Failed(_)
+            BackendError::Failed(_)
         ));
         assert!(v4("x", Some("fd00::1".parse().unwrap())).is_err());
         assert_eq!(mtu16(None).unwrap(), 1500);

@@ -41,7 +41,7 @@ use nsm_forwarder::dataplane::{KernelSpec, MemifRole, MemifSpec};
 use nsm_forwarder::endpoint::{BoxFuture, EndpointDiscovery, Found};
 use nsm_forwarder::path::timestamp;
 use nsm_forwarder::testing::{BlockingClient, TestEndpoint};
-use nsm_forwarder::{Dataplane, DataplaneError, LinkEvents, NsmConfig, NsmHandle, PortName};
+use nsm_forwarder::{BackendError, LinkEvents, NsmBackend, NsmConfig, NsmHandle, PortName};
 use nsm_proto::connection::{Connection, Mechanism, Path as NsmPath, PathSegment, State};
 use nsm_proto::networkservice::NetworkServiceRequest;
 use quiver::config::{MemifMode, MemifRole as QuiverMemifRole, MemifSection, PortSection};
@@ -126,8 +126,8 @@ fn summary(v: &[Duration]) -> serde_json::Value {
     })
 }
 
-impl Dataplane for Timed {
-    fn create_memif(&self, owner: &str, spec: &MemifSpec) -> Result<(), DataplaneError> {
+impl NsmBackend for Timed {
+    fn create_memif(&self, owner: &str, spec: &MemifSpec) -> Result<(), BackendError> {
         let what = match spec.role {
             MemifRole::Master => "create_memif_master",
             MemifRole::Slave => "create_memif_slave",
@@ -151,10 +151,10 @@ impl Dataplane for Timed {
         }
         r
     }
-    fn create_kernel(&self, owner: &str, spec: &KernelSpec) -> Result<(), DataplaneError> {
+    fn create_kernel(&self, owner: &str, spec: &KernelSpec) -> Result<(), BackendError> {
         self.time("create_kernel", || self.inner.create_kernel(owner, spec))
     }
-    fn remove_port(&self, owner: &str, port: &PortName) -> Result<(), DataplaneError> {
+    fn remove_port(&self, owner: &str, port: &PortName) -> Result<(), BackendError> {
         self.time("remove_port", || self.inner.remove_port(owner, port))
     }
     fn l2_cross_connect(
@@ -162,7 +162,7 @@ impl Dataplane for Timed {
         owner: &str,
         a: &PortName,
         b: &PortName,
-    ) -> Result<(), DataplaneError> {
+    ) -> Result<(), BackendError> {
         self.time("l2_cross_connect", || {
             self.inner.l2_cross_connect(owner, a, b)
         })
@@ -174,18 +174,18 @@ impl Dataplane for Timed {
         b: &PortName,
         peer_b: Option<std::net::IpAddr>,
         peer_a: Option<std::net::IpAddr>,
-    ) -> Result<(), DataplaneError> {
+    ) -> Result<(), BackendError> {
         self.time("l3_cross_connect", || {
             self.inner.l3_cross_connect(owner, a, b, peer_b, peer_a)
         })
     }
-    fn disconnect(&self, owner: &str, port: &PortName) -> Result<(), DataplaneError> {
+    fn disconnect(&self, owner: &str, port: &PortName) -> Result<(), BackendError> {
         self.time("disconnect", || self.inner.disconnect(owner, port))
     }
-    fn remove_owned(&self, owner: &str) -> Result<(), DataplaneError> {
+    fn remove_owned(&self, owner: &str) -> Result<(), BackendError> {
         self.time("remove_owned", || self.inner.remove_owned(owner))
     }
-    fn owners(&self) -> Result<Vec<String>, DataplaneError> {
+    fn owners(&self) -> Result<Vec<String>, BackendError> {
         self.inner.owners()
     }
     fn watch_links(&self, events: LinkEvents) {

@@ -183,7 +183,7 @@ impl PortSpec {
 
 /// Why the data path refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DataplaneError {
+pub enum BackendError {
     /// Something named does not exist (a namespace, a port).
     #[error("not found: {0}")]
     NotFound(String),
@@ -245,28 +245,24 @@ pub struct PortCounters {
 
 /// What the NSM server needs from the data path. Implemented by Quiver's forwarder
 /// (`quiver::control::nsm`) and by in-memory fakes in tests.
-pub trait Dataplane: Send + Sync + 'static {
+pub trait NsmBackend: Send + Sync + 'static {
     /// Creates a memif port for `owner`.
-    fn create_memif(&self, owner: &str, spec: &MemifSpec) -> Result<(), DataplaneError>;
+    fn create_memif(&self, owner: &str, spec: &MemifSpec) -> Result<(), BackendError>;
     /// Creates a kernel interface (veth into a namespace) and Quiver's port on it for `owner`.
-    fn create_kernel(&self, owner: &str, spec: &KernelSpec) -> Result<(), DataplaneError>;
+    fn create_kernel(&self, owner: &str, spec: &KernelSpec) -> Result<(), BackendError>;
     /// Creates a VXLAN tunnel for `owner`. A data path without tunnels refuses.
-    fn create_vxlan(&self, owner: &str, spec: &VxlanSpec) -> Result<(), DataplaneError> {
+    fn create_vxlan(&self, owner: &str, spec: &VxlanSpec) -> Result<(), BackendError> {
         let _ = owner;
-        Err(DataplaneError::InvalidArgument(format!(
+        Err(BackendError::InvalidArgument(format!(
             "{}: this data path has no VXLAN tunnels",
             spec.name
         )))
     }
     /// Removes one port or tunnel of `owner` (and any cross-connect from it).
-    fn remove_port(&self, owner: &str, port: &PortName) -> Result<(), DataplaneError>;
+    fn remove_port(&self, owner: &str, port: &PortName) -> Result<(), BackendError>;
     /// Cross-connects `a` and `b` at layer 2, both ways.
-    fn l2_cross_connect(
-        &self,
-        owner: &str,
-        a: &PortName,
-        b: &PortName,
-    ) -> Result<(), DataplaneError>;
+    fn l2_cross_connect(&self, owner: &str, a: &PortName, b: &PortName)
+        -> Result<(), BackendError>;
     /// Cross-connects `a` and `b` at layer 3, both ways: every IP packet received on `a`
     /// leaves by `b` toward `peer_b`, every one received on `b` leaves by `a` toward `peer_a`
     /// (`None`: the link is point to point, as a memif in IP mode). Inside a kernel
@@ -279,14 +275,14 @@ pub trait Dataplane: Send + Sync + 'static {
         b: &PortName,
         peer_b: Option<IpAddr>,
         peer_a: Option<IpAddr>,
-    ) -> Result<(), DataplaneError>;
+    ) -> Result<(), BackendError>;
     /// Removes the cross-connect of `port` (both directions).
-    fn disconnect(&self, owner: &str, port: &PortName) -> Result<(), DataplaneError>;
+    fn disconnect(&self, owner: &str, port: &PortName) -> Result<(), BackendError>;
     /// Removes everything `owner` owns: cross-connects, ports, veths, sockets. Removing
     /// nothing is not an error.
-    fn remove_owned(&self, owner: &str) -> Result<(), DataplaneError>;
+    fn remove_owned(&self, owner: &str) -> Result<(), BackendError>;
     /// Every owner that owns something now (for reconciliation at startup).
-    fn owners(&self) -> Result<Vec<String>, DataplaneError>;
+    fn owners(&self) -> Result<Vec<String>, BackendError>;
     /// Where to report link changes of owned ports from now on.
     fn watch_links(&self, events: LinkEvents);
     /// The counters of `port` now (`None`: no such port, or one without counters, as a

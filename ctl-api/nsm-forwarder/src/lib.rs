@@ -1,12 +1,12 @@
 //! The NSM v1 forwarder: `networkservice.NetworkService` (Request, Close),
 //! `connection.MonitorConnection` and health, served on a unix socket (or TCP, with mTLS), as
 //! cmd-forwarder-vpp serves them (see `specs/nsm.md`). The data path is the caller's: Quiver
-//! implements [`Dataplane`] for its forwarder.
+//! implements [`NsmBackend`] for its forwarder.
 //!
 //! - [`addr`], [`validate`], [`mechanism`], [`path`]: everything a Request is checked against
 //!   before anything is built, the choice of mechanism, Quiver's path segment, the monitor's
 //!   selector.
-//! - [`dataplane`]: the [`Dataplane`] trait the forwarder implements (ports, cross-connects,
+//! - [`dataplane`]: the [`NsmBackend`] trait the forwarder implements (ports, cross-connects,
 //!   everything tagged with the owning connection id).
 //! - [`dial`]: dialing a peer (mTLS with an identity, plaintext on unix sockets without);
 //!   [`endpoint`]: finding the endpoints a connection may go to (the one it names, or those of
@@ -53,7 +53,7 @@ pub mod vni;
 pub use config::NsmConfig;
 pub use connect::{ConnectionSummary, Core};
 pub use dataplane::{
-    Dataplane, DataplaneError, LinkEvent, LinkEvents, PortCounters, PortName, PortSpec,
+    BackendError, LinkEvent, LinkEvents, NsmBackend, PortCounters, PortName, PortSpec,
 };
 pub use endpoint::{Candidate, EndpointDiscovery, Found, RegistryDiscovery, StaticEndpoint};
 pub use next_hop::NextHopStats;

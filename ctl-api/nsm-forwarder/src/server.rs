@@ -21,7 +21,7 @@ use tonic::{Request, Response, Status};
 
 use crate::config::NsmConfig;
 use crate::connect::Core;
-use crate::dataplane::{Dataplane, LinkEvents};
+use crate::dataplane::{LinkEvents, NsmBackend};
 use crate::endpoint::{EndpointDiscovery, RegistryDiscovery};
 use crate::fds::HeldFds;
 use crate::monitor::EventStream;
@@ -77,7 +77,7 @@ impl NsmService {
     /// start is logged and left off).
     pub fn new(
         cfg: NsmConfig,
-        dp: Arc<dyn Dataplane>,
+        dp: Arc<dyn NsmBackend>,
         discovery: Arc<dyn EndpointDiscovery>,
     ) -> NsmService {
         let telemetry = cfg.telemetry.then(|| {
@@ -266,7 +266,7 @@ impl NsmHandle {
     /// [`Core::cfg`]'s `listen_on` becomes the port bound (and is what Quiver registers).
     pub fn spawn(
         cfg: NsmConfig,
-        dp: Arc<dyn Dataplane>,
+        dp: Arc<dyn NsmBackend>,
         discovery: Arc<dyn EndpointDiscovery>,
         threads: usize,
     ) -> Result<NsmHandle, ServeError> {
@@ -277,7 +277,7 @@ impl NsmHandle {
     /// registry at `NSM_CONNECT_TO`, dialed with the same identity.
     pub fn spawn_with_registry(
         cfg: NsmConfig,
-        dp: Arc<dyn Dataplane>,
+        dp: Arc<dyn NsmBackend>,
         threads: usize,
     ) -> Result<NsmHandle, ServeError> {
         Self::spawn_with(
@@ -290,7 +290,7 @@ impl NsmHandle {
 
     fn spawn_with(
         mut cfg: NsmConfig,
-        dp: Arc<dyn Dataplane>,
+        dp: Arc<dyn NsmBackend>,
         discovery: impl FnOnce(&NsmConfig) -> Arc<dyn EndpointDiscovery>,
         threads: usize,
     ) -> Result<NsmHandle, ServeError> {

@@ -22,7 +22,7 @@ use nsm_forwarder::path::timestamp;
 use nsm_forwarder::server::bind;
 use nsm_forwarder::testing::TestEndpoint;
 use nsm_forwarder::{
-    Dataplane, DataplaneError, EndpointDiscovery, LinkEvents, NsmConfig, NsmService, PortName,
+    BackendError, EndpointDiscovery, LinkEvents, NsmBackend, NsmConfig, NsmService, PortName,
     RegistryDiscovery, StaticEndpoint,
 };
 use nsm_proto::connection::{Connection, Mechanism, Path, PathSegment, State};
@@ -42,25 +42,25 @@ struct RecordingDp {
     kernel: Mutex<BTreeMap<String, (String, PathBuf)>>,
 }
 
-impl Dataplane for RecordingDp {
-    fn create_memif(&self, _: &str, _: &MemifSpec) -> Result<(), DataplaneError> {
-        Err(DataplaneError::InvalidArgument("KERNEL only here".into()))
+impl NsmBackend for RecordingDp {
+    fn create_memif(&self, _: &str, _: &MemifSpec) -> Result<(), BackendError> {
+        Err(BackendError::InvalidArgument("KERNEL only here".into()))
     }
-    fn create_kernel(&self, owner: &str, spec: &KernelSpec) -> Result<(), DataplaneError> {
+    fn create_kernel(&self, owner: &str, spec: &KernelSpec) -> Result<(), BackendError> {
         // What the real data path does first: open the namespace at the path.
         std::fs::metadata(&spec.netns)
-            .map_err(|e| DataplaneError::NotFound(format!("{:?}: {e}", spec.netns)))?;
+            .map_err(|e| BackendError::NotFound(format!("{:?}: {e}", spec.netns)))?;
         self.kernel
             .lock()
             .unwrap()
             .insert(spec.name.0.clone(), (owner.to_string(), spec.netns.clone()));
         Ok(())
     }
-    fn remove_port(&self, _: &str, port: &PortName) -> Result<(), DataplaneError> {
+    fn remove_port(&self, _: &str, port: &PortName) -> Result<(), BackendError> {
         self.kernel.lock().unwrap().remove(&port.0);
         Ok(())
     }
-    fn l2_cross_connect(&self, _: &str, _: &PortName, _: &PortName) -> Result<(), DataplaneError> {
+    fn l2_cross_connect(&self, _: &str, _: &PortName, _: &PortName) -> Result<(), BackendError> {
         Ok(())
     }
     fn l3_cross_connect(
@@ -70,17 +70,17 @@ impl Dataplane for RecordingDp {
         _: &PortName,
         _: Option<IpAddr>,
         _: Option<IpAddr>,
-    ) -> Result<(), DataplaneError> {
+    ) -> Result<(), BackendError> {
         Ok(())
     }
-    fn disconnect(&self, _: &str, _: &PortName) -> Result<(), DataplaneError> {
+    fn disconnect(&self, _: &str, _: &PortName) -> Result<(), BackendError> {
         Ok(())
     }
-    fn remove_owned(&self, owner: &str) -> Result<(), DataplaneError> {
+    fn remove_owned(&self, owner: &str) -> Result<(), BackendError> {
         self.kernel.lock().unwrap().retain(|_, (o, _)| o != owner);
         Ok(())
     }
-    fn owners(&self) -> Result<Vec<String>, DataplaneError> {
+    fn owners(&self) -> Result<Vec<String>, BackendError> {
         Ok(self
             .kernel
             .lock()

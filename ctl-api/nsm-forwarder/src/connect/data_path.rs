@@ -1,25 +1,25 @@
-//! Calls into the data path ([`Dataplane`]) from async code: each runs on tokio's blocking
+//! Calls into the data path ([`NsmBackend`]) from async code: each runs on tokio's blocking
 //! pool, and a refusal becomes the gRPC status that says what it was.
 
 use std::sync::Arc;
 
 use tonic::Status;
 
-use crate::dataplane::{Dataplane, DataplaneError, PortName, PortSpec};
+use crate::dataplane::{BackendError, NsmBackend, PortName, PortSpec};
 
 /// The data path, as the core calls it.
-pub(super) struct DataPath(Arc<dyn Dataplane>);
+pub(super) struct DataPath(Arc<dyn NsmBackend>);
 
 impl DataPath {
     /// Calls into `dp`.
-    pub(super) fn new(dp: Arc<dyn Dataplane>) -> DataPath {
+    pub(super) fn new(dp: Arc<dyn NsmBackend>) -> DataPath {
         DataPath(dp)
     }
 
     /// Runs `f` on the data path, on tokio's blocking pool.
     pub(super) async fn call<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&dyn Dataplane) -> Result<T, DataplaneError> + Send + 'static,
+        f: impl FnOnce(&dyn NsmBackend) -> Result<T, BackendError> + Send + 'static,
     ) -> Result<T, Status> {
         let dp = self.0.clone();
         tokio::task::spawn_blocking(move || f(&*dp))
@@ -62,10 +62,10 @@ impl DataPath {
 
 /// Creates the port `spec` for `owner`.
 pub(super) fn create_port(
-    d: &dyn Dataplane,
+    d: &dyn NsmBackend,
     owner: &str,
     spec: &PortSpec,
-) -> Result<(), DataplaneError> {
+) -> Result<(), BackendError> {
     match spec {
         PortSpec::Memif(m) => d.create_memif(owner, m),
         PortSpec::Kernel(k) => d.create_kernel(owner, k),
@@ -81,11 +81,11 @@ pub(super) fn ignore_not_found(r: Result<(), Status>) -> Result<(), Status> {
     }
 }
 
-fn dp_status(e: DataplaneError) -> Status {
+fn dp_status(e: BackendError) -> Status {
     match e {
-        DataplaneError::NotFound(m) => Status::not_found(m),
-        DataplaneError::AlreadyExists(m) => Status::already_exists(m),
-        DataplaneError::InvalidArgument(m) => Status::invalid_argument(m),
-        DataplaneError::Failed(m) => Status::internal(m),
+        BackendError::NotFound(m) => Status::not_found(m),
+        BackendError::AlreadyExists(m) => Status::already_exists(m),
+        BackendError::InvalidArgument(m) => Status::invalid_argument(m),
+        BackendError::Failed(m) => Status::internal(m),
     }
 }

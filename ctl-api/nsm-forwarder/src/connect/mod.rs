@@ -41,7 +41,7 @@ use self::entry::Entry;
 use self::route::{RoundRobin, Router};
 use crate::channels::Channels;
 use crate::config::NsmConfig;
-use crate::dataplane::{Dataplane, LinkEvent, PortSpec};
+use crate::dataplane::{LinkEvent, NsmBackend, PortSpec};
 use crate::endpoint::EndpointDiscovery;
 use crate::fds::HeldFds;
 use crate::monitor::Monitor;
@@ -94,7 +94,7 @@ impl Core {
     /// A core over `dp`, finding endpoints through `discovery`.
     pub fn new(
         cfg: NsmConfig,
-        dp: Arc<dyn Dataplane>,
+        dp: Arc<dyn NsmBackend>,
         discovery: Arc<dyn EndpointDiscovery>,
     ) -> Core {
         Core {

@@ -12,7 +12,7 @@ use nsm_forwarder::dial::dial;
 use nsm_forwarder::path::timestamp;
 use nsm_forwarder::server::bind;
 use nsm_forwarder::{
-    Core, Dataplane, DataplaneError, LinkEvents, NsmConfig, NsmService, PortName, PortSpec,
+    BackendError, Core, LinkEvents, NsmBackend, NsmConfig, NsmService, PortName, PortSpec,
     RegistryDiscovery,
 };
 use nsm_proto::connection::{Connection, Mechanism, Path, PathSegment};
@@ -240,11 +240,11 @@ pub struct FakeDp {
 }
 
 impl FakeDp {
-    fn add(&self, owner: &str, spec: PortSpec) -> Result<(), DataplaneError> {
+    fn add(&self, owner: &str, spec: PortSpec) -> Result<(), BackendError> {
         let name = spec.name().0.clone();
         let mut ports = self.ports.lock().unwrap();
         if ports.contains_key(&name) {
-            return Err(DataplaneError::Failed(format!("{name} exists")));
+            return Err(BackendError::Failed(format!("{name} exists")));
         }
         ports.insert(name, (owner.to_string(), spec));
         Ok(())
@@ -262,19 +262,19 @@ impl FakeDp {
     }
 }
 
-impl Dataplane for FakeDp {
-    fn create_memif(&self, owner: &str, spec: &MemifSpec) -> Result<(), DataplaneError> {
+impl NsmBackend for FakeDp {
+    fn create_memif(&self, owner: &str, spec: &MemifSpec) -> Result<(), BackendError> {
         self.add(owner, PortSpec::Memif(spec.clone()))
     }
-    fn create_kernel(&self, owner: &str, spec: &KernelSpec) -> Result<(), DataplaneError> {
+    fn create_kernel(&self, owner: &str, spec: &KernelSpec) -> Result<(), BackendError> {
         self.add(owner, PortSpec::Kernel(spec.clone()))
     }
-    fn remove_port(&self, _: &str, port: &PortName) -> Result<(), DataplaneError> {
+    fn remove_port(&self, _: &str, port: &PortName) -> Result<(), BackendError> {
         self.xcs.lock().unwrap().remove(&port.0);
         self.ports.lock().unwrap().remove(&port.0);
         Ok(())
     }
-    fn l2_cross_connect(&self, o: &str, a: &PortName, b: &PortName) -> Result<(), DataplaneError> {
+    fn l2_cross_connect(&self, o: &str, a: &PortName, b: &PortName) -> Result<(), BackendError> {
         self.connect(o, a, b, "l2");
         Ok(())
     }
@@ -285,20 +285,20 @@ impl Dataplane for FakeDp {
         b: &PortName,
         _: Option<IpAddr>,
         _: Option<IpAddr>,
-    ) -> Result<(), DataplaneError> {
+    ) -> Result<(), BackendError> {
         self.connect(o, a, b, "l3");
         Ok(())
     }
-    fn disconnect(&self, _: &str, port: &PortName) -> Result<(), DataplaneError> {
+    fn disconnect(&self, _: &str, port: &PortName) -> Result<(), BackendError> {
         self.xcs.lock().unwrap().remove(&port.0);
         Ok(())
     }
-    fn remove_owned(&self, owner: &str) -> Result<(), DataplaneError> {
+    fn remove_owned(&self, owner: &str) -> Result<(), BackendError> {
         self.ports.lock().unwrap().retain(|_, (o, _)| o != owner);
         self.xcs.lock().unwrap().retain(|_, (o, _)| o != owner);
         Ok(())
     }
-    fn owners(&self) -> Result<Vec<String>, DataplaneError> {
+    fn owners(&self) -> Result<Vec<String>, BackendError> {
         let mut owners: Vec<String> = self
             .ports
             .lock()

@@ -9,7 +9,7 @@ use std::time::Duration;
 use nsm_forwarder::dataplane::{KernelSpec, MemifSpec};
 use nsm_forwarder::server::bind_for;
 use nsm_forwarder::{
-    Dataplane, DataplaneError, LinkEvents, NsmConfig, NsmService, PortName, StaticEndpoint,
+    BackendError, LinkEvents, NsmBackend, NsmConfig, NsmService, PortName, StaticEndpoint,
 };
 use nsm_proto::connection::{Connection, Mechanism, Path, PathSegment, State};
 use nsm_proto::networkservice::network_service_client::NetworkServiceClient;
@@ -37,32 +37,32 @@ impl RecordingDp {
     pub(crate) fn is_empty(&self) -> bool {
         self.ports.lock().unwrap().is_empty()
     }
-    pub(crate) fn add(&self, owner: &str, name: &PortName) -> Result<(), DataplaneError> {
+    pub(crate) fn add(&self, owner: &str, name: &PortName) -> Result<(), BackendError> {
         let mut ports = self.ports.lock().unwrap();
         if ports.contains_key(&name.0) {
-            return Err(DataplaneError::AlreadyExists(name.0.clone()));
+            return Err(BackendError::AlreadyExists(name.0.clone()));
         }
         ports.insert(name.0.clone(), owner.to_string());
         Ok(())
     }
 }
 
-impl Dataplane for RecordingDp {
-    fn create_memif(&self, owner: &str, spec: &MemifSpec) -> Result<(), DataplaneError> {
+impl NsmBackend for RecordingDp {
+    fn create_memif(&self, owner: &str, spec: &MemifSpec) -> Result<(), BackendError> {
         self.add(owner, &spec.name)
     }
-    fn create_kernel(&self, owner: &str, spec: &KernelSpec) -> Result<(), DataplaneError> {
+    fn create_kernel(&self, owner: &str, spec: &KernelSpec) -> Result<(), BackendError> {
         self.add(owner, &spec.name)
     }
-    fn remove_port(&self, _owner: &str, port: &PortName) -> Result<(), DataplaneError> {
+    fn remove_port(&self, _owner: &str, port: &PortName) -> Result<(), BackendError> {
         self.ports
             .lock()
             .unwrap()
             .remove(&port.0)
             .map(|_| ())
-            .ok_or_else(|| DataplaneError::NotFound(port.0.clone()))
+            .ok_or_else(|| BackendError::NotFound(port.0.clone()))
     }
-    fn l2_cross_connect(&self, _: &str, _: &PortName, _: &PortName) -> Result<(), DataplaneError> {
+    fn l2_cross_connect(&self, _: &str, _: &PortName, _: &PortName) -> Result<(), BackendError> {
         Ok(())
     }
     fn l3_cross_connect(
@@ -72,17 +72,17 @@ impl Dataplane for RecordingDp {
         _: &PortName,
         _: Option<IpAddr>,
         _: Option<IpAddr>,
-    ) -> Result<(), DataplaneError> {
+    ) -> Result<(), BackendError> {
         Ok(())
     }
-    fn disconnect(&self, _: &str, _: &PortName) -> Result<(), DataplaneError> {
+    fn disconnect(&self, _: &str, _: &PortName) -> Result<(), BackendError> {
         Ok(())
     }
-    fn remove_owned(&self, owner: &str) -> Result<(), DataplaneError> {
+    fn remove_owned(&self, owner: &str) -> Result<(), BackendError> {
         self.ports.lock().unwrap().retain(|_, o| o != owner);
         Ok(())
     }
-    fn owners(&self) -> Result<Vec<String>, DataplaneError> {
+    fn owners(&self) -> Result<Vec<String>, BackendError> {
         let mut o: Vec<String> = self.ports.lock().unwrap().values().cloned().collect();
         o.dedup();
         Ok(o)

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use std::sync::Mutex;
 
 use nsm_forwarder::dataplane::{KernelSpec, MemifSpec};
-use nsm_forwarder::{Dataplane, DataplaneError, LinkEvent, LinkEvents, PortName, PortSpec};
+use nsm_forwarder::{BackendError, LinkEvent, LinkEvents, NsmBackend, PortName, PortSpec};
 
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Xc {
@@ -52,14 +52,14 @@ impl FakeDp {
     pub(crate) fn removed(&self) -> Vec<String> {
         self.st().removed.clone()
     }
-    pub(crate) fn add(&self, owner: &str, spec: PortSpec) -> Result<(), DataplaneError> {
+    pub(crate) fn add(&self, owner: &str, spec: PortSpec) -> Result<(), BackendError> {
         let mut s = self.st();
         let name = spec.name().0.clone();
         if s.fail_create.as_ref() == Some(&name) {
-            return Err(DataplaneError::Failed(format!("cannot create {name}")));
+            return Err(BackendError::Failed(format!("cannot create {name}")));
         }
         if s.ports.contains_key(&name) {
-            return Err(DataplaneError::AlreadyExists(name));
+            return Err(BackendError::AlreadyExists(name));
         }
         s.ports.insert(name.clone(), (owner.into(), spec));
         s.created.push(name);
@@ -70,25 +70,25 @@ impl FakeDp {
     }
 }
 
-impl Dataplane for FakeDp {
-    fn create_memif(&self, owner: &str, spec: &MemifSpec) -> Result<(), DataplaneError> {
+impl NsmBackend for FakeDp {
+    fn create_memif(&self, owner: &str, spec: &MemifSpec) -> Result<(), BackendError> {
         self.add(owner, PortSpec::Memif(spec.clone()))
     }
-    fn create_kernel(&self, owner: &str, spec: &KernelSpec) -> Result<(), DataplaneError> {
+    fn create_kernel(&self, owner: &str, spec: &KernelSpec) -> Result<(), BackendError> {
         self.add(owner, PortSpec::Kernel(spec.clone()))
     }
-    fn remove_port(&self, owner: &str, port: &PortName) -> Result<(), DataplaneError> {
+    fn remove_port(&self, owner: &str, port: &PortName) -> Result<(), BackendError> {
         let mut s = self.st();
         match s.ports.get(&port.0) {
             Some((o, _)) if o == owner => {}
-            _ => return Err(DataplaneError::NotFound(port.0.clone())),
+            _ => return Err(BackendError::NotFound(port.0.clone())),
         }
         if s.xcs.contains_key(&port.0)
             || s.xcs
                 .values()
                 .any(|(_, x)| matches!(x, Xc::L2(t) | Xc::L3(t, _) if *t == port.0))
         {
-            return Err(DataplaneError::InvalidArgument(format!(
+            return Err(BackendError::InvalidArgument(format!(
                 "{port} is cross-connected"
             )));
         }
@@ -101,14 +101,14 @@ impl Dataplane for FakeDp {
         owner: &str,
         a: &PortName,
         b: &PortName,
-    ) -> Result<(), DataplaneError> {
+    ) -> Result<(), BackendError> {
         let mut s = self.st();
         for p in [a, b] {
             if !s.ports.contains_key(&p.0) {
-                return Err(DataplaneError::NotFound(p.0.clone()));
+                return Err(BackendError::NotFound(p.0.clone()));
             }
             if s.xcs.contains_key(&p.0) {
-                return Err(DataplaneError::AlreadyExists(format!(
+                return Err(BackendError::AlreadyExists(format!(
                     "cross-connect from {p}"
                 )));
             }
@@ -126,14 +126,14 @@ impl Dataplane for FakeDp {
         b: &PortName,
         peer_b: Option<IpAddr>,
         peer_a: Option<IpAddr>,
-    ) -> Result<(), DataplaneError> {
+    ) -> Result<(), BackendError> {
         let mut s = self.st();
         for p in [a, b] {
             if !s.ports.contains_key(&p.0) {
-                return Err(DataplaneError::NotFound(p.0.clone()));
+                return Err(BackendError::NotFound(p.0.clone()));
             }
             if s.xcs.contains_key(&p.0) {
-                return Err(DataplaneError::AlreadyExists(format!(
+                return Err(BackendError::AlreadyExists(format!(
                     "cross-connect from {p}"
                 )));
             }
@@ -144,19 +144,19 @@ impl Dataplane for FakeDp {
             .insert(b.0.clone(), (owner.into(), Xc::L3(a.0.clone(), peer_a)));
         Ok(())
     }
-    fn disconnect(&self, _owner: &str, port: &PortName) -> Result<(), DataplaneError> {
+    fn disconnect(&self, _owner: &str, port: &PortName) -> Result<(), BackendError> {
         let mut s = self.st();
         match s.xcs.remove(&port.0) {
             Some((_, Xc::L2(peer) | Xc::L3(peer, _))) => {
                 s.xcs.remove(&peer);
                 Ok(())
             }
-            None => Err(DataplaneError::NotFound(format!(
+            None => Err(BackendError::NotFound(format!(
                 "no cross-connect from {port}"
             ))),
         }
     }
-    fn remove_owned(&self, owner: &str) -> Result<(), DataplaneError> {
+    fn remove_owned(&self, owner: &str) -> Result<(), BackendError> {
         let mut s = self.st();
         s.xcs.retain(|_, (o, _)| o != owner);
         let gone: Vec<String> = s
@@ -171,7 +171,7 @@ impl Dataplane for FakeDp {
         }
         Ok(())
     }
-    fn owners(&self) -> Result<Vec<String>, DataplaneError> {
+    fn owners(&self) -> Result<Vec<String>, BackendError> {
         let s = self.st();
         let mut o: Vec<String> = s.ports.values().map(|(o, _)| o.clone()).collect();
         o.dedup();

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use nsm_forwarder::Dataplane;
+use nsm_forwarder::NsmBackend;
 use nsm_proto::connection::{
     Connection, ConnectionEventType, MonitorScopeSelector, PathSegment, State,
 };

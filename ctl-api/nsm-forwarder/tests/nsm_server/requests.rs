@@ -4,7 +4,7 @@ use std::time::{Duration, SystemTime};
 
 use nsm_forwarder::dataplane::MemifRole;
 use nsm_forwarder::path::timestamp;
-use nsm_forwarder::{Dataplane, LinkEvent, PortName, PortSpec};
+use nsm_forwarder::{LinkEvent, NsmBackend, PortName, PortSpec};
 use nsm_proto::connection::{ConnectionEventType, MonitorScopeSelector, PathSegment, State};
 
 use crate::fake_dataplane::*;
