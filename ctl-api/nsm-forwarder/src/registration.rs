@@ -41,7 +41,7 @@ const FIRST_PATH: &str = r#"{"Index":0,"PathSegments":null}"#;
 
 /// The registry path NSM's registry clients send beside Register and Unregister (sdk
 /// `grpcmetadata`): the JSON `{"Index":…,"PathSegments":[{"token":…},…]}` in the gRPC metadata
-/// `path`, [`FIRST_PATH`] the first time, then the one nsmgr sent back in its `path` response
+/// `path`, `FIRST_PATH` the first time, then the one nsmgr sent back in its `path` response
 /// header, so that a refresh and the Unregister continue the same path. nsmgr's registry puts it
 /// in the call's context, its `updatepath` fills it and its authorization (`prev_token_signed`)
 /// checks it: without it every Register is `PermissionDenied`.
