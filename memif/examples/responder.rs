@@ -17,6 +17,8 @@
 mod endpoint;
 #[path = "common/reply.rs"]
 mod reply;
+#[path = "common/reply6.rs"]
+mod reply6;
 #[path = "common/wire.rs"]
 mod wire;
 
@@ -66,6 +68,9 @@ struct Args {
     /// Our address and prefix, e.g. 192.168.1.2/24.
     #[arg(long, value_parser = reply::parse_ip_prefix)]
     ip: (std::net::Ipv4Addr, u8),
+    /// Our IPv6 address too, e.g. fd00::2 (answers neighbour solicitations and ICMPv6 echoes).
+    #[arg(long, value_parser = reply6::parse_ip6)]
+    ip6: Option<std::net::Ipv6Addr>,
     /// Our MAC address (default: a locally administered one).
     #[arg(long, default_value = "02:fe:5a:00:00:01", value_parser = wire::parse_mac)]
     mac: [u8; 6],
@@ -92,6 +97,8 @@ struct Stats {
     received: u64,
     arp_replies: u64,
     echo_replies: u64,
+    /// ICMPv6 echo replies and neighbour advertisements.
+    ipv6_replies: u64,
     ignored: [u64; Ignored::ALL.len()],
     /// Replies the transmit ring had no room for.
     replies_dropped: u64,
@@ -107,6 +114,7 @@ impl Stats {
         match o {
             Outcome::ArpReply => self.arp_replies += 1,
             Outcome::EchoReply => self.echo_replies += 1,
+            Outcome::Ipv6Reply => self.ipv6_replies += 1,
             Outcome::Ignored(why) => self.ignored[why.index()] += 1,
         }
     }
@@ -125,6 +133,7 @@ impl Stats {
             "received": self.received,
             "arp_replies": self.arp_replies,
             "echo_replies": self.echo_replies,
+            "ipv6_replies": self.ipv6_replies,
             "ignored": self.ignored_total(),
             "ignored_by_reason": by_reason,
             "replies_dropped": self.replies_dropped,
@@ -144,11 +153,13 @@ impl Stats {
             .collect();
         let c = iface.map(|i| i.counters()).unwrap_or_default();
         format!(
-            "responder: {} frames received, {} ARP replies, {} echo replies, {} ignored ({}), \
+            "responder: {} frames received, {} ARP replies, {} echo replies, {} IPv6 replies, \
+             {} ignored ({}), \
              {} replies dropped; {} sleeps, {} wakeups; {} connects, {} disconnects",
             self.received,
             self.arp_replies,
             self.echo_replies,
+            self.ipv6_replies,
             self.ignored_total(),
             if reasons.is_empty() {
                 "none".to_string()
@@ -299,6 +310,7 @@ fn run(args: Args) -> Result<(), String> {
         mac: args.mac,
         ip,
         prefix,
+        ip6: args.ip6,
     };
     println!(
         "responder {} {ip}/{prefix} on {} ({:?}, id {})",

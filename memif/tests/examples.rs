@@ -14,6 +14,9 @@ mod common;
 #[path = "../examples/common/reply.rs"]
 mod reply;
 #[allow(dead_code)]
+#[path = "../examples/common/reply6.rs"]
+mod reply6;
+#[allow(dead_code)]
 #[path = "../examples/common/stream.rs"]
 mod stream;
 #[path = "../examples/common/wire.rs"]
@@ -460,6 +463,7 @@ fn host() -> Host {
         mac: RESPONDER_MAC,
         ip: RESPONDER_IP.into(),
         prefix: 24,
+        ip6: None,
     }
 }
 

@@ -183,6 +183,11 @@ impl Drop for Killed {
 
 /// Builds the memif examples (same profile as this test) and returns `traffic`'s path.
 pub fn traffic_example() -> PathBuf {
+    memif_example("traffic")
+}
+
+/// Builds the memif crate's example `name` (same profile as these tests) and returns its path.
+pub fn memif_example(name: &str) -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.args([
@@ -190,7 +195,7 @@ pub fn traffic_example() -> PathBuf {
         "-p",
         "memif",
         "--example",
-        "traffic",
+        name,
         "--message-format=json-render-diagnostics",
     ])
     .current_dir(env!("CARGO_MANIFEST_DIR"))
@@ -198,20 +203,19 @@ pub fn traffic_example() -> PathBuf {
     if !cfg!(debug_assertions) {
         cmd.arg("--release");
     }
-    let out = cmd.output().expect("run cargo build --example traffic");
-    assert!(out.status.success(), "cargo build --example traffic failed");
+    let out = cmd.output().expect("run cargo build --example");
+    assert!(out.status.success(), "cargo build --example {name} failed");
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .find_map(|v| {
-            (v["reason"] == "compiler-artifact" && v["target"]["name"] == "traffic")
+            (v["reason"] == "compiler-artifact" && v["target"]["name"] == name)
                 .then(|| v["executable"].as_str().map(PathBuf::from))
                 .flatten()
         })
-        .expect("cargo said where traffic is")
+        .unwrap_or_else(|| panic!("cargo said where {name} is"))
 }
 
-/// The JSON report `traffic --json` printed.
 pub fn traffic_report(o: &Output) -> serde_json::Value {
     String::from_utf8_lossy(&o.stdout)
         .lines()

@@ -1,9 +1,11 @@
 //! The responder's protocol work: answer ARP requests for our address and ICMP echo requests to
-//! it, ignore everything else with a reason. Every field is read through bounds-checked helpers,
+//! it (and, with an IPv6 address, neighbour solicitations and ICMPv6 echoes: `reply6`), ignore
+//! everything else with a reason. Every field is read through bounds-checked helpers,
 //! so no input can make this code panic.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
+use crate::reply6::{self, ETHERTYPE_IPV6};
 use crate::wire::{
     be16, checksum, is_group_mac, mac_at, BROADCAST_MAC, ETHERTYPE_ARP, ETHERTYPE_IPV4, ETH_HLEN,
     MIN_FRAME,
@@ -33,6 +35,8 @@ pub struct Host {
     pub ip: Ipv4Addr,
     /// Our prefix length (0..=32); its broadcast address is never a valid source.
     pub prefix: u8,
+    /// Our IPv6 address, if we answer IPv6 too.
+    pub ip6: Option<Ipv6Addr>,
 }
 
 impl Host {
@@ -95,11 +99,15 @@ pub enum Ignored {
     IcmpBadChecksum,
     /// ICMP that is not an echo request.
     IcmpNotEchoRequest,
+    /// An IPv6 header that is truncated or not version 6.
+    Ipv6Malformed,
+    /// IPv6 for another address (or a solicitation for one).
+    Ipv6OtherDestination,
 }
 
 impl Ignored {
     /// Every reason, in counter order.
-    pub const ALL: [Ignored; 16] = [
+    pub const ALL: [Ignored; 18] = [
         Ignored::Runt,
         Ignored::OtherEthertype,
         Ignored::OtherMac,
@@ -116,6 +124,8 @@ impl Ignored {
         Ignored::IcmpMalformed,
         Ignored::IcmpBadChecksum,
         Ignored::IcmpNotEchoRequest,
+        Ignored::Ipv6Malformed,
+        Ignored::Ipv6OtherDestination,
     ];
 
     /// A short name for summaries.
@@ -137,6 +147,8 @@ impl Ignored {
             Ignored::IcmpMalformed => "icmp_malformed",
             Ignored::IcmpBadChecksum => "icmp_bad_checksum",
             Ignored::IcmpNotEchoRequest => "icmp_not_echo_request",
+            Ignored::Ipv6Malformed => "ipv6_malformed",
+            Ignored::Ipv6OtherDestination => "ipv6_other_destination",
         }
     }
 
@@ -153,6 +165,8 @@ pub enum Outcome {
     ArpReply,
     /// An ICMP echo reply is in the output buffer.
     EchoReply,
+    /// An ICMPv6 echo reply or neighbour advertisement is in the output buffer.
+    Ipv6Reply,
     /// No answer; the output buffer is empty.
     Ignored(Ignored),
 }
@@ -163,6 +177,7 @@ pub fn respond(host: &Host, frame: &[u8], out: &mut Vec<u8>) -> Outcome {
     out.clear();
     let r = match ethernet(host, frame) {
         Ok(ETHERTYPE_ARP) => arp(host, frame, out).map(|()| Outcome::ArpReply),
+        Ok(ETHERTYPE_IPV6) => reply6::ipv6(host, frame, out).map(|()| Outcome::Ipv6Reply),
         Ok(_) => ipv4(host, frame, out).map(|()| Outcome::EchoReply),
         Err(why) => Err(why),
     };
@@ -172,16 +187,20 @@ pub fn respond(host: &Host, frame: &[u8], out: &mut Vec<u8>) -> Outcome {
     })
 }
 
-/// Checks the Ethernet header; returns the EtherType (ARP or IPv4 only).
+/// Checks the Ethernet header; returns the EtherType (ARP, IPv4, or IPv6 with an IPv6 address).
 fn ethernet(host: &Host, f: &[u8]) -> Result<u16, Ignored> {
     let (Some(dst), Some(src), Some(ethertype)) = (mac_at(f, 0), mac_at(f, 6), be16(f, 12)) else {
         return Err(Ignored::Runt);
     };
-    if ethertype != ETHERTYPE_ARP && ethertype != ETHERTYPE_IPV4 {
+    let ip6 = ethertype == ETHERTYPE_IPV6 && host.ip6.is_some();
+    if ethertype != ETHERTYPE_ARP && ethertype != ETHERTYPE_IPV4 && !ip6 {
         return Err(Ignored::OtherEthertype);
     }
-    // ARP requests are broadcast; echo requests come to our MAC.
-    let for_us = dst == host.mac || (ethertype == ETHERTYPE_ARP && dst == BROADCAST_MAC);
+    // ARP requests are broadcast, neighbour solicitations to a solicited-node group; echo
+    // requests come to our MAC.
+    let for_us = dst == host.mac
+        || (ethertype == ETHERTYPE_ARP && dst == BROADCAST_MAC)
+        || (ip6 && reply6::for_us(host, &dst));
     if !for_us {
         return Err(Ignored::OtherMac);
     }
