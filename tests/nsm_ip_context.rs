@@ -181,6 +181,27 @@ fn a_dual_stack_context_with_policies_is_applied_pings_both_ways_and_leaves_noth
     });
     assert!(ping6(&nse, "fd00:76::1"), "and back the other way");
 
+    // A refresh whose policies changed: the rules follow (the IPv6 one gone, the IPv4 one on).
+    let mut fewer = dual_stack();
+    fewer.policies.truncate(1);
+    let answer = client.request(request(&id, &nsc, fewer, 0)).unwrap();
+    assert_eq!(answer.state, State::Up as i32);
+    let rules6 = ip_out(&nsc, &["-6", "rule", "show"]);
+    assert!(
+        !rules6.contains("fd00:76::1"),
+        "the removed policy's rule is gone: {rules6}"
+    );
+    let rules4 = ip_out(&nsc, &["rule", "show"]);
+    let t4 = table_of_rule(&rules4, "from 10.76.0.1 ipproto tcp dport 6666");
+    let table = ip_out(&nsc, &["route", "show", "table", &t4]);
+    assert!(
+        table.contains("10.99.0.0/16 via 10.76.0.2 dev nsm0"),
+        "{table}"
+    );
+    wait_for("IPv6 still crosses after the refresh", 30, || {
+        ping6(&nsc, "fd00:76::2")
+    });
+
     client.close(answer).unwrap();
     assert_eq!(endpoint.log().closes.len(), 1);
     assert!(!nsc.has_link("nsm0"));
