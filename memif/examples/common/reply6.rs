@@ -95,7 +95,16 @@ pub fn ipv6(host: &Host, f: &[u8], out: &mut Vec<u8>) -> Result<(), Ignored> {
                 // Duplicate address detection: someone else wants our address; not answered.
                 return Err(Ignored::Ipv6OtherDestination);
             }
-            let mut r = vec![NEIGHBOR_ADVERTISEMENT, 0, 0, 0, NA_SOLICITED_OVERRIDE, 0, 0, 0];
+            let mut r = vec![
+                NEIGHBOR_ADVERTISEMENT,
+                0,
+                0,
+                0,
+                NA_SOLICITED_OVERRIDE,
+                0,
+                0,
+                0,
+            ];
             r.extend_from_slice(&own);
             r.extend_from_slice(&[OPT_TARGET_LLADDR, 1]);
             r.extend_from_slice(&host.mac);
@@ -168,7 +177,12 @@ mod tests {
         let group = [0x33, 0x33, 0xff, 0, 0, 2];
         assert!(for_us(&h, &group));
         let mut out = Vec::new();
-        ipv6(&h, &frame(group, "ff02::1:ff00:2".parse().unwrap(), 255, &ns), &mut out).unwrap();
+        ipv6(
+            &h,
+            &frame(group, "ff02::1:ff00:2".parse().unwrap(), 255, &ns),
+            &mut out,
+        )
+        .unwrap();
         let icmp = &out[54..];
         assert_eq!(icmp[0], NEIGHBOR_ADVERTISEMENT);
         assert_eq!(&icmp[8..24], &own.octets());
