@@ -7,9 +7,12 @@
 //! - [`interrupt`]: stop a child process the way Ctrl-C does, killing it if it lingers.
 //! - [`TestPmd`]: DPDK's `dpdk-testpmd` as a peer we did not write, always `--no-pci`.
 //! - [`python_venv`]: a Python with packages from PyPI, for independent Python peers.
+//! - [`wg_peers`]: wireguard-go and boringtun, the WireGuard peers we did not write, built once
+//!   and cached.
 
 mod python;
 mod testpmd;
+pub mod wg_peers;
 
 use std::process::{Child, ExitStatus};
 use std::time::{Duration, Instant};

@@ -3,6 +3,7 @@
 //! state, timers and counters.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::allowed_ips::AllowedIps;
@@ -17,8 +18,10 @@ use crate::transport::{SendCounter, TransportKeys};
 pub struct Session {
     /// The keys (plain data; a worker may hold a copy).
     pub keys: TransportKeys,
-    /// The next sending counter.
-    pub counter: SendCounter,
+    /// The next sending counter, shared by `Arc` with the graph's copy of the session: the
+    /// keepalives this side sends and the workers' messages draw from one counter, so no nonce
+    /// is used twice.
+    pub counter: Arc<SendCounter>,
     /// The receiving replay window.
     pub window: ReplayWindow,
     /// Messages received and authenticated with it (keepalives included).
@@ -29,7 +32,7 @@ impl Session {
     pub(crate) fn new(keys: TransportKeys) -> Self {
         Self {
             keys,
-            counter: SendCounter::new(),
+            counter: Arc::new(SendCounter::new()),
             window: ReplayWindow::new(),
             received: 0,
         }

@@ -43,7 +43,7 @@ fn rekey_after_messages_and_reject_after_messages() {
     let mut out = [0u8; 256];
     let mut buf = [0u8; 64];
     let session = a.peers[ap.0].current.as_mut().unwrap();
-    session.counter = SendCounter::starting_at(REKEY_AFTER_MESSAGES - 1);
+    session.counter = std::sync::Arc::new(SendCounter::starting_at(REKEY_AFTER_MESSAGES - 1));
     a.send(ap, t0, &mut buf, 0).unwrap();
     assert_eq!(a.poll(t0, &mut out), None, "below the limit");
     a.send(ap, t0, &mut buf, 0).unwrap();
@@ -57,7 +57,7 @@ fn rekey_after_messages_and_reject_after_messages() {
     assert_eq!(a.poll(t1, &mut out), Some((ap, INITIATION_LEN)));
 
     let session = a.peers[ap.0].current.as_mut().unwrap();
-    session.counter = SendCounter::starting_at(REJECT_AFTER_MESSAGES);
+    session.counter = std::sync::Arc::new(SendCounter::starting_at(REJECT_AFTER_MESSAGES));
     assert_eq!(
         a.send(ap, t1, &mut buf, 0),
         Err(DeviceError::Transport(TransportError::CounterExhausted))
@@ -69,7 +69,7 @@ fn a_counter_past_the_limit_is_refused_on_receipt() {
     let t0 = Instant::now();
     let (mut a, ap, mut b, _) = connected(t0);
     let session = a.peers[ap.0].current.as_mut().unwrap();
-    session.counter = SendCounter::starting_at(REJECT_AFTER_MESSAGES - 1);
+    session.counter = std::sync::Arc::new(SendCounter::starting_at(REJECT_AFTER_MESSAGES - 1));
     let mut buf = [0u8; 64];
     let n = a.send(ap, t0, &mut buf, 0).unwrap();
     let mut ok = buf;

@@ -6,7 +6,7 @@
 #![allow(dead_code)]
 
 pub mod icmp;
-pub mod peers;
+pub use testkit::wg_peers as peers;
 pub mod setup;
 pub mod tun;
 

@@ -7,7 +7,23 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
-use super::{run, say};
+/// Says what a build does (stderr, so `cargo test` shows it).
+fn say(msg: &str) {
+    eprintln!("[wg-peers] {msg}");
+}
+
+/// Runs a command to completion; panics with its output if it fails.
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
 
 /// boringtun-cli's version.
 pub const BORINGTUN_VERSION: &str = "0.7.1";
