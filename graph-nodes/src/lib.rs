@@ -11,6 +11,7 @@ pub mod forwarding;
 pub mod nodes;
 pub mod state;
 pub mod wire;
+pub mod wireguard;
 
 pub use forwarding::{FibConfig, Forwarding, ForwardingError, LocalState, Path, Publisher};
 pub use nodes::{add_forwarding_nodes, names, ForwardingHandles};

@@ -8,6 +8,7 @@ use crossbeam_queue::ArrayQueue;
 
 use crate::fib::LpmTable;
 use crate::wire::Mac;
+use crate::wireguard::{WgDatagram, WgTunnel};
 
 /// A fast hasher for small fixed-size keys the data path looks up (tunnel endpoints): one
 /// multiply per word, no protection against chosen collisions (the keys come from the control
@@ -65,6 +66,11 @@ pub enum InterfaceKind {
     /// A VXLAN tunnel's L2 side: frames sent here are encapsulated.
     Vxlan {
         /// Index into [`ForwardingState::tunnels`].
+        tunnel: u32,
+    },
+    /// A WireGuard tunnel's L3 side: IP packets sent here are encrypted to a peer.
+    Wireguard {
+        /// Index into [`ForwardingState::wireguard`].
         tunnel: u32,
     },
 }
@@ -244,6 +250,17 @@ impl TxClass {
         TxClass(2 << 30 | (t & Self::INDEX))
     }
 
+    /// A WireGuard tunnel: encrypt with tunnel `t`.
+    pub fn wireguard(t: u32) -> TxClass {
+        TxClass(3 << 30 | (t & Self::INDEX))
+    }
+
+    /// The tunnel, if this is a WireGuard interface.
+    #[inline(always)]
+    pub fn wireguard_tunnel(self) -> Option<u32> {
+        (self.0 >> 30 == 3 && self != Self::NONE).then_some(self.0 & Self::INDEX)
+    }
+
     /// The port whose queue sends for this interface, if it is a port or a VLAN.
     #[inline(always)]
     pub fn queue(self) -> Option<IfIndex> {
@@ -301,6 +318,11 @@ pub struct ForwardingState {
     pub vxlan_port: u16,
     /// Events for the control side (bounded; the data path never blocks on it).
     pub events: Arc<ArrayQueue<DataplaneEvent>>,
+    /// WireGuard tunnels by index (`None`: a removed tunnel's slot).
+    pub wireguard: Vec<Option<WgTunnel>>,
+    /// What the control side sends through the graph for WireGuard (handshake messages,
+    /// packets it decrypted), taken by `wg4-control-input` on any worker.
+    pub wg_output: Arc<ArrayQueue<WgDatagram>>,
 }
 
 impl ForwardingState {
@@ -320,6 +342,18 @@ impl ForwardingState {
             .get(rx as usize)
             .copied()
             .filter(|&a| a != u32::MAX)
+    }
+
+    /// The WireGuard tunnel listening on `local:port`, if any.
+    #[inline]
+    pub fn wireguard_at(&self, local: u32, port: u16) -> Option<u32> {
+        self.wireguard
+            .iter()
+            .position(|t| {
+                t.as_ref()
+                    .is_some_and(|t| t.port == port && t.local == local)
+            })
+            .map(|t| t as u32)
     }
 
     /// The interface `i`, if it exists.

@@ -281,6 +281,7 @@ impl AdminBackend for ForwarderAdmin {
                 }
                 InterfaceKind::Vlan { .. } => x.r#type = "vlan".into(),
                 InterfaceKind::Vxlan { .. } => x.r#type = "vxlan".into(),
+                InterfaceKind::Wireguard { .. } => x.r#type = "wireguard".into(),
             }
             out.push(x);
         }

@@ -177,6 +177,9 @@ impl Forwarding {
         if let InterfaceKind::Vxlan { tunnel } = iface.kind {
             self.tunnels[tunnel as usize] = None;
         }
+        if let InterfaceKind::Wireguard { tunnel } = iface.kind {
+            self.wireguard[tunnel as usize] = None;
+        }
         // Every route through the interface goes with it: its index may be given to a new
         // interface, which must not inherit them.
         let through: Vec<(u32, u8)> = self

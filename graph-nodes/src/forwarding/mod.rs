@@ -23,6 +23,7 @@ mod interfaces;
 mod interned;
 mod publish;
 mod routes;
+mod wireguard;
 mod xconnect;
 
 use interned::Interned;
@@ -125,6 +126,8 @@ pub struct Forwarding {
     tunnels: Vec<Option<VxlanTunnel>>,
     vxlan_port: u16,
     events: Arc<ArrayQueue<DataplaneEvent>>,
+    wireguard: Vec<Option<crate::wireguard::WgTunnel>>,
+    wg_output: Arc<ArrayQueue<crate::wireguard::WgDatagram>>,
     pending_fib: Vec<(u32, u8, Option<u32>)>,
 }
 
@@ -162,6 +165,8 @@ impl Forwarding {
             tunnels: Vec::new(),
             vxlan_port: wire::VXLAN_PORT,
             events: Arc::new(ArrayQueue::new(4096)),
+            wireguard: Vec::new(),
+            wg_output: Arc::new(ArrayQueue::new(crate::wireguard::OUTPUT_QUEUE_LEN)),
             pending_fib: Vec::new(),
         })
     }

@@ -89,6 +89,17 @@ impl Forwarding {
         let Ok(iface) = self.iface(tx) else {
             return Adjacency::DROP;
         };
+        if let InterfaceKind::Wireguard { .. } = iface.kind {
+            // IP payload: no neighbour, no L2 header; the tunnel picks the peer.
+            return Adjacency {
+                kind: AdjacencyKind::Rewrite,
+                tx,
+                mtu: iface.mtu,
+                next_hop,
+                header: [0; 18],
+                header_len: 0,
+            };
+        }
         let mut header = [0u8; 18];
         let mut header_len = 14u8;
         if kind == AdjacencyKind::Rewrite {
@@ -130,6 +141,7 @@ impl Forwarding {
                 Some((i, InterfaceKind::Port)) => TxClass::port(i),
                 Some((_, InterfaceKind::Vlan { parent, .. })) => TxClass::vlan(parent),
                 Some((_, InterfaceKind::Vxlan { tunnel })) => TxClass::vxlan(tunnel),
+                Some((_, InterfaceKind::Wireguard { tunnel })) => TxClass::wireguard(tunnel),
                 None => TxClass::NONE,
             })
             .collect();
@@ -196,6 +208,8 @@ impl Forwarding {
             tunnel_by_key,
             vxlan_port: self.vxlan_port,
             events: self.events.clone(),
+            wireguard: self.wireguard.clone(),
+            wg_output: self.wg_output.clone(),
         }
     }
 

@@ -17,6 +17,7 @@ use crate::state::{ForwardingState, IfIndex};
 
 next_arcs! {
     ENCAP => names::VXLAN4_ENCAP,
+    ENCRYPT => names::WG4_ENCRYPT,
     RESOLVE => names::OFFLOAD_RESOLVE,
 }
 
@@ -28,6 +29,7 @@ node_errors! {
 }
 
 const TO_ENCAP: u32 = u32::MAX - 1;
+const TO_ENCRYPT: u32 = u32::MAX - 2;
 const TO_DROP: u32 = u32::MAX;
 
 /// The `interface-output` node of one worker.
@@ -108,6 +110,7 @@ impl Node<ForwardingState> for InterfaceOutput {
                 let p = match (class.queue(), class.tunnel()) {
                     (Some(port), _) => port,
                     (None, Some(_)) => TO_ENCAP,
+                    (None, None) if class.wireguard_tunnel().is_some() => TO_ENCRYPT,
                     (None, None) => TO_DROP,
                 };
                 one_port &= i == 0 || p == last_port;
@@ -152,6 +155,8 @@ impl InterfaceOutput {
         match port {
             TO_ENCAP if offload => cx.enqueue_slice(RESOLVE, run),
             TO_ENCAP => cx.enqueue_slice(ENCAP, run),
+            TO_ENCRYPT if offload => cx.enqueue_slice(RESOLVE, run),
+            TO_ENCRYPT => cx.enqueue_slice(ENCRYPT, run),
             TO_DROP => cx.enqueue_slice(Next::DROP, run),
             p => match self.queues.get_mut(p as usize).and_then(Option::as_mut) {
                 Some(q) if offload && !q.accepts_offload() => cx.enqueue_slice(RESOLVE, run),

@@ -1,15 +1,17 @@
 //! `ip4-local`: packets for our own addresses. ICMP echo requests are answered (so people can
-//! ping Quiver); VXLAN goes to `vxlan4-input`; anything else is counted and dropped.
+//! ping Quiver); VXLAN goes to `vxlan4-input`, UDP for a WireGuard tunnel's address and port to
+//! `wg4-decrypt`; anything else is counted and dropped.
 
 use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
 use super::{names, LOCALLY_ORIGINATED};
 use crate::state::ForwardingState;
-use crate::wire::{self, be16, ip4};
+use crate::wire::{self, be16, be32, ip4};
 
 next_arcs! {
     LOOKUP => names::IP4_LOOKUP,
     VXLAN => names::VXLAN4_INPUT,
+    WIREGUARD => names::WG4_DECRYPT,
 }
 
 node_errors! {
@@ -76,7 +78,9 @@ impl Node<ForwardingState> for Ip4Local {
     }
 
     fn process(&mut self, cx: &mut Context<'_, ForwardingState>, frame: &mut Frame) -> usize {
-        let vxlan_port = cx.state().vxlan_port;
+        let state = cx.state();
+        let vxlan_port = state.vxlan_port;
+        let any_wg = !state.wireguard.is_empty();
         let base = cx.error_id(0);
         let mut replies = 0;
         let bis = frame.as_slice();
@@ -94,6 +98,15 @@ impl Node<ForwardingState> for Ip4Local {
                         && be16(d, wire::IP4_HEADER + 2) == vxlan_port =>
                 {
                     Ok(VXLAN)
+                }
+                wire::PROTO_UDP
+                    if any_wg
+                        && d.len() >= wire::IP4_HEADER + wire::UDP_HEADER
+                        && state
+                            .wireguard_at(be32(d, ip4::DST), be16(d, wire::IP4_HEADER + 2))
+                            .is_some() =>
+                {
+                    Ok(WIREGUARD)
                 }
                 _ => Err(UNKNOWN_PROTOCOL),
             };

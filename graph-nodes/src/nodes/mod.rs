@@ -13,6 +13,7 @@ mod ip6_l3xc;
 mod l2_xconnect;
 mod offload_resolve;
 mod vxlan;
+mod wireguard;
 
 pub use arp::{ArpInput, Ip4Arp};
 pub use ethernet_input::EthernetInput;
@@ -27,6 +28,7 @@ pub use ip6_l3xc::Ip6L3xc;
 pub use l2_xconnect::{L2Xconnect, XconnectStats};
 pub use offload_resolve::OffloadResolve;
 pub use vxlan::{Vxlan4Encap, Vxlan4Input};
+pub use wireguard::{Wg4ControlInput, Wg4Decrypt, Wg4Encrypt};
 
 use std::sync::Arc;
 
@@ -63,6 +65,12 @@ pub mod names {
     pub const VXLAN4_ENCAP: &str = "vxlan4-encap";
     /// VXLAN decapsulation.
     pub const VXLAN4_INPUT: &str = "vxlan4-input";
+    /// WireGuard encryption (IP packet → transport message in UDP/IPv4).
+    pub const WG4_ENCRYPT: &str = "wg4-encrypt";
+    /// WireGuard decryption (UDP for a tunnel's port → inner IPv4 packet).
+    pub const WG4_DECRYPT: &str = "wg4-decrypt";
+    /// What the WireGuard control side sends through the graph.
+    pub const WG4_CONTROL_INPUT: &str = "wg4-control-input";
     /// Hands packets to ports' transmit queues.
     pub const INTERFACE_OUTPUT: &str = "interface-output";
     /// Checksums and segmentation left by a kernel, done in software.
@@ -156,6 +164,9 @@ pub fn add_forwarding_nodes(
         .add(xc)
         .add(Vxlan4Encap::new())
         .add(Vxlan4Input::new())
+        .add(Wg4Encrypt::new())
+        .add(Wg4Decrypt::new())
+        .add(Wg4ControlInput::new())
         .add(InterfaceOutput::new(tx))
         .add(OffloadResolve::new());
     handles

@@ -1,0 +1,285 @@
+//! WireGuard's nodes on a hand-driven graph: `wg4-encrypt` seals what is routed to a tunnel
+//! into UDP/IPv4 to the peer's endpoint (opened here with the peer's keys by the protocol
+//! crate), `wg4-decrypt` opens what the peer sealed and routes the inner packet, every refusal
+//! is a named counter, handshakes are punted, and the control side's datagrams leave through
+//! `wg4-control-input`.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use common::*;
+use graph_nodes::state::FastMap;
+use graph_nodes::wireguard::{WgDatagram, WgPeer, WgReceiver, WgRecvSession, WgSendSession};
+use graph_nodes::Path;
+use wireguard::replay::ReplayWindow;
+use wireguard::transport::{self, SendCounter, TransportKeys};
+
+const OURS: u32 = 0xc000_0201; // 192.0.2.1
+const PEER: u32 = 0xc000_0202; // 192.0.2.2
+const OUR_PORT: u16 = 51820;
+const PEER_PORT: u16 = 51821;
+const OUR_INDEX: u32 = 0x1111;
+const PEER_INDEX: u32 = 0x2222;
+
+/// Our keys and the peer's, mirrored.
+fn keys() -> (TransportKeys, TransportKeys) {
+    let now = Instant::now();
+    let ours = TransportKeys {
+        send: [7; 32],
+        recv: [9; 32],
+        local_index: OUR_INDEX,
+        remote_index: PEER_INDEX,
+        created: now,
+        initiator: true,
+    };
+    let theirs = TransportKeys {
+        send: [9; 32],
+        recv: [7; 32],
+        local_index: PEER_INDEX,
+        remote_index: OUR_INDEX,
+        created: now,
+        initiator: false,
+    };
+    (ours, theirs)
+}
+
+/// eth0: hosts (10.0.1.254/24, host A at 10.0.1.2); eth1: the underlay (192.0.2.1/24, the peer
+/// at .2); wg0 to the peer, allowed 10.9.0.0/24, routed. With `session`, keys are in place.
+fn rig(session: bool) -> (Rig, u32, TransportKeys) {
+    let (ours, theirs) = keys();
+    let mut tunnel = 0;
+    let mut rig = Rig::new(&[MAC0, MAC1], |f, p| {
+        f.add_address(p[0], ip(10, 0, 1, 254), 24).unwrap();
+        f.add_neighbor(p[0], ip(10, 0, 1, 2), HOST_A).unwrap();
+        f.add_address(p[1], OURS, 24).unwrap();
+        f.add_neighbor(p[1], PEER, HOST_B).unwrap();
+        let peer = WgPeer {
+            endpoint: (PEER, PEER_PORT),
+            allowed: vec![(ip(10, 9, 0, 0), 24)],
+            send: None,
+        };
+        let (wg, t) = f
+            .add_wireguard_tunnel("wg0", OURS, OUR_PORT, vec![peer], 1500)
+            .unwrap();
+        tunnel = t;
+        let via = Path {
+            next_hop: ip(10, 9, 0, 1),
+            interface: wg,
+        };
+        f.add_route(ip(10, 9, 0, 0), 24, &[via]).unwrap();
+    });
+    if session {
+        let mut receivers = FastMap::default();
+        receivers.insert(
+            OUR_INDEX,
+            WgReceiver::Session {
+                peer: 0,
+                session: Arc::new(WgRecvSession {
+                    keys: ours.clone(),
+                    window: Mutex::new(ReplayWindow::new()),
+                }),
+            },
+        );
+        let peer = WgPeer {
+            endpoint: (PEER, PEER_PORT),
+            allowed: vec![(ip(10, 9, 0, 0), 24)],
+            send: Some(Arc::new(WgSendSession {
+                keys: ours,
+                counter: Arc::new(SendCounter::new()),
+            })),
+        };
+        rig.fwd
+            .set_wireguard_sessions(tunnel, vec![peer], receivers)
+            .unwrap();
+        rig.commit();
+    }
+    (rig, tunnel, theirs)
+}
+
+/// A transport message from the peer, sealed with its keys: `inner` at `counter`.
+fn from_peer(theirs: &TransportKeys, counter: u64, inner: &[u8]) -> Vec<u8> {
+    let mut buf = vec![0u8; transport::sealed_len(inner.len())];
+    buf[16..16 + inner.len()].copy_from_slice(inner);
+    let n = transport::seal(theirs, counter, &mut buf, inner.len()).unwrap();
+    buf.truncate(n);
+    buf
+}
+
+/// `msg` in UDP/IPv4 from the peer's endpoint to ours, in Ethernet to eth1.
+fn underlay(msg: &[u8]) -> Vec<u8> {
+    eth(
+        MAC1,
+        HOST_B,
+        0x0800,
+        &ipv4(PEER, OURS, 17, 64, &udp(PEER_PORT, OUR_PORT, msg)),
+    )
+}
+
+#[test]
+fn routed_packets_are_sealed_to_the_peer_and_its_messages_opened_and_routed() {
+    let (mut rig, _, theirs) = rig(true);
+    let inner = ipv4(
+        ip(10, 0, 1, 2),
+        ip(10, 9, 0, 5),
+        17,
+        64,
+        &udp(1, 2, b"hello"),
+    );
+    rig.inject(0, &[eth(MAC0, HOST_A, 0x0800, &inner)]);
+    let sent = rig.sent(1);
+    assert_eq!(sent.len(), 1, "one message to the peer");
+    let f = &sent[0];
+    assert_eq!(&f[..6], &HOST_B);
+    assert_eq!(&f[6..12], &MAC1);
+    let outer = &f[14..];
+    assert_eq!(inet_checksum(&outer[..20]), 0, "outer header checksum");
+    assert_eq!(u32::from_be_bytes(outer[12..16].try_into().unwrap()), OURS);
+    assert_eq!(u32::from_be_bytes(outer[16..20].try_into().unwrap()), PEER);
+    assert_eq!(
+        &outer[20..24],
+        &[OUR_PORT.to_be_bytes(), PEER_PORT.to_be_bytes()].concat()[..]
+    );
+    let mut msg = outer[28..].to_vec();
+    assert_eq!(msg.len(), transport::sealed_len(inner.len()));
+    let (counter, range) = transport::open(&theirs, &mut msg).unwrap();
+    assert_eq!(counter, 0);
+    // Routed once on the way in: the TTL went down by one.
+    let mut expect = inner.clone();
+    expect[8] -= 1;
+    fix_ip_checksum(&mut expect);
+    assert_eq!(&msg[range.start..range.start + inner.len()], &expect[..]);
+    assert!(msg[range.start + inner.len()..range.end]
+        .iter()
+        .all(|&b| b == 0));
+
+    // The peer's reply comes out of eth0 to host A.
+    let reply = ipv4(
+        ip(10, 9, 0, 5),
+        ip(10, 0, 1, 2),
+        17,
+        64,
+        &udp(2, 1, b"world"),
+    );
+    rig.inject(1, &[underlay(&from_peer(&theirs, 0, &reply))]);
+    let sent = rig.sent(0);
+    assert_eq!(sent.len(), 1);
+    let mut expect = reply.clone();
+    expect[8] -= 1;
+    fix_ip_checksum(&mut expect);
+    assert_eq!(sent[0], eth(HOST_A, MAC0, 0x0800, &expect));
+    assert_eq!(rig.total_errors(), 0);
+    rig.assert_no_leaks();
+}
+
+#[test]
+fn bad_input_is_counted_by_name() {
+    let (mut rig, tunnel, theirs) = rig(true);
+    let ok = ipv4(ip(10, 9, 0, 5), ip(10, 0, 1, 2), 17, 64, &[0; 8]);
+    let first = from_peer(&theirs, 3, &ok);
+    let mut forged = from_peer(&theirs, 4, &ok);
+    *forged.last_mut().unwrap() ^= 1;
+    let mut unknown = from_peer(&theirs, 5, &ok);
+    unknown[4..8].copy_from_slice(&0xdead_u32.to_le_bytes());
+    let spoofed = ipv4(ip(10, 8, 0, 5), ip(10, 0, 1, 2), 17, 64, &[0; 8]);
+    let mut handshake = vec![0u8; 148];
+    handshake[0] = 1;
+    rig.inject(
+        1,
+        &[
+            underlay(&first),
+            underlay(&first),
+            underlay(&forged),
+            underlay(&unknown),
+            underlay(&first[..20]),
+            underlay(&[9, 0, 0, 0, 1, 2, 3, 4]),
+            underlay(&from_peer(&theirs, 6, &spoofed)),
+            underlay(&from_peer(&theirs, 7, b"not an IP packet at all")),
+            underlay(&from_peer(&theirs, 8, &[])),
+            underlay(&from_peer(&theirs, 9003, &ok)),
+            underlay(&from_peer(&theirs, 10, &ok)),
+            underlay(&handshake),
+        ],
+    );
+    assert_eq!(rig.sent(0).len(), 2, "the first and the one 9000 ahead");
+    let e = |name| rig.error("wg4-decrypt", name);
+    // A duplicate, and one never seen but older than the window once 9003 was accepted.
+    assert_eq!(e("replay"), 2);
+    assert_eq!(e("bad-tag"), 1);
+    assert_eq!(e("unknown-index"), 1);
+    assert_eq!(e("truncated"), 1);
+    assert_eq!(e("unknown-type"), 1);
+    assert_eq!(e("source-not-allowed"), 1);
+    assert_eq!(e("not-ip4"), 1);
+    assert_eq!(e("keepalive"), 1);
+    assert_eq!(e("punted"), 1);
+    let shared = rig.fwd.wireguard_tunnel(tunnel).unwrap().shared.clone();
+    let punted = shared.punts.pop().expect("the handshake was punted");
+    assert_eq!(
+        (punted.addr, punted.port, punted.data()),
+        (PEER, PEER_PORT, &handshake[..])
+    );
+    assert_eq!(shared.peers[0].replays.load(Ordering::Relaxed), 2);
+    assert_eq!(shared.peers[0].bad_tags.load(Ordering::Relaxed), 1);
+    rig.assert_no_leaks();
+}
+
+#[test]
+fn without_a_session_packets_ask_for_a_handshake_and_the_control_side_sends_through_the_graph() {
+    let (mut rig, tunnel, _) = rig(false);
+    let inner = ipv4(ip(10, 0, 1, 2), ip(10, 9, 0, 5), 17, 64, &[0; 8]);
+    rig.inject(0, &[eth(MAC0, HOST_A, 0x0800, &inner)]);
+    assert!(rig.sent(1).is_empty());
+    assert_eq!(rig.error("wg4-encrypt", "no-session"), 1);
+    let shared = rig.fwd.wireguard_tunnel(tunnel).unwrap().shared.clone();
+    assert!(shared.peers[0].want_handshake.load(Ordering::Relaxed));
+    // Not in any peer's allowed IPs: no peer.
+    let stray = ipv4(ip(10, 0, 1, 2), ip(10, 9, 1, 5), 17, 64, &[0; 8]);
+    rig.fwd
+        .add_route(
+            ip(10, 9, 1, 0),
+            24,
+            &[Path {
+                next_hop: 0,
+                interface: rig.fwd.interface_by_name("wg0").unwrap().index,
+            }],
+        )
+        .unwrap();
+    rig.commit();
+    rig.inject(0, &[eth(MAC0, HOST_A, 0x0800, &stray)]);
+    assert_eq!(rig.error("wg4-encrypt", "no-peer"), 1);
+
+    // A handshake message of the control side's, to the peer.
+    let mut dg = WgDatagram::new(tunnel, PEER, PEER_PORT);
+    dg.bytes[..4].copy_from_slice(&[1, 0, 0, 0]);
+    dg.len = 148;
+    rig.fwd.wireguard_output().push(dg).unwrap();
+    // A packet it decrypted itself, received on the tunnel.
+    let mut dg = WgDatagram::new(tunnel, PEER, PEER_PORT);
+    let reply = ipv4(ip(10, 9, 0, 5), ip(10, 0, 1, 2), 17, 64, &[0; 8]);
+    dg.bytes[..reply.len()].copy_from_slice(&reply);
+    dg.len = reply.len() as u16;
+    dg.inner = true;
+    rig.fwd.wireguard_output().push(dg).unwrap();
+    rig.run();
+    let sent = rig.sent(1);
+    assert_eq!(sent.len(), 1);
+    let mut msg = vec![0u8; 148];
+    msg[0] = 1;
+    assert_eq!(
+        sent[0],
+        eth(HOST_B, MAC1, 0x0800, &{
+            let mut p = ipv4(OURS, PEER, 17, 64, &udp(OUR_PORT, PEER_PORT, &msg));
+            p[4..6].copy_from_slice(&[0, 0]);
+            fix_ip_checksum(&mut p);
+            p
+        })
+    );
+    let mut expect = reply.clone();
+    expect[8] -= 1;
+    fix_ip_checksum(&mut expect);
+    assert_eq!(rig.sent(0), vec![eth(HOST_A, MAC0, 0x0800, &expect)]);
+    rig.assert_no_leaks();
+}
