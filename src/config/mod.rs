@@ -1,12 +1,14 @@
 //! `quiver.toml`: what the daemon runs. Every key has a default, so an empty file is valid.
 
 pub mod topology;
+pub mod wireguard;
 
 use std::path::Path;
 
 use dataplane::{BufferPoolConfig, HugepagePolicy, IdlePolicy};
 use serde::Deserialize;
 
+pub use self::wireguard::{WireguardPeerSection, WireguardSection};
 pub use topology::{
     AddressSection, AfPacketSection, CommonPortSettings, DpdkSection, MemifMode, MemifRole,
     MemifSection, NeighborSection, PortSection, RouteSection, TapSection, XconnectSection,
@@ -38,6 +40,8 @@ pub struct Config {
     pub dpdk: DpdkEalSection,
     /// Prometheus metrics.
     pub metrics: MetricsSection,
+    /// WireGuard tunnels (`[[wireguard]]`).
+    pub wireguard: Vec<WireguardSection>,
 }
 
 /// `[metrics]`: the Prometheus endpoint.

@@ -20,6 +20,7 @@ mod error;
 mod open;
 mod runtime;
 mod vxlan;
+mod wg_tunnels;
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;
@@ -47,6 +48,7 @@ use error::port_error;
 pub use error::{ForwarderError, Owned};
 use open::{open_port, OpenError};
 pub use vxlan::TunnelEntry;
+pub use wg_tunnels::{WgPeerStatus, WgTunnelStatus};
 
 /// One port and the interface it is in the forwarding state.
 #[derive(Clone)]
@@ -73,6 +75,8 @@ pub struct Forwarder {
     owned: Vec<(String, Owned)>,
     /// VXLAN tunnels (interfaces without a port).
     tunnels: Vec<TunnelEntry>,
+    /// WireGuard tunnels and their handshakes (`wg_tunnels`).
+    wireguard: Vec<wg_tunnels::WgEntry>,
     /// Neighbours made for L3 cross-connects out of IP-mode memif ports (point to point: no
     /// ARP, any destination MAC), by interface, removed with the cross-connect.
     p2p_peers: Vec<(IfIndex, u32)>,
@@ -180,6 +184,7 @@ impl Forwarder {
             sections: cfg.port.clone(),
             owned: Vec::new(),
             tunnels: Vec::new(),
+            wireguard: Vec::new(),
             p2p_peers: Vec::new(),
             workers: nworkers,
             memif,
@@ -189,6 +194,7 @@ impl Forwarder {
         };
         // The configured cross-connects' cut-throughs.
         forwarder.commit().map_err(|e| e.to_string())?;
+        wg_tunnels::configure(cfg, &mut forwarder)?;
         Ok(forwarder)
     }
 
@@ -235,16 +241,19 @@ impl Forwarder {
                 let t = self.tunnels.iter().find(|t| t.name == name)?;
                 Some(t.interface)
             })
+            .or_else(|| self.wireguard_interface(name))
             .ok_or_else(|| ForwarderError::NotFound(format!("no port named `{name}`")))
     }
 
     /// The name of the port or tunnel that is interface `i`.
     fn interface_name(&self, i: IfIndex) -> Option<&str> {
         let port = self.ports.iter().find(|e| e.interface == i);
-        port.map(|e| e.name.as_str()).or_else(|| {
-            let t = self.tunnels.iter().find(|t| t.interface == i)?;
-            Some(t.name.as_str())
-        })
+        port.map(|e| e.name.as_str())
+            .or_else(|| {
+                let t = self.tunnels.iter().find(|t| t.interface == i)?;
+                Some(t.name.as_str())
+            })
+            .or_else(|| self.wireguard_name(i))
     }
 
     fn record(&mut self, owner: Option<&str>, object: Owned) {
@@ -260,10 +269,11 @@ impl Forwarder {
     }
 
     /// Control-side housekeeping, called often (every few milliseconds): applies what the data
-    /// path learned (ARP), publishes it through the one commit path every change takes, and
+    /// path learned (ARP), runs WireGuard's handshakes and timers (`wg_tunnels`), publishes it through the one commit path every change takes, and
     /// frees retired state. True when it committed a change.
     pub fn housekeeping(&mut self) -> Result<bool, String> {
-        let learned = self.forwarding.take_events() > 0;
+        let mut learned = self.forwarding.take_events() > 0;
+        learned |= self.wireguard_housekeeping();
         if learned {
             self.commit().map_err(|e| e.to_string())?;
         }
@@ -359,6 +369,10 @@ fn configure(cfg: &Config, ports: &[PortEntry], f: &mut Forwarding) -> Result<()
             .map_err(|e| format!("neighbor {}: {e}", n.ip))?;
     }
     for r in &cfg.route {
+        if wg_tunnels::through_wireguard(cfg, r) {
+            // Added once the tunnel exists (`wg_tunnels::configure`).
+            continue;
+        }
         let (prefix, len) = parse_prefix(&r.prefix)?;
         if r.via.is_empty() {
             f.add_drop_route(prefix, len).map_err(|e| e.to_string())?;

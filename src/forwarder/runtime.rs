@@ -435,6 +435,9 @@ impl Forwarder {
         for o in objects.iter().rev() {
             let r = match o {
                 Owned::Port(p) => self.remove_port(p),
+                Owned::Tunnel(t) if self.wireguard_interface(t).is_some() => {
+                    self.remove_wireguard(t)
+                }
                 Owned::Tunnel(t) => self.remove_vxlan_tunnel(t),
                 Owned::CrossConnect(a, _) | Owned::L3CrossConnect(a, _) => self.disconnect(a),
                 Owned::Route(p, l) => self.remove_route(*p, *l),

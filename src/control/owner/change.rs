@@ -7,7 +7,7 @@ use std::net::Ipv4Addr;
 use graph_nodes::IfIndex;
 
 use crate::capture::{CaptureInfo, CaptureRequest};
-use crate::config::PortSection;
+use crate::config::{PortSection, WireguardSection};
 use crate::forwarder::{Forwarder, ForwarderError};
 
 /// One change to the running configuration. `owner`: the connection id (NSM's) that owns what
@@ -21,7 +21,7 @@ pub enum Change {
         /// Its owner.
         owner: Option<String>,
     },
-    /// Remove a port or a VXLAN tunnel by name.
+    /// Remove a port, a VXLAN or a WireGuard tunnel by name.
     RemoveInterface {
         /// Its name.
         name: String,
@@ -126,6 +126,18 @@ pub enum Change {
     },
     /// The UDP port VXLAN is received on.
     SetVxlanPort(u16),
+    /// Add a WireGuard tunnel ([`Applied::Interface`]).
+    AddWireguard {
+        /// The tunnel, as `[[wireguard]]` gives it.
+        tunnel: WireguardSection,
+        /// Its owner.
+        owner: Option<String>,
+    },
+    /// Remove a WireGuard tunnel by name.
+    RemoveWireguard {
+        /// Its name.
+        name: String,
+    },
     /// Remove everything an owner made, newest first ([`Applied::Removed`]).
     RemoveOwned {
         /// The owner.
@@ -170,6 +182,8 @@ impl Change {
             Change::RemoveInterface { name } => {
                 if f.tunnels().iter().any(|t| t.name == name) {
                     f.remove_vxlan_tunnel(&name)?;
+                } else if f.wireguard_status().iter().any(|t| t.name == name) {
+                    f.remove_wireguard(&name)?;
                 } else {
                     f.remove_port(&name)?;
                 }
@@ -251,6 +265,13 @@ impl Change {
             )?),
             Change::SetVxlanPort(port) => {
                 f.set_vxlan_port(port)?;
+                Done
+            }
+            Change::AddWireguard { tunnel, owner } => {
+                Applied::Interface(f.add_wireguard(&tunnel, owner.as_deref())?)
+            }
+            Change::RemoveWireguard { name } => {
+                f.remove_wireguard(&name)?;
                 Done
             }
             Change::RemoveOwned { owner } => Applied::Removed(f.remove_owned(&owner)?),

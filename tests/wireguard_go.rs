@@ -1,0 +1,397 @@
+//! WireGuard in Quiver's graph against wireguard-go (issue 23). Namespace A (a host) —veth— Quiver
+//! —veth underlay— namespace B, where wireguard-go runs on a TUN configured with `wg`. Quiver's
+//! tunnel comes from `[[wireguard]]` in quiver.toml, with a route to B's tunnel subnet through
+//! it. A pings B's tunnel address: Quiver initiates; wireguard-go is then restarted (no session
+//! left) and B pings A: wireguard-go initiates, and Quiver confirms the session from its first
+//! data message. Then bad input from B's namespace — replays of a real transport message, one
+//! with a new counter and a flipped byte, an unknown receiver index, a truncated one — is
+//! counted under wg4-decrypt's errors and the tunnel keeps working. Built and cached like the
+//! protocol crate's interop tests (`testkit::wg_peers`). Needs root, ip, ping, wg, python3, Go.
+
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use dataplane::{BufferPool, BufferPoolConfig, HugepagePolicy, IdlePolicy, WorkerConfig};
+use quiver::control::owner::{Change, ConfigOwner, Control};
+use quiver::{Config, Forwarder};
+use testkit::wg_peers::Peer;
+use testkit::{require, wait_for, Needs};
+
+const IP: &str = "/usr/sbin/ip";
+const PING: &str = "/usr/bin/ping";
+const WG: &str = "/usr/bin/wg";
+
+fn run(args: &[&str]) -> Output {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {args:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn say(msg: &str) {
+    eprintln!("[wireguard-go e2e] {msg}");
+}
+
+/// A namespace with a veth into it (`veth0` inside, `root` outside), deleted on drop.
+struct Side {
+    ns: String,
+    root: String,
+}
+
+impl Side {
+    fn new(tag: &str, address: &str, gateway: Option<&str>) -> Side {
+        let id = std::process::id() % 100_000;
+        let side = Side {
+            ns: format!("quiver-wg-{tag}-{id}"),
+            root: format!("qwg{tag}{id}"),
+        };
+        run(&[IP, "netns", "add", &side.ns]);
+        run(&[
+            IP, "link", "add", &side.root, "type", "veth", "peer", "name", "veth0", "netns",
+            &side.ns,
+        ]);
+        let _ = std::fs::write(
+            format!("/proc/sys/net/ipv6/conf/{}/disable_ipv6", side.root),
+            "1",
+        );
+        run(&[IP, "link", "set", &side.root, "up"]);
+        side.ip(&["addr", "add", address, "dev", "veth0"]);
+        side.ip(&["link", "set", "veth0", "up"]);
+        side.ip(&["link", "set", "lo", "up"]);
+        if let Some(gw) = gateway {
+            side.ip(&["route", "add", "default", "via", gw]);
+        }
+        side
+    }
+
+    fn ip(&self, args: &[&str]) {
+        let mut v = vec![IP, "-n", &self.ns];
+        v.extend_from_slice(args);
+        run(&v);
+    }
+
+    fn exec(&self, args: &[&str]) -> Output {
+        let mut v = vec![IP, "netns", "exec", &self.ns];
+        v.extend_from_slice(args);
+        run(&v)
+    }
+
+    /// One ping to `to`: whether a reply came.
+    fn ping(&self, to: &str) -> bool {
+        Command::new(IP)
+            .args([
+                "netns", "exec", &self.ns, PING, "-n", "-c", "1", "-W", "1", to,
+            ])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }
+}
+
+impl Drop for Side {
+    fn drop(&mut self) {
+        let _ = Command::new(IP).args(["link", "del", &self.root]).output();
+        let _ = Command::new(IP).args(["netns", "del", &self.ns]).output();
+    }
+}
+
+/// wireguard-go on TUN `ifname` in `side`'s namespace, configured with `wg`; killed on drop.
+struct WgGo {
+    child: Child,
+}
+
+impl WgGo {
+    fn start(
+        bin: &std::path::Path,
+        side: &Side,
+        ifname: &str,
+        key_file: &str,
+        quiver_public: &str,
+    ) -> WgGo {
+        let log = format!("/tmp/{ifname}.log");
+        let out = std::fs::File::create(&log).expect("log file");
+        let cmd = Peer::WireguardGo.command(bin, ifname, &log);
+        let child = Command::new(IP)
+            .args(["netns", "exec", &side.ns])
+            .args(&cmd)
+            .stdout(Stdio::from(out.try_clone().expect("log")))
+            .stderr(Stdio::from(out))
+            .spawn()
+            .expect("wireguard-go starts");
+        let uapi = format!("/var/run/wireguard/{ifname}.sock");
+        wait_for(&format!("wireguard-go to open {uapi}"), 10, || {
+            std::path::Path::new(&uapi).exists()
+        });
+        side.exec(&[
+            WG,
+            "set",
+            ifname,
+            "private-key",
+            key_file,
+            "listen-port",
+            "51820",
+            "peer",
+            quiver_public,
+            "allowed-ips",
+            "10.81.1.0/24,10.81.9.1/32",
+            "endpoint",
+            "192.168.81.1:51821",
+        ]);
+        side.ip(&["addr", "add", "10.81.9.2/24", "dev", ifname]);
+        side.ip(&["link", "set", ifname, "up"]);
+        side.ip(&["route", "add", "10.81.1.0/24", "dev", ifname]);
+        WgGo { child }
+    }
+}
+
+impl Drop for WgGo {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn genkey() -> (String, String) {
+    let private = String::from_utf8(run(&[WG, "genkey"]).stdout).expect("utf-8");
+    let mut p = Command::new(WG)
+        .arg("pubkey")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("wg pubkey");
+    use std::io::Write;
+    p.stdin
+        .take()
+        .expect("stdin")
+        .write_all(private.as_bytes())
+        .expect("write");
+    let public = p.wait_with_output().expect("wg pubkey output").stdout;
+    (
+        private.trim().to_string(),
+        String::from_utf8(public).expect("utf-8").trim().to_string(),
+    )
+}
+
+fn errors(f: &Control, node: &str, name: &str) -> u64 {
+    f.dataplane()
+        .runtime()
+        .workers
+        .iter()
+        .map(|w| w.error(node, name))
+        .sum()
+}
+
+/// Sniffs one transport message with data from wireguard-go to Quiver on B's veth, then sends
+/// it twice as it was (replays), once with a new counter and a flipped byte (bad tag), once
+/// with an unknown receiver index and once truncated, from another UDP port.
+const BAD_INPUT: &str = r#"
+import socket, struct, sys
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+s.bind(("veth0", 0))
+s.settimeout(20)
+while True:
+    f = s.recv(4096)
+    if len(f) < 42 or f[12:14] != b"\x08\x00" or f[23] != 17:
+        continue
+    ihl = (f[14] & 15) * 4
+    u = 14 + ihl
+    if struct.unpack("!H", f[u+2:u+4])[0] != 51821:
+        continue
+    m = f[u+8:14+struct.unpack("!H", f[16:18])[0]]
+    if m[0] == 4 and len(m) > 32:
+        break
+out = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+to = ("192.168.81.1", 51821)
+out.sendto(m, to)
+out.sendto(m, to)
+forged = bytearray(m)
+forged[8:16] = struct.pack("<Q", struct.unpack("<Q", m[8:16])[0] + 100000)
+forged[-1] ^= 1
+out.sendto(bytes(forged), to)
+out.sendto(b"\x04\x00\x00\x00" + b"\xee\xee\xee\xee" + m[8:], to)
+out.sendto(m[:20], to)
+print("sent", len(m))
+"#;
+
+#[test]
+fn ping_through_a_wireguard_tunnel_to_wireguard_go_each_way_initiating() {
+    if !require(
+        "wireguard_go",
+        &Needs {
+            root: true,
+            tools: &[IP, PING, WG, "/usr/bin/timeout"],
+            ..Needs::default()
+        },
+    ) {
+        return;
+    }
+    let bin = match Peer::WireguardGo.binary() {
+        Ok(b) => b,
+        Err(why) => {
+            testkit::unavailable("wireguard_go", &format!("cannot build wireguard-go: {why}"));
+            return;
+        }
+    };
+    let a = Side::new("a", "10.81.1.1/24", Some("10.81.1.254"));
+    let b = Side::new("b", "192.168.81.2/24", None);
+    let (quiver_private, quiver_public) = genkey();
+    let (peer_private, peer_public) = genkey();
+    let ifname = format!("wgq{}", std::process::id() % 100_000);
+    let key_file = format!("/tmp/{ifname}.key");
+    std::fs::write(&key_file, format!("{peer_private}\n")).expect("key file");
+
+    let cfg = Config::parse(&format!(
+        r#"
+[buffers]
+hugepages = "never"
+[[port]]
+name = "pa"
+type = "af_packet"
+interface = "{a}"
+[[port]]
+name = "pb"
+type = "af_packet"
+interface = "{b}"
+[[address]]
+port = "pa"
+ip = "10.81.1.254/24"
+[[address]]
+port = "pb"
+ip = "192.168.81.1/24"
+[[wireguard]]
+name = "wg0"
+private_key = "{quiver_private}"
+listen_port = 51821
+address = "192.168.81.1"
+[[wireguard.peers]]
+public_key = "{peer_public}"
+endpoint = "192.168.81.2:51820"
+allowed_ips = ["10.81.9.0/24"]
+[[route]]
+prefix = "10.81.9.0/24"
+via = ["10.81.9.2@wg0"]
+"#,
+        a = a.root,
+        b = b.root,
+    ))
+    .unwrap();
+    let pool = BufferPool::new(&BufferPoolConfig {
+        buffers: 8192,
+        hugepages: HugepagePolicy::Never,
+        ..BufferPoolConfig::default()
+    })
+    .unwrap();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let workers = WorkerConfig {
+        cores: (0..2).map(|w| w % cores).collect(),
+        idle: IdlePolicy::ADAPTIVE,
+    };
+    let owner = ConfigOwner::start(
+        Forwarder::start(&cfg, &workers, pool.clone()).unwrap(),
+        Duration::from_millis(1),
+    );
+    let f = owner.control();
+    let status = |f: &Control| f.inspect(|fw| fw.wireguard_status()).unwrap().remove(0);
+    assert_eq!(status(&f).public_key, quiver_public);
+
+    // Both namespaces reach Quiver (so it knows their MACs).
+    wait_for("A pings Quiver", 20, || a.ping("10.81.1.254"));
+    wait_for("B pings Quiver", 20, || b.ping("192.168.81.1"));
+
+    // 1. Quiver initiates: A's ping finds no session.
+    let go = WgGo::start(&bin, &b, &ifname, &key_file, &quiver_public);
+    wait_for("A pings B's tunnel address (Quiver initiates)", 30, || {
+        a.ping("10.81.9.2")
+    });
+    let s = status(&f);
+    say(&format!("after Quiver's initiation: {s:?}"));
+    assert!(s.peers[0].handshakes >= 1 && s.peers[0].initiations_sent >= 1);
+    assert!(errors(&f, "wg4-encrypt", "no-session") >= 1);
+    let peer_out = b.exec(&[WG, "show", &ifname, "latest-handshakes"]);
+    say(&format!(
+        "wg show latest-handshakes: {}",
+        String::from_utf8_lossy(&peer_out.stdout).trim()
+    ));
+
+    // 2. wireguard-go initiates: restarted, it has no session; B's ping makes it handshake.
+    drop(go);
+    let sent_before = status(&f).peers[0].initiations_sent;
+    let handshakes_before = status(&f).peers[0].handshakes;
+    let _go = WgGo::start(&bin, &b, &ifname, &key_file, &quiver_public);
+    wait_for(
+        "B pings A through the tunnel (wireguard-go initiates)",
+        30,
+        || b.ping("10.81.1.1"),
+    );
+    let s = status(&f);
+    say(&format!("after wireguard-go's initiation: {s:?}"));
+    assert!(s.peers[0].handshakes > handshakes_before);
+    assert_eq!(
+        s.peers[0].initiations_sent, sent_before,
+        "the peer initiated, not Quiver"
+    );
+    for _ in 0..5 {
+        assert!(a.ping("10.81.9.2"), "A → B after the peer's handshake");
+    }
+
+    // 3. Bad input, counted; the tunnel still works.
+    let decrypt = |name: &str| errors(&f, "wg4-decrypt", name);
+    let (replay, bad_tag, unknown, truncated) = (
+        decrypt("replay"),
+        decrypt("bad-tag"),
+        decrypt("unknown-index"),
+        decrypt("truncated"),
+    );
+    let mut sniffer = Command::new(IP)
+        .args(["netns", "exec", &b.ns, "python3", "-c", BAD_INPUT])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    // Traffic for it to see: B's replies to A's pings.
+    wait_for(
+        "the sniffer to catch a transport message and send the bad input",
+        30,
+        || {
+            a.ping("10.81.9.2");
+            matches!(sniffer.try_wait(), Ok(Some(_)))
+        },
+    );
+    let out = sniffer.wait_with_output().expect("sniffer output");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    say(&format!(
+        "bad input: {}",
+        String::from_utf8_lossy(&out.stdout).trim()
+    ));
+    wait_for("the bad input counted", 10, || {
+        decrypt("replay") >= replay + 2
+            && decrypt("bad-tag") > bad_tag
+            && decrypt("unknown-index") > unknown
+            && decrypt("truncated") > truncated
+    });
+    for _ in 0..3 {
+        assert!(a.ping("10.81.9.2"), "A → B after the bad input");
+    }
+    let s = status(&f);
+    say(&format!("final: {s:?}"));
+    assert!(s.peers[0].replays >= 2 && s.peers[0].bad_tags >= 1);
+    assert!(s.peers[0].rx_bytes > 0 && s.peers[0].tx_bytes > 0);
+
+    // Removing the tunnel through the owner takes its route with it.
+    f.apply(Change::RemoveWireguard { name: "wg0".into() })
+        .unwrap();
+    assert!(f.inspect(|fw| fw.wireguard_status()).unwrap().is_empty());
+    assert!(!a.ping("10.81.9.2"));
+    let _ = std::fs::remove_file(&key_file);
+    let _ = owner.stop();
+}
