@@ -104,6 +104,8 @@ impl Drop for Side {
 /// wireguard-go on TUN `ifname` in `side`'s namespace, configured with `wg`; killed on drop.
 struct WgGo {
     child: Child,
+    ns: String,
+    ifname: String,
 }
 
 impl WgGo {
@@ -114,6 +116,9 @@ impl WgGo {
         key_file: &str,
         quiver_public: &str,
     ) -> WgGo {
+        let uapi = format!("/var/run/wireguard/{ifname}.sock");
+        // A socket left by an instance before this one would pass for ours.
+        let _ = std::fs::remove_file(&uapi);
         let log = format!("/tmp/{ifname}.log");
         let out = std::fs::File::create(&log).expect("log file");
         let cmd = Peer::WireguardGo.command(bin, ifname, &log);
@@ -124,7 +129,6 @@ impl WgGo {
             .stderr(Stdio::from(out))
             .spawn()
             .expect("wireguard-go starts");
-        let uapi = format!("/var/run/wireguard/{ifname}.sock");
         wait_for(&format!("wireguard-go to open {uapi}"), 10, || {
             std::path::Path::new(&uapi).exists()
         });
@@ -146,7 +150,11 @@ impl WgGo {
         side.ip(&["addr", "add", "10.81.9.2/24", "dev", ifname]);
         side.ip(&["link", "set", ifname, "up"]);
         side.ip(&["route", "add", "10.81.1.0/24", "dev", ifname]);
-        WgGo { child }
+        WgGo {
+            child,
+            ns: side.ns.clone(),
+            ifname: ifname.into(),
+        }
     }
 }
 
@@ -154,6 +162,17 @@ impl Drop for WgGo {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // Its TUN goes with it; a new instance needs the name. (No panic here: this may run
+        // while a failed test unwinds.)
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::time::Instant::now() < deadline
+            && Command::new(IP)
+                .args(["-n", &self.ns, "link", "show", &self.ifname])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        {
+            std::thread::yield_now();
+        }
     }
 }
 
