@@ -406,6 +406,33 @@ via = ["10.81.9.2@wg0"]
     assert!(s.peers[0].replays >= 2 && s.peers[0].bad_tags >= 1);
     assert!(s.peers[0].rx_bytes > 0 && s.peers[0].tx_bytes > 0);
 
+    // `quiver ctl show wireguard` through the admin API says the same.
+    let socket = format!("/tmp/quiver-wg-{}.sock", std::process::id());
+    let admin = quiver::control::admin::start(&f, Some(std::path::Path::new(&socket)))
+        .unwrap()
+        .expect("admin server");
+    let shown = run(&[
+        env!("CARGO_BIN_EXE_quiver"),
+        "ctl",
+        "--socket",
+        &socket,
+        "show",
+        "wireguard",
+    ]);
+    let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
+    say(&format!("quiver ctl show wireguard:\n{shown}"));
+    assert!(shown.starts_with(&format!(
+        "wg0: listening on 192.168.81.1:51821, public key {quiver_public}\n"
+    )));
+    let row = shown
+        .lines()
+        .find(|l| l.starts_with(&peer_public))
+        .expect("the peer's row");
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(&cols[1..3], ["192.168.81.2:51820", "10.81.9.0/24"], "{row}");
+    assert_eq!(cols[5], s.peers[0].handshakes.to_string(), "{row}");
+    drop(admin);
+
     // Removing the tunnel through the owner takes its route with it.
     f.apply(Change::RemoveWireguard { name: "wg0".into() })
         .unwrap();

@@ -620,6 +620,50 @@ impl AdminBackend for ForwarderAdmin {
             .map(|c| c.info().to_proto())
             .collect())
     }
+
+    fn wireguard(&self) -> AdminResult<Vec<pb::WireguardTunnel>> {
+        // Asked of the owner in turn with changes: the handshakes' state lives there.
+        let tunnels = self
+            .control
+            .inspect(|f| f.wireguard_status())
+            .map_err(admin_error)?;
+        Ok(tunnels.iter().map(wireguard_proto).collect())
+    }
+}
+
+/// A WireGuard tunnel's status as the admin API reports it.
+fn wireguard_proto(t: &crate::forwarder::WgTunnelStatus) -> pb::WireguardTunnel {
+    let unix = |at: Option<std::time::SystemTime>| {
+        at.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_secs())
+    };
+    pb::WireguardTunnel {
+        name: t.name.clone(),
+        public_key: t.public_key.clone(),
+        listen: t.listen.to_string(),
+        bad_macs: t.bad_macs,
+        refused: t.refused,
+        punts: t.punts,
+        peers: t
+            .peers
+            .iter()
+            .map(|p| pb::WireguardPeer {
+                public_key: p.public_key.clone(),
+                endpoint: p.endpoint.map(|e| e.to_string()).unwrap_or_default(),
+                allowed_ips: p.allowed_ips.clone(),
+                last_handshake_unix: unix(p.last_handshake),
+                handshakes: p.handshakes,
+                rekeys: p.rekeys,
+                initiations_sent: p.initiations_sent,
+                replays: p.replays,
+                bad_tags: p.bad_tags,
+                rx_bytes: p.rx_bytes,
+                tx_bytes: p.tx_bytes,
+                rx_packets: p.rx_packets,
+                tx_packets: p.tx_packets,
+            })
+            .collect(),
+    }
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 mod capture;
 mod render;
 mod watch;
+mod wireguard;
 
 use std::path::PathBuf;
 
@@ -102,6 +103,8 @@ enum Show {
     Trace,
     /// Packet captures: state, packets written, file.
     Captures,
+    /// WireGuard tunnels: peers, last handshake, handshakes, rekeys, replays, bytes.
+    Wireguard,
 }
 
 #[derive(Subcommand)]
@@ -300,6 +303,11 @@ pub fn run(args: CtlArgs) -> Result<(), String> {
                 s.show_captures(pb::Empty {}),
                 capture::table,
                 capture::table_json
+            ),
+            Show::Wireguard => show!(
+                s.show_wireguard(pb::Empty {}),
+                wireguard::table,
+                wireguard::table_json
             ),
         },
         CtlCommand::Capture(c) => {

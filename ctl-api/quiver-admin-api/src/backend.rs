@@ -168,4 +168,9 @@ pub trait AdminBackend: Send + Sync + 'static {
     fn captures(&self) -> AdminResult<Vec<pb::Capture>> {
         Ok(Vec::new())
     }
+
+    /// `show wireguard`: WireGuard tunnels and their peers' counters.
+    fn wireguard(&self) -> AdminResult<Vec<pb::WireguardTunnel>> {
+        Ok(Vec::new())
+    }
 }

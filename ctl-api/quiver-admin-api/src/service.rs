@@ -298,4 +298,15 @@ impl Admin for Service {
         })
         .await
     }
+
+    async fn show_wireguard(
+        &self,
+        _: Request<pb::Empty>,
+    ) -> Result<Response<pb::ShowWireguardReply>, Status> {
+        self.call(|b| {
+            b.wireguard()
+                .map(|tunnels| pb::ShowWireguardReply { tunnels })
+        })
+        .await
+    }
 }
