@@ -3,10 +3,12 @@
 //! tunnel comes from `[[wireguard]]` in quiver.toml, with a route to B's tunnel subnet through
 //! it. A pings B's tunnel address: Quiver initiates; wireguard-go is then restarted (no session
 //! left) and B pings A: wireguard-go initiates, and Quiver confirms the session from its first
-//! data message. Then bad input from B's namespace — replays of a real transport message, one
-//! with a new counter and a flipped byte, an unknown receiver index, a truncated one — is
-//! counted under wg4-decrypt's errors and the tunnel keeps working. Built and cached like the
-//! protocol crate's interop tests (`testkit::wg_peers`). Needs root, ip, ping, wg, python3, Go.
+//! data message. A TCP transfer of 4 MiB each way is checked for content. Then bad input from
+//! B's namespace — replays of a real transport message, one with a new counter and a flipped
+//! byte, an unknown receiver index, a truncated one — is counted under wg4-decrypt's errors and
+//! the tunnel keeps working; `quiver ctl show wireguard` reports the peer. Built and cached like
+//! the protocol crate's interop tests (`testkit::wg_peers`). Needs root, ip, ping, wg, python3,
+//! Go.
 
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
@@ -20,6 +22,11 @@ use testkit::{require, wait_for, Needs};
 const IP: &str = "/usr/sbin/ip";
 const PING: &str = "/usr/bin/ping";
 const WG: &str = "/usr/bin/wg";
+/// The protocol crate's TCP transfer checked for content.
+const TCP_CHECK: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/wireguard/tests/common/tcp_check.py"
+);
 
 fn run(args: &[&str]) -> Output {
     let out = Command::new(args[0])
@@ -358,6 +365,91 @@ via = ["10.81.9.2@wg0"]
     for _ in 0..5 {
         assert!(a.ping("10.81.9.2"), "A → B after the peer's handshake");
     }
+
+    // A TCP transfer from A to B's tunnel address, checked for content (the BLAKE2s of what
+    // B's server read). A's link MTU is the tunnel's (1500 less WireGuard's 60).
+    a.ip(&["link", "set", "veth0", "mtu", "1440"]);
+    let mut server = Command::new(IP)
+        .args([
+            "netns",
+            "exec",
+            &b.ns,
+            "python3",
+            TCP_CHECK,
+            "server",
+            "10.81.9.2",
+            "5201",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    wait_for("B's TCP server to listen", 10, || {
+        let tcp = b.exec(&["cat", "/proc/net/tcp"]);
+        String::from_utf8_lossy(&tcp.stdout)
+            .lines()
+            .any(|l| l.contains(":1451 ") && l.split_whitespace().nth(3) == Some("0A"))
+    });
+    let client = run(&[
+        IP,
+        "netns",
+        "exec",
+        &a.ns,
+        "timeout",
+        "120",
+        "python3",
+        TCP_CHECK,
+        "client",
+        "10.81.9.2",
+        "5201",
+        "4194304",
+    ]);
+    say(&format!(
+        "TCP A → B through the tunnel: {}",
+        String::from_utf8_lossy(&client.stdout).trim()
+    ));
+    assert!(server.wait().expect("server").success());
+    // And from B to A.
+    let mut server = Command::new(IP)
+        .args([
+            "netns",
+            "exec",
+            &a.ns,
+            "python3",
+            TCP_CHECK,
+            "server",
+            "10.81.1.1",
+            "5202",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    wait_for("A's TCP server to listen", 10, || {
+        let tcp = a.exec(&["cat", "/proc/net/tcp"]);
+        String::from_utf8_lossy(&tcp.stdout)
+            .lines()
+            .any(|l| l.contains(":1452 ") && l.split_whitespace().nth(3) == Some("0A"))
+    });
+    let client = run(&[
+        IP,
+        "netns",
+        "exec",
+        &b.ns,
+        "timeout",
+        "120",
+        "python3",
+        TCP_CHECK,
+        "client",
+        "10.81.1.1",
+        "5202",
+        "4194304",
+    ]);
+    say(&format!(
+        "TCP B → A through the tunnel: {}",
+        String::from_utf8_lossy(&client.stdout).trim()
+    ));
+    assert!(server.wait().expect("server").success());
 
     // 3. Bad input, counted; the tunnel still works.
     let decrypt = |name: &str| errors(&f, "wg4-decrypt", name);
