@@ -85,6 +85,9 @@ pub struct WgTunnelStatus {
     pub peers: Vec<WgPeerStatus>,
 }
 
+/// A peer as published: its sending session's local index, its endpoint.
+type SendSig = (Option<u32>, (u32, u16));
+
 /// A tunnel's control side.
 pub(super) struct WgEntry {
     name: String,
@@ -98,7 +101,7 @@ pub(super) struct WgEntry {
     /// Receiving sessions handed to the data path, by local index (kept while published).
     recv: HashMap<u32, Arc<WgRecvSession>>,
     /// What was published last (to publish only changes).
-    published: Vec<(Option<u32>, (u32, u16))>,
+    published: Vec<SendSig>,
     published_rx: Vec<(u32, bool)>,
     /// Data-path packet counts seen last, per peer (to tell the timers of traffic).
     seen: Vec<(u64, u64)>,
@@ -444,47 +447,57 @@ impl WgEntry {
         }
     }
 
-    /// The data path's state if it differs from what was published.
-    fn changed_state(&mut self) -> Option<(Vec<WgPeer>, FastMap<u32, WgReceiver>)> {
-        let now = Instant::now();
+    /// What the data path should see, in short: per peer the sending session's index and the
+    /// endpoint; the receiving sessions' indices (confirmed or not).
+    fn signature(&self, now: Instant) -> (Vec<SendSig>, Vec<(u32, bool)>) {
         let mut sig = Vec::new();
         let mut sig_rx = Vec::new();
-        let mut peers = Vec::new();
-        let mut receivers = FastMap::default();
-        let mut live = Vec::new();
         for i in 0..self.allowed.len() {
-            let id = PeerId(i);
-            let p = self.device.peer(id);
+            let p = self.device.peer(PeerId(i));
             let endpoint = match p.endpoint {
                 Some(SocketAddr::V4(e)) => (u32::from(*e.ip()), e.port()),
                 _ => (0, 0),
             };
             let cur = p.current().filter(|s| !s.expired(now));
-            let send = cur.map(|s| {
-                Arc::new(WgSendSession {
-                    keys: s.keys.clone(),
-                    counter: s.counter.clone(),
-                })
-            });
             sig.push((cur.map(|s| s.keys.local_index), endpoint));
-            let listed: Vec<(u32, bool)> = [p.current(), p.previous()]
-                .into_iter()
-                .flatten()
-                .filter(|s| !s.expired(now))
-                .map(|s| (s.keys.local_index, true))
-                .chain(p.next().map(|s| (s.keys.local_index, false)))
-                .collect();
-            for (index, ready) in listed {
-                sig_rx.push((index, ready));
-                if !ready {
-                    receivers.insert(index, WgReceiver::Pending);
-                    continue;
-                }
-                let s = [p.current(), p.previous()]
+            sig_rx.extend(
+                [p.current(), p.previous()]
                     .into_iter()
                     .flatten()
-                    .find(|s| s.keys.local_index == index)
-                    .expect("listed above");
+                    .filter(|s| !s.expired(now))
+                    .map(|s| (s.keys.local_index, true))
+                    .chain(p.next().map(|s| (s.keys.local_index, false))),
+            );
+        }
+        (sig, sig_rx)
+    }
+
+    /// The data path's state if it differs from what was published (checked every pass, so
+    /// nothing is built while nothing changed).
+    fn changed_state(&mut self) -> Option<(Vec<WgPeer>, FastMap<u32, WgReceiver>)> {
+        let now = Instant::now();
+        let (sig, sig_rx) = self.signature(now);
+        if sig == self.published && sig_rx == self.published_rx {
+            return None;
+        }
+        let mut peers = Vec::new();
+        let mut receivers = FastMap::default();
+        for (i, &(send_index, endpoint)) in sig.iter().enumerate() {
+            let p = self.device.peer(PeerId(i));
+            let send = p
+                .current()
+                .filter(|s| Some(s.keys.local_index) == send_index)
+                .map(|s| {
+                    Arc::new(WgSendSession {
+                        keys: s.keys.clone(),
+                        counter: s.counter.clone(),
+                    })
+                });
+            for s in [p.current(), p.previous()].into_iter().flatten() {
+                let index = s.keys.local_index;
+                if !sig_rx.contains(&(index, true)) {
+                    continue;
+                }
                 // The window is copied once, when the session is first published.
                 let session = self
                     .recv
@@ -503,7 +516,9 @@ impl WgEntry {
                         session,
                     },
                 );
-                live.push(index);
+            }
+            if let Some(n) = p.next() {
+                receivers.insert(n.keys.local_index, WgReceiver::Pending);
             }
             peers.push(WgPeer {
                 endpoint,
@@ -511,10 +526,8 @@ impl WgEntry {
                 send,
             });
         }
-        self.recv.retain(|k, _| live.contains(k));
-        if sig == self.published && sig_rx == self.published_rx {
-            return None;
-        }
+        self.recv
+            .retain(|k, _| matches!(receivers.get(k), Some(WgReceiver::Session { .. })));
         self.published = sig;
         self.published_rx = sig_rx;
         Some((peers, receivers))
