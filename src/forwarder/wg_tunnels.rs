@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
 use ::wireguard::allowed_ips::Prefix;
-use ::wireguard::timers::REKEY_AFTER_TIME;
+use ::wireguard::timers::{REKEY_AFTER_TIME, REKEY_ON_RECEIVE_AGE};
 use ::wireguard::wire::TYPE_TRANSPORT;
 use ::wireguard::{Device, DeviceError, PeerId, PresharedKey, PrivateKey, PublicKey, Received};
 use graph_nodes::state::FastMap;
@@ -419,7 +419,14 @@ impl WgEntry {
                 !stale
             });
             let wanted = c.want_handshake.swap(false, Ordering::Relaxed);
-            let aged = tx != seen_tx && !usable && peer.current().is_some();
+            // As the initiator: a rekey once sending on a session past REKEY_AFTER_TIME, or
+            // receiving on one past REKEY_ON_RECEIVE_AGE (the data path's counts moved).
+            let received_late = rx != seen_rx
+                && peer.current().is_some_and(|s| {
+                    s.keys.initiator
+                        && now.saturating_duration_since(s.keys.created) >= REKEY_ON_RECEIVE_AGE
+                });
+            let aged = (tx != seen_tx && !usable && peer.current().is_some()) || received_late;
             if (wanted || aged)
                 && !usable
                 && !peer.timers.handshake_pending()
