@@ -3,12 +3,12 @@
 //! tunnel comes from `[[wireguard]]` in quiver.toml, with a route to B's tunnel subnet through
 //! it. A pings B's tunnel address: Quiver initiates; wireguard-go is then restarted (no session
 //! left) and B pings A: wireguard-go initiates, and Quiver confirms the session from its first
-//! data message. A TCP transfer of 4 MiB each way is checked for content. Then bad input from
-//! B's namespace — replays of a real transport message, one with a new counter and a flipped
-//! byte, an unknown receiver index, a truncated one — is counted under wg4-decrypt's errors and
-//! the tunnel keeps working; `quiver ctl show wireguard` reports the peer. Built and cached like
-//! the protocol crate's interop tests (`testkit::wg_peers`). Needs root, ip, ping, wg, python3,
-//! Go.
+//! data message. A TCP transfer of 4 MiB each way is checked for content, and one of 16 MiB
+//! across two rekeys of Quiver's. Then bad input from B's namespace — replays of a real transport
+//! message, one with a new counter and a flipped byte, an unknown receiver index, a truncated
+//! one — is counted under wg4-decrypt's errors and the tunnel keeps working; `quiver ctl show
+//! wireguard` reports the peer. Built and cached like the protocol crate's interop tests
+//! (`testkit::wg_peers`). Needs root, ip, ping, wg, python3, Go.
 
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
@@ -409,6 +409,62 @@ via = ["10.81.9.2@wg0"]
         String::from_utf8_lossy(&client.stdout).trim()
     ));
     assert!(server.wait().expect("server").success());
+    // Two rekeys of Quiver's while 16 MiB flow from A to B: the workers take the new keys
+    // without a pause that TCP would notice, and the content arrives whole.
+    let mut server = Command::new(IP)
+        .args([
+            "netns",
+            "exec",
+            &b.ns,
+            "python3",
+            TCP_CHECK,
+            "server",
+            "10.81.9.2",
+            "5203",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    wait_for("B's TCP server to listen", 10, || {
+        let tcp = b.exec(&["cat", "/proc/net/tcp"]);
+        String::from_utf8_lossy(&tcp.stdout)
+            .lines()
+            .any(|l| l.contains(":1453 ") && l.split_whitespace().nth(3) == Some("0A"))
+    });
+    let client = Command::new(IP)
+        .args([
+            "netns", "exec", &a.ns, "timeout", "120", "python3", TCP_CHECK, "client",
+        ])
+        .args(["10.81.9.2", "5203", "16777216"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let rekeys_before = status(&f).peers[0].rekeys;
+    for k in 1..=2 {
+        let tx = status(&f).peers[0].tx_packets;
+        wait_for("the transfer to move", 30, || {
+            status(&f).peers[0].tx_packets > tx + 200
+        });
+        f.apply(Change::RekeyWireguard { name: "wg0".into() })
+            .unwrap();
+        wait_for("Quiver's rekey to complete", 20, || {
+            status(&f).peers[0].rekeys >= rekeys_before + k
+        });
+    }
+    let out = client.wait_with_output().expect("client");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    say(&format!(
+        "TCP A → B with two rekeys mid-transfer: {}",
+        String::from_utf8_lossy(&out.stdout).trim()
+    ));
+    assert!(server.wait().expect("server").success());
     // And from B to A.
     let mut server = Command::new(IP)
         .args([
@@ -453,6 +509,8 @@ via = ["10.81.9.2@wg0"]
 
     // 3. Bad input, counted; the tunnel still works.
     let decrypt = |name: &str| errors(&f, "wg4-decrypt", name);
+    // Nothing of the real traffic was refused as forged or replayed, rekeys included.
+    assert_eq!((decrypt("bad-tag"), decrypt("replay")), (0, 0));
     let (replay, bad_tag, unknown, truncated) = (
         decrypt("replay"),
         decrypt("bad-tag"),

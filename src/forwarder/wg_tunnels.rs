@@ -268,6 +268,33 @@ impl Forwarder {
         Ok(())
     }
 
+    /// Starts a handshake with every peer of tunnel `name` that has an endpoint, whatever the
+    /// timers say (a rekey on demand); the new keys reach the workers once it completes.
+    pub fn rekey_wireguard(&mut self, name: &str) -> Result<usize, ForwarderError> {
+        let out = self.forwarding.wireguard_output().clone();
+        let e = self
+            .wireguard
+            .iter_mut()
+            .find(|t| t.name == name)
+            .ok_or_else(|| ForwarderError::NotFound(format!("no WireGuard tunnel `{name}`")))?;
+        let now = Instant::now();
+        let mut buf = [0u8; 256];
+        let mut sent = 0;
+        for i in 0..e.allowed.len() {
+            let Some(to) = e.endpoint(PeerId(i)) else {
+                continue;
+            };
+            let n = e
+                .device
+                .initiate(PeerId(i), now, &mut buf)
+                .map_err(|err| ForwarderError::Internal(format!("wireguard {name}: {err}")))?;
+            let b = buf;
+            e.send(&out, to, &b[..n]);
+            sent += 1;
+        }
+        Ok(sent)
+    }
+
     /// The WireGuard tunnel called `name`'s interface.
     pub(super) fn wireguard_interface(&self, name: &str) -> Option<IfIndex> {
         self.wireguard

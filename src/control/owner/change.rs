@@ -138,6 +138,11 @@ pub enum Change {
         /// Its name.
         name: String,
     },
+    /// Start a handshake with every peer of a WireGuard tunnel now: a rekey on demand.
+    RekeyWireguard {
+        /// The tunnel's name.
+        name: String,
+    },
     /// Remove everything an owner made, newest first ([`Applied::Removed`]).
     RemoveOwned {
         /// The owner.
@@ -272,6 +277,10 @@ impl Change {
             }
             Change::RemoveWireguard { name } => {
                 f.remove_wireguard(&name)?;
+                Done
+            }
+            Change::RekeyWireguard { name } => {
+                f.rekey_wireguard(&name)?;
                 Done
             }
             Change::RemoveOwned { owner } => Applied::Removed(f.remove_owned(&owner)?),
