@@ -283,3 +283,33 @@ fn without_a_session_packets_ask_for_a_handshake_and_the_control_side_sends_thro
     assert_eq!(rig.sent(0), vec![eth(HOST_A, MAC0, 0x0800, &expect)]);
     rig.assert_no_leaks();
 }
+
+#[test]
+fn messages_of_a_session_the_control_side_has_not_confirmed_are_punted() {
+    let (mut rig, tunnel, theirs) = rig(true);
+    // A responder's session, not yet confirmed by the initiator's first message: the control
+    // side opens it (and confirms it), not the data path.
+    let mut peers = vec![rig.fwd.wireguard_tunnel(tunnel).unwrap().peers[0].clone()];
+    peers[0].send = None;
+    let mut receivers = FastMap::default();
+    receivers.insert(OUR_INDEX, WgReceiver::Pending);
+    rig.fwd
+        .set_wireguard_sessions(tunnel, peers, receivers)
+        .unwrap();
+    rig.commit();
+    let ok = ipv4(ip(10, 9, 0, 5), ip(10, 0, 1, 2), 17, 64, &[0; 8]);
+    let msg = from_peer(&theirs, 0, &ok);
+    rig.inject(1, &[underlay(&msg)]);
+    assert!(rig.sent(0).is_empty());
+    assert_eq!(rig.error("wg4-decrypt", "punted"), 1);
+    let shared = rig.fwd.wireguard_tunnel(tunnel).unwrap().shared.clone();
+    assert_eq!(shared.punts.pop().expect("punted").data(), &msg[..]);
+    // A full queue is a counted drop, never a wait.
+    for _ in 0..graph_nodes::wireguard::PUNT_QUEUE_LEN {
+        shared.punts.push(WgDatagram::new(tunnel, 0, 0)).unwrap();
+    }
+    rig.inject(1, &[underlay(&msg)]);
+    assert_eq!(rig.error("wg4-decrypt", "punt-queue-full"), 1);
+    while shared.punts.pop().is_some() {}
+    rig.assert_no_leaks();
+}
