@@ -1,8 +1,8 @@
-//! WireGuard in Quiver's graph against wireguard-go (issue 23). Namespace A (a host) —veth— Quiver
-//! —veth underlay— namespace B, where wireguard-go runs on a TUN configured with `wg`. Quiver's
-//! tunnel comes from `[[wireguard]]` in quiver.toml, with a route to B's tunnel subnet through
-//! it. A pings B's tunnel address: Quiver initiates; wireguard-go is then restarted (no session
-//! left) and B pings A: wireguard-go initiates, and Quiver confirms the session from its first
+//! WireGuard in Quiver's graph against wireguard-go and boringtun (issue 23). Namespace A (a host)
+//! —veth— Quiver —veth underlay— namespace B, where the peer runs on a TUN configured with `wg`.
+//! Quiver's tunnel comes from `[[wireguard]]` in quiver.toml, with a route to B's tunnel subnet
+//! through it. A pings B's tunnel address: Quiver initiates; the peer is then restarted (no
+//! session left) and B pings A: the peer initiates, and Quiver confirms the session from its first
 //! data message. A TCP transfer of 4 MiB each way is checked for content, and one of 16 MiB
 //! across two rekeys of Quiver's. Then bad input from B's namespace — replays of a real transport
 //! message, one with a new counter and a flipped byte, an unknown receiver index, a truncated
@@ -43,7 +43,7 @@ fn run(args: &[&str]) -> Output {
 }
 
 fn say(msg: &str) {
-    eprintln!("[wireguard-go e2e] {msg}");
+    eprintln!("[wireguard e2e] {msg}");
 }
 
 /// A namespace with a veth into it (`veth0` inside, `root` outside), deleted on drop.
@@ -94,7 +94,7 @@ impl Side {
     fn ping(&self, to: &str) -> bool {
         Command::new(IP)
             .args([
-                "netns", "exec", &self.ns, PING, "-n", "-c", "1", "-W", "1", to,
+                "netns", "exec", &self.ns, PING, "-n", "-c", "1", "-W", "2", to,
             ])
             .output()
             .is_ok_and(|o| o.status.success())
@@ -108,35 +108,36 @@ impl Drop for Side {
     }
 }
 
-/// wireguard-go on TUN `ifname` in `side`'s namespace, configured with `wg`; killed on drop.
-struct WgGo {
+/// The peer on TUN `ifname` in `side`'s namespace, configured with `wg`; killed on drop.
+struct PeerProcess {
     child: Child,
     ns: String,
     ifname: String,
 }
 
-impl WgGo {
+impl PeerProcess {
     fn start(
+        peer: Peer,
         bin: &std::path::Path,
         side: &Side,
         ifname: &str,
         key_file: &str,
         quiver_public: &str,
-    ) -> WgGo {
+    ) -> PeerProcess {
         let uapi = format!("/var/run/wireguard/{ifname}.sock");
         // A socket left by an instance before this one would pass for ours.
         let _ = std::fs::remove_file(&uapi);
         let log = format!("/tmp/{ifname}.log");
         let out = std::fs::File::create(&log).expect("log file");
-        let cmd = Peer::WireguardGo.command(bin, ifname, &log);
+        let cmd = peer.command(bin, ifname, &log);
         let child = Command::new(IP)
             .args(["netns", "exec", &side.ns])
             .args(&cmd)
             .stdout(Stdio::from(out.try_clone().expect("log")))
             .stderr(Stdio::from(out))
             .spawn()
-            .expect("wireguard-go starts");
-        wait_for(&format!("wireguard-go to open {uapi}"), 10, || {
+            .unwrap_or_else(|e| panic!("{} starts: {e}", peer.name()));
+        wait_for(&format!("{} to open {uapi}", peer.name()), 10, || {
             std::path::Path::new(&uapi).exists()
         });
         side.exec(&[
@@ -157,7 +158,7 @@ impl WgGo {
         side.ip(&["addr", "add", "10.81.9.2/24", "dev", ifname]);
         side.ip(&["link", "set", ifname, "up"]);
         side.ip(&["route", "add", "10.81.1.0/24", "dev", ifname]);
-        WgGo {
+        PeerProcess {
             child,
             ns: side.ns.clone(),
             ifname: ifname.into(),
@@ -165,7 +166,7 @@ impl WgGo {
     }
 }
 
-impl Drop for WgGo {
+impl Drop for PeerProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -213,7 +214,7 @@ fn errors(f: &Control, node: &str, name: &str) -> u64 {
         .sum()
 }
 
-/// Sniffs one transport message with data from wireguard-go to Quiver on B's veth, then sends
+/// Sniffs one transport message with data from the peer to Quiver on B's veth, then sends
 /// it twice as it was (replays), once with a new counter and a flipped byte (bad tag), once
 /// with an unknown receiver index and once truncated, from another UDP port.
 const BAD_INPUT: &str = r#"
@@ -245,10 +246,25 @@ out.sendto(m[:20], to)
 print("sent", len(m))
 "#;
 
+/// One test at a time: each runs a forwarder and a peer on the same few cores.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
-fn ping_through_a_wireguard_tunnel_to_wireguard_go_each_way_initiating() {
+fn ping_tcp_and_bad_input_through_a_tunnel_to_wireguard_go() {
+    end_to_end(Peer::WireguardGo, "g");
+}
+
+#[test]
+fn ping_tcp_and_bad_input_through_a_tunnel_to_boringtun() {
+    end_to_end(Peer::Boringtun, "t");
+}
+
+/// The whole scenario against `peer`; `tag` keeps its names apart from the other test's.
+fn end_to_end(peer: Peer, tag: &str) {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let test = format!("wireguard_tunnel_{}", peer.name());
     if !require(
-        "wireguard_go",
+        &test,
         &Needs {
             root: true,
             tools: &[IP, PING, WG, "/usr/bin/timeout"],
@@ -257,18 +273,18 @@ fn ping_through_a_wireguard_tunnel_to_wireguard_go_each_way_initiating() {
     ) {
         return;
     }
-    let bin = match Peer::WireguardGo.binary() {
+    let bin = match peer.binary() {
         Ok(b) => b,
         Err(why) => {
-            testkit::unavailable("wireguard_go", &format!("cannot build wireguard-go: {why}"));
+            testkit::unavailable(&test, &format!("cannot build {}: {why}", peer.name()));
             return;
         }
     };
-    let a = Side::new("a", "10.81.1.1/24", Some("10.81.1.254"));
-    let b = Side::new("b", "192.168.81.2/24", None);
+    let a = Side::new(&format!("a{tag}"), "10.81.1.1/24", Some("10.81.1.254"));
+    let b = Side::new(&format!("b{tag}"), "192.168.81.2/24", None);
     let (quiver_private, quiver_public) = genkey();
     let (peer_private, peer_public) = genkey();
-    let ifname = format!("wgq{}", std::process::id() % 100_000);
+    let ifname = format!("wq{tag}{}", std::process::id() % 100_000);
     let key_file = format!("/tmp/{ifname}.key");
     std::fs::write(&key_file, format!("{peer_private}\n")).expect("key file");
 
@@ -331,7 +347,7 @@ via = ["10.81.9.2@wg0"]
     wait_for("B pings Quiver", 20, || b.ping("192.168.81.1"));
 
     // 1. Quiver initiates: A's ping finds no session.
-    let go = WgGo::start(&bin, &b, &ifname, &key_file, &quiver_public);
+    let go = PeerProcess::start(peer, &bin, &b, &ifname, &key_file, &quiver_public);
     wait_for("A pings B's tunnel address (Quiver initiates)", 30, || {
         a.ping("10.81.9.2")
     });
@@ -345,18 +361,18 @@ via = ["10.81.9.2@wg0"]
         String::from_utf8_lossy(&peer_out.stdout).trim()
     ));
 
-    // 2. wireguard-go initiates: restarted, it has no session; B's ping makes it handshake.
+    // 2. The peer initiates: restarted, it has no session; B's ping makes it handshake.
     drop(go);
     let sent_before = status(&f).peers[0].initiations_sent;
     let handshakes_before = status(&f).peers[0].handshakes;
-    let _go = WgGo::start(&bin, &b, &ifname, &key_file, &quiver_public);
+    let _go = PeerProcess::start(peer, &bin, &b, &ifname, &key_file, &quiver_public);
     wait_for(
-        "B pings A through the tunnel (wireguard-go initiates)",
+        "B pings A through the tunnel (the peer initiates)",
         30,
         || b.ping("10.81.1.1"),
     );
     let s = status(&f);
-    say(&format!("after wireguard-go's initiation: {s:?}"));
+    say(&format!("after {}'s initiation: {s:?}", peer.name()));
     assert!(s.peers[0].handshakes > handshakes_before);
     assert_eq!(
         s.peers[0].initiations_sent, sent_before,
@@ -557,7 +573,7 @@ via = ["10.81.9.2@wg0"]
     assert!(s.peers[0].rx_bytes > 0 && s.peers[0].tx_bytes > 0);
 
     // `quiver ctl show wireguard` through the admin API says the same.
-    let socket = format!("/tmp/quiver-wg-{}.sock", std::process::id());
+    let socket = format!("/tmp/quiver-wg{tag}-{}.sock", std::process::id());
     let admin = quiver::control::admin::start(&f, Some(std::path::Path::new(&socket)))
         .unwrap()
         .expect("admin server");
@@ -589,5 +605,5 @@ via = ["10.81.9.2@wg0"]
     assert!(f.inspect(|fw| fw.wireguard_status()).unwrap().is_empty());
     assert!(!a.ping("10.81.9.2"));
     let _ = std::fs::remove_file(&key_file);
-    let _ = owner.stop();
+    owner.stop().expect("the owner stops").stop();
 }
