@@ -255,3 +255,34 @@ fn hugepage_backed_pool_when_hugepages_exist() {
     w.free(&bis);
     assert_eq!(p.in_use_count(), 0);
 }
+
+/// `truncate` cuts a chained packet anywhere (inside a buffer, on a buffer's end, to zero),
+/// keeps its first bytes, frees exactly the buffers no longer needed, and refuses to grow one.
+#[test]
+fn truncate_cuts_a_chain_and_frees_the_rest() {
+    let p = BufferPool::new(&BufferPoolConfig {
+        buffers: 64,
+        data_size: 100,
+        hugepages: HugepagePolicy::Never,
+        ..Default::default()
+    })
+    .expect("pool");
+    let mut b = p.worker_buffers();
+    let bytes: Vec<u8> = (0..450u32).map(|i| (i * 7) as u8).collect();
+    for len in [450u32, 449, 301, 300, 299, 100, 99, 1, 0] {
+        let bi = b.alloc_one().unwrap();
+        b.write_packet(bi, &bytes).unwrap();
+        assert_eq!(p.in_use_count(), 5);
+        assert!(!b.truncate(bi, 451), "a packet is not grown");
+        assert!(b.truncate(bi, len), "{len}");
+        assert_eq!(b.meta(bi).total_length(), len);
+        let mut out = Vec::new();
+        b.copy_packet(bi, &mut out);
+        assert_eq!(out, &bytes[..len as usize], "{len}");
+        let want = (len as usize).div_ceil(100).max(1);
+        assert_eq!(p.in_use_count(), want, "{len}: buffers still held");
+        b.free(&[bi]);
+        assert_eq!(p.in_use_count(), 0);
+    }
+    assert_eq!(p.double_free_count(), 0);
+}

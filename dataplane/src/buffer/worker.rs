@@ -353,6 +353,34 @@ impl WorkerBuffers {
         }
     }
 
+    /// Cuts packet `bi` to its first `len` bytes, freeing the buffers of its chain that hold
+    /// none of them; `false`, changing nothing, when it holds fewer than `len`.
+    pub fn truncate(&mut self, bi: u32, len: u32) -> bool {
+        let total = self.meta(bi).total_length();
+        if len >= total {
+            return len == total;
+        }
+        let mut left = len;
+        let mut cur = bi;
+        loop {
+            let here = u32::from(self.meta(cur).length);
+            if left <= here {
+                self.unchain(cur);
+                self.meta_mut(cur).length = left as u16;
+                break;
+            }
+            left -= here;
+            match self.meta(cur).next() {
+                Some(next) => cur = next,
+                // `total_length` counted more than the chain holds: leave it.
+                None => return false,
+            }
+        }
+        let head = self.meta_mut(bi);
+        head.chain_rest = len - u32::from(head.length);
+        true
+    }
+
     /// Appends the packet `tail` (one buffer or a chain) to the end of the packet `head`.
     /// `tail` must be a packet of its own, not a buffer already in `head`'s chain.
     pub fn chain_append(&mut self, head: u32, tail: u32) {

@@ -170,6 +170,13 @@ impl Node<ForwardingState> for ArpInput {
                             &arp.sender_mac,
                             arp.sender_ip,
                         );
+                        // The reply is its headers (padded to the Ethernet minimum as the
+                        // request was): whatever else followed the request, up to a chain of
+                        // buffers, is not sent back (fuzz: a 1708-byte request was answered
+                        // with 1708 bytes, past the port's MTU).
+                        let len = d.len().min((hl + wire::ARP_LEN).max(60));
+                        cx.buffers.unchain(bi);
+                        cx.buffers.set_length(bi, len as u16);
                         let m = cx.buffers.meta_mut(bi);
                         m.tx_interface = rx;
                         m.flags |= LOCALLY_ORIGINATED;

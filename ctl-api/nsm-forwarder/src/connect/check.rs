@@ -124,3 +124,47 @@ impl Checked {
         Ok(self)
     }
 }
+
+/// What [`check_request`] found a Request to ask for.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct RequestPlan {
+    /// The connection id (the key of Quiver's table).
+    pub id: String,
+    /// The client's mechanism chosen, as the Request gave it.
+    pub mechanism: Mechanism,
+    /// The client's mechanism, checked.
+    pub client: ClientMechanism,
+    /// The path with Quiver's segment in place.
+    pub path: Path,
+    /// Where the Request stands on it.
+    pub position: Position,
+    /// The MTU asked for.
+    pub mtu: u32,
+    /// The IP context, checked and split by side.
+    pub ip: validate::SidesIp,
+}
+
+/// Everything `Core::request` checks of `req` before it touches anything (id, payload, IP
+/// context, MTU, path, mechanism), without a `Core`: for the fuzz targets (`fuzz/`), which
+/// assert an error `Status` or a consistent plan for any decoded Request. `known_id` is
+/// Quiver's segment id of a connection it holds already.
+#[doc(hidden)]
+pub fn check_request(
+    cfg: &NsmConfig,
+    req: &NetworkServiceRequest,
+    known_id: Option<&str>,
+) -> Result<RequestPlan, Status> {
+    let id = connection_id(req)?;
+    let c = check(cfg, req, known_id)?;
+    let ip = validate::context(c.conn.context.as_ref())?;
+    Ok(RequestPlan {
+        id,
+        mechanism: c.mechanism,
+        client: c.client,
+        path: c.path,
+        position: c.position,
+        mtu: c.mtu,
+        ip,
+    })
+}

@@ -52,6 +52,8 @@ use crate::table::Table;
 use crate::vni::VniTable;
 
 pub use check::MAX_ID_LEN;
+#[doc(hidden)]
+pub use check::{check_request, RequestPlan};
 pub use endpoint_client::ENDPOINT_TIMEOUT;
 pub use entry::{memif_socket, ConnectionSummary};
 

@@ -1,0 +1,77 @@
+//! Inputs the fuzz targets (`fuzz/`) found mishandled, each kept as a regular test.
+
+mod common;
+
+use common::*;
+use graph_nodes::names;
+
+/// fuzz `packet_path`: an ARP request for our address with 1,666 bytes after it was answered
+/// with all of them (1,708 bytes out of a 1,500-byte-MTU port, the requester's trailing bytes
+/// echoed). The reply is now its headers, padded to the Ethernet minimum — also from a request
+/// long enough to be chained over several buffers.
+#[test]
+fn an_arp_reply_carries_nothing_after_the_arp_packet() {
+    let mut r = Rig::new(&[MAC0, MAC1], |f, p| {
+        f.add_address(p[0], ip(10, 0, 1, 1), 24).unwrap();
+    });
+    let want = eth(
+        HOST_A,
+        MAC0,
+        0x0806,
+        &arp(2, MAC0, ip(10, 0, 1, 1), HOST_A, ip(10, 0, 1, 2)),
+    );
+    for trailing in [0usize, 18, 1666, 5000] {
+        let mut req = eth(
+            [0xff; 6],
+            HOST_A,
+            0x0806,
+            &arp(1, HOST_A, ip(10, 0, 1, 2), [0; 6], ip(10, 0, 1, 1)),
+        );
+        req.extend((0..trailing).map(|i| i as u8 | 1));
+        r.inject(0, &[req.clone()]);
+        let sent = r.sent(0);
+        assert_eq!(sent.len(), 1, "{trailing} trailing bytes: one reply");
+        let reply = &sent[0];
+        assert_eq!(reply.len(), req.len().min(60), "{trailing} trailing bytes");
+        assert_eq!(&reply[..42], &want[..], "{trailing} trailing bytes");
+    }
+    assert_eq!(r.error(names::ARP_INPUT, "requests-answered"), 4);
+    r.assert_no_leaks();
+}
+
+/// fuzz `packet_path`: a frame chained over two buffers (2,110 bytes) holding a 48-byte IPv4
+/// packet left an L3 cross-connect whole (2,110 bytes out of a 1,500-byte-MTU port): ip4-input
+/// trimmed what followed the packet only in single-buffer frames. Routed packets had the same
+/// fault. Now the chain is cut to the packet, its spare buffers freed.
+#[test]
+fn a_chained_frame_is_cut_to_its_ipv4_packet() {
+    let mut r = Rig::new(&[MAC0, MAC1, MAC2, MAC3], |f, p| {
+        f.add_address(p[0], ip(10, 0, 1, 1), 24).unwrap();
+        f.add_address(p[1], ip(10, 0, 2, 1), 24).unwrap();
+        f.add_neighbor(p[1], ip(10, 0, 2, 2), HOST_B).unwrap();
+        f.add_address(p[2], ip(172, 16, 5, 1), 24).unwrap();
+        f.add_address(p[3], ip(172, 16, 6, 1), 24).unwrap();
+        f.add_neighbor(p[3], ip(172, 16, 6, 2), HOST_B).unwrap();
+        f.l3_cross_connect(p[2], p[3], ip(172, 16, 6, 2), ip(172, 16, 5, 2))
+            .unwrap();
+    });
+    for (port, out, dst) in [(0, 1, ip(10, 0, 2, 2)), (2, 3, ip(8, 8, 8, 8))] {
+        for trailing in [2048usize, 5000] {
+            let packet = ipv4(ip(10, 0, 1, 2), dst, 17, 64, &udp(1, 2, &[7; 20]));
+            let mac = [MAC0, MAC1, MAC2, MAC3][port];
+            let mut frame = eth(mac, HOST_A, 0x0800, &packet);
+            frame.extend((0..trailing).map(|i| i as u8));
+            r.inject(port, &[frame]);
+            let sent = r.sent(out);
+            assert_eq!(sent.len(), 1, "port {port}, {trailing} trailing bytes");
+            assert_eq!(
+                sent[0].len(),
+                14 + packet.len(),
+                "port {port}, {trailing} trailing"
+            );
+            assert_eq!(&sent[0][..6], &HOST_B);
+            assert_eq!(&sent[0][14 + 20..], &packet[20..], "the payload, untouched");
+        }
+    }
+    r.assert_no_leaks();
+}
