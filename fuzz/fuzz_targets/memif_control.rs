@@ -3,6 +3,8 @@
 //! `Master` (interfaces 0, ETHERNET, and 1, IP with a secret) over a real SOCK_SEQPACKET
 //! connection, with memfd regions (sealed or not, of any declared size, ring cookies where the
 //! fuzzer puts them) and eventfds beside the messages, the master polled after each one.
+//! A prologue (the input's first choice) first takes the handshake some way correctly — INIT,
+//! the region, the rings, CONNECT — so that what follows is fuzzed from every stage of it.
 //! Once an interface is up, a burst is received from it. Invariants: no panic; an interface is
 //! up only after the master said CONNECTED, and when the peer goes away every interface is
 //! down again and free for the next peer.
@@ -75,6 +77,58 @@ enum Step {
     },
 }
 
+#[derive(Arbitrary, Debug)]
+struct Input {
+    /// How far the handshake goes correctly before the steps: 0 (not at all) to 4 (connected).
+    prologue: u8,
+    steps: Vec<Step>,
+}
+
+/// The correct handshake's messages for interface 0, up to stage `upto`: INIT; a 64 KiB sealed
+/// region with ring cookies at 0 and 1024; the S2M ring at 0 and the M2S ring at 1024 (16
+/// slots); CONNECT.
+fn prologue(upto: u8) -> Vec<(Vec<u8>, Option<OwnedFd>)> {
+    let mut out = Vec::new();
+    if upto >= 1 {
+        let init = Msg::Init(Init {
+            version: VERSION,
+            id: 0,
+            mode: 0,
+            secret: FixedStr::new(""),
+            name: FixedStr::new("fuzz"),
+        });
+        out.push((init.encode().to_vec(), None));
+    }
+    if upto >= 2 {
+        let size = 16 * PAGE;
+        let region = Msg::AddRegion(AddRegion {
+            index: 0,
+            size: size as u64,
+        });
+        out.push((region.encode().to_vec(), memfd(15, true, &[0, 1024])));
+    }
+    if upto >= 3 {
+        for (s2m, offset) in [(true, 0), (false, 1024)] {
+            let ring = Msg::AddRing(AddRing {
+                flags: if s2m { RING_FLAG_S2M } else { 0 },
+                index: 0,
+                region: 0,
+                offset,
+                log2_ring_size: 4,
+                private_hdr_size: 0,
+            });
+            out.push((
+                ring.encode().to_vec(),
+                EventFd::new().ok().map(OwnedFd::from),
+            ));
+        }
+    }
+    if upto >= 4 {
+        out.push((Msg::Connect(FixedStr::new("fuzz")).encode().to_vec(), None));
+    }
+    out
+}
+
 struct Rig {
     master: Master,
     addr: SocketAddress,
@@ -137,7 +191,8 @@ fn drain(sock: &ControlSocket, connected: &mut bool) -> bool {
     }
 }
 
-fuzz_target!(|steps: Vec<Step>| {
+fuzz_target!(|input: Input| {
+    let steps = input.steps;
     if steps.len() > 24 {
         return;
     }
@@ -146,8 +201,10 @@ fuzz_target!(|steps: Vec<Step>| {
         rig.master.poll().unwrap();
         let mut connected = false;
         let mut open;
+        let first = prologue(input.prologue % 5);
+        let mut script: Vec<(Vec<u8>, Option<OwnedFd>)> = Vec::new();
         for step in &steps {
-            let (bytes, fd): (Vec<u8>, Option<OwnedFd>) = match step {
+            script.push(match step {
                 Step::Raw { bytes, fd } => (bytes.clone(), make_fd(fd)),
                 Step::Init {
                     version,
@@ -225,7 +282,9 @@ fuzz_target!(|steps: Vec<Step>| {
                 Step::Disconnect { code } => {
                     (Msg::disconnect(*code, "fuzz").encode().to_vec(), None)
                 }
-            };
+            });
+        }
+        for (bytes, fd) in first.into_iter().chain(script) {
             if let Ok(m) = Msg::decode(&bytes) {
                 assert_eq!(Msg::decode(&m.encode()), Ok(m), "decode(encode(m)) != m");
             }
