@@ -75,3 +75,36 @@ fn a_chained_frame_is_cut_to_its_ipv4_packet() {
     }
     r.assert_no_leaks();
 }
+
+/// The IPv6 side of the same fault: ip6-l3xc trimmed what followed the packet only in
+/// single-buffer frames, so a chained frame with bytes after its IPv6 packet crossed the L3
+/// cross-connect whole. Now cut to the packet.
+#[test]
+fn a_chained_ipv6_frame_is_cut_to_its_packet() {
+    let mut r = Rig::new(&[MAC0, MAC1], |f, p| {
+        f.add_address(p[1], ip(10, 0, 2, 1), 24).unwrap();
+        f.add_neighbor(p[0], ip(10, 0, 1, 2), HOST_A).unwrap();
+        f.add_neighbor(p[1], ip(10, 0, 2, 2), HOST_B).unwrap();
+        f.l3_cross_connect(p[0], p[1], ip(10, 0, 2, 2), ip(10, 0, 1, 2))
+            .unwrap();
+    });
+    let mut packet = vec![0x60, 0, 0, 0, 0, 8, 17, 64];
+    packet.extend_from_slice(&[0xfd, 0, 0, 0x77, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+    packet.extend_from_slice(&[0xfd, 0, 0, 0x77, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+    packet.extend_from_slice(&udp(5000, 5001, &[]));
+    for trailing in [0usize, 2048, 5000] {
+        let mut frame = eth(MAC0, HOST_A, 0x86dd, &packet);
+        frame.extend((0..trailing).map(|i| i as u8));
+        r.inject(0, &[frame]);
+        let sent = r.sent(1);
+        assert_eq!(sent.len(), 1, "{trailing} trailing bytes");
+        assert_eq!(
+            sent[0].len(),
+            14 + packet.len(),
+            "{trailing} trailing bytes"
+        );
+        assert_eq!(&sent[0][..6], &HOST_B);
+        assert_eq!(sent[0][14 + 7], 63, "hop limit decremented");
+    }
+    r.assert_no_leaks();
+}

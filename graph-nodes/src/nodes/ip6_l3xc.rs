@@ -33,6 +33,9 @@ const IP6_HEADER: usize = 40;
 /// The `ip6-l3xc` node.
 pub struct Ip6L3xc {
     nexts: [Next; FRAME_SIZE],
+    /// Chained packets longer than their IPv6 length, with the length to cut them to once
+    /// the loop is done.
+    trim: Vec<(u32, u32)>,
 }
 
 impl Ip6L3xc {
@@ -40,6 +43,7 @@ impl Ip6L3xc {
     pub fn new() -> Self {
         Ip6L3xc {
             nexts: [OUTPUT; FRAME_SIZE],
+            trim: Vec::with_capacity(FRAME_SIZE),
         }
     }
 }
@@ -114,15 +118,22 @@ impl Node<ForwardingState> for Ip6L3xc {
             let checked = adj.and_then(|(index, a)| {
                 let len = check(d, meta.total_length(), a.mtu)?;
                 meta.adjacency = index;
-                Ok((a, len, len < meta.total_length() && meta.next().is_none()))
+                Ok((a, len, len < meta.total_length(), meta.next().is_some()))
             });
-            let verdict = checked.and_then(|(a, len, padded)| {
-                if padded {
+            let trim = &mut self.trim;
+            let verdict = checked.and_then(|(a, len, longer, chained)| {
+                if longer && !chained {
                     // Ethernet padding after the packet.
                     buffers.set_length(bi, len as u16);
                 }
+                // A chain has no padding but may carry anything after the packet (fuzz: the
+                // same fault ip4-input had): cut after the loop, headers included.
+                let cut = longer && chained;
                 if a.kind == AdjacencyKind::Arp {
                     // Resolved by the IPv4 side's ARP (its next hop is the same station).
+                    if cut {
+                        trim.push((bi, len));
+                    }
                     return Ok(ARP);
                 }
                 let (meta, headroom, _) = buffers.meta_headroom_and_data_mut(bi);
@@ -136,6 +147,9 @@ impl Node<ForwardingState> for Ip6L3xc {
                 h[hl - 2..].copy_from_slice(&wire::ETHERTYPE_IP6.to_be_bytes());
                 meta.tx_interface = a.tx;
                 meta.l2_offset = meta.data_offset();
+                if cut {
+                    trim.push((bi, len + hl as u32));
+                }
                 Ok(OUTPUT)
             });
             match verdict {
@@ -145,6 +159,9 @@ impl Node<ForwardingState> for Ip6L3xc {
                     arcs.set(i, Next::DROP);
                 }
             }
+        }
+        for (bi, len) in self.trim.drain(..) {
+            cx.buffers.truncate(bi, len);
         }
         arcs.enqueue(cx, frame);
         n
