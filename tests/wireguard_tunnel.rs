@@ -7,7 +7,8 @@
 //! across two rekeys of Quiver's. Then bad input from B's namespace — replays of a real transport
 //! message, one with a new counter and a flipped byte, an unknown receiver index, a truncated
 //! one — is counted under wg4-decrypt's errors and the tunnel keeps working; `quiver ctl show
-//! wireguard` reports the peer. Built and cached like the protocol crate's interop tests
+//! wireguard` reports the peer; removed, and made again with `quiver ctl interface add
+//! wireguard`, the tunnel works again. Built and cached like the protocol crate's interop tests
 //! (`testkit::wg_peers`). Needs root, ip, ping, wg, python3, Go.
 
 use std::process::{Child, Command, Output, Stdio};
@@ -597,13 +598,50 @@ via = ["10.81.9.2@wg0"]
     let cols: Vec<&str> = row.split_whitespace().collect();
     assert_eq!(&cols[1..3], ["192.168.81.2:51820", "10.81.9.0/24"], "{row}");
     assert_eq!(cols[5], s.peers[0].handshakes.to_string(), "{row}");
-    drop(admin);
 
     // Removing the tunnel through the owner takes its route with it.
     f.apply(Change::RemoveWireguard { name: "wg0".into() })
         .unwrap();
     assert!(f.inspect(|fw| fw.wireguard_status()).unwrap().is_empty());
     assert!(!a.ping("10.81.9.2"));
+
+    // Made again with `quiver ctl` (our key from a file), it carries A's pings once more.
+    let ctl = |args: &[&str]| {
+        let mut v = vec![env!("CARGO_BIN_EXE_quiver"), "ctl", "--socket", &socket];
+        v.extend_from_slice(args);
+        run(&v)
+    };
+    let our_key_file = format!("/tmp/{ifname}.quiver.key");
+    std::fs::write(&our_key_file, format!("{quiver_private}\n")).expect("key file");
+    ctl(&[
+        "interface",
+        "add",
+        "wireguard",
+        "wg0",
+        "--address",
+        "192.168.81.1",
+        "--listen-port",
+        "51821",
+        "--private-key-file",
+        &our_key_file,
+        "--peer",
+        &peer_public,
+        "--endpoint",
+        "192.168.81.2:51820",
+        "--allowed-ips",
+        "10.81.9.0/24",
+    ]);
+    let _ = std::fs::remove_file(&our_key_file);
+    ctl(&["route", "add", "10.81.9.0/24", "--via", "10.81.9.2@wg0"]);
+    wait_for(
+        "A pings B through the tunnel made with quiver ctl",
+        30,
+        || a.ping("10.81.9.2"),
+    );
+    ctl(&["interface", "del", "wg0"]);
+    assert!(f.inspect(|fw| fw.wireguard_status()).unwrap().is_empty());
+    assert!(!a.ping("10.81.9.2"));
+    drop(admin);
     let _ = std::fs::remove_file(&key_file);
     owner.stop().expect("the owner stops").stop();
 }

@@ -585,6 +585,36 @@ impl AdminBackend for ForwarderAdmin {
         })
     }
 
+    fn add_wireguard(&self, r: &pb::AddWireguardRequest) -> AdminResult<u32> {
+        let port = |n: u32, what: &str| {
+            u16::try_from(n).map_err(|_| AdminError::InvalidArgument(format!("{what} {n}")))
+        };
+        let tunnel = crate::config::WireguardSection {
+            name: r.name.clone(),
+            private_key: r.private_key.clone(),
+            private_key_file: r.private_key_file.clone(),
+            listen_port: port(r.listen_port, "listen_port")?,
+            address: r.address.clone(),
+            underlay_mtu: port(r.underlay_mtu, "underlay_mtu")?,
+            peers: r
+                .peers
+                .iter()
+                .map(|p| {
+                    Ok(crate::config::WireguardPeerSection {
+                        public_key: p.public_key.clone(),
+                        endpoint: p.endpoint.clone(),
+                        allowed_ips: p.allowed_ips.clone(),
+                        persistent_keepalive: port(p.persistent_keepalive, "persistent_keepalive")?,
+                    })
+                })
+                .collect::<AdminResult<Vec<_>>>()?,
+        };
+        self.add_interface(Change::AddWireguard {
+            tunnel,
+            owner: None,
+        })
+    }
+
     fn delete_interface(&self, name: &str) -> AdminResult<()> {
         self.apply(Change::RemoveInterface { name: name.into() })
             .map(drop)

@@ -61,3 +61,37 @@ fn the_backend_shows_what_it_changed_and_refuses_what_cannot_be() {
     drop(admin);
     owner.stop().unwrap().stop();
 }
+
+#[test]
+fn wireguard_tunnels_are_refused_with_a_reason() {
+    let owner = ConfigOwner::start(
+        crate::control::owner::test_forwarder(),
+        std::time::Duration::from_millis(1),
+    );
+    let admin = ForwarderAdmin::new(owner.control(), ConnectionSlot::default());
+    assert!(admin.wireguard().unwrap().is_empty());
+    let request = |key: &str, address: &str| pb::AddWireguardRequest {
+        name: "wg0".into(),
+        private_key: key.into(),
+        listen_port: 51820,
+        address: address.into(),
+        ..Default::default()
+    };
+    let zero_key = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
+    let refused = |r: pb::AddWireguardRequest| match admin.add_wireguard(&r) {
+        Err(AdminError::InvalidArgument(m)) => m,
+        other => panic!("{other:?}"),
+    };
+    assert!(refused(request(zero_key, "192.0.2.1")).contains("not an address of Quiver's"));
+    assert!(refused(request("not base64", "192.0.2.1")).starts_with("wireguard wg0:"));
+    let mut both = request(zero_key, "192.0.2.1");
+    both.private_key_file = "/nonexistent".into();
+    assert!(refused(both).contains("one of private_key, private_key_file"));
+    let mut big = request(zero_key, "192.0.2.1");
+    big.underlay_mtu = 70_000;
+    assert!(refused(big).contains("underlay_mtu"));
+    assert!(admin.wireguard().unwrap().is_empty());
+    assert!(admin.interfaces().unwrap().is_empty());
+    drop(admin);
+    owner.stop().unwrap().stop();
+}

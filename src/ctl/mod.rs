@@ -222,6 +222,34 @@ enum AddInterface {
         #[arg(long, default_value_t = 1500)]
         mtu: u32,
     },
+    /// A WireGuard tunnel (IP payload) with one peer; route into it with `route add`.
+    Wireguard {
+        name: String,
+        /// Our underlay IPv4 address (one of Quiver's).
+        #[arg(long)]
+        address: String,
+        /// The UDP port to listen on.
+        #[arg(long)]
+        listen_port: u32,
+        /// A file holding our private key (base64, as `wg genkey` writes it).
+        #[arg(long)]
+        private_key_file: String,
+        /// The underlay's MTU (the tunnel's is 60 less).
+        #[arg(long, default_value_t = 1500)]
+        underlay_mtu: u32,
+        /// The peer's public key (base64).
+        #[arg(long)]
+        peer: String,
+        /// The peer's `IPv4:port` (default: learned from its handshake).
+        #[arg(long, default_value = "")]
+        endpoint: String,
+        /// The peer's allowed IPs, comma-separated prefixes.
+        #[arg(long, value_delimiter = ',')]
+        allowed_ips: Vec<String>,
+        /// Seconds between keepalives to the peer (0: none).
+        #[arg(long, default_value_t = 0)]
+        persistent_keepalive: u32,
+    },
 }
 
 /// Runs one `quiver ctl` command; the error is what to print.
@@ -401,6 +429,34 @@ pub fn run(args: CtlArgs) -> Result<(), String> {
                     promiscuous: Some(!no_promiscuous),
                     mtu,
                 })),
+                AddInterface::Wireguard {
+                    name,
+                    address,
+                    listen_port,
+                    private_key_file,
+                    underlay_mtu,
+                    peer,
+                    endpoint,
+                    allowed_ips,
+                    persistent_keepalive,
+                } => client.block_on(
+                    s.add_wireguard(pb::AddWireguardRequest {
+                        name,
+                        private_key: String::new(),
+                        // quiver run reads it: a relative path is made absolute here.
+                        private_key_file: std::path::absolute(&private_key_file)
+                            .map_or(private_key_file, |p| p.display().to_string()),
+                        listen_port,
+                        address,
+                        underlay_mtu,
+                        peers: vec![pb::WireguardPeerSpec {
+                            public_key: peer,
+                            endpoint,
+                            allowed_ips,
+                            persistent_keepalive,
+                        }],
+                    }),
+                ),
             }
             .map_err(status)?
             .into_inner();

@@ -169,6 +169,15 @@ pub trait AdminBackend: Send + Sync + 'static {
         Ok(Vec::new())
     }
 
+    /// Adds a WireGuard tunnel; returns its interface index. The request's syntax is checked
+    /// (name, port); keys and addresses are the backend's to check.
+    fn add_wireguard(&self, r: &pb::AddWireguardRequest) -> AdminResult<u32> {
+        Err(AdminError::Unavailable(format!(
+            "this quiver has no WireGuard ({})",
+            r.name
+        )))
+    }
+
     /// `show wireguard`: WireGuard tunnels and their peers' counters.
     fn wireguard(&self) -> AdminResult<Vec<pb::WireguardTunnel>> {
         Ok(Vec::new())

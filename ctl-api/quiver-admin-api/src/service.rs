@@ -299,6 +299,24 @@ impl Admin for Service {
         .await
     }
 
+    async fn add_wireguard(
+        &self,
+        r: Request<pb::AddWireguardRequest>,
+    ) -> Result<Response<pb::AddInterfaceReply>, Status> {
+        let r = r.into_inner();
+        self.call(move |b| {
+            name("name", &r.name)?;
+            if r.listen_port == 0 || r.listen_port > u32::from(u16::MAX) {
+                return Err(AdminError::InvalidArgument(format!(
+                    "listen_port {}: 1 to 65535",
+                    r.listen_port
+                )));
+            }
+            b.add_wireguard(&r).map(|index| pb::AddInterfaceReply { index })
+        })
+        .await
+    }
+
     async fn show_wireguard(
         &self,
         _: Request<pb::Empty>,
