@@ -9,7 +9,7 @@
 //! `crate::wireguard` for the state and who writes what. Nothing here allocates or blocks.
 
 use dataplane::buffer::flags;
-use dataplane::{Context, Frame, Node, NodeSpec, FRAME_SIZE};
+use dataplane::{Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 use wireguard::transport::{self, sealed_len};
 use wireguard::wire::TRANSPORT_HEADER_LEN;
 
@@ -56,13 +56,22 @@ mod encrypt {
 }
 
 /// The `wg4-encrypt` node.
-#[derive(Default)]
-pub struct Wg4Encrypt;
+pub struct Wg4Encrypt {
+    nexts: [Next; FRAME_SIZE],
+}
 
 impl Wg4Encrypt {
     /// A new node.
     pub fn new() -> Self {
-        Wg4Encrypt
+        Wg4Encrypt {
+            nexts: [Next::DROP; FRAME_SIZE],
+        }
+    }
+}
+
+impl Default for Wg4Encrypt {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -76,8 +85,11 @@ impl Node<ForwardingState> for Wg4Encrypt {
     fn process(&mut self, cx: &mut Context<'_, ForwardingState>, frame: &mut Frame) -> usize {
         use encrypt::*;
         let state = cx.state();
-        let n = frame.len();
-        for &bi in frame.as_slice() {
+        let base = cx.error_id(0);
+        let fib = state.fib.prefetcher();
+        let bis = frame.as_slice();
+        let n = bis.len();
+        for (&bi, next) in bis.iter().zip(&mut self.nexts[..n]) {
             let verdict = (|| {
                 let meta = cx.buffers.meta(bi);
                 let t = state
@@ -141,16 +153,20 @@ impl Node<ForwardingState> for Wg4Encrypt {
             })();
             match verdict {
                 Ok(dst) => {
-                    state.fib.prefetcher().prefetch(dst);
+                    fib.prefetch(dst);
                     let meta = cx.buffers.meta_mut(bi);
                     meta.flags &= !flags::FLOW_HASH_VALID;
                     meta.flags |= flags::IP4_CHECKSUM_OK | LOCALLY_ORIGINATED;
                     meta.l3_offset = meta.data_offset();
-                    cx.enqueue_slice(LOOKUP, &[bi]);
+                    *next = LOOKUP;
                 }
-                Err(code) => cx.drop_packet(bi, code),
+                Err(code) => {
+                    cx.buffers.meta_mut(bi).error = base + code;
+                    *next = Next::DROP;
+                }
             }
         }
+        cx.enqueue_to_nexts(&self.nexts[..n], bis);
         n
     }
 }
@@ -176,13 +192,22 @@ mod decrypt {
 }
 
 /// The `wg4-decrypt` node: UDP for a tunnel's port, outer IPv4 header first.
-#[derive(Default)]
-pub struct Wg4Decrypt;
+pub struct Wg4Decrypt {
+    nexts: [Next; FRAME_SIZE],
+}
 
 impl Wg4Decrypt {
     /// A new node.
     pub fn new() -> Self {
-        Wg4Decrypt
+        Wg4Decrypt {
+            nexts: [Next::DROP; FRAME_SIZE],
+        }
+    }
+}
+
+impl Default for Wg4Decrypt {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -210,8 +235,10 @@ impl Node<ForwardingState> for Wg4Decrypt {
     fn process(&mut self, cx: &mut Context<'_, ForwardingState>, frame: &mut Frame) -> usize {
         use decrypt::*;
         let state = cx.state();
-        let n = frame.len();
-        for &bi in frame.as_slice() {
+        let base = cx.error_id(0);
+        let bis = frame.as_slice();
+        let n = bis.len();
+        for (&bi, next) in bis.iter().zip(&mut self.nexts[..n]) {
             let verdict = (|| {
                 let d = cx.buffers.data(bi);
                 let ihl = usize::from(d.first().ok_or(TRUNCATED)? & 0xf) * 4;
@@ -300,7 +327,7 @@ impl Node<ForwardingState> for Wg4Decrypt {
                 Ok(Verdict::Inner)
             })();
             match verdict {
-                Ok(Verdict::Inner) => cx.enqueue_slice(INPUT, &[bi]),
+                Ok(Verdict::Inner) => *next = INPUT,
                 Ok(Verdict::Punt {
                     tunnel,
                     src,
@@ -325,11 +352,16 @@ impl Node<ForwardingState> for Wg4Decrypt {
                         }
                         _ => PUNT_FULL,
                     };
-                    cx.drop_packet(bi, code);
+                    cx.buffers.meta_mut(bi).error = base + code;
+                    *next = Next::DROP;
                 }
-                Err(code) => cx.drop_packet(bi, code),
+                Err(code) => {
+                    cx.buffers.meta_mut(bi).error = base + code;
+                    *next = Next::DROP;
+                }
             }
         }
+        cx.enqueue_to_nexts(&self.nexts[..n], bis);
         n
     }
 }
