@@ -313,3 +313,42 @@ fn messages_of_a_session_the_control_side_has_not_confirmed_are_punted() {
     while shared.punts.pop().is_some() {}
     rig.assert_no_leaks();
 }
+
+#[test]
+fn an_l3_cross_connect_carries_ip_payload_through_a_tunnel_both_ways() {
+    let (mut rig, _, theirs) = rig(true);
+    let wg0 = rig.fwd.interface_by_name("wg0").unwrap().index;
+    let eth0 = rig.ports[0].index;
+    rig.fwd
+        .l3_cross_connect(eth0, wg0, ip(10, 9, 0, 1), ip(10, 0, 1, 2))
+        .unwrap();
+    rig.commit();
+    // Into the tunnel by the cross-connect, not the FIB (the destination must still be in the
+    // peer's allowed IPs: cryptokey routing picks the peer).
+    let out = ipv4(ip(10, 9, 0, 7), ip(10, 9, 0, 9), 17, 64, &[1; 8]);
+    rig.inject(0, &[eth(MAC0, HOST_A, 0x0800, &out)]);
+    let sent = rig.sent(1);
+    assert_eq!(sent.len(), 1);
+    let mut msg = sent[0][14 + 28..].to_vec();
+    let (_, range) = transport::open(&theirs, &mut msg).unwrap();
+    let mut expect = out.clone();
+    expect[8] -= 1;
+    fix_ip_checksum(&mut expect);
+    assert_eq!(&msg[range.start..range.start + out.len()], &expect[..]);
+    // And back: what the tunnel opens leaves by eth0 to host A, whatever its destination.
+    let back = ipv4(ip(10, 9, 0, 5), ip(192, 168, 7, 7), 17, 64, &[2; 8]);
+    rig.inject(1, &[underlay(&from_peer(&theirs, 0, &back))]);
+    let mut expect = back.clone();
+    expect[8] -= 1;
+    fix_ip_checksum(&mut expect);
+    assert_eq!(rig.sent(0), vec![eth(HOST_A, MAC0, 0x0800, &expect)]);
+    assert_eq!(rig.total_errors(), 0);
+    let runtime = rig.graph.handle().runtime();
+    let packets = |node: &str| runtime.node(node).map_or(0, |n| n.packets);
+    assert_eq!(
+        (packets("ip4-l3xc"), packets("ip4-lookup")),
+        (2, 2),
+        "the inner packets by the cross-connect, only the two outer ones looked up"
+    );
+    rig.assert_no_leaks();
+}

@@ -49,7 +49,11 @@ impl Forwarding {
     ) -> Result<(), ForwardingError> {
         for i in [a, b] {
             let iface = self.iface(i)?;
-            if iface.mode != InterfaceMode::L3 || iface.kind != InterfaceKind::Port {
+            let kind_ok = matches!(
+                iface.kind,
+                InterfaceKind::Port | InterfaceKind::Wireguard { .. }
+            );
+            if iface.mode != InterfaceMode::L3 || !kind_ok {
                 return Err(ForwardingError::WrongMode(i));
             }
         }
