@@ -6,7 +6,8 @@
 //! data message. A TCP transfer of 4 MiB each way is checked for content, and one of 16 MiB
 //! across two rekeys of Quiver's. Then bad input from B's namespace — replays of a real transport
 //! message, one with a new counter and a flipped byte, an unknown receiver index, a truncated
-//! one — is counted under wg4-decrypt's errors and the tunnel keeps working; `quiver ctl show
+//! one — is counted under wg4-decrypt's errors, and so is a flood of 20,000 forged initiations
+//! (bad mac1, or punt-queue-full), and the tunnel keeps working; `quiver ctl show
 //! wireguard` reports the peer; removed, and made again with `quiver ctl interface add
 //! wireguard`, the tunnel works again. Built and cached like the protocol crate's interop tests
 //! (`testkit::wg_peers`). Needs root, ip, ping, wg, python3, Go.
@@ -218,6 +219,15 @@ fn errors(f: &Control, node: &str, name: &str) -> u64 {
 /// Sniffs one transport message with data from the peer to Quiver on B's veth, then sends
 /// it twice as it was (replays), once with a new counter and a flipped byte (bad tag), once
 /// with an unknown receiver index and once truncated, from another UDP port.
+/// 20,000 handshake initiations of random bytes to Quiver's tunnel port, as fast as Python
+/// sends them.
+const FLOOD: &str = r#"
+import os, socket
+out = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for _ in range(20000):
+    out.sendto(b"\x01\x00\x00\x00" + os.urandom(144), ("192.168.81.1", 51821))
+"#;
+
 const BAD_INPUT: &str = r#"
 import socket, struct, sys
 s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
@@ -567,6 +577,30 @@ via = ["10.81.9.2@wg0"]
     });
     for _ in 0..3 {
         assert!(a.ping("10.81.9.2"), "A → B after the bad input");
+    }
+
+    // A flood of forged initiations: refused on the control side (bad mac1) or dropped when
+    // the punt queue is full, never a stall of the workers; the tunnel keeps its session.
+    let handshakes = status(&f).peers[0].handshakes;
+    let (macs, full) = (status(&f).bad_macs, decrypt("punt-queue-full"));
+    b.exec(&["python3", "-c", FLOOD]);
+    // Each one is counted, one way or the other (a few may be lost before Quiver sees them).
+    wait_for("the flood counted", 20, || {
+        status(&f).bad_macs - macs + decrypt("punt-queue-full") - full >= 19_000
+    });
+    let s = status(&f);
+    say(&format!(
+        "flood of 20000 forged initiations: {} refused for bad mac1, {} dropped as punt-queue-full",
+        s.bad_macs,
+        decrypt("punt-queue-full")
+    ));
+    assert!(
+        s.bad_macs > macs,
+        "the control side kept refusing during the flood"
+    );
+    assert_eq!(s.peers[0].handshakes, handshakes);
+    for _ in 0..3 {
+        assert!(a.ping("10.81.9.2"), "A → B after the flood");
     }
     let s = status(&f);
     say(&format!("final: {s:?}"));
