@@ -312,7 +312,8 @@ impl Admin for Service {
                     r.listen_port
                 )));
             }
-            b.add_wireguard(&r).map(|index| pb::AddInterfaceReply { index })
+            b.add_wireguard(&r)
+                .map(|index| pb::AddInterfaceReply { index })
         })
         .await
     }
