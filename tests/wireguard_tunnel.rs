@@ -24,6 +24,7 @@ use testkit::{require, wait_for, Needs};
 const IP: &str = "/usr/sbin/ip";
 const PING: &str = "/usr/bin/ping";
 const WG: &str = "/usr/bin/wg";
+const PYTHON: &str = testkit::SYSTEM_PYTHON;
 /// The protocol crate's TCP transfer checked for content.
 const TCP_CHECK: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -278,7 +279,7 @@ fn end_to_end(peer: Peer, tag: &str) {
         &test,
         &Needs {
             root: true,
-            tools: &[IP, PING, WG, "/usr/bin/timeout"],
+            tools: &[IP, PING, WG, PYTHON, "/usr/bin/timeout"],
             ..Needs::default()
         },
     ) {
@@ -401,7 +402,7 @@ via = ["10.81.9.2@wg0"]
             "netns",
             "exec",
             &b.ns,
-            "python3",
+            PYTHON,
             TCP_CHECK,
             "server",
             "10.81.9.2",
@@ -424,7 +425,7 @@ via = ["10.81.9.2@wg0"]
         &a.ns,
         "timeout",
         "120",
-        "python3",
+        PYTHON,
         TCP_CHECK,
         "client",
         "10.81.9.2",
@@ -443,7 +444,7 @@ via = ["10.81.9.2@wg0"]
             "netns",
             "exec",
             &b.ns,
-            "python3",
+            PYTHON,
             TCP_CHECK,
             "server",
             "10.81.9.2",
@@ -461,7 +462,7 @@ via = ["10.81.9.2@wg0"]
     });
     let client = Command::new(IP)
         .args([
-            "netns", "exec", &a.ns, "timeout", "120", "python3", TCP_CHECK, "client",
+            "netns", "exec", &a.ns, "timeout", "120", PYTHON, TCP_CHECK, "client",
         ])
         .args(["10.81.9.2", "5203", "16777216"])
         .stdout(Stdio::piped())
@@ -498,7 +499,7 @@ via = ["10.81.9.2@wg0"]
             "netns",
             "exec",
             &a.ns,
-            "python3",
+            PYTHON,
             TCP_CHECK,
             "server",
             "10.81.1.1",
@@ -521,7 +522,7 @@ via = ["10.81.9.2@wg0"]
         &b.ns,
         "timeout",
         "120",
-        "python3",
+        PYTHON,
         TCP_CHECK,
         "client",
         "10.81.1.1",
@@ -545,7 +546,7 @@ via = ["10.81.9.2@wg0"]
         decrypt("truncated"),
     );
     let mut sniffer = Command::new(IP)
-        .args(["netns", "exec", &b.ns, "python3", "-c", BAD_INPUT])
+        .args(["netns", "exec", &b.ns, PYTHON, "-c", BAD_INPUT])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -583,7 +584,7 @@ via = ["10.81.9.2@wg0"]
     // the punt queue is full, never a stall of the workers; the tunnel keeps its session.
     let handshakes = status(&f).peers[0].handshakes;
     let (macs, full) = (status(&f).bad_macs, decrypt("punt-queue-full"));
-    b.exec(&["python3", "-c", FLOOD]);
+    b.exec(&[PYTHON, "-c", FLOOD]);
     // Each one is counted, one way or the other (a few may be lost before Quiver sees them).
     wait_for("the flood counted", 20, || {
         status(&f).bad_macs - macs + decrypt("punt-queue-full") - full >= 19_000
