@@ -199,7 +199,15 @@ fn path_segment_metrics_and_prometheus_counters_follow_a_live_connection() {
         assert_eq!(found[0].0, want_labels, "{family}");
         found[0].1
     };
-    let before = scrape(metrics.addr());
+    // A connection whose entry is being changed (the Request's last steps) is left out of a
+    // scrape for that moment: wait until the page has it.
+    let listed =
+        |page: &str| !samples(page, &format!("{PREFIX}_server_rx_packets_total")).is_empty();
+    let mut before = String::new();
+    wait_for("the connection's series on the metrics page", 30, || {
+        before = scrape(metrics.addr());
+        listed(&before)
+    });
     for name in NAMES {
         assert!(
             before
@@ -254,7 +262,11 @@ fn path_segment_metrics_and_prometheus_counters_follow_a_live_connection() {
     }
 
     // And Prometheus: the same connection, its packet counts moved.
-    let after = scrape(metrics.addr());
+    let mut after = String::new();
+    wait_for("the connection's series after the pings", 30, || {
+        after = scrape(metrics.addr());
+        listed(&after)
+    });
     for name in [
         "server_rx_packets",
         "client_tx_packets",

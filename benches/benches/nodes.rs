@@ -118,7 +118,9 @@ fn nodes(c: &mut Criterion) {
             b.add(EthernetInput::new())
                 .add(Stop("ip4-input"))
                 .add(Stop("arp-input"))
-                .add(Stop("l2-xconnect"));
+                .add(Stop("l2-xconnect"))
+                .add(Stop("offload-resolve"))
+                .add(Stop("ip6-l3xc"));
         }),
         ("+ ip4-input", ip4.clone(), eth0, "ethernet-input", |b| {
             b.add(EthernetInput::new())
@@ -126,7 +128,9 @@ fn nodes(c: &mut Criterion) {
                 .add(Stop("ip4-l3xc"))
                 .add(Stop("ip4-lookup"))
                 .add(Stop("arp-input"))
-                .add(Stop("l2-xconnect"));
+                .add(Stop("l2-xconnect"))
+                .add(Stop("offload-resolve"))
+                .add(Stop("ip6-l3xc"));
         }),
         ("+ ip4-lookup", ip4.clone(), eth0, "ethernet-input", |b| {
             b.add(EthernetInput::new())
@@ -137,7 +141,9 @@ fn nodes(c: &mut Criterion) {
                 .add(Stop("ip4-local"))
                 .add(Stop("ip4-arp"))
                 .add(Stop("arp-input"))
-                .add(Stop("l2-xconnect"));
+                .add(Stop("l2-xconnect"))
+                .add(Stop("offload-resolve"))
+                .add(Stop("ip6-l3xc"));
         }),
         ("+ ip4-rewrite", ip4.clone(), eth0, "ethernet-input", |b| {
             b.add(EthernetInput::new())
@@ -146,10 +152,13 @@ fn nodes(c: &mut Criterion) {
                 .add(Ip4Lookup::new())
                 .add(Ip4Rewrite::new())
                 .add(Stop("interface-output"))
+                .add(Stop("ip4-icmp-error"))
                 .add(Stop("ip4-local"))
                 .add(Stop("ip4-arp"))
                 .add(Stop("arp-input"))
-                .add(Stop("l2-xconnect"));
+                .add(Stop("l2-xconnect"))
+                .add(Stop("offload-resolve"))
+                .add(Stop("ip6-l3xc"));
         }),
         (
             "+ interface-output",
