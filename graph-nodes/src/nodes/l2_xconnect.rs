@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use dataplane::buffer::{BufferMeta, WorkerBuffers};
+use dataplane::buffer::BufferMeta;
 use dataplane::offload::Gso;
 use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
@@ -114,18 +114,25 @@ impl Node<ForwardingState> for L2Xconnect {
                 tx_of_run = xc.get(rx as usize).copied().unwrap_or(u32::MAX);
                 limit = frame_limit(state, tx_of_run);
             }
-            if meta.total_length() > limit && exceeds(cx.buffers, bi, limit) {
-                cx.buffers.meta_mut(bi).error = too_long;
-                self.nexts[i] = Next::DROP;
-                dropped = true;
-                continue;
-            }
-            let meta = cx.buffers.meta_mut(bi);
+            let len = meta.total_length();
+            // One compare per packet; the frame is looked at only when it is longer.
+            let meta = if len > limit {
+                let (meta, d) = cx.buffers.meta_and_data_mut(bi);
+                if exceeds(meta, d, limit) {
+                    meta.error = too_long;
+                    self.nexts[i] = Next::DROP;
+                    dropped = true;
+                    continue;
+                }
+                meta
+            } else {
+                meta
+            };
             if tx_of_run != u32::MAX {
                 meta.tx_interface = tx_of_run;
                 self.nexts[i] = OUTPUT;
                 run_packets += 1;
-                run_bytes += meta.total_length() as u64;
+                run_bytes += len as u64;
             } else {
                 meta.error = no_xc;
                 self.nexts[i] = Next::DROP;
@@ -158,13 +165,11 @@ fn frame_limit(state: &ForwardingState, tx: u32) -> u32 {
 /// Whether a frame longer than `limit` (the untagged limit) really is too long: an 802.1Q tag
 /// is allowed on top, and a super-frame is cut to size later.
 #[cold]
-fn exceeds(buffers: &mut WorkerBuffers, bi: u32, limit: u32) -> bool {
-    let meta: &BufferMeta = buffers.meta_mut(bi);
+#[inline(never)]
+fn exceeds(meta: &BufferMeta, d: &[u8], limit: u32) -> bool {
     if meta.offload().is_some_and(|o| o.gso != Gso::None) {
         return false;
     }
-    let len = meta.total_length();
-    let d = buffers.data(bi);
     let tagged = d.len() >= 14 && wire::be16(d, 12) == wire::ETHERTYPE_VLAN;
-    len > limit + if tagged { 4 } else { 0 }
+    meta.total_length() > limit + if tagged { 4 } else { 0 }
 }
