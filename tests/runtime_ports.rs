@@ -236,15 +236,26 @@ fn a_cross_connect_added_and_removed_at_run_time_carries_frames_and_the_running_
         assert_eq!(s3.tx_packets, cd.total_received());
         assert_eq!(s3.rx_packets, dc.total_sent());
         assert_eq!(s2.tx_packets, dc.total_received());
-        // One polling node per worker, whatever the number of ports.
+        // One polling node for the ports per worker, whatever the number of ports.
         let rt = f.dataplane().runtime();
         for w in &rt.workers {
+            let polling: Vec<&str> = w
+                .nodes
+                .iter()
+                .filter(|n| n.kind == dataplane::NodeKind::Input)
+                .map(|n| n.name.as_str())
+                .collect();
             assert_eq!(
-                w.nodes
+                polling
                     .iter()
-                    .filter(|n| n.name.ends_with("input") && n.kind == dataplane::NodeKind::Input)
+                    .filter(|&&n| n == dataplane::PORT_INPUT)
                     .count(),
-                1
+                1,
+                "{polling:?}"
+            );
+            assert!(
+                polling.iter().all(|&n| !n.starts_with("memif")),
+                "no node per port: {polling:?}"
             );
         }
     }

@@ -183,8 +183,9 @@ enum Watched {
 
 /// Waits `next` (the refresh), watching Quiver's own entry on nsmgr meanwhile (`Find` with
 /// `watch`): a watch that breaks means nsmgr restarted (or the connection to it went), a
-/// `deleted` answer for Quiver that nsmgr forgot it; either ends the wait early. A registry
-/// that does not watch (refuses, or ends the stream) leaves only the timer.
+/// `deleted` answer for Quiver that nsmgr forgot it, and so does a watch that cannot be opened
+/// because nsmgr is gone; each ends the wait early. A registry that does not watch (refuses
+/// with a status of its own, or ends the stream) leaves only the timer.
 async fn watch_until(cfg: &NsmConfig, channel: PeerChannel, next: Duration) -> Watched {
     let due = tokio::time::sleep(next);
     tokio::pin!(due);
@@ -206,13 +207,22 @@ async fn watch_until(cfg: &NsmConfig, channel: PeerChannel, next: Duration) -> W
     };
     let mut stream = tokio::select! {
         () = &mut due => return Watched::Due,
-        found = client.find(query) => match found {
+        found = tokio::time::timeout(WATCH_ANSWER, client.find(query)) => match found {
+            // nsmgr answers a watch at once (with Quiver's own entry); one that does not
+            // answer at all is gone (a connection to an nsmgr that stopped serving it).
+            Err(_) => return Watched::Lost("nsmgr did not answer the watch".into()),
+            Ok(found) => match found {
             Ok(stream) => stream.into_inner(),
-            Err(e) => {
+            // A registry that answers but will not watch: the timer alone.
+            Err(e) if refuses_to_watch(e.code()) => {
                 tracing::debug!(error = %e, "nsmgr does not watch: refreshing on time only");
                 due.await;
                 return Watched::Due;
             }
+            // No answer at all (nsmgr went away between the registration and the watch, or
+            // the connection broke): as a watch that breaks, registering again at once.
+            Err(e) => return Watched::Lost(e.to_string()),
+            },
         },
     };
     loop {
@@ -236,6 +246,19 @@ async fn watch_until(cfg: &NsmConfig, channel: PeerChannel, next: Duration) -> W
             },
         }
     }
+}
+
+/// How long nsmgr may take to answer the watch of Quiver's entry.
+const WATCH_ANSWER: Duration = Duration::from_secs(5);
+
+/// Whether a refused `Find` with `watch` means the registry answers but does not watch (so
+/// only the refresh timer is left), rather than that nsmgr is gone.
+fn refuses_to_watch(code: tonic::Code) -> bool {
+    use tonic::Code::*;
+    matches!(
+        code,
+        Unimplemented | PermissionDenied | InvalidArgument | FailedPrecondition | NotFound
+    )
 }
 
 /// Removes Quiver's registration (when the server stops), continuing `path`; a failure is
