@@ -1,3 +1,7 @@
+use std::net::Ipv4Addr;
+
+use quiver_admin_api::AdminBackend;
+
 use super::*;
 use crate::control::owner::ConfigOwner;
 

@@ -1,0 +1,303 @@
+//! What `quiver ctl show …` reads, as the admin API's messages: the owner's view (interfaces,
+//! routes, neighbours, cross-connects, memifs), the data path's counters and WireGuard status.
+
+use std::net::Ipv4Addr;
+
+use dataplane::{NodeKind, WorkerRuntime};
+use drivers::{LinkStatus, PortStats};
+use graph_nodes::state::{AdjacencyKind, InterfaceKind};
+use graph_nodes::InterfaceMode;
+use quiver_admin_api::format_mac;
+use quiver_admin_api::proto as pb;
+
+use crate::config::{MemifMode, MemifRole, PortSection};
+use crate::control::owner::ForwarderView;
+use crate::forwarder::{PortEntry, WgTunnelStatus};
+
+/// Every interface of `f`, ports with their counters as `stats` gives them.
+pub(super) fn interfaces(
+    f: &ForwarderView,
+    stats: impl Fn(&PortEntry) -> PortStats,
+) -> Vec<pb::Interface> {
+    let mut out = Vec::new();
+    for i in &f.interfaces {
+        let mut x = pb::Interface {
+            index: i.index,
+            name: i.name.clone(),
+            mac: format_mac(i.mac),
+            mtu: u32::from(i.mtu),
+            mode: match i.mode {
+                InterfaceMode::L3 => "l3",
+                InterfaceMode::L2 => "l2",
+            }
+            .into(),
+            addresses: i.addresses.iter().map(|&(a, l)| prefix(a, l)).collect(),
+            ..Default::default()
+        };
+        match i.kind {
+            InterfaceKind::Port => {
+                x.r#type = port_type(f.port_section(&i.name)).into();
+                if let Some(p) = f.port(&i.name) {
+                    let s = stats(p);
+                    (x.link_up, x.link_reason) = link(p.port.link());
+                    x.rx_packets = s.rx_packets;
+                    x.rx_bytes = s.rx_bytes;
+                    x.tx_packets = s.tx_packets;
+                    x.tx_bytes = s.tx_bytes;
+                    x.rx_dropped = s.rx_dropped;
+                    x.tx_dropped = s.tx_dropped;
+                    x.detail = detail(&s);
+                }
+            }
+            InterfaceKind::Vlan { .. } => x.r#type = "vlan".into(),
+            InterfaceKind::Vxlan { .. } => x.r#type = "vxlan".into(),
+            InterfaceKind::Wireguard { .. } => x.r#type = "wireguard".into(),
+        }
+        out.push(x);
+    }
+    out
+}
+
+/// The routes of `f`, each with its distinct paths.
+pub(super) fn fib(f: &ForwarderView) -> Vec<pb::Route> {
+    let state = &f.state;
+    let name = |i: u32| {
+        state
+            .interface(i)
+            .map(|x| x.name.clone())
+            .unwrap_or_default()
+    };
+    f.routes
+        .iter()
+        .map(|r| {
+            let buckets = state
+                .load_balances
+                .get(r.load_balance as usize)
+                .map(|lb| lb.buckets.to_vec())
+                .unwrap_or_default();
+            let mut paths: Vec<pb::RoutePath> = Vec::new();
+            for a in buckets {
+                let Some(adj) = state.adjacencies.get(a as usize) else {
+                    continue;
+                };
+                let (kind, next_hop, interface) = match adj.kind {
+                    AdjacencyKind::Rewrite => ("rewrite", adj.next_hop, name(adj.tx)),
+                    AdjacencyKind::Arp => ("arp", adj.next_hop, name(adj.tx)),
+                    AdjacencyKind::Glean => ("glean", 0, name(adj.tx)),
+                    AdjacencyKind::Local => ("local", 0, String::new()),
+                    AdjacencyKind::Drop => ("drop", 0, String::new()),
+                };
+                let p = pb::RoutePath {
+                    kind: kind.into(),
+                    next_hop: if next_hop == 0 {
+                        String::new()
+                    } else {
+                        Ipv4Addr::from(next_hop).to_string()
+                    },
+                    interface,
+                };
+                // An ECMP object may list a path in several buckets.
+                if !paths.contains(&p) {
+                    paths.push(p);
+                }
+            }
+            pb::Route {
+                prefix: prefix(r.prefix, r.len),
+                source: format!("{:?}", r.source).to_lowercase(),
+                paths,
+            }
+        })
+        .collect()
+}
+
+/// The neighbours of `f`.
+pub(super) fn neighbors(f: &ForwarderView) -> Vec<pb::Neighbor> {
+    f.neighbors
+        .iter()
+        .map(|&(i, ip, mac)| pb::Neighbor {
+            interface: f.interface_name(i).unwrap_or_default().to_string(),
+            ip: Ipv4Addr::from(ip).to_string(),
+            mac: format_mac(mac),
+        })
+        .collect()
+}
+
+/// The L2 and L3 cross-connects of `f`, each once (from its lower interface index).
+pub(super) fn cross_connects(f: &ForwarderView) -> Vec<pb::CrossConnect> {
+    let name = |i: u32| f.interface_name(i).unwrap_or_default().to_string();
+    let cut = &f.cut_throughs;
+    let mut out = Vec::new();
+    for i in &f.interfaces {
+        let a = i.index;
+        if let Some(b) = f.cross_connect_of(a).filter(|&b| a < b) {
+            let path = if cut.contains(&(a, b)) && cut.contains(&(b, a)) {
+                "cut-through"
+            } else {
+                "graph"
+            };
+            out.push(pb::CrossConnect {
+                a: i.name.clone(),
+                b: name(b),
+                kind: "l2".into(),
+                path: path.into(),
+                ..Default::default()
+            });
+        }
+        if let Some((b, peer_b)) = f.l3_cross_connect_of(a).filter(|&(b, _)| a < b) {
+            let peer_a = f.l3_cross_connect_of(b).map(|(_, p)| p);
+            out.push(pb::CrossConnect {
+                a: i.name.clone(),
+                b: name(b),
+                kind: "l3".into(),
+                peer_a: peer_a
+                    .map(|p| Ipv4Addr::from(p).to_string())
+                    .unwrap_or_default(),
+                peer_b: Ipv4Addr::from(peer_b).to_string(),
+                path: "graph".into(),
+            });
+        }
+    }
+    out
+}
+
+/// The memif ports of `f`, with their configuration and their counters as `stats` gives them.
+pub(super) fn memifs(f: &ForwarderView, stats: impl Fn(&PortEntry) -> PortStats) -> Vec<pb::Memif> {
+    let mut out = Vec::new();
+    for p in &f.ports {
+        let Some(PortSection::Memif(m)) = f.port_section(&p.name) else {
+            continue;
+        };
+        let s = stats(p);
+        let (link_up, link_reason) = link(p.port.link());
+        out.push(pb::Memif {
+            name: p.name.clone(),
+            index: p.interface,
+            role: match m.role {
+                MemifRole::Master => "master",
+                MemifRole::Slave => "slave",
+            }
+            .into(),
+            socket: m.socket.clone(),
+            id: m.id,
+            mode: match m.mode {
+                MemifMode::Ethernet => "ethernet",
+                MemifMode::Ip => "ip",
+            }
+            .into(),
+            link_up,
+            link_reason,
+            ring_size: m.ring_size,
+            buffer_size: m.buffer_size,
+            rx_packets: s.rx_packets,
+            rx_bytes: s.rx_bytes,
+            tx_packets: s.tx_packets,
+            tx_bytes: s.tx_bytes,
+            rx_dropped: s.rx_dropped,
+            tx_dropped: s.tx_dropped,
+            detail: detail(&s),
+        });
+    }
+    out
+}
+
+/// A worker's (or the workers' summed) node runtime.
+pub(super) fn worker_runtime(w: &WorkerRuntime) -> pb::WorkerRuntime {
+    let l = &w.worker_loop;
+    pb::WorkerRuntime {
+        worker: w.worker.map(|x| x as u32),
+        core: w.core.map(|x| x as u32),
+        nodes: w
+            .nodes
+            .iter()
+            .map(|n| pb::NodeRuntime {
+                name: n.name.clone(),
+                state: match n.kind {
+                    NodeKind::Input => "polling",
+                    NodeKind::Internal => "active",
+                }
+                .into(),
+                calls: n.calls,
+                vectors: n.vectors,
+                packets: n.packets,
+                clocks: n.cycles,
+                clocks_per_packet: n.clocks_per_packet(),
+                vectors_per_call: n.packets_per_call(),
+            })
+            .collect(),
+        busy_passes: l.busy_passes,
+        busy_packets: l.busy_packets,
+        busy_clocks: l.busy_cycles,
+        idle_passes: l.idle_passes,
+        idle_clocks: l.idle_cycles,
+    }
+}
+
+/// A WireGuard tunnel's status as the admin API reports it.
+pub(super) fn wireguard_tunnel(t: &WgTunnelStatus) -> pb::WireguardTunnel {
+    let unix = |at: Option<std::time::SystemTime>| {
+        at.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_secs())
+    };
+    pb::WireguardTunnel {
+        name: t.name.clone(),
+        public_key: t.public_key.clone(),
+        listen: t.listen.to_string(),
+        bad_macs: t.bad_macs,
+        refused: t.refused,
+        punts: t.punts,
+        peers: t
+            .peers
+            .iter()
+            .map(|p| pb::WireguardPeer {
+                public_key: p.public_key.clone(),
+                endpoint: p.endpoint.map(|e| e.to_string()).unwrap_or_default(),
+                allowed_ips: p.allowed_ips.clone(),
+                last_handshake_unix: unix(p.last_handshake),
+                handshakes: p.handshakes,
+                rekeys: p.rekeys,
+                initiations_sent: p.initiations_sent,
+                replays: p.replays,
+                bad_tags: p.bad_tags,
+                rx_bytes: p.rx_bytes,
+                tx_bytes: p.tx_bytes,
+                rx_packets: p.rx_packets,
+                tx_packets: p.tx_packets,
+            })
+            .collect(),
+    }
+}
+
+/// The type `show interfaces` gives a port of this configuration.
+fn port_type(section: Option<&PortSection>) -> &'static str {
+    match section {
+        Some(PortSection::Memif(_)) => "memif",
+        Some(PortSection::AfPacket(_)) => "af_packet",
+        Some(PortSection::Tap(_)) => "tap",
+        Some(PortSection::Dpdk(_)) => "dpdk",
+        None => "port",
+    }
+}
+
+/// A link's state as (up, the reason it is down).
+fn link(l: LinkStatus) -> (bool, String) {
+    match l {
+        LinkStatus::Up => (true, String::new()),
+        LinkStatus::Down(why) => (false, why),
+    }
+}
+
+/// A driver's own counters.
+fn detail(s: &PortStats) -> Vec<pb::Counter> {
+    s.detail
+        .iter()
+        .map(|(name, value)| pb::Counter {
+            name: name.clone(),
+            value: *value,
+        })
+        .collect()
+}
+
+/// `a.b.c.d/len`.
+fn prefix(ip: u32, len: u8) -> String {
+    format!("{}/{len}", Ipv4Addr::from(ip))
+}
