@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::ops::Range;
 
-use super::lpm::{mask, LpmError, MAX_VALUE};
+use super::rule::{mask, LpmError, MAX_VALUE};
 
 /// Marks a tbl24 entry that names a group.
 pub(super) const GROUP: u16 = 0x8000;
