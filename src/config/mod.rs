@@ -1,6 +1,8 @@
 //! `quiver.toml`: what the daemon runs. Every key has a default, so an empty file is valid.
 
+mod check;
 pub mod topology;
+pub mod values;
 pub mod wireguard;
 
 use std::path::Path;
@@ -210,6 +212,15 @@ pub enum ConfigError {
     /// A value is out of range.
     #[error("{0}")]
     Invalid(String),
+    /// A value is wrong: it does not parse, names nothing the file defines, or would be
+    /// refused when the ports open.
+    #[error("{key}: {source}")]
+    Value {
+        /// The key, as the file writes it: `route[2].via[0]`, `port[0].mac`.
+        key: String,
+        /// What is wrong with its value.
+        source: values::ValueError,
+    },
 }
 
 impl Config {
@@ -228,7 +239,8 @@ impl Config {
         })
     }
 
-    /// Parses and checks configuration text.
+    /// Parses and checks configuration text: every value is checked here, before any port
+    /// opens (see `check.rs`).
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
         let cfg: Config = toml::from_str(text).map_err(|source| ConfigError::Parse {
             path: "<config>".into(),
@@ -243,6 +255,7 @@ impl Config {
         if cfg.dataplane.cores.as_ref().is_some_and(|c| c.is_empty()) {
             return Err(ConfigError::Invalid("dataplane.cores is empty".into()));
         }
+        cfg.check()?;
         Ok(cfg)
     }
 }

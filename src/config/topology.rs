@@ -3,6 +3,8 @@
 
 use serde::Deserialize;
 
+use super::values;
+
 /// One `[[port]]` entry: the driver is chosen by its `type` key.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -226,38 +228,21 @@ pub struct NeighborSection {
     pub mac: String,
 }
 
-/// Parses `a.b.c.d`.
+/// Parses `a.b.c.d`, the error as text ([`values::ipv4`] says what is wrong as a type).
 pub fn parse_ip(s: &str) -> Result<u32, String> {
-    s.trim()
-        .parse::<std::net::Ipv4Addr>()
-        .map(u32::from)
-        .map_err(|_| format!("`{s}` is not an IPv4 address"))
+    values::ipv4(s).map(u32::from).map_err(|e| e.to_string())
 }
 
-/// Parses `a.b.c.d/len`.
+/// Parses `a.b.c.d/len`, the error as text (see [`values::prefix`]).
 pub fn parse_prefix(s: &str) -> Result<(u32, u8), String> {
-    let (ip, len) = s
-        .split_once('/')
-        .ok_or_else(|| format!("`{s}` is not a prefix (a.b.c.d/len)"))?;
-    let len: u8 = len
-        .parse()
-        .ok()
-        .filter(|&l| l <= 32)
-        .ok_or_else(|| format!("`{s}`: prefix length must be 0 to 32"))?;
-    Ok((parse_ip(ip)?, len))
+    values::prefix(s)
+        .map(|(ip, len)| (u32::from(ip), len))
+        .map_err(|e| e.to_string())
 }
 
-/// Parses `aa:bb:cc:dd:ee:ff`.
+/// Parses `aa:bb:cc:dd:ee:ff`, the error as text (see [`values::mac`]).
 pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
-    let parts: Vec<&str> = s.split(':').collect();
-    let mut mac = [0u8; 6];
-    if parts.len() != 6 {
-        return Err(format!("`{s}` is not a MAC address"));
-    }
-    for (m, p) in mac.iter_mut().zip(parts) {
-        *m = u8::from_str_radix(p, 16).map_err(|_| format!("`{s}` is not a MAC address"))?;
-    }
-    Ok(mac)
+    values::mac(s).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -1,0 +1,332 @@
+//! Checking a parsed `quiver.toml` whole, before anything is opened: every address, prefix,
+//! MAC and next hop parses, every name a section refers to is defined, and what the ports'
+//! drivers would refuse at start (a MAC they cannot set, a memif ring size) is refused here
+//! instead. The first error names its key as the file writes it: `route[2].via[0]: "10.0.0.x"
+//! is not an IPv4 address`.
+
+use std::collections::HashSet;
+use std::net::Ipv4Addr;
+
+use super::values::{self, ValueError};
+use super::{Config, ConfigError, PortSection};
+
+/// Where a value is wrong: its key, and what is wrong with it.
+fn at(key: String) -> impl FnOnce(ValueError) -> ConfigError {
+    move |source| ConfigError::Value { key, source }
+}
+
+/// A refusal at `key`.
+fn refused(key: String, why: impl Into<String>) -> ConfigError {
+    ConfigError::Value {
+        key,
+        source: ValueError::Refused(why.into()),
+    }
+}
+
+impl Config {
+    /// Checks every value the file holds as a string and every name it refers to; the first
+    /// problem found, named by its key.
+    pub(super) fn check(&self) -> Result<(), ConfigError> {
+        self.check_metrics()?;
+        let ports = self.check_ports()?;
+        let tunnels = self.check_wireguard(&ports)?;
+        let port = |key: String, name: &str| {
+            if ports.contains(name) {
+                Ok(())
+            } else {
+                Err(at(key)(ValueError::Unknown {
+                    what: "port",
+                    name: name.to_string(),
+                }))
+            }
+        };
+        for (i, x) in self.xconnect.iter().enumerate() {
+            port(format!("xconnect[{i}].a"), &x.a)?;
+            port(format!("xconnect[{i}].b"), &x.b)?;
+            if x.a == x.b {
+                return Err(at(format!("xconnect[{i}].b"))(ValueError::ToItself(
+                    x.b.clone(),
+                )));
+            }
+        }
+        for (i, a) in self.address.iter().enumerate() {
+            port(format!("address[{i}].port"), &a.port)?;
+            values::prefix(&a.ip).map_err(at(format!("address[{i}].ip")))?;
+        }
+        for (i, n) in self.neighbor.iter().enumerate() {
+            port(format!("neighbor[{i}].port"), &n.port)?;
+            values::ipv4(&n.ip).map_err(at(format!("neighbor[{i}].ip")))?;
+            values::mac(&n.mac).map_err(at(format!("neighbor[{i}].mac")))?;
+        }
+        for (i, r) in self.route.iter().enumerate() {
+            values::prefix(&r.prefix).map_err(at(format!("route[{i}].prefix")))?;
+            for (j, v) in r.via.iter().enumerate() {
+                let key = format!("route[{i}].via[{j}]");
+                let (_, name) = values::via(v).map_err(at(key.clone()))?;
+                if !ports.contains(name) && !tunnels.contains(name) {
+                    return Err(at(key)(ValueError::Unknown {
+                        what: "port or wireguard tunnel",
+                        name: name.to_string(),
+                    }));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `[metrics] listen`: empty, or `IP:PORT`.
+    fn check_metrics(&self) -> Result<(), ConfigError> {
+        let listen = &self.metrics.listen;
+        if !listen.trim().is_empty() {
+            values::socket_address(listen).map_err(at("metrics.listen".into()))?;
+        }
+        Ok(())
+    }
+
+    /// `[[port]]`: unique names, MACs, memif rings and sockets; the ports' names.
+    fn check_ports(&self) -> Result<HashSet<&str>, ConfigError> {
+        let mut names = HashSet::new();
+        for (i, p) in self.port.iter().enumerate() {
+            let common = p.common();
+            if !names.insert(common.name) {
+                return Err(at(format!("port[{i}].name"))(ValueError::Duplicate(
+                    common.name.to_string(),
+                )));
+            }
+            if let Some(mac) = common.mac {
+                let key = format!("port[{i}].mac");
+                match p {
+                    PortSection::AfPacket(_) => {
+                        return Err(refused(
+                            key,
+                            "an af_packet port uses its kernel interface's MAC",
+                        ))
+                    }
+                    PortSection::Dpdk(_) => {
+                        return Err(refused(key, "a dpdk port uses its device's MAC"))
+                    }
+                    PortSection::Memif(_) | PortSection::Tap(_) => {
+                        values::mac(mac).map_err(at(key))?;
+                    }
+                }
+            }
+            if let PortSection::Memif(m) = p {
+                if !m.ring_size.is_power_of_two() || !(2..=1 << 14).contains(&m.ring_size) {
+                    return Err(refused(
+                        format!("port[{i}].ring_size"),
+                        format!("{} must be a power of two from 2 to 16384", m.ring_size),
+                    ));
+                }
+                if m.socket.is_empty() {
+                    return Err(refused(format!("port[{i}].socket"), "is empty"));
+                }
+            }
+        }
+        Ok(names)
+    }
+
+    /// `[[wireguard]]`: names (unique among ports and tunnels), one key source, the listen
+    /// port, addresses, endpoints and allowed IPs; the tunnels' names. The keys themselves are
+    /// read when the tunnel is made.
+    fn check_wireguard(&self, ports: &HashSet<&str>) -> Result<HashSet<&str>, ConfigError> {
+        let mut names = HashSet::new();
+        for (i, w) in self.wireguard.iter().enumerate() {
+            let key = |k: &str| format!("wireguard[{i}].{k}");
+            let name = w.name.as_str();
+            if name.is_empty() || name.len() > 64 || name.chars().any(char::is_whitespace) {
+                return Err(refused(key("name"), "1 to 64 characters, no spaces"));
+            }
+            if ports.contains(name) || !names.insert(name) {
+                return Err(at(key("name"))(ValueError::Duplicate(name.to_string())));
+            }
+            if w.private_key.is_empty() == w.private_key_file.is_empty() {
+                return Err(refused(
+                    key("private_key"),
+                    "give one of private_key, private_key_file",
+                ));
+            }
+            if w.listen_port == 0 {
+                return Err(refused(key("listen_port"), "0 is not a port"));
+            }
+            // Exactly as the tunnel reads it (no spaces around).
+            if w.address.parse::<Ipv4Addr>().is_err() {
+                return Err(at(key("address"))(ValueError::NotIpv4(w.address.clone())));
+            }
+            for (j, p) in w.peers.iter().enumerate() {
+                let peer = |k: &str| format!("wireguard[{i}].peers[{j}].{k}");
+                if !p.endpoint.is_empty() {
+                    values::socket_address_v4(&p.endpoint).map_err(at(peer("endpoint")))?;
+                }
+                for (k, a) in p.allowed_ips.iter().enumerate() {
+                    values::allowed_ip(a).map_err(at(format!("{}[{k}]", peer("allowed_ips"))))?;
+                }
+            }
+        }
+        Ok(names)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Config, ConfigError};
+
+    /// The error `text` is refused with, and the key it names.
+    fn refused(text: &str) -> (String, String) {
+        match Config::parse(text) {
+            Err(e @ ConfigError::Value { .. }) => {
+                let ConfigError::Value { key, .. } = &e else {
+                    unreachable!()
+                };
+                (key.clone(), e.to_string())
+            }
+            other => panic!("{text}\n→ {other:?}"),
+        }
+    }
+
+    const PORTS: &str = r#"
+[[port]]
+name = "a"
+type = "tap"
+[[port]]
+name = "b"
+type = "memif"
+role = "master"
+socket = "@q"
+"#;
+
+    #[test]
+    fn a_bad_address_prefix_or_mac_is_refused_at_load_by_its_key() {
+        let cases = [
+            (
+                "[[route]]\nprefix = \"10.1.0.0/16\"\nvia = [\"10.0.0.1@a\"]\n\
+                 [[route]]\nprefix = \"10.2.0.0/16\"\n\
+                 [[route]]\nprefix = \"10.3.0.0/16\"\nvia = [\"10.0.0.2@a\", \"10.0.0.x@b\"]\n",
+                "route[2].via[1]",
+                "route[2].via[1]: \"10.0.0.x\" is not an IPv4 address",
+            ),
+            (
+                "[[route]]\nprefix = \"10.1.0.0\"\n",
+                "route[0].prefix",
+                "route[0].prefix: \"10.1.0.0\" is not a prefix (a.b.c.d/len)",
+            ),
+            (
+                "[[route]]\nprefix = \"10.1.0.0/16\"\nvia = [\"10.0.0.1\"]\n",
+                "route[0].via[0]",
+                "route[0].via[0]: \"10.0.0.1\" is not address@port",
+            ),
+            (
+                "[[address]]\nport = \"a\"\nip = \"10.0.0.1/40\"\n",
+                "address[0].ip",
+                "address[0].ip: \"10.0.0.1/40\": prefix length must be 0 to 32",
+            ),
+            (
+                "[[neighbor]]\nport = \"a\"\nip = \"10.0.0.2\"\nmac = \"02:00:00:00:00\"\n",
+                "neighbor[0].mac",
+                "neighbor[0].mac: \"02:00:00:00:00\" is not a MAC address",
+            ),
+            (
+                "[[neighbor]]\nport = \"a\"\nip = \"10.0.0.256\"\nmac = \"02:00:00:00:00:02\"\n",
+                "neighbor[0].ip",
+                "neighbor[0].ip: \"10.0.0.256\" is not an IPv4 address",
+            ),
+            (
+                "[metrics]\nlisten = \"localhost\"\n",
+                "metrics.listen",
+                "metrics.listen: \"localhost\" is not IP:PORT (for example 127.0.0.1:9464)",
+            ),
+        ];
+        for (text, key, message) in cases {
+            let (k, m) = refused(&format!("{PORTS}{text}"));
+            assert_eq!((k.as_str(), m.as_str()), (key, message), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_bad_port_is_refused_at_load_by_its_key() {
+        let cases = [
+            ("[[port]]\nname = \"c\"\ntype = \"tap\"\nmac = \"02:zz:00:00:00:01\"\n", "port[2].mac"),
+            ("[[port]]\nname = \"c\"\ntype = \"af_packet\"\ninterface = \"v\"\nmac = \"02:00:00:00:00:01\"\n", "port[2].mac"),
+            ("[[port]]\nname = \"c\"\ntype = \"dpdk\"\ndevice = \"net_ring0\"\nmac = \"02:00:00:00:00:01\"\n", "port[2].mac"),
+            ("[[port]]\nname = \"a\"\ntype = \"tap\"\n", "port[2].name"),
+            ("[[port]]\nname = \"c\"\ntype = \"memif\"\nrole = \"slave\"\nsocket = \"@q\"\nring_size = 1000\n", "port[2].ring_size"),
+            ("[[port]]\nname = \"c\"\ntype = \"memif\"\nrole = \"slave\"\nsocket = \"\"\n", "port[2].socket"),
+        ];
+        for (text, key) in cases {
+            let (k, m) = refused(&format!("{PORTS}{text}"));
+            assert_eq!(k, key, "{text}: {m}");
+            assert!(m.starts_with(&format!("{key}: ")), "{m}");
+        }
+    }
+
+    #[test]
+    fn a_name_the_file_does_not_define_is_refused_by_its_key() {
+        let cases = [
+            (
+                "[[xconnect]]\na = \"a\"\nb = \"nosuch\"\n",
+                "xconnect[0].b",
+                "no port named \"nosuch\"",
+            ),
+            (
+                "[[xconnect]]\na = \"b\"\nb = \"b\"\n",
+                "xconnect[0].b",
+                "\"b\" is cross-connected to itself",
+            ),
+            (
+                "[[address]]\nport = \"nosuch\"\nip = \"10.0.0.1/24\"\n",
+                "address[0].port",
+                "no port named \"nosuch\"",
+            ),
+            (
+                "[[neighbor]]\nport = \"nosuch\"\nip = \"10.0.0.2\"\nmac = \"02:00:00:00:00:02\"\n",
+                "neighbor[0].port",
+                "no port named \"nosuch\"",
+            ),
+            (
+                "[[route]]\nprefix = \"10.1.0.0/16\"\nvia = [\"10.0.0.1@nosuch\"]\n",
+                "route[0].via[0]",
+                "no port or wireguard tunnel named \"nosuch\"",
+            ),
+        ];
+        for (text, key, why) in cases {
+            let (k, m) = refused(&format!("{PORTS}{text}"));
+            assert_eq!(m, format!("{key}: {why}"), "{text}");
+            assert_eq!(k, key);
+        }
+    }
+
+    #[test]
+    fn wireguard_values_are_checked_at_load_and_routes_may_name_a_tunnel() {
+        let tunnel = "[[wireguard]]\nname = \"wg0\"\nprivate_key = \"k\"\nlisten_port = 51820\n\
+                      address = \"192.0.2.1\"\n[[wireguard.peers]]\npublic_key = \"p\"\n";
+        let routed = format!(
+            "{PORTS}{tunnel}endpoint = \"192.0.2.2:51820\"\nallowed_ips = [\"10.9.0.0/24\", \"10.8.0.1\"]\n\
+             [[route]]\nprefix = \"10.9.0.0/24\"\nvia = [\"10.9.0.2@wg0\"]\n"
+        );
+        Config::parse(&routed).unwrap();
+        let cases = [
+            (
+                tunnel.replace("192.0.2.1", "192.0.2"),
+                "wireguard[0].address",
+            ),
+            (tunnel.replace("51820", "0"), "wireguard[0].listen_port"),
+            (tunnel.replace("\"wg0\"", "\"a\""), "wireguard[0].name"),
+            (tunnel.replace("\"wg0\"", "\"w g\""), "wireguard[0].name"),
+            (
+                tunnel.replace("private_key = \"k\"\n", ""),
+                "wireguard[0].private_key",
+            ),
+            (
+                format!("{tunnel}endpoint = \"192.0.2.2\"\n"),
+                "wireguard[0].peers[0].endpoint",
+            ),
+            (
+                format!("{tunnel}allowed_ips = [\"10.9.0.0/24\", \"10.8.0/8\"]\n"),
+                "wireguard[0].peers[0].allowed_ips[1]",
+            ),
+        ];
+        for (text, key) in cases {
+            let (k, m) = refused(&format!("{PORTS}{text}"));
+            assert_eq!(k, key, "{text}: {m}");
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! The values `quiver.toml` writes as strings: IPv4 addresses, prefixes, MACs and next hops,
+//! parsed into their types, and what is wrong with one that does not parse.
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+
+/// What is wrong with one value of the file (the key it belongs to is named by
+/// [`ConfigError::Value`](super::ConfigError::Value)).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValueError {
+    /// Not `a.b.c.d`.
+    #[error("{0:?} is not an IPv4 address")]
+    NotIpv4(String),
+    /// Not `a.b.c.d/len`.
+    #[error("{0:?} is not a prefix (a.b.c.d/len)")]
+    NotPrefix(String),
+    /// A prefix whose length is not 0 to 32.
+    #[error("{0:?}: prefix length must be 0 to 32")]
+    PrefixLength(String),
+    /// Not `aa:bb:cc:dd:ee:ff`.
+    #[error("{0:?} is not a MAC address")]
+    NotMac(String),
+    /// A next hop that is not `address@port`.
+    #[error("{0:?} is not address@port")]
+    NotVia(String),
+    /// Not `IP:PORT` (`IPv4:PORT` where only IPv4 will do).
+    #[error("{value:?} is not {expected}")]
+    NotSocketAddress {
+        /// The value.
+        value: String,
+        /// What it should look like.
+        expected: &'static str,
+    },
+    /// A port (or, where one may stand, a WireGuard tunnel) that the file does not define.
+    #[error("no {what} named {name:?}")]
+    Unknown {
+        /// What was looked for: `port`, `port or wireguard tunnel`.
+        what: &'static str,
+        /// The name.
+        name: String,
+    },
+    /// A name given to two ports or tunnels.
+    #[error("{0:?} names another port or tunnel too")]
+    Duplicate(String),
+    /// A cross-connect of a port to itself.
+    #[error("{0:?} is cross-connected to itself")]
+    ToItself(String),
+    /// A value that is out of its range or not allowed here.
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// Parses `a.b.c.d` (surrounding spaces allowed).
+pub fn ipv4(s: &str) -> Result<Ipv4Addr, ValueError> {
+    s.trim()
+        .parse()
+        .map_err(|_| ValueError::NotIpv4(s.to_string()))
+}
+
+/// Parses `a.b.c.d/len`.
+pub fn prefix(s: &str) -> Result<(Ipv4Addr, u8), ValueError> {
+    let (ip, len) = s
+        .split_once('/')
+        .ok_or_else(|| ValueError::NotPrefix(s.to_string()))?;
+    let len: u8 = len
+        .parse()
+        .ok()
+        .filter(|&l| l <= 32)
+        .ok_or_else(|| ValueError::PrefixLength(s.to_string()))?;
+    Ok((ipv4(ip)?, len))
+}
+
+/// Parses a WireGuard peer's allowed IPs: `a.b.c.d/len`, or `a.b.c.d` for a /32.
+pub fn allowed_ip(s: &str) -> Result<(Ipv4Addr, u8), ValueError> {
+    let (ip, len) = s.split_once('/').unwrap_or((s, "32"));
+    let len: u8 = len
+        .trim()
+        .parse()
+        .ok()
+        .filter(|&l| l <= 32)
+        .ok_or_else(|| ValueError::PrefixLength(s.to_string()))?;
+    Ok((
+        ipv4(ip).map_err(|_| ValueError::NotPrefix(s.to_string()))?,
+        len,
+    ))
+}
+
+/// Parses `aa:bb:cc:dd:ee:ff`.
+pub fn mac(s: &str) -> Result<[u8; 6], ValueError> {
+    let bad = || ValueError::NotMac(s.to_string());
+    let parts: Vec<&str> = s.split(':').collect();
+    if parts.len() != 6 {
+        return Err(bad());
+    }
+    let mut mac = [0u8; 6];
+    for (m, p) in mac.iter_mut().zip(parts) {
+        *m = u8::from_str_radix(p, 16).map_err(|_| bad())?;
+    }
+    Ok(mac)
+}
+
+/// Parses a next hop, `address@port`: the address and the port's (or tunnel's) name.
+pub fn via(s: &str) -> Result<(Ipv4Addr, &str), ValueError> {
+    let (ip, port) = s
+        .split_once('@')
+        .ok_or_else(|| ValueError::NotVia(s.to_string()))?;
+    Ok((ipv4(ip)?, port))
+}
+
+/// Parses `IP:PORT` (surrounding spaces allowed).
+pub fn socket_address(s: &str) -> Result<SocketAddr, ValueError> {
+    s.trim().parse().map_err(|_| ValueError::NotSocketAddress {
+        value: s.to_string(),
+        expected: "IP:PORT (for example 127.0.0.1:9464)",
+    })
+}
+
+/// Parses `IPv4:PORT`.
+pub fn socket_address_v4(s: &str) -> Result<SocketAddrV4, ValueError> {
+    s.parse().map_err(|_| ValueError::NotSocketAddress {
+        value: s.to_string(),
+        expected: "IPv4:PORT",
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_kind_of_value_parses_and_says_what_is_wrong() {
+        assert_eq!(ipv4(" 10.0.1.2"), Ok(Ipv4Addr::new(10, 0, 1, 2)));
+        assert_eq!(
+            ipv4("10.0.0.x").unwrap_err().to_string(),
+            "\"10.0.0.x\" is not an IPv4 address"
+        );
+        assert_eq!(prefix("0.0.0.0/0"), Ok((Ipv4Addr::UNSPECIFIED, 0)));
+        assert_eq!(
+            prefix("10.0.0.0/33"),
+            Err(ValueError::PrefixLength("10.0.0.0/33".into()))
+        );
+        assert_eq!(
+            prefix("10.0.0.0"),
+            Err(ValueError::NotPrefix("10.0.0.0".into()))
+        );
+        assert_eq!(allowed_ip("10.9.0.2"), Ok((Ipv4Addr::new(10, 9, 0, 2), 32)));
+        assert!(allowed_ip("10.9.0/24").is_err());
+        assert_eq!(mac("02:fe:00:00:0a:ff"), Ok([2, 0xfe, 0, 0, 0x0a, 0xff]));
+        assert_eq!(mac("02:fe:00"), Err(ValueError::NotMac("02:fe:00".into())));
+        assert_eq!(via("10.0.0.2@c"), Ok((Ipv4Addr::new(10, 0, 0, 2), "c")));
+        assert_eq!(via("10.0.0.2"), Err(ValueError::NotVia("10.0.0.2".into())));
+        assert!(socket_address("127.0.0.1:9464").is_ok());
+        assert!(socket_address("localhost").is_err());
+        assert!(socket_address_v4("[::1]:51820").is_err());
+    }
+}
