@@ -18,80 +18,19 @@ use nsm_proto::connection::{
     Connection, ConnectionEventType, MonitorScopeSelector, PathSegment, State,
 };
 use nsm_proto::networkservice::NetworkServiceRequest;
-use quiver::control::owner::ForwarderView;
 use quiver::{Config, Forwarder};
 use testkit::{require, wait_for, Needs};
 
 mod nsm_support;
 
+use nsm_support::nodes::{underlay, Node, A_IP, A_MAC, B_IP, B_MAC};
 use nsm_support::{
-    link_up, mech, memif_endpoint, memif_sink, memif_source, nsc_connection, run, traffic_example,
-    traffic_report, Netns, TempDir, TestForwarder, IP,
+    link_up, mech, memif_endpoint, memif_sink, memif_source, nsc_connection, traffic_example,
+    traffic_report, Netns, TempDir, IP,
 };
 
 /// Frames the NSC sends.
 const FRAMES: u64 = 10_000;
-const A_IP: Ipv4Addr = Ipv4Addr::new(192, 168, 77, 1);
-const B_IP: Ipv4Addr = Ipv4Addr::new(192, 168, 77, 2);
-const A_MAC: &str = "02:77:00:00:00:01";
-const B_MAC: &str = "02:77:00:00:00:02";
-
-/// One node: a forwarder whose uplink is `uplink` inside namespace `node`.
-struct Node(TestForwarder);
-
-impl Node {
-    fn start(node: &Netns, uplink: &str, ip: Ipv4Addr, peer: Ipv4Addr, peer_mac: &str) -> Node {
-        // The peer's MAC is static: no frame waits for ARP on the underlay.
-        Node(TestForwarder::start(&format!(
-            r#"
-[[port]]
-name = "uplink"
-type = "af_packet"
-interface = "{uplink}"
-netns = "{ns}"
-[[address]]
-port = "uplink"
-ip = "{ip}/24"
-[[neighbor]]
-port = "uplink"
-ip = "{peer}"
-mac = "{peer_mac}"
-"#,
-            ns = node.path()
-        )))
-    }
-
-    fn serve(&self, name: &str, listen: &str, ip: Ipv4Addr, next: String) -> NsmHandle {
-        let f = &self.0;
-        f.serve(f.dataplane(), name, listen, Some(ip.into()), next)
-    }
-
-    fn fwd(&self) -> std::sync::Arc<ForwarderView> {
-        self.0.fwd.view()
-    }
-
-    fn tunnels(&self) -> Vec<quiver::TunnelEntry> {
-        self.fwd().tunnels().to_vec()
-    }
-
-    fn port_names(&self) -> Vec<String> {
-        self.fwd().ports().iter().map(|e| e.name.clone()).collect()
-    }
-
-    fn stats(&self, port: &str) -> drivers::PortStats {
-        let f = self.fwd();
-        f.ports()
-            .iter()
-            .find(|e| e.name == port)
-            .unwrap_or_else(|| panic!("no port {port}"))
-            .port
-            .stats()
-    }
-
-    fn table(&self) -> String {
-        self.fwd().format_interfaces()
-    }
-}
 
 fn request(id: &str, nsc: &Netns, refresh: Option<&Connection>) -> NetworkServiceRequest {
     NetworkServiceRequest {
@@ -142,17 +81,7 @@ impl TwoNodes {
         let dir = TempDir::new("nsm-vxlan");
 
         // The underlay: a veth pair, one end in each node.
-        let pid = std::process::id() % 100_000;
-        let (ua, ub) = (format!("qvx{pid}a"), format!("qvx{pid}b"));
-        run(&[
-            IP, "link", "add", &ua, "address", A_MAC, "type", "veth", "peer", "name", &ub,
-            "address", B_MAC,
-        ]);
-        run(&[IP, "link", "set", &ua, "netns", &node_a.0]);
-        run(&[IP, "link", "set", &ub, "netns", &node_b.0]);
-        for (ns, dev) in [(&node_a, &ua), (&node_b, &ub)] {
-            run(&[IP, "-n", &ns.0, "link", "set", dev, "up"]);
-        }
+        let (ua, ub) = underlay("vx", &node_a, &node_b);
 
         let a = Node::start(&node_a, &ua, A_IP, B_IP, B_MAC);
         let b = Node::start(&node_b, &ub, B_IP, A_IP, A_MAC);

@@ -22,6 +22,8 @@ use quiver::control::owner::{ConfigOwner, Control};
 use quiver::{Config, Forwarder};
 use testkit::{require, Needs};
 
+pub mod nodes;
+
 /// `ip` (iproute2).
 pub const IP: &str = "/usr/sbin/ip";
 /// `ping` (iputils).

@@ -57,6 +57,11 @@ impl PrivateKey {
         k
     }
 
+    /// A new random key from the operating system's generator (`getrandom`).
+    pub fn random() -> Self {
+        Self::generate(&mut rand_core::OsRng)
+    }
+
     /// The key with these bytes (clamped when used, as X25519 does).
     pub fn from_bytes(b: [u8; 32]) -> Self {
         Self(x25519_dalek::StaticSecret::from(b))

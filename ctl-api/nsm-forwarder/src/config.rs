@@ -11,6 +11,7 @@ pub use env::{not_applicable, parse_go_bool, NotApplicable, NOT_APPLICABLE};
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use spiffe_identity::{Identity, ENDPOINT_ENV};
@@ -54,13 +55,20 @@ pub struct NsmConfig {
     /// (served with mTLS only: it needs [`NsmConfig::identity`]; see
     /// [`super::server::bind_for`]).
     pub listen_on: String,
-    /// `NSM_TUNNEL_IP`: the source address of tunnels (VXLAN), if set.
+    /// `NSM_TUNNEL_IP`: the source address of tunnels (VXLAN, WireGuard), if set.
     pub tunnel_ip: Option<IpAddr>,
     /// `NSM_VXLAN_PORT`: the VXLAN UDP port (default, and 0: 4789).
     pub vxlan_port: u16,
     /// The MTU of the uplink holding [`NsmConfig::tunnel_ip`] (not from the environment: the
-    /// forwarder sets it from its port; default 1500). VXLAN connections get 50 bytes less.
+    /// forwarder sets it from its port; default 1500). VXLAN connections get 50 bytes less,
+    /// WireGuard ones 60.
     pub tunnel_mtu: u32,
+    /// `NSM_WIREGUARD_PRIVATE_KEY_FILE`: a file holding Quiver's WireGuard private key (base64,
+    /// as `wg genkey` writes it); unset: the forwarder makes a key at start.
+    pub wireguard_key_file: Option<PathBuf>,
+    /// Quiver's WireGuard public key (not from the environment: the forwarder sets it from its
+    /// private key). `None`: no WireGuard mechanism (IP payload stays on this node).
+    pub wireguard_public_key: Option<[u8; 32]>,
     /// `NSM_MAX_TOKEN_LIFETIME`: how long Quiver's own path segment is valid (default 10m).
     pub max_token_lifetime: Duration,
     /// `NSM_DIAL_TIMEOUT`: how long dialing the endpoint or the registry may take (750ms).
@@ -124,6 +132,8 @@ impl Default for NsmConfig {
             tunnel_ip: None,
             vxlan_port: 4789,
             tunnel_mtu: 1500,
+            wireguard_key_file: None,
+            wireguard_public_key: None,
             max_token_lifetime: Duration::from_secs(600),
             dial_timeout: Duration::from_millis(750),
             log_level: "INFO".into(),
@@ -205,6 +215,9 @@ impl NsmConfig {
                 v.parse()
                     .map_err(|_| err("NSM_TUNNEL_IP", &v, "not an IP address"))?,
             );
+        }
+        if let Some(v) = var("NSM_WIREGUARD_PRIVATE_KEY_FILE") {
+            c.wireguard_key_file = Some(PathBuf::from(v));
         }
         if let Some(v) = var("NSM_VXLAN_PORT") {
             c.vxlan_port = match v.parse() {

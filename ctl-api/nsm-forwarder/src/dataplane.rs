@@ -159,6 +159,27 @@ pub struct VxlanSpec {
     pub dst_port: u16,
 }
 
+/// A WireGuard tunnel to create toward a forwarder on another node (NSM's WIREGUARD mechanism,
+/// IP payload): Quiver receives on `local:port` with its own key; its one peer is `remote_key`
+/// at `remote:remote_port`, allowed every address (the tunnel is the connection's alone).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WireguardSpec {
+    /// Quiver's name for the tunnel.
+    pub name: PortName,
+    /// Quiver's tunnel address (`NSM_TUNNEL_IP`).
+    pub local: Ipv4Addr,
+    /// The UDP port Quiver receives the tunnel's datagrams on (one per connection).
+    pub port: u16,
+    /// The other forwarder's tunnel address.
+    pub remote: Ipv4Addr,
+    /// The UDP port it receives on.
+    pub remote_port: u16,
+    /// Its public key.
+    pub remote_key: [u8; 32],
+    /// The MTU of the uplink the tunnel's datagrams leave by (the tunnel carries 60 bytes less).
+    pub underlay_mtu: u32,
+}
+
 /// One side of a connection as built in the data path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PortSpec {
@@ -168,6 +189,8 @@ pub enum PortSpec {
     Kernel(KernelSpec),
     /// A VXLAN tunnel to another node.
     Vxlan(VxlanSpec),
+    /// A WireGuard tunnel to another node.
+    Wireguard(WireguardSpec),
 }
 
 impl PortSpec {
@@ -177,6 +200,7 @@ impl PortSpec {
             PortSpec::Memif(m) => &m.name,
             PortSpec::Kernel(k) => &k.name,
             PortSpec::Vxlan(v) => &v.name,
+            PortSpec::Wireguard(w) => &w.name,
         }
     }
 }
@@ -255,6 +279,15 @@ pub trait NsmBackend: Send + Sync + 'static {
         let _ = owner;
         Err(BackendError::InvalidArgument(format!(
             "{}: this data path has no VXLAN tunnels",
+            spec.name
+        )))
+    }
+    /// Creates a WireGuard tunnel for `owner` with Quiver's own key. A data path without
+    /// WireGuard refuses.
+    fn create_wireguard(&self, owner: &str, spec: &WireguardSpec) -> Result<(), BackendError> {
+        let _ = owner;
+        Err(BackendError::InvalidArgument(format!(
+            "{}: this data path has no WireGuard tunnels",
             spec.name
         )))
     }

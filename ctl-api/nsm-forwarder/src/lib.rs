@@ -49,6 +49,7 @@ pub mod telemetry;
 pub mod testing;
 pub mod validate;
 pub mod vni;
+pub mod wg_ports;
 
 pub use config::NsmConfig;
 pub use connect::{ConnectionSummary, Core};

@@ -1,11 +1,13 @@
 //! The MTU of a connection, as NSM defines it: the connection context's `MTU` when the Request
 //! has one, else [`DEFAULT_MTU`] (cmd-forwarder-vpp's); a tunnel lowers it by its overhead
-//! ([`VXLAN4_OVERHEAD`]) below the uplink's MTU; the endpoint may lower it further in its
+//! ([`VXLAN4_OVERHEAD`], [`WIREGUARD4_OVERHEAD`]) below the uplink's MTU; the endpoint may lower it further in its
 //! answer. Both ends of the connection get the result, and the answer carries it.
 
 use nsm_proto::connection::Connection;
 use nsm_proto::connectioncontext::ConnectionContext;
 use tonic::Status;
+
+use crate::mechanism::Remote;
 
 /// What a connection gets when its Request names no MTU (cmd-forwarder-vpp's default).
 pub const DEFAULT_MTU: u32 = 9000;
@@ -19,6 +21,10 @@ pub const MAX_MTU: u32 = 9216;
 /// What VXLAN over IPv4 adds to each frame: outer IPv4 (20), UDP (8), VXLAN (8) and the inner
 /// Ethernet header (14).
 pub const VXLAN4_OVERHEAD: u32 = 50;
+
+/// What WireGuard over IPv4 adds to each IP packet: outer IPv4 (20), UDP (8), the transport
+/// header (16) and the tag (16).
+pub const WIREGUARD4_OVERHEAD: u32 = 60;
 
 /// The MTU a Request asks for: its context's, checked, or [`DEFAULT_MTU`] when it has none.
 pub fn requested(conn: &Connection) -> Result<u32, Status> {
@@ -34,6 +40,14 @@ pub fn requested(conn: &Connection) -> Result<u32, Status> {
 /// `mtu` lowered to what a VXLAN tunnel over an uplink of `uplink_mtu` carries.
 pub fn through_vxlan(mtu: u32, uplink_mtu: u32) -> u32 {
     mtu.min(uplink_mtu.saturating_sub(VXLAN4_OVERHEAD))
+}
+
+/// `mtu` lowered to what a tunnel of `kind` over an uplink of `uplink_mtu` carries.
+pub fn through(kind: Remote, mtu: u32, uplink_mtu: u32) -> u32 {
+    match kind {
+        Remote::Vxlan => through_vxlan(mtu, uplink_mtu),
+        Remote::Wireguard => mtu.min(uplink_mtu.saturating_sub(WIREGUARD4_OVERHEAD)),
+    }
 }
 
 /// `mtu` lowered to the endpoint's, when its answer names a smaller one (a larger one, or
@@ -80,6 +94,9 @@ mod tests {
         assert_eq!(through_vxlan(9000, 1500), 1450);
         assert_eq!(through_vxlan(1400, 1500), 1400);
         assert_eq!(through_vxlan(9000, 9000), 8950);
+        assert_eq!(through(Remote::Vxlan, 9000, 1500), 1450);
+        assert_eq!(through(Remote::Wireguard, 9000, 1500), 1440);
+        assert_eq!(through(Remote::Wireguard, 1400, 1500), 1400);
         assert_eq!(answered(9000, &with(1400)), 1400);
         assert_eq!(answered(1400, &with(9000)), 1400);
         assert_eq!(answered(1400, &with(0)), 1400);

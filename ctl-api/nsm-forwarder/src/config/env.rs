@@ -230,6 +230,14 @@ mod tests {
             }),
             ("NSM_VXLAN_PORT", "0", |c| c.vxlan_port == 4789),
             ("NSM_VXLAN_PORT", "8472", |c| c.vxlan_port == 8472),
+            (
+                "NSM_WIREGUARD_PRIVATE_KEY_FILE",
+                "/etc/quiver/wg.key",
+                |c| {
+                    c.wireguard_key_file.as_deref()
+                        == Some(std::path::Path::new("/etc/quiver/wg.key"))
+                },
+            ),
             ("TELEMETRY", "true", |c| {
                 c.telemetry
                     && c.open_telemetry_endpoint

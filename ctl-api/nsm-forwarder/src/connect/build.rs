@@ -19,22 +19,24 @@ use super::endpoint_client::EndpointClient;
 use super::entry::{
     client_port, endpoint_port, frame_mode, memif_socket, short, CrossConnect, Entry,
 };
-use crate::dataplane::{KernelSpec, MemifRole, MemifSpec, PortSpec, VxlanSpec};
+use crate::dataplane::{KernelSpec, MemifRole, MemifSpec, PortSpec, VxlanSpec, WireguardSpec};
 use crate::endpoint::Candidate;
 use crate::fds::{HeldFds, Resolved};
-use crate::mechanism::{self, ClientMechanism, EndpointMechanism, TunnelEnd};
+use crate::mechanism::{self, ClientMechanism, EndpointMechanism, Remote, TunnelEnd};
 use crate::mtu;
 use crate::path::Position;
 use crate::validate::{self, Payload, SidesIp};
 use crate::vni::VniTable;
+use crate::wg_ports::{side_key, WgPorts};
 
 /// What a build works with: the core's parts.
 pub(super) struct Parts<'a> {
     pub(super) dp: &'a DataPath,
     pub(super) endpoints: EndpointClient<'a>,
     pub(super) vnis: &'a VniTable,
+    pub(super) wg_ports: &'a WgPorts,
     pub(super) answer_fds: &'a HeldFds,
-    /// Quiver's end of VXLAN tunnels, if it has a tunnel address.
+    /// Quiver's end of tunnels to other nodes, if it has a tunnel address.
     pub(super) tunnel_end: Option<TunnelEnd>,
 }
 
@@ -84,6 +86,8 @@ struct ClientSide<'a> {
     tunnel: Option<TunnelEnd>,
     /// The VNI Quiver chose as the answering end of a VXLAN tunnel (0 otherwise).
     vni: u32,
+    /// The UDP port Quiver chose as the answering end of a WireGuard tunnel (0 otherwise).
+    wg_port: u16,
     /// The connection's MTU, for a mechanism that names none.
     mtu: u32,
 }
@@ -120,6 +124,20 @@ impl ClientSide<'_> {
                 remote: *remote,
                 vni: self.vni,
                 dst_port: *remote_port,
+            }),
+            ClientMechanism::Wireguard {
+                remote,
+                remote_port,
+                remote_key,
+                ..
+            } => PortSpec::Wireguard(WireguardSpec {
+                name: client_port(owner),
+                local: self.tunnel.map_or(Ipv4Addr::UNSPECIFIED, |t| t.ip),
+                port: self.wg_port,
+                remote: *remote,
+                remote_port: *remote_port,
+                remote_key: *remote_key,
+                underlay_mtu: self.tunnel.map_or(1500, |t| t.mtu),
             }),
         }
     }
@@ -162,19 +180,26 @@ impl<'a> Build<'a> {
             mtu: requested_mtu,
         } = c;
         let own_short = short(&position.own_id);
-        let tunnel = self
+        // The tunnel to other nodes this payload travels in (VXLAN for ETHERNET, WireGuard
+        // for IP), if Quiver has one.
+        let remote = self
             .parts
             .tunnel_end
-            .filter(|_| payload == Payload::Ethernet);
+            .and_then(|t| Some((t, t.remote_for(payload == Payload::Ip)?)));
+        let tunnel = remote.map(|(t, _)| t);
+        let kind = remote.map(|(_, k)| k);
         // The MTU: a tunnel on either side lowers it (toward the endpoint when every
         // candidate is on another node); the endpoint may lower it in its answer.
-        let tunnelled = |remote: bool| match tunnel {
-            Some(t) if remote => mtu::through_vxlan(requested_mtu, t.mtu),
+        let tunnelled = |through: bool| match remote {
+            Some((t, k)) if through => mtu::through(k, requested_mtu, t.mtu),
             _ => requested_mtu,
         };
         let all_remote = !endpoints.is_empty() && endpoints.iter().all(|e| is_remote(&e.url));
-        let client_vxlan = matches!(client, ClientMechanism::Vxlan { .. });
-        let mtu = tunnelled(client_vxlan || all_remote);
+        let client_remote = matches!(
+            client,
+            ClientMechanism::Vxlan { .. } | ClientMechanism::Wireguard { .. }
+        );
+        let mtu = tunnelled(client_remote || all_remote);
         mtu::set(&mut conn, mtu);
         let mut side = ClientSide {
             owner: self.owner,
@@ -183,6 +208,7 @@ impl<'a> Build<'a> {
             own_short: &own_short,
             tunnel,
             vni: self.claim_client_vni(&client)?,
+            wg_port: self.claim_client_wg_port(&client)?,
             mtu,
         };
 
@@ -193,8 +219,16 @@ impl<'a> Build<'a> {
 
         // 2. The endpoint: Quiver Requests it as a client.
         let suggested = format!("nse-{own_short}");
-        let offers =
-            |url: &str| mechanism::offers(&client_mech.r#type, &suggested, tunnel, is_remote(url));
+        let endpoint_wg_port = self.claim_endpoint_wg_port(kind)?;
+        let remote_offer = remote.map(|(t, k)| t.offer(k, endpoint_wg_port));
+        let offers = |url: &str| {
+            mechanism::offers(
+                &client_mech.r#type,
+                &suggested,
+                remote_offer.clone(),
+                is_remote(url),
+            )
+        };
         let (chosen, answer, passed) = self
             .request_endpoint(&conn, path, &position, endpoints, offers)
             .await?;
@@ -202,9 +236,19 @@ impl<'a> Build<'a> {
             // Answered and published: a refresh comes back to this endpoint.
             conn.network_service_endpoint_name = chosen.name.clone();
         }
-        let (ip, ep, answer_fds) = self.read_answer(&answer, &passed, &suggested, tunnel)?;
-        let endpoint_vxlan = matches!(ep, EndpointMechanism::Vxlan { .. });
-        let mtu = mtu::answered(tunnelled(client_vxlan || endpoint_vxlan).min(mtu), &answer);
+        let (ip, ep, answer_fds) = self.read_answer(&answer, &passed, &suggested, kind)?;
+        let endpoint_remote = matches!(
+            ep,
+            EndpointMechanism::Vxlan { .. } | EndpointMechanism::Wireguard { .. }
+        );
+        if endpoint_wg_port != 0 && !matches!(ep, EndpointMechanism::Wireguard { .. }) {
+            // The port offered is not used: free it for other connections.
+            self.parts.wg_ports.release_key(&side_key(self.owner, true));
+        }
+        let mtu = mtu::answered(
+            tunnelled(client_remote || endpoint_remote).min(mtu),
+            &answer,
+        );
         mtu::set(&mut conn, mtu);
         side.mtu = mtu;
 
@@ -217,7 +261,8 @@ impl<'a> Build<'a> {
         }
 
         // 4. The endpoint side (made with the cross-connect, in one data-path call).
-        let want_endpoint = endpoint_spec(self.owner, ep, payload, tunnel, &ip, mtu);
+        let want_endpoint =
+            endpoint_spec(self.owner, ep, payload, tunnel, &ip, mtu, endpoint_wg_port);
         let create_endpoint = self.endpoint_port(&want_endpoint).await?;
 
         // 5. The cross-connect.
@@ -264,6 +309,38 @@ impl<'a> Build<'a> {
             .ok_or_else(|| {
                 Status::resource_exhausted(format!("every VNI toward {remote} is in use"))
             })
+    }
+
+    /// As the answering end of a WireGuard tunnel, Quiver chooses its UDP port (kept on
+    /// refresh).
+    fn claim_client_wg_port(&self, client: &ClientMechanism) -> Result<u16, Status> {
+        let ClientMechanism::Wireguard { port, .. } = client else {
+            return Ok(0);
+        };
+        let kept = self.old.and_then(|o| match &o.client {
+            PortSpec::Wireguard(w) => Some(w.port),
+            _ => None,
+        });
+        self.parts
+            .wg_ports
+            .claim(&side_key(self.owner, false), kept.or(*port))
+            .ok_or_else(|| Status::resource_exhausted("every WireGuard port is in use"))
+    }
+
+    /// As the requesting end of a WireGuard tunnel (`kind`), Quiver offers its UDP port
+    /// before the endpoint answers (kept on refresh); 0 without WireGuard.
+    fn claim_endpoint_wg_port(&self, kind: Option<Remote>) -> Result<u16, Status> {
+        if kind != Some(Remote::Wireguard) {
+            return Ok(0);
+        }
+        let kept = self.old.and_then(|o| match &o.endpoint {
+            PortSpec::Wireguard(w) => Some(w.port),
+            _ => None,
+        });
+        self.parts
+            .wg_ports
+            .claim(&side_key(self.owner, true), kept)
+            .ok_or_else(|| Status::resource_exhausted("every WireGuard port is in use"))
     }
 
     /// Removes the old connection's cross-connects, unless that was done already.
@@ -357,7 +434,7 @@ impl<'a> Build<'a> {
         answer: &Connection,
         passed: &ReceivedFds,
         suggested: &str,
-        tunnel: Option<TunnelEnd>,
+        remote: Option<Remote>,
     ) -> Result<(SidesIp, EndpointMechanism, Resolved), Status> {
         let ip = validate::context(answer.context.as_ref()).map_err(|e| {
             Status::failed_precondition(format!(
@@ -369,7 +446,7 @@ impl<'a> Build<'a> {
             self.parts
                 .answer_fds
                 .resolve_answer(self.owner, passed, answer.mechanism.as_ref())?;
-        let ep = mechanism::endpoint_side(answer_mech.as_ref(), suggested, tunnel.is_some())?;
+        let ep = mechanism::endpoint_side(answer_mech.as_ref(), suggested, remote)?;
         Ok((ip, ep, answer_fds))
     }
 
@@ -479,6 +556,7 @@ fn endpoint_spec(
     tunnel: Option<TunnelEnd>,
     ip: &SidesIp,
     conn_mtu: u32,
+    wg_port: u16,
 ) -> PortSpec {
     match ep {
         EndpointMechanism::Memif { netns, socket, mtu } => PortSpec::Memif(MemifSpec {
@@ -508,11 +586,25 @@ fn endpoint_spec(
             vni,
             dst_port: remote_port,
         }),
+        EndpointMechanism::Wireguard {
+            remote,
+            remote_port,
+            remote_key,
+        } => PortSpec::Wireguard(WireguardSpec {
+            name: endpoint_port(owner),
+            // Offered only with a tunnel end.
+            local: tunnel.map_or(Ipv4Addr::UNSPECIFIED, |t| t.ip),
+            port: wg_port,
+            remote,
+            remote_port,
+            remote_key,
+            underlay_mtu: tunnel.map_or(1500, |t| t.mtu),
+        }),
     }
 }
 
 /// The caller's mechanism as Quiver answers it: with what the client needs to reach Quiver's
-/// port (`socketfile`; the tunnel's `dst_ip`, `dst_port`, `vni`).
+/// port (`socketfile`; the tunnel's `dst_ip`, `dst_port`, `vni` or `dst_public_key`).
 fn client_answer(
     mut client_mech: Mechanism,
     client: &PortSpec,
@@ -530,6 +622,16 @@ fn client_answer(
                 (mechanism::DST_IP, v.local.to_string()),
                 (mechanism::DST_PORT, port.to_string()),
                 (mechanism::VNI, v.vni.to_string()),
+            ] {
+                client_mech.parameters.insert(k.into(), val);
+            }
+        }
+        PortSpec::Wireguard(w) => {
+            let key = tunnel.and_then(|t| t.wg_public_key).unwrap_or_default();
+            for (k, val) in [
+                (mechanism::DST_IP, w.local.to_string()),
+                (mechanism::DST_PORT, w.port.to_string()),
+                (mechanism::DST_PUBLIC_KEY, mechanism::encode_key(&key)),
             ] {
                 client_mech.parameters.insert(k.into(), val);
             }

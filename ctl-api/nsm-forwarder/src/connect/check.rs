@@ -8,7 +8,7 @@ use nsm_proto::networkservice::NetworkServiceRequest;
 use tonic::Status;
 
 use crate::config::NsmConfig;
-use crate::mechanism::{self, ClientMechanism, TunnelEnd};
+use crate::mechanism::{self, ClientMechanism, Remote, TunnelEnd};
 use crate::mtu;
 use crate::path::{self, Position};
 use crate::validate::{self, Payload};
@@ -47,16 +47,24 @@ pub(super) fn connection_id(req: &NetworkServiceRequest) -> Result<String, Statu
     Ok(id)
 }
 
-/// Quiver's end of VXLAN tunnels, when it has a tunnel address (IPv4).
+/// Quiver's end of tunnels to other nodes, when it has a tunnel address (IPv4).
 pub(super) fn tunnel_end(cfg: &NsmConfig) -> Option<TunnelEnd> {
     match cfg.tunnel_ip {
         Some(std::net::IpAddr::V4(ip)) => Some(TunnelEnd {
             ip,
             port: cfg.vxlan_port,
             mtu: cfg.tunnel_mtu,
+            wg_public_key: cfg.wireguard_public_key,
         }),
         _ => None,
     }
+}
+
+/// The REMOTE mechanism Quiver serves for `payload`, if any: VXLAN for ETHERNET, WireGuard for
+/// IP (with a key), both only with a tunnel address.
+pub(super) fn remote_for(cfg: &NsmConfig, payload: Payload) -> Option<(TunnelEnd, Remote)> {
+    let end = tunnel_end(cfg)?;
+    Some((end, end.remote_for(payload == Payload::Ip)?))
 }
 
 /// Checks everything of `req` that can be checked before anything is built; `known_id` is
@@ -92,8 +100,7 @@ pub(super) fn check(
     })
 }
 
-/// The client's mechanism for `conn` with `payload` (VXLAN toward the client only for ETHERNET
-/// with a tunnel address).
+/// The client's mechanism for `conn` with `payload` (a REMOTE one as [`remote_for`] says).
 fn select_mechanism(
     cfg: &NsmConfig,
     conn: &Connection,
@@ -103,7 +110,7 @@ fn select_mechanism(
     mechanism::select(
         conn.mechanism.as_ref(),
         &req.mechanism_preferences,
-        tunnel_end(cfg).is_some() && payload == Payload::Ethernet,
+        remote_for(cfg, payload).map(|(_, r)| r),
     )
 }
 

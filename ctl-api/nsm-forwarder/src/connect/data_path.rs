@@ -70,6 +70,7 @@ pub(super) fn create_port(
         PortSpec::Memif(m) => d.create_memif(owner, m),
         PortSpec::Kernel(k) => d.create_kernel(owner, k),
         PortSpec::Vxlan(v) => d.create_vxlan(owner, v),
+        PortSpec::Wireguard(w) => d.create_wireguard(owner, w),
     }
 }
 

@@ -113,12 +113,13 @@ fn mechanism_and_port(spec: &PortSpec) -> (String, String) {
     (mechanism_type(spec).to_string(), spec.name().0.clone())
 }
 
-/// The NSM mechanism type of a side (`MEMIF`, `KERNEL`, `VXLAN`).
+/// The NSM mechanism type of a side (`MEMIF`, `KERNEL`, `VXLAN`, `WIREGUARD`).
 fn mechanism_type(spec: &PortSpec) -> &'static str {
     match spec {
         PortSpec::Memif(_) => mechanism::MEMIF,
         PortSpec::Kernel(_) => mechanism::KERNEL,
         PortSpec::Vxlan(_) => mechanism::VXLAN,
+        PortSpec::Wireguard(_) => mechanism::WIREGUARD,
     }
 }
 

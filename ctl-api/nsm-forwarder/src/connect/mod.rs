@@ -50,6 +50,7 @@ use crate::path;
 use crate::pod_watch::{self, PodWatch};
 use crate::table::Table;
 use crate::vni::VniTable;
+use crate::wg_ports::WgPorts;
 
 pub use check::MAX_ID_LEN;
 #[doc(hidden)]
@@ -84,6 +85,8 @@ pub struct Core {
     generation: AtomicU64,
     /// The VNIs of the VXLAN tunnels Quiver answers for.
     vnis: VniTable,
+    /// The UDP ports of the WireGuard tunnels Quiver made for connections.
+    wg_ports: WgPorts,
     /// One gRPC channel per endpoint URL, for the Requests and Closes sent there.
     channels: Channels,
     /// The fds endpoints passed with their answers, held by connection (see `fds`).
@@ -108,6 +111,7 @@ impl Core {
             monitor: Monitor::default(),
             generation: AtomicU64::new(0),
             vnis: VniTable::default(),
+            wg_ports: WgPorts::default(),
             channels: Channels::default(),
             answer_fds: HeldFds::default(),
             next_hops: Arc::default(),
@@ -200,6 +204,7 @@ impl Core {
                     tracing::error!(id, error = %err, "cannot remove what the connection owned");
                 }
                 self.vnis.release(&id);
+                self.wg_ports.release(&id);
                 self.answer_fds.release(&id);
                 if let Some((url, conn)) = endpoint {
                     self.endpoints().close(&url, conn).await;
@@ -237,6 +242,7 @@ impl Core {
             dp: &self.dp,
             endpoints: self.endpoints(),
             vnis: &self.vnis,
+            wg_ports: &self.wg_ports,
             answer_fds: &self.answer_fds,
             tunnel_end: tunnel_end(&self.cfg),
         };
@@ -285,7 +291,7 @@ impl Core {
         let netns = |p: &PortSpec| match p {
             PortSpec::Memif(m) => m.netns.clone(),
             PortSpec::Kernel(k) => Some(k.netns.clone()),
-            PortSpec::Vxlan(_) => None,
+            PortSpec::Vxlan(_) | PortSpec::Wireguard(_) => None,
         };
         let paths = [netns(&built.client), netns(&built.endpoint)];
         tokio::task::spawn_blocking(move || {
@@ -359,6 +365,7 @@ impl Core {
         };
         let ((), removed) = tokio::join!(close, self.dp.remove_owned(owner));
         self.vnis.release(owner);
+        self.wg_ports.release(owner);
         self.answer_fds.release(owner);
         self.monitor.delete(&entry.published);
         removed

@@ -20,7 +20,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use drivers::kernel_interface::{
@@ -31,6 +31,7 @@ use drivers::netns::NetNs;
 use drivers::LinkStatus;
 use nsm_forwarder::dataplane::{
     FrameMode, KernelSpec, MemifRole as NsmRole, MemifSpec, PolicySpec, RouteSpec, VxlanSpec,
+    WireguardSpec,
 };
 use nsm_forwarder::{
     BackendError, LinkEvent, LinkEvents, NsmBackend, NsmConfig, NsmHandle, PortCounters, PortName,
@@ -39,6 +40,8 @@ use nsm_forwarder::{
 use crate::config::{AfPacketSection, MemifMode, MemifRole, MemifSection, PortSection};
 use crate::control::owner::{Change, Control, ForwarderView};
 use crate::forwarder::ForwarderError;
+
+mod wireguard;
 
 /// How often the link watcher looks at the ports.
 const LINK_POLL: Duration = Duration::from_millis(100);
@@ -73,6 +76,8 @@ pub struct ForwarderDataplane {
     control: Control,
     ports: Mutex<HashMap<String, OwnedPort>>,
     me: Weak<ForwarderDataplane>,
+    /// Quiver's WireGuard private key for NSM's tunnels (base64), once set.
+    wg_key: OnceLock<String>,
 }
 
 fn fwd_error(e: ForwarderError) -> BackendError {
@@ -199,7 +204,14 @@ impl ForwarderDataplane {
             control,
             ports: Mutex::new(HashMap::new()),
             me: me.clone(),
+            wg_key: OnceLock::new(),
         })
+    }
+
+    /// Gives the data path Quiver's WireGuard private key (base64): from then on it makes
+    /// WIREGUARD tunnels. Set once; a second key is ignored.
+    pub fn set_wireguard_key(&self, private_key: String) {
+        let _ = self.wg_key.set(private_key);
     }
 
     fn ports(&self) -> std::sync::MutexGuard<'_, HashMap<String, OwnedPort>> {
@@ -374,6 +386,16 @@ impl NsmBackend for ForwarderDataplane {
             remote: spec.remote,
             vni: spec.vni,
             dst_port: spec.dst_port,
+            owner: Some(owner.into()),
+        })
+    }
+
+    fn create_wireguard(&self, owner: &str, spec: &WireguardSpec) -> Result<(), BackendError> {
+        let key = self.wg_key.get().ok_or_else(|| {
+            BackendError::InvalidArgument(format!("{}: Quiver has no WireGuard key", spec.name))
+        })?;
+        self.apply(Change::AddWireguard {
+            tunnel: wireguard::tunnel_section(spec, key),
             owner: Some(owner.into()),
         })
     }
@@ -595,7 +617,16 @@ pub fn start(control: &Control, mut cfg: NsmConfig) -> Result<NsmHandle, String>
             "no NSM_TUNNEL_IP and no default route with an address: no VXLAN to other nodes"
         ),
     }
+    let wg_key = wireguard::load_key(&mut cfg)?;
+    if let (Some(IpAddr::V4(ip)), Some(public)) = (cfg.tunnel_ip, cfg.wireguard_public_key) {
+        tracing::info!(
+            %ip,
+            public_key = nsm_forwarder::mechanism::encode_key(&public),
+            "WireGuard tunnels (IP payload) to other nodes from"
+        );
+    }
     let dp = ForwarderDataplane::new(control.clone());
+    dp.set_wireguard_key(wg_key);
     NsmHandle::spawn_with_registry(cfg, dp, 2).map_err(|e| format!("NSM: {e}"))
 }
 

@@ -1,0 +1,356 @@
+//! Mechanisms: which ones Quiver knows, the checks on their parameters, the choice among a
+//! client's preferences, what Quiver offers an endpoint, and the reading of the endpoint's
+//! answer.
+
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+
+use tonic::Status;
+
+use super::validate;
+use nsm_proto::connection::Mechanism;
+
+/// `cls` of mechanisms on this node.
+pub const LOCAL: &str = "LOCAL";
+/// `cls` of mechanisms between nodes.
+pub const REMOTE: &str = "REMOTE";
+/// Shared-memory packet interface.
+pub const MEMIF: &str = "MEMIF";
+/// A kernel interface (veth) in a namespace.
+pub const KERNEL: &str = "KERNEL";
+
+/// Parameter: the namespace (`file://…` or `inode://dev/ino`).
+pub const INODE_URL: &str = "inodeURL";
+/// Parameter: the memif control socket.
+pub const SOCKETFILE: &str = "socketfile";
+/// Parameter: the kernel interface's name.
+pub const NAME: &str = "name";
+/// Parameter: the MTU.
+pub const MTU: &str = "MTU";
+
+mod remote;
+pub use remote::{
+    encode_key, Remote, TunnelEnd, DST_IP, DST_PORT, DST_PUBLIC_KEY, SRC_IP, SRC_PORT,
+    SRC_PUBLIC_KEY, VNI, VXLAN, VXLAN_DEFAULT_PORT, WIREGUARD, WIREGUARD_DEFAULT_PORT,
+};
+
+/// Every mechanism type NSM defines; a type outside this list is a bad request, a type in it
+/// that Quiver does not support is just skipped.
+pub const KNOWN_TYPES: &[&str] = &[
+    MEMIF, KERNEL, VXLAN, WIREGUARD, "IPSEC", "VLAN", "VFIO", "SRV6",
+];
+
+/// The types Quiver serves on the client side, in no particular order (VXLAN only with a
+/// tunnel address and ETHERNET payload, WireGuard with one and IP payload).
+pub const SUPPORTED: &[&str] = &[MEMIF, KERNEL, VXLAN, WIREGUARD];
+
+/// The client-side mechanism, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientMechanism {
+    /// Quiver is memif master on a socket it creates in `netns`.
+    Memif {
+        /// The client's namespace.
+        netns: PathBuf,
+        /// `MTU`, if given.
+        mtu: Option<u32>,
+    },
+    /// Quiver moves one end of a veth into `netns`, named `ifname` (`None`: Quiver names it).
+    Kernel {
+        /// The client's namespace.
+        netns: PathBuf,
+        /// `name`, if given.
+        ifname: Option<String>,
+        /// `MTU`, if given.
+        mtu: Option<u32>,
+    },
+    /// Quiver is the answering end of a VXLAN tunnel from another node's forwarder.
+    Vxlan {
+        /// The requesting forwarder's tunnel address (`src_ip`).
+        remote: Ipv4Addr,
+        /// The UDP port it receives on (`src_port`).
+        remote_port: u16,
+        /// The VNI Quiver chose before (on a refresh), to keep.
+        vni: Option<u32>,
+    },
+    /// Quiver is the answering end of a WireGuard tunnel from another node's forwarder.
+    Wireguard {
+        /// The requesting forwarder's tunnel address (`src_ip`).
+        remote: Ipv4Addr,
+        /// The UDP port it receives on (`src_port`).
+        remote_port: u16,
+        /// Its public key (`src_public_key`).
+        remote_key: [u8; 32],
+        /// The port Quiver chose before (`dst_port`, on a refresh), to keep.
+        port: Option<u16>,
+    },
+}
+
+/// The endpoint-side mechanism the NSE answered with, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EndpointMechanism {
+    /// Quiver is memif slave on the endpoint's `socket` (in `netns`, if given).
+    Memif {
+        /// The endpoint's namespace.
+        netns: Option<PathBuf>,
+        /// `socketfile`.
+        socket: String,
+        /// `MTU`, if given.
+        mtu: Option<u32>,
+    },
+    /// Quiver moves one end of a veth into the endpoint's `netns`, named `ifname`.
+    Kernel {
+        /// The endpoint's namespace.
+        netns: PathBuf,
+        /// `name` (or Quiver's suggestion when the endpoint left it out).
+        ifname: String,
+        /// `MTU`, if given.
+        mtu: Option<u32>,
+    },
+    /// Quiver is the requesting end of a VXLAN tunnel to another node's forwarder.
+    Vxlan {
+        /// The answering forwarder's tunnel address (`dst_ip`).
+        remote: Ipv4Addr,
+        /// The UDP port it receives on (`dst_port`).
+        remote_port: u16,
+        /// The VNI it chose.
+        vni: u32,
+    },
+    /// Quiver is the requesting end of a WireGuard tunnel to another node's forwarder.
+    Wireguard {
+        /// The answering forwarder's tunnel address (`dst_ip`).
+        remote: Ipv4Addr,
+        /// The UDP port it receives on (`dst_port`).
+        remote_port: u16,
+        /// Its public key (`dst_public_key`).
+        remote_key: [u8; 32],
+    },
+}
+
+fn describe(m: &Mechanism) -> String {
+    format!(
+        "{}/{}",
+        if m.cls.is_empty() { "-" } else { &m.cls },
+        m.r#type
+    )
+}
+
+/// Checks the syntax of a mechanism's parameters: a known type, and for the types whose
+/// parameters Quiver reads, well-formed values (interface name, MTU, VNI, addresses).
+/// Namespaces are resolved only for the mechanism actually chosen.
+pub fn check_syntax(what: &str, m: &Mechanism) -> Result<(), Status> {
+    if !KNOWN_TYPES.contains(&m.r#type.as_str()) {
+        return Err(Status::invalid_argument(format!(
+            "{what}: unknown mechanism type {:?} (known: {})",
+            m.r#type,
+            KNOWN_TYPES.join(", ")
+        )));
+    }
+    let p = &m.parameters;
+    match m.r#type.as_str() {
+        KERNEL => {
+            if let Some(n) = p.get(NAME).filter(|n| !n.is_empty()) {
+                validate::ifname(what, n)?;
+            }
+            validate::mtu(what, p.get(MTU))?;
+        }
+        MEMIF => {
+            validate::mtu(what, p.get(MTU))?;
+        }
+        VXLAN | WIREGUARD => remote::check_syntax(what, m)?,
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Whether Quiver serves `m`: LOCAL MEMIF or KERNEL, or the REMOTE mechanism `remote`.
+fn supported(m: &Mechanism, remote: Option<Remote>) -> bool {
+    match m.r#type.as_str() {
+        MEMIF | KERNEL => m.cls.is_empty() || m.cls == LOCAL,
+        _ => remote::is(m, remote),
+    }
+}
+
+/// Chooses the client-side mechanism: the connection's current one on a refresh (when Quiver
+/// supports it), else the first of the client's preferences Quiver supports (a REMOTE one
+/// only when it is `remote`: Quiver has a tunnel address, VXLAN for ETHERNET payload, WireGuard
+/// for IP). Checks every mechanism's syntax first, then resolves the chosen one's namespace.
+pub fn select(
+    current: Option<&Mechanism>,
+    preferences: &[Mechanism],
+    remote: Option<Remote>,
+) -> Result<(Mechanism, ClientMechanism), Status> {
+    if let Some(c) = current {
+        check_syntax("connection.mechanism", c)?;
+    }
+    for (i, p) in preferences.iter().enumerate() {
+        check_syntax(&format!("mechanism_preferences[{i}]"), p)?;
+    }
+    let chosen = current
+        .filter(|c| supported(c, remote))
+        .or_else(|| preferences.iter().find(|p| supported(p, remote)))
+        .ok_or_else(|| {
+            let offered: Vec<String> = current
+                .into_iter()
+                .chain(preferences)
+                .map(describe)
+                .collect();
+            Status::invalid_argument(format!(
+                "no acceptable mechanism: offered [{}], Quiver serves LOCAL/MEMIF, LOCAL/KERNEL{}",
+                offered.join(", "),
+                remote::served(remote)
+            ))
+        })?;
+    let parsed = client_side(chosen)?;
+    Ok((chosen.clone(), parsed))
+}
+
+fn client_side(m: &Mechanism) -> Result<ClientMechanism, Status> {
+    let p = &m.parameters;
+    let what = format!("client mechanism {}", describe(m));
+    if m.r#type == VXLAN || m.r#type == WIREGUARD {
+        return remote::client_side(&what, m);
+    }
+    let netns = validate::netns_url(&what, p.get(INODE_URL).map_or("", |s| s))?;
+    let mtu = validate::mtu(&what, p.get(MTU))?;
+    Ok(match m.r#type.as_str() {
+        MEMIF => ClientMechanism::Memif { netns, mtu },
+        _ => ClientMechanism::Kernel {
+            netns,
+            ifname: p.get(NAME).filter(|n| !n.is_empty()).cloned(),
+            mtu,
+        },
+    })
+}
+
+/// What Quiver offers the endpoint, the client's type first: LOCAL MEMIF and LOCAL KERNEL
+/// (with `ifname` as the suggested interface name), then `remote` (VXLAN or WireGuard from
+/// Quiver's tunnel end: [`TunnelEnd::offer`]) when there is one (nsmgr keeps the LOCAL ones for
+/// an endpoint on this node, the REMOTE one for an endpoint behind another nsmgr). With
+/// `remote_only` (the endpoint's URL is another node's), only the REMOTE one.
+pub fn offers(
+    client_type: &str,
+    ifname: &str,
+    remote: Option<Mechanism>,
+    remote_only: bool,
+) -> Vec<Mechanism> {
+    if remote_only {
+        return remote.into_iter().collect();
+    }
+    let mut local = local_offers(client_type, ifname);
+    local.extend(remote);
+    local
+}
+
+fn local_offers(client_type: &str, ifname: &str) -> Vec<Mechanism> {
+    let memif = Mechanism {
+        cls: LOCAL.into(),
+        r#type: MEMIF.into(),
+        parameters: HashMap::new(),
+    };
+    let kernel = Mechanism {
+        cls: LOCAL.into(),
+        r#type: KERNEL.into(),
+        parameters: HashMap::from([(NAME.to_string(), ifname.to_string())]),
+    };
+    if client_type == KERNEL {
+        vec![kernel, memif]
+    } else {
+        vec![memif, kernel]
+    }
+}
+
+/// Whether `path` is a unix socket (following links: `/proc/self/fd/<n>` of a passed fd too).
+fn is_socket(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_socket())
+}
+
+/// Reads the mechanism the endpoint answered with. Anything Quiver did not offer, or without
+/// the parameters Quiver needs, is refused (`FailedPrecondition`: the endpoint's fault);
+/// a namespace or memif socket file that does not exist is `NotFound`.
+pub fn endpoint_side(
+    m: Option<&Mechanism>,
+    suggested_ifname: &str,
+    remote_offered: Option<Remote>,
+) -> Result<EndpointMechanism, Status> {
+    let m =
+        m.ok_or_else(|| Status::failed_precondition("the endpoint answered without a mechanism"))?;
+    let what = format!("endpoint mechanism {}", describe(m));
+    check_syntax(&what, m).map_err(|s| Status::failed_precondition(s.message().to_string()))?;
+    if !supported(m, remote_offered) {
+        return Err(Status::failed_precondition(format!(
+            "{what}: Quiver offered LOCAL/MEMIF and LOCAL/KERNEL{}",
+            match remote_offered {
+                Some(r) => format!(" and REMOTE/{}", r.type_name()),
+                None => " only".into(),
+            }
+        )));
+    }
+    let p = &m.parameters;
+    if m.r#type == VXLAN || m.r#type == WIREGUARD {
+        return remote::endpoint_side(&what, m);
+    }
+    let mtu = validate::mtu(&what, p.get(MTU))?;
+    let netns = |required: bool| -> Result<Option<PathBuf>, Status> {
+        match p.get(INODE_URL).filter(|u| !u.is_empty()) {
+            Some(u) => validate::netns_url(&what, u).map(Some),
+            None if required => Err(Status::failed_precondition(format!(
+                "{what}: inodeURL is missing"
+            ))),
+            None => Ok(None),
+        }
+    };
+    Ok(match m.r#type.as_str() {
+        MEMIF => match p.get(SOCKETFILE).filter(|s| !s.is_empty()) {
+            Some(socket) => {
+                // An abstract socket lives in a namespace: it must be named.
+                let netns = netns(socket.starts_with('@'))?;
+                EndpointMechanism::Memif {
+                    netns,
+                    socket: socket.clone(),
+                    mtu,
+                }
+            }
+            // NSM's filesystem form: `inodeURL` names the memif socket file itself (by path, or
+            // by the fd passed with the answer), reached from Quiver's own namespace.
+            None => {
+                let named = netns(false).map_err(|e| match e.code() {
+                    tonic::Code::NotFound => Status::not_found(format!(
+                        "{what}: the memif socket {} does not exist",
+                        p.get(INODE_URL).map_or("", String::as_str)
+                    )),
+                    _ => e,
+                })?;
+                let path = named.ok_or_else(|| {
+                    Status::failed_precondition(format!(
+                        "{what}: neither socketfile nor inodeURL is given"
+                    ))
+                })?;
+                if !is_socket(&path) {
+                    return Err(Status::failed_precondition(format!(
+                        "{what}: socketfile is missing and inodeURL {} is not a socket",
+                        path.display()
+                    )));
+                }
+                EndpointMechanism::Memif {
+                    netns: None,
+                    socket: path.to_string_lossy().into_owned(),
+                    mtu,
+                }
+            }
+        },
+        _ => EndpointMechanism::Kernel {
+            netns: netns(true)?.unwrap_or_default(),
+            ifname: p
+                .get(NAME)
+                .filter(|n| !n.is_empty())
+                .cloned()
+                .unwrap_or_else(|| suggested_ifname.to_string()),
+            mtu,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests;

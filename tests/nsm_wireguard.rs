@@ -1,0 +1,183 @@
+//! NSM's WIREGUARD mechanism across two nodes (IP payload): two Quiver forwarders, each with its
+//! uplink on one end of a veth underlay between two node namespaces and a WireGuard key of its
+//! own; the NSC's kernel interface on A, the NSE's on B. The test plays the nsmgrs (a relay
+//! that keeps only the REMOTE mechanisms) and the NSE's gRPC side. After Request, A offered
+//! WIREGUARD with its address, the connection's port and its public key; B answered with its
+//! own; each built one tunnel whose peer is the other's key; the MTU is 60 bytes under the
+//! uplink's; `ping` crosses NSC → A → WireGuard → B → NSE and back, one hop per forwarder each
+//! way, after a handshake on both. A refresh keeps both tunnels as they are (ports, keys, no new
+//! handshake); Close through A leaves neither forwarder anything but its uplink.
+
+use nsm_forwarder::testing::{BlockingClient, TestEndpoint, TestNsmgr};
+use nsm_proto::connection::{Connection, State};
+use nsm_proto::connectioncontext::{ConnectionContext, IpContext};
+use nsm_proto::networkservice::NetworkServiceRequest;
+use quiver::forwarder::WgTunnelStatus;
+use testkit::{require, wait_for, Needs};
+use wireguard::PrivateKey;
+
+mod nsm_support;
+
+use nsm_support::nodes::{underlay, Node, A_IP, A_MAC, B_IP, B_MAC};
+use nsm_support::{kernel_mech, nsc_connection, Netns, TempDir, IP, PING};
+
+const NSC_ADDR: &str = "10.75.0.1";
+const NSE_ADDR: &str = "10.75.0.2";
+
+fn request(id: &str, nsc: &Netns, refresh: Option<&Connection>) -> NetworkServiceRequest {
+    let conn = refresh.cloned().unwrap_or_else(|| Connection {
+        payload: "IP".into(),
+        context: Some(ConnectionContext {
+            ip_context: Some(IpContext {
+                src_ip_addrs: vec![format!("{NSC_ADDR}/24")],
+                dst_ip_addrs: vec![format!("{NSE_ADDR}/24")],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..nsc_connection(id, "ping")
+    });
+    NetworkServiceRequest {
+        connection: Some(conn),
+        mechanism_preferences: kernel_mech(&nsc.url(), "nsm0"),
+    }
+}
+
+fn wireguard(node: &Node) -> Vec<WgTunnelStatus> {
+    node.0.fwd.inspect(|f| f.wireguard_status()).unwrap()
+}
+
+#[test]
+fn ip_payload_crosses_two_forwarders_over_wireguard_and_close_cleans_both() {
+    if !require(
+        "ip_payload_crosses_two_forwarders_over_wireguard",
+        &Needs {
+            root: true,
+            tools: &[IP, PING],
+            ..Needs::default()
+        },
+    ) {
+        return;
+    }
+    let (nsc, nse) = (Netns::new("wnsc"), Netns::new("wnse"));
+    let (node_a, node_b) = (Netns::new("wnodea"), Netns::new("wnodeb"));
+    let dir = TempDir::new("nsm-wg");
+    let (ua, ub) = underlay("wg", &node_a, &node_b);
+    let a = Node::start(&node_a, &ua, A_IP, B_IP, B_MAC);
+    let b = Node::start(&node_b, &ub, B_IP, A_IP, A_MAC);
+    let (key_a, key_b) = (PrivateKey::random(), PrivateKey::random());
+    let (pub_a, pub_b) = (
+        key_a.public_key().to_base64(),
+        key_b.public_key().to_base64(),
+    );
+
+    let nse_sock = dir.join("nse.sock");
+    let endpoint = TestEndpoint::start(&nse_sock, "nse", kernel_mech(&nse.url(), "nse0")).unwrap();
+    let serve = |node: &Node, name: &str, ip, next: String, key: &PrivateKey| {
+        let listen = format!("unix://{}", dir.join(&format!("{name}.sock")).display());
+        let dp = node.0.dataplane();
+        dp.set_wireguard_key(key.to_base64());
+        let public = key.public_key().0;
+        let server = node.0.serve_with(dp, name, &listen, Some(ip), next, |c| {
+            c.wireguard_public_key = Some(public)
+        });
+        (listen, server)
+    };
+    let (b_listen, server_b) = serve(
+        &b,
+        "forwarder-b",
+        B_IP.into(),
+        format!("unix://{}", nse_sock.display()),
+        &key_b,
+    );
+    let nsmgr_sock = dir.join("nsmgr.sock");
+    let nsmgr = TestNsmgr::start(&nsmgr_sock, &b_listen).unwrap();
+    let (a_listen, server_a) = serve(
+        &a,
+        "forwarder-a",
+        A_IP.into(),
+        format!("unix://{}", nsmgr_sock.display()),
+        &key_a,
+    );
+    let mut client = BlockingClient::connect(&a_listen).unwrap();
+
+    let id = format!("wg-{}", std::process::id());
+    let answer = client.request(request(&id, &nsc, None)).unwrap();
+    assert_eq!(answer.state, State::Up as i32);
+
+    // A offered WIREGUARD (the REMOTE mechanism for IP payload) with its address, the
+    // connection's port and its key.
+    let relayed = nsmgr.log().requests;
+    assert_eq!(relayed.len(), 1);
+    let offer = &relayed[0].mechanism_preferences;
+    assert_eq!(offer.len(), 1, "{offer:?}");
+    assert_eq!(
+        (offer[0].r#type.as_str(), offer[0].cls.as_str()),
+        ("WIREGUARD", "REMOTE")
+    );
+    let p = &offer[0].parameters;
+    assert_eq!(p["src_ip"], A_IP.to_string());
+    assert_eq!(p["src_port"], "51820");
+    assert_eq!(p["src_public_key"], pub_a);
+    // The MTU both ends got: 60 bytes of WireGuard under the uplink's 1500.
+    assert_eq!(answer.context.as_ref().unwrap().mtu, 1440);
+
+    // Each built one tunnel whose peer is the other's key and address.
+    let (wa, wb) = (wireguard(&a), wireguard(&b));
+    assert_eq!((wa.len(), wb.len()), (1, 1), "{wa:?} {wb:?}");
+    assert_eq!(
+        (wa[0].public_key.as_str(), wb[0].public_key.as_str()),
+        (pub_a.as_str(), pub_b.as_str())
+    );
+    assert_eq!(wa[0].peers[0].public_key, pub_b);
+    assert_eq!(wb[0].peers[0].public_key, pub_a);
+    assert_eq!(*wa[0].peers[0].endpoint.unwrap().ip(), B_IP);
+    assert_eq!(*wb[0].peers[0].endpoint.unwrap().ip(), A_IP);
+    assert_eq!(wa[0].listen.port(), 51820);
+
+    // Ping both ways: one hop per forwarder each way (64 - 2), after a handshake on both.
+    let mut reply = None;
+    wait_for("a ping from the NSC to the NSE over WireGuard", 30, || {
+        reply = nsc.ping_reply(NSE_ADDR, 64);
+        reply.is_some()
+    });
+    let reply = reply.expect("waited for");
+    assert!(reply.contains("ttl=62"), "two forwarders each way: {reply}");
+    assert!(nse.ping(NSC_ADDR), "the NSE reaches the NSC");
+    let (wa, wb) = (wireguard(&a), wireguard(&b));
+    for (n, w) in [("A", &wa), ("B", &wb)] {
+        let peer = &w[0].peers[0];
+        assert!(peer.handshakes >= 1, "{n}: {w:?}");
+        assert!(peer.rx_packets >= 2 && peer.tx_packets >= 2, "{n}: {w:?}");
+    }
+
+    // A refresh keeps both tunnels as they are: same ports and keys, no new handshake.
+    let again = client.request(request(&id, &nsc, Some(&answer))).unwrap();
+    assert_eq!(again.state, State::Up as i32);
+    let (ra, rb) = (wireguard(&a), wireguard(&b));
+    for (n, before, after) in [("A", &wa, &ra), ("B", &wb, &rb)] {
+        assert_eq!(after.len(), 1, "{n}");
+        assert_eq!(
+            (after[0].listen, after[0].peers[0].handshakes),
+            (before[0].listen, before[0].peers[0].handshakes),
+            "{n}"
+        );
+    }
+    assert!(nsc.ping_reply(NSE_ADDR, 64).is_some(), "after the refresh");
+
+    // Close through A: neither forwarder keeps anything but its uplink.
+    client.close(again).unwrap();
+    for (n, node, server) in [("A", &a, &server_a), ("B", &b, &server_b)] {
+        wait_for(&format!("{n} to remove its tunnel"), 10, || {
+            wireguard(node).is_empty()
+        });
+        assert_eq!(node.port_names(), vec!["uplink".to_string()], "{n}");
+        assert_eq!(server.core().connection_count(), 0, "{n}");
+        assert!(node.fwd().owned_by(&id).is_empty(), "{n}");
+    }
+    assert!(!nsc.has_link("nsm0") && !nse.has_link("nse0"));
+    drop(client);
+    drop((server_a, server_b, nsmgr, endpoint));
+    a.0.stop();
+    b.0.stop();
+}
