@@ -15,6 +15,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod counters;
+mod handshake;
 pub mod interface;
 pub mod master;
 pub mod msg;

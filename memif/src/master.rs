@@ -2,6 +2,7 @@
 
 use std::os::fd::OwnedFd;
 
+use crate::handshake::HandshakeError;
 use crate::interface::{Connection, Interface, InterfaceConfig};
 use crate::msg::{
     self, AddRegion, AddRing, FixedStr, Hello, Init, Mode, Msg, NAME_LEN, SECRET_LEN, VERSION,
@@ -234,7 +235,9 @@ impl Master {
                 };
                 let outcome = match r.into_message() {
                     Ok(None) => break,
-                    Ok(Some((m, fd))) => self.handle(ci, m, fd, &mut on_up).map_err(|s| (s, true)),
+                    Ok(Some((m, fd))) => self
+                        .handle(ci, m, fd, &mut on_up)
+                        .map_err(|e| (e.to_string(), true)),
                     Err(ending) => Err(ending),
                 };
                 if let Err((reason, tell)) = outcome {
@@ -270,52 +273,46 @@ impl Master {
         m: Msg,
         fd: Option<OwnedFd>,
         on_up: &mut impl FnMut(&mut Interface),
-    ) -> Result<(), String> {
+    ) -> Result<(), HandshakeError> {
         let conn = &self.conns[ci];
         if conn.connected {
-            return Err(format!(
-                "unexpected message type {} after connect",
-                m.msg_type()
-            ));
+            return Err(HandshakeError::AfterConnect(m.msg_type()));
         }
         match (conn.iface, m) {
             (None, Msg::Init(init)) => self.on_init(ci, &init),
-            (None, other) => Err(format!(
-                "expected INIT, got message type {}",
-                other.msg_type()
-            )),
+            (None, other) => Err(HandshakeError::ExpectedInit(other.msg_type())),
             (Some(_), Msg::AddRegion(ar)) => self.on_add_region(ci, &ar, fd),
             (Some(_), Msg::AddRing(ar)) => self.on_add_ring(ci, &ar, fd),
             (Some(k), Msg::Connect(name)) => self.on_connect(ci, k, &name, on_up),
-            (Some(_), other) => Err(format!("unexpected message type {}", other.msg_type())),
+            (Some(_), other) => Err(HandshakeError::Unexpected(other.msg_type())),
         }
     }
 
     /// INIT: binds connection `ci` to the interface it names, when the version, role, mode
     /// and secret agree and the interface is free.
-    fn on_init(&mut self, ci: usize, init: &Init) -> Result<(), String> {
+    fn on_init(&mut self, ci: usize, init: &Init) -> Result<(), HandshakeError> {
         if init.version != VERSION {
-            return Err(format!("incompatible version {:#06x}", init.version));
+            return Err(HandshakeError::Version(init.version));
         }
         let Some(k) = self.interfaces.iter().position(|i| i.id() == init.id) else {
-            return Err(format!("unknown interface id {}", init.id));
+            return Err(HandshakeError::UnknownInterface(init.id));
         };
         let iface = &self.interfaces[k];
         if iface.role() != Role::Master {
-            return Err("interface is not a master".into());
+            return Err(HandshakeError::NotMaster);
         }
         if self.bound[k] {
-            return Err("interface already connected".into());
+            return Err(HandshakeError::AlreadyConnected);
         }
         if Mode::from_wire(init.mode) != Some(iface.config.mode) {
-            return Err("mode mismatch".into());
+            return Err(HandshakeError::ModeMismatch);
         }
         if let Some(secret) = &iface.config.secret {
             if init.secret.as_bytes().is_empty() {
-                return Err("secret required".into());
+                return Err(HandshakeError::SecretRequired);
             }
             if !msg::secret_eq(&FixedStr::new(secret), &init.secret) {
-                return Err("incorrect secret".into());
+                return Err(HandshakeError::IncorrectSecret);
             }
         }
         self.bound[k] = true;
@@ -329,52 +326,57 @@ impl Master {
         ci: usize,
         ar: &AddRegion,
         fd: Option<OwnedFd>,
-    ) -> Result<(), String> {
+    ) -> Result<(), HandshakeError> {
         let conn = &mut self.conns[ci];
         let Some(fd) = fd else {
-            return Err("missing region fd".into());
+            return Err(HandshakeError::MissingRegionFd);
         };
         if usize::from(ar.index) != conn.regions.len() {
-            return Err(format!("non-sequential region index {}", ar.index));
+            return Err(HandshakeError::RegionIndex(ar.index));
         }
         if ar.index > self.config.max_region {
-            return Err(format!("region index {} too large", ar.index));
+            return Err(HandshakeError::RegionIndexTooLarge(ar.index));
         }
         let region = if self.config.require_sealed_regions {
             Region::from_peer_sealed(fd, ar.size)
         } else {
             Region::from_peer(fd, ar.size)
         }
-        .map_err(|e| format!("region: {e}"))?;
+        .map_err(HandshakeError::Region)?;
         conn.regions.push(region);
         self.ack(ci)
     }
 
     /// ADD_RING: records the slave's next ring of one direction, inside a region it added.
-    fn on_add_ring(&mut self, ci: usize, ar: &AddRing, fd: Option<OwnedFd>) -> Result<(), String> {
+    fn on_add_ring(
+        &mut self,
+        ci: usize,
+        ar: &AddRing,
+        fd: Option<OwnedFd>,
+    ) -> Result<(), HandshakeError> {
         let conn = &mut self.conns[ci];
         let Some(eventfd) = fd else {
-            return Err("missing ring eventfd".into());
+            return Err(HandshakeError::MissingRingEventfd);
         };
         let s2m = ar.flags & msg::RING_FLAG_S2M != 0;
         let list_len = if s2m { conn.s2m.len() } else { conn.m2s.len() };
         if usize::from(ar.index) != list_len {
-            return Err(format!("non-sequential ring index {}", ar.index));
+            return Err(HandshakeError::RingIndex(ar.index));
         }
         if ar.index > self.config.max_ring {
-            return Err(format!("ring index {} too large", ar.index));
+            return Err(HandshakeError::RingIndexTooLarge(ar.index));
         }
         if ar.private_hdr_size != 0 {
-            return Err("private header not supported".into());
+            return Err(HandshakeError::PrivateHeader);
         }
         if ar.log2_ring_size > self.config.max_log2_ring_size.min(MAX_LOG2_RING_SIZE) {
-            return Err(format!("ring size 2^{} too large", ar.log2_ring_size));
+            return Err(HandshakeError::RingSizeTooLarge(ar.log2_ring_size));
         }
         let Some(region) = conn.regions.get(usize::from(ar.region)) else {
-            return Err(format!("ring in unknown region {}", ar.region));
+            return Err(HandshakeError::UnknownRegion(ar.region));
         };
         let Some(ring) = Ring::new(region, u64::from(ar.offset), ar.log2_ring_size) else {
-            return Err("ring outside its region".into());
+            return Err(HandshakeError::RingOutsideRegion);
         };
         let pr = PendingRing {
             ring,
@@ -397,15 +399,15 @@ impl Master {
         k: usize,
         name: &FixedStr<NAME_LEN>,
         on_up: &mut impl FnMut(&mut Interface),
-    ) -> Result<(), String> {
+    ) -> Result<(), HandshakeError> {
         let conn = &mut self.conns[ci];
         if conn.s2m.is_empty() || conn.m2s.is_empty() {
-            return Err("connect without rings".into());
+            return Err(HandshakeError::NoRings);
         }
         for pr in conn.s2m.iter().chain(conn.m2s.iter()) {
             let region = &conn.regions[pr.region];
             if pr.ring.at(region).cookie() != COOKIE {
-                return Err("bad ring cookie".into());
+                return Err(HandshakeError::BadCookie);
             }
         }
         let to_queue = |pr: PendingRing| Queue {
@@ -429,14 +431,21 @@ impl Master {
         let ours = FixedStr::new(&iface.config.name);
         conn.sock
             .send(&Msg::Connected(ours), None)
-            .map_err(|e| format!("send CONNECTED: {e}"))
+            .map_err(|source| HandshakeError::SendReply {
+                what: "CONNECTED",
+                source,
+            })
     }
 
-    fn ack(&self, ci: usize) -> Result<(), String> {
+    /// Acknowledges the last message on connection `ci`.
+    fn ack(&self, ci: usize) -> Result<(), HandshakeError> {
         self.conns[ci]
             .sock
             .send(&Msg::Ack, None)
-            .map_err(|e| format!("send ACK: {e}"))
+            .map_err(|source| HandshakeError::SendReply {
+                what: "ACK",
+                source,
+            })
     }
 }
 

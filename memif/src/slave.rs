@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
+use crate::handshake::HandshakeError;
 use crate::interface::{Connection, Interface, InterfaceConfig};
 use crate::msg::{self, AddRegion, AddRing, FixedStr, Hello, Init, Msg, SECRET_LEN, VERSION};
 use crate::queue::Queue;
@@ -169,7 +170,7 @@ impl Slave {
                 Ok(None) => break,
                 Ok(Some((m, fd))) => {
                     drop(fd);
-                    self.handle(m).map_err(|s| (s, true))
+                    self.handle(m).map_err(|e| (e.to_string(), true))
                 }
                 Err(ending) => Err(ending),
             };
@@ -200,14 +201,14 @@ impl Slave {
         self.iface.set_down(reason);
     }
 
-    fn handle(&mut self, m: Msg) -> Result<(), String> {
+    fn handle(&mut self, m: Msg) -> Result<(), HandshakeError> {
         match (self.state, m) {
             (State::AwaitHello, Msg::Hello(h)) => {
                 if h.min_version > VERSION || h.max_version < VERSION {
-                    return Err(format!(
-                        "incompatible version range {:#06x}..{:#06x}",
-                        h.min_version, h.max_version
-                    ));
+                    return Err(HandshakeError::VersionRange {
+                        min: h.min_version,
+                        max: h.max_version,
+                    });
                 }
                 self.build(&h)?;
                 self.state = State::AwaitAck;
@@ -216,22 +217,22 @@ impl Slave {
             (State::AwaitAck, Msg::Ack) => self.send_next(),
             (State::AwaitConnected, Msg::Connected(name)) => {
                 let Some(c) = self.building.take() else {
-                    return Err("internal: no connection".into());
+                    return Err(HandshakeError::Internal("no connection"));
                 };
                 self.state = State::Connected;
                 self.iface.set_up(c, name.to_string_lossy());
                 Ok(())
             }
-            (_, other) => Err(format!("unexpected message type {}", other.msg_type())),
+            (_, other) => Err(HandshakeError::Unexpected(other.msg_type())),
         }
     }
 
-    fn send_next(&mut self) -> Result<(), String> {
+    fn send_next(&mut self) -> Result<(), HandshakeError> {
         let Some((m, fdref)) = self.outbox.pop_front() else {
-            return Err("internal: handshake underflow".into());
+            return Err(HandshakeError::Internal("handshake underflow"));
         };
         let (Some(sock), Some(c)) = (self.sock.as_ref(), self.building.as_ref()) else {
-            return Err("internal: no socket".into());
+            return Err(HandshakeError::Internal("no socket"));
         };
         let fd = match fdref {
             FdRef::None => None,
@@ -239,7 +240,7 @@ impl Slave {
             FdRef::Rx(i) => c.rx.get(i).map(|q| q.eventfd.as_fd()),
             FdRef::Tx(i) => c.tx.get(i).map(|q| q.eventfd.as_fd()),
         };
-        sock.send(&m, fd).map_err(|e| format!("send: {e}"))?;
+        sock.send(&m, fd).map_err(HandshakeError::Send)?;
         if matches!(m, Msg::Connect(_)) {
             self.state = State::AwaitConnected;
         }
@@ -247,7 +248,7 @@ impl Slave {
     }
 
     /// Create region 0 (rings, then buffers), the eventfds and the handshake messages.
-    fn build(&mut self, h: &Hello) -> Result<(), String> {
+    fn build(&mut self, h: &Hello) -> Result<(), HandshakeError> {
         let cfg = &self.iface.config;
         let n_s2m = usize::from(cfg.queue_pairs).min(usize::from(h.max_s2m_ring) + 1);
         let n_m2s = usize::from(cfg.queue_pairs).min(usize::from(h.max_m2s_ring) + 1);
@@ -260,20 +261,20 @@ impl Slave {
         let size = rings_size + nrings * n * bsize;
         let size = size.div_ceil(4096) * 4096;
         if size > MAX_REGION_SIZE || size > u64::from(u32::MAX) {
-            return Err("region too large for the configured rings".into());
+            return Err(HandshakeError::RegionTooLarge);
         }
         let region = Region::create(&format!("memif{}", cfg.id), size as usize)
-            .map_err(|e| format!("create region: {e}"))?;
+            .map_err(HandshakeError::CreateRegion)?;
         let mut tx = Vec::new();
         let mut rx = Vec::new();
         for g in 0..(n_s2m + n_m2s) {
             let off = g as u64 * stride;
             let Some(ring) = Ring::new(&region, off, log2) else {
-                return Err("internal: ring layout".into());
+                return Err(HandshakeError::Internal("ring layout"));
             };
             let eventfd: OwnedFd =
                 EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
-                    .map_err(|e| format!("eventfd: {e}"))?
+                    .map_err(HandshakeError::Eventfd)?
                     .into();
             let buf_base = rings_size + g as u64 * n * bsize;
             ring.at(&region).init();
