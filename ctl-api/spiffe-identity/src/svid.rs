@@ -12,13 +12,14 @@ use ring::signature::{EcdsaKeyPair, ECDSA_P256_SHA256_FIXED_SIGNING};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, TrustAnchor};
 use rustls::sign::CertifiedKey;
 use x509_parser::certificate::X509Certificate;
+use x509_parser::error::X509Error;
 use x509_parser::extensions::GeneralName;
 use x509_parser::oid_registry::{OID_EC_P256, OID_KEY_TYPE_EC_PUBLIC_KEY};
 use x509_parser::prelude::FromDer;
 
 use crate::crypto::provider;
 use crate::error::SpiffeError;
-use crate::id::{trust_domain_of_key, SpiffeId};
+use crate::id::{trust_domain_of_key, SpiffeId, SpiffeIdError};
 
 /// The CA certificates of one trust domain, and the trust anchors made of them.
 pub struct TrustBundle {
@@ -85,17 +86,50 @@ pub(crate) struct LeafInfo {
     pub p256_public_key: Option<Vec<u8>>,
 }
 
+/// Why a leaf certificate is not an X509-SVID, or DER certificates do not split.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CertificateError {
+    /// The leaf is not a DER X.509 certificate.
+    #[error("unreadable certificate: {0}")]
+    Unreadable(x509_parser::nom::Err<X509Error>),
+    /// The leaf is a CA.
+    #[error("the leaf certificate is a CA certificate")]
+    IsCa,
+    /// The subjectAltName extension does not parse (or is there twice).
+    #[error("unreadable subjectAltName: {0}")]
+    UnreadableSan(X509Error),
+    /// No subjectAltName extension.
+    #[error("the certificate has no subjectAltName (no SPIFFE ID)")]
+    NoSan,
+    /// A subjectAltName without a URI.
+    #[error("the certificate has no URI SAN (no SPIFFE ID)")]
+    NoUriSan,
+    /// More than one URI: which is the SPIFFE ID?
+    #[error("the certificate has more than one URI SAN")]
+    SeveralUriSans,
+    /// The URI is not a SPIFFE ID.
+    #[error(transparent)]
+    SpiffeId(#[from] SpiffeIdError),
+    /// One of concatenated certificates (counted from 0) does not parse.
+    #[error("certificate {index}: {source}")]
+    InChain {
+        /// Its place in the chain.
+        index: usize,
+        /// Why.
+        source: x509_parser::nom::Err<X509Error>,
+    },
+}
+
 /// Reads a leaf certificate as an X509-SVID: exactly one URI SAN, a SPIFFE ID, and not a CA.
-pub(crate) fn leaf_info(der: &[u8]) -> Result<LeafInfo, String> {
-    let (_, cert) =
-        X509Certificate::from_der(der).map_err(|e| format!("unreadable certificate: {e}"))?;
+pub(crate) fn leaf_info(der: &[u8]) -> Result<LeafInfo, CertificateError> {
+    let (_, cert) = X509Certificate::from_der(der).map_err(CertificateError::Unreadable)?;
     if cert.is_ca() {
-        return Err("the leaf certificate is a CA certificate".into());
+        return Err(CertificateError::IsCa);
     }
     let san = cert
         .subject_alternative_name()
-        .map_err(|e| format!("unreadable subjectAltName: {e}"))?
-        .ok_or("the certificate has no subjectAltName (no SPIFFE ID)")?;
+        .map_err(CertificateError::UnreadableSan)?
+        .ok_or(CertificateError::NoSan)?;
     let uris: Vec<&str> = san
         .value
         .general_names
@@ -107,10 +141,10 @@ pub(crate) fn leaf_info(der: &[u8]) -> Result<LeafInfo, String> {
         .collect();
     let uri = match uris.as_slice() {
         [one] => *one,
-        [] => return Err("the certificate has no URI SAN (no SPIFFE ID)".into()),
-        _ => return Err("the certificate has more than one URI SAN".into()),
+        [] => return Err(CertificateError::NoUriSan),
+        _ => return Err(CertificateError::SeveralUriSans),
     };
-    let spiffe_id = SpiffeId::parse(uri).map_err(|e| e.to_string())?;
+    let spiffe_id = SpiffeId::parse(uri)?;
     let not_after = system_time(cert.validity().not_after.timestamp());
     let spki = cert.public_key();
     let is_p256 = spki.algorithm.algorithm == OID_KEY_TYPE_EC_PUBLIC_KEY
@@ -137,11 +171,16 @@ fn system_time(unix_seconds: i64) -> SystemTime {
 }
 
 /// Splits DER certificates concatenated back to back.
-pub(crate) fn split_certificates(mut der: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
+pub(crate) fn split_certificates(
+    mut der: &[u8],
+) -> Result<Vec<CertificateDer<'static>>, CertificateError> {
     let mut out = Vec::new();
     while !der.is_empty() {
-        let (rest, _) = X509Certificate::from_der(der)
-            .map_err(|e| format!("certificate {}: {e}", out.len()))?;
+        let (rest, _) =
+            X509Certificate::from_der(der).map_err(|source| CertificateError::InChain {
+                index: out.len(),
+                source,
+            })?;
         let (one, _) = der.split_at(der.len() - rest.len());
         out.push(CertificateDer::from(one.to_vec()));
         der = rest;

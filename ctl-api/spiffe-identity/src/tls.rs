@@ -221,7 +221,7 @@ fn verify_svid(
     now: UnixTime,
     usage: webpki::KeyUsage,
 ) -> Result<(), rustls::Error> {
-    let leaf = leaf_info(end_entity).map_err(|e| other(SpiffeError::InvalidSvid(e)))?;
+    let leaf = leaf_info(end_entity).map_err(|e| other(SpiffeError::InvalidSvid(e.to_string())))?;
     let current = identity.current();
     let bundle = current
         .bundle(leaf.spiffe_id.trust_domain())
