@@ -10,6 +10,14 @@
 //! batch call without vhost), written into or gathered from Quiver's buffers directly, without an
 //! intermediate copy.
 //!
+//! With offloads ([`TapConfig::offloads`], the default) the device is opened with
+//! `IFF_VNET_HDR` and told (`TUNSETOFFLOAD`) that Quiver takes partial checksums and TCP
+//! segmentation (IPv4, IPv6, ECN): every frame comes and goes behind a virtio-net header, so the
+//! kernel hands Quiver whole TCP super-frames (up to 64 KiB, chained across buffers) with their
+//! checksums still to fill in, and takes them back the same way (the work kept as packet
+//! metadata, [`dataplane::offload`]). A header that does not fit its frame is dropped and
+//! counted (`rx-bad-vnet-hdr`).
+//!
 //! Needs `CAP_NET_ADMIN`. The device lives as long as the port (it is not persistent), in the
 //! network namespace of the thread that opens the port.
 
@@ -19,6 +27,7 @@ use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use dataplane::offload::{Gso, Offload, VIRTIO_NET_HDR_LEN};
 use dataplane::{RxQueue, TxQueue, WorkerBuffers};
 use nix::fcntl::{open, OFlag};
 use nix::sys::stat::Mode;
@@ -30,8 +39,11 @@ use crate::port::{LinkStatus, Port, PortError, PortStats, QueuePair};
 
 /// The longest frame a TAP device can hand over (its MTU is at most 65535).
 const MAX_FRAME: usize = 65535 + 14 + 8;
-/// Buffers one transmitted frame may span.
-const MAX_SEGMENTS: usize = 16;
+/// Buffers one transmitted frame may span (a 64 KiB super-frame in 2 KiB buffers, and room).
+const MAX_SEGMENTS: usize = 48;
+/// What Quiver takes from the kernel with offloads on: partial checksums, TCP segmentation.
+const OFFLOADS: libc::c_uint =
+    libc::TUN_F_CSUM | libc::TUN_F_TSO4 | libc::TUN_F_TSO6 | libc::TUN_F_TSO_ECN;
 
 /// How a TAP port is opened.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +56,9 @@ pub struct TapConfig {
     pub mac: Option<[u8; 6]>,
     /// Bring the kernel interface up (`IFF_UP`) when the port opens.
     pub up: bool,
+    /// Frames carry virtio-net headers: checksum and segmentation offloads both ways (see the
+    /// module docs).
+    pub offloads: bool,
 }
 
 impl TapConfig {
@@ -55,6 +70,7 @@ impl TapConfig {
             queues,
             mac: None,
             up: true,
+            offloads: true,
         }
     }
 }
@@ -74,7 +90,11 @@ fn sys(what: String, source: nix::Error) -> PortError {
 
 /// Opens one queue of the TAP device `name` (empty: a new device named by the kernel); returns
 /// the descriptor and the device's name.
-fn open_queue(name: &str, multi_queue: bool) -> Result<(OwnedFd, String), PortError> {
+fn open_queue(
+    name: &str,
+    multi_queue: bool,
+    offloads: bool,
+) -> Result<(OwnedFd, String), PortError> {
     let fd = open(
         "/dev/net/tun",
         OFlag::O_RDWR | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
@@ -86,6 +106,9 @@ fn open_queue(name: &str, multi_queue: bool) -> Result<(OwnedFd, String), PortEr
     let mut flags = libc::IFF_TAP | libc::IFF_NO_PI;
     if multi_queue {
         flags |= libc::IFF_MULTI_QUEUE;
+    }
+    if offloads {
+        flags |= libc::IFF_VNET_HDR;
     }
     req.ifr_ifru.ifru_flags = flags as libc::c_short;
     // SAFETY: TUNSETIFF reads and writes one `struct ifreq`, which `req` is; `fd` is open.
@@ -100,6 +123,13 @@ fn open_queue(name: &str, multi_queue: bool) -> Result<(OwnedFd, String), PortEr
             _ => "",
         };
         return Err(sys(format!("TUNSETIFF `{name}`{why}"), e));
+    }
+    if offloads {
+        // SAFETY: TUNSETOFFLOAD takes its argument (the offload bits) by value; `fd` is open.
+        let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETOFFLOAD as _, OFFLOADS) };
+        if r < 0 {
+            return Err(sys(format!("TUNSETOFFLOAD `{name}`"), nix::Error::last()));
+        }
     }
     Ok((fd, ifreq_name(&req)))
 }
@@ -116,6 +146,7 @@ pub struct TapPort {
     mac: [u8; 6],
     kernel_mac: [u8; 6],
     mtu: u32,
+    offloads: bool,
     queues: Mutex<Vec<TapQueue>>,
 }
 
@@ -126,10 +157,10 @@ impl TapPort {
             return Err(PortError::Config("a port needs at least one queue".into()));
         }
         let multi_queue = config.queues > 1;
-        let (first, name) = open_queue(&config.name, multi_queue)?;
+        let (first, name) = open_queue(&config.name, multi_queue, config.offloads)?;
         let mut fds = vec![first];
         for _ in 1..config.queues {
-            fds.push(open_queue(&name, multi_queue)?.0);
+            fds.push(open_queue(&name, multi_queue, config.offloads)?.0);
         }
         let device = NetDevice::open(&name)?;
         if config.up {
@@ -146,6 +177,7 @@ impl TapPort {
             mac,
             kernel_mac,
             mtu,
+            offloads: config.offloads,
             queues: Mutex::new(
                 fds.into_iter()
                     .map(|fd| TapQueue {
@@ -209,10 +241,12 @@ impl Port for TapPort {
                 fd: q.fd.clone(),
                 counters: q.counters.clone(),
                 overflow: vec![0; MAX_FRAME].into_boxed_slice(),
+                vnet: self.offloads,
             }),
             tx: Box::new(TapTx {
                 fd: q.fd.clone(),
                 counters: q.counters.clone(),
+                vnet: self.offloads,
             }),
         })
     }
@@ -228,6 +262,8 @@ struct TapRx {
     counters: Arc<QueueCounters>,
     /// Where a frame longer than one buffer spills, to be chained from.
     overflow: Box<[u8]>,
+    /// Frames come behind a virtio-net header.
+    vnet: bool,
 }
 
 /// Why no frame came out of a read.
@@ -236,55 +272,81 @@ enum ReadFailed {
     Empty,
     /// A frame was read but no buffer was left for its tail: it is lost.
     NoBuffer,
+    /// A frame came with a virtio-net header that does not fit it: it is dropped.
+    BadHeader,
     /// The read failed.
     Sys(nix::Error),
 }
 
 impl TapRx {
     /// Reads one frame into `bi`, chaining its tail when it is longer than a buffer; returns
-    /// its length. On failure `bi` may hold part of a chain: the caller frees it.
-    fn read_one(&mut self, buffers: &mut WorkerBuffers, bi: u32) -> Result<usize, ReadFailed> {
+    /// its length and the work its virtio-net header leaves. On failure `bi` may hold part of
+    /// a chain: the caller frees it.
+    fn read_one(
+        &mut self,
+        buffers: &mut WorkerBuffers,
+        bi: u32,
+    ) -> Result<(usize, Option<Offload>), ReadFailed> {
         let room = buffers.data_size();
         buffers.set_length(bi, room);
+        let mut hdr = [0u8; VIRTIO_NET_HDR_LEN];
+        let pre = if self.vnet { VIRTIO_NET_HDR_LEN } else { 0 };
         let n = {
             let mut iov = [
+                IoSliceMut::new(&mut hdr[..pre]),
                 IoSliceMut::new(buffers.data_mut(bi)),
                 IoSliceMut::new(&mut self.overflow),
             ];
             match readv(&*self.fd, &mut iov) {
-                Ok(n) => n,
+                Ok(n) if n < pre => return Err(ReadFailed::BadHeader),
+                Ok(n) => n - pre,
                 Err(nix::Error::EAGAIN) => return Err(ReadFailed::Empty),
                 Err(e) => return Err(ReadFailed::Sys(e)),
             }
         };
+        let offload = match self.vnet {
+            true => Offload::from_virtio(&hdr, n).map_err(|_| ReadFailed::BadHeader)?,
+            false => None,
+        };
         if n <= room as usize {
             buffers.set_length(bi, n as u16);
-            return Ok(n);
+            return Ok((n, offload));
         }
         let tail = buffers.alloc_one().ok_or(ReadFailed::NoBuffer)?;
         let written = buffers.write_packet(tail, &self.overflow[..n - room as usize]);
         buffers.chain_append(bi, tail);
         written.map_err(|_| ReadFailed::NoBuffer)?;
-        Ok(n)
+        Ok((n, offload))
     }
 }
 
 impl RxQueue for TapRx {
     fn receive(&mut self, buffers: &mut WorkerBuffers, out: &mut [u32]) -> usize {
-        let (mut n, mut bytes) = (0, 0u64);
+        let (mut n, mut bytes, mut partial, mut gso) = (0, 0u64, 0u64, 0u64);
         while n < out.len() {
             let Some(bi) = buffers.alloc_one() else {
                 self.counters.bump(Counter::RxBufferStalls, 1);
                 break;
             };
             match self.read_one(buffers, bi) {
-                Ok(len) => {
+                Ok((len, offload)) => {
+                    if let Some(o) = offload {
+                        buffers.meta_mut(bi).set_offload(o);
+                        partial += o.needs_csum() as u64;
+                        gso += (o.gso != Gso::None) as u64;
+                    }
                     out[n] = bi;
                     n += 1;
                     bytes += len as u64;
                     continue;
                 }
                 Err(ReadFailed::Empty) => {}
+                Err(ReadFailed::BadHeader) => {
+                    // The frame is consumed: drop it and read on.
+                    self.counters.bump(Counter::RxBadVnetHdr, 1);
+                    buffers.free_one(bi);
+                    continue;
+                }
                 Err(ReadFailed::NoBuffer) => self.counters.bump(Counter::RxNoBuffer, 1),
                 Err(ReadFailed::Sys(e)) => {
                     self.counters.bump(Counter::RxErrors, 1);
@@ -298,6 +360,12 @@ impl RxQueue for TapRx {
             self.counters.bump(Counter::RxPackets, n as u64);
             self.counters.bump(Counter::RxBytes, bytes);
         }
+        if partial > 0 {
+            self.counters.bump(Counter::RxChecksumPartial, partial);
+        }
+        if gso > 0 {
+            self.counters.bump(Counter::RxGso, gso);
+        }
         n
     }
 }
@@ -306,23 +374,31 @@ impl RxQueue for TapRx {
 struct TapTx {
     fd: Arc<OwnedFd>,
     counters: Arc<QueueCounters>,
+    /// Frames go behind a virtio-net header (the work left on them, or zeros).
+    vnet: bool,
 }
 
 impl TxQueue for TapTx {
     fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[u32]) -> usize {
-        let (mut taken, mut sent, mut bytes) = (0, 0u64, 0u64);
+        let (mut taken, mut sent, mut bytes, mut gso) = (0, 0u64, 0u64, 0u64);
+        let pre = if self.vnet { VIRTIO_NET_HDR_LEN } else { 0 };
         for &bi in packets {
-            let mut iov = [IoSlice::new(&[]); MAX_SEGMENTS];
-            let mut segments = 0;
+            let offload = buffers.meta(bi).offload().copied().filter(|_| self.vnet);
+            let header = offload
+                .map(|o| o.to_virtio(buffers.data(bi)))
+                .unwrap_or_default();
+            let mut iov = [IoSlice::new(&[]); MAX_SEGMENTS + 1];
+            iov[0] = IoSlice::new(&header[..pre]);
+            let mut segments = 1;
             for segment in buffers.chain(bi) {
-                if segments == MAX_SEGMENTS {
+                if segments == MAX_SEGMENTS + 1 {
                     segments += 1;
                     break;
                 }
                 iov[segments] = IoSlice::new(buffers.data(segment));
                 segments += 1;
             }
-            if segments > MAX_SEGMENTS {
+            if segments > MAX_SEGMENTS + 1 {
                 self.counters.bump(Counter::TxTooLong, 1);
                 taken += 1;
                 continue;
@@ -330,7 +406,8 @@ impl TxQueue for TapTx {
             match writev(&*self.fd, &iov[..segments]) {
                 Ok(n) => {
                     sent += 1;
-                    bytes += n as u64;
+                    bytes += n.saturating_sub(pre) as u64;
+                    gso += offload.is_some_and(|o| o.gso != Gso::None) as u64;
                 }
                 // The device's queue is full: the caller keeps the rest.
                 Err(nix::Error::EAGAIN) => {
@@ -347,7 +424,14 @@ impl TxQueue for TapTx {
             self.counters.bump(Counter::TxPackets, sent);
             self.counters.bump(Counter::TxBytes, bytes);
         }
+        if gso > 0 {
+            self.counters.bump(Counter::TxGso, gso);
+        }
         taken
+    }
+
+    fn accepts_offload(&self) -> bool {
+        self.vnet
     }
 }
 
@@ -362,6 +446,66 @@ mod tests {
             assert_eq!(m[0] & 0x03, 0x02, "{m:02x?}");
         }
         assert_ne!(random_mac(), random_mac());
+    }
+
+    /// A TAP queue's receive side over one end of a datagram socket pair: what the test writes
+    /// to the other end arrives as the kernel's frames would (one read, one frame).
+    fn fake_rx() -> (TapRx, std::os::unix::net::UnixDatagram) {
+        let (ours, theirs) = std::os::unix::net::UnixDatagram::pair().unwrap();
+        ours.set_nonblocking(true).unwrap();
+        let rx = TapRx {
+            fd: Arc::new(OwnedFd::from(ours)),
+            counters: Arc::default(),
+            overflow: vec![0; MAX_FRAME].into_boxed_slice(),
+            vnet: true,
+        };
+        (rx, theirs)
+    }
+
+    fn vnet(flags: u8, gso: u8, gso_size: u16, start: u16, offset: u16) -> [u8; 10] {
+        let mut h = [0u8; 10];
+        h[0] = flags;
+        h[1] = gso;
+        h[4..6].copy_from_slice(&gso_size.to_le_bytes());
+        h[6..8].copy_from_slice(&start.to_le_bytes());
+        h[8..10].copy_from_slice(&offset.to_le_bytes());
+        h
+    }
+
+    #[test]
+    fn virtio_headers_that_do_not_fit_their_frame_are_dropped_and_counted() {
+        use dataplane::buffer::{BufferPool, BufferPoolConfig, HugepagePolicy};
+        let pool = BufferPool::new(&BufferPoolConfig {
+            buffers: 256,
+            hugepages: HugepagePolicy::Never,
+            ..Default::default()
+        })
+        .unwrap();
+        let mut buffers = pool.worker_buffers();
+        let (mut rx, kernel) = fake_rx();
+        let frame = [0x45u8; 200];
+        let good = [&vnet(1, 0, 0, 34, 16)[..], &frame].concat();
+        for bad in [
+            vnet(1, 0, 0, 190, 16),  // the checksum field past the frame's end
+            vnet(1, 0, 0, 10, 16),   // the L4 header inside the Ethernet header
+            vnet(0, 9, 1000, 0, 0),  // an unknown GSO type
+            vnet(1, 1, 0, 34, 16),   // TCP segmentation of size 0
+            vnet(1, 1, 1448, 34, 6), // TCP segmentation with UDP's checksum offset
+        ] {
+            kernel.send(&[&bad[..], &frame].concat()).unwrap();
+        }
+        kernel.send(&good).unwrap();
+        kernel.send(&[0u8; 4]).unwrap(); // shorter than a header
+        let mut out = [0u32; 16];
+        let n = rx.receive(&mut buffers, &mut out);
+        assert_eq!(n, 1, "the good frame");
+        assert_eq!(rx.counters.get(Counter::RxBadVnetHdr), 6);
+        assert_eq!(rx.counters.get(Counter::RxChecksumPartial), 1);
+        let o = buffers.meta(out[0]).offload().copied().expect("work kept");
+        assert_eq!((o.csum_start, o.csum_offset), (34, 16));
+        assert_eq!(buffers.data(out[0]), &frame[..]);
+        buffers.free(&out[..n]);
+        assert_eq!(rx.receive(&mut buffers, &mut out), 0, "nothing more");
     }
 
     #[test]
