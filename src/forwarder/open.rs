@@ -2,38 +2,39 @@
 
 use super::*;
 
+use crate::config::values::{self, ValueError};
+
 /// Why a port could not be opened.
+#[derive(Debug, thiserror::Error)]
 pub(super) enum OpenError {
-    /// The configuration is wrong.
-    Config(String),
+    /// `mac` is not a MAC address.
+    #[error(transparent)]
+    Mac(ValueError),
+    /// A MAC for an AF_PACKET port.
+    #[error("an af_packet port uses its kernel interface's MAC")]
+    AfPacketMac,
+    /// A MAC for a DPDK port.
+    #[error("a dpdk port uses its device's MAC")]
+    DpdkMac,
+    /// A DPDK port without DPDK.
+    #[error("the EAL is not running")]
+    NoEal,
+    /// A memif ring size that is not a power of two from 2 to 16384.
+    #[error("ring_size {0} must be a power of two from 2 to 16384")]
+    RingSize(u32),
+    /// A memif port without a socket.
+    #[error("socket is empty")]
+    EmptySocket,
     /// The driver refused.
-    Port(PortError),
+    #[error(transparent)]
+    Port(#[from] PortError),
     /// The network namespace cannot be used.
+    #[error(transparent)]
     Netns(NetNsError),
 }
 
-impl From<PortError> for OpenError {
-    fn from(e: PortError) -> Self {
-        OpenError::Port(e)
-    }
-}
-
-impl From<String> for OpenError {
-    fn from(e: String) -> Self {
-        OpenError::Config(e)
-    }
-}
-
-impl std::fmt::Display for OpenError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            OpenError::Config(m) => f.write_str(m),
-            OpenError::Port(e) => e.fmt(f),
-            OpenError::Netns(e) => e.fmt(f),
-        }
-    }
-}
-
+/// Opens the port `p` describes for `workers` workers, starting memif's control thread with
+/// the first memif port.
 pub(super) fn open_port(
     p: &PortSection,
     workers: usize,
@@ -41,7 +42,11 @@ pub(super) fn open_port(
     dpdk: Option<&dpdk_ports::Dpdk>,
 ) -> Result<Arc<dyn Port>, OpenError> {
     let common = p.common();
-    let mac = common.mac.map(parse_mac).transpose()?;
+    let mac = common
+        .mac
+        .map(values::mac)
+        .transpose()
+        .map_err(OpenError::Mac)?;
     Ok(match p {
         PortSection::Memif(m) => {
             if memif.is_none() {
@@ -59,9 +64,7 @@ pub(super) fn open_port(
         }
         PortSection::AfPacket(a) => {
             if mac.is_some() {
-                return Err(OpenError::Config(
-                    "an af_packet port uses its kernel interface's MAC".into(),
-                ));
+                return Err(OpenError::AfPacketMac);
             }
             let mut c = AfPacketConfig::new(&a.interface, workers);
             c.promiscuous = a.promiscuous;
@@ -73,11 +76,9 @@ pub(super) fn open_port(
         }
         PortSection::Dpdk(d) => {
             if mac.is_some() {
-                return Err(OpenError::Config(
-                    "a dpdk port uses its device's MAC".into(),
-                ));
+                return Err(OpenError::DpdkMac);
             }
-            let dpdk = dpdk.ok_or_else(|| OpenError::Config("the EAL is not running".into()))?;
+            let dpdk = dpdk.ok_or(OpenError::NoEal)?;
             dpdk.open(d, workers)
                 .map_err(|e| OpenError::Port(PortError::Device(e)))?
         }
@@ -89,15 +90,13 @@ pub(super) fn open_port(
     })
 }
 
-pub(super) fn memif_config(name: &str, m: &MemifSection) -> Result<MemifPortConfig, String> {
+/// The memif driver's configuration of port `name`.
+pub(super) fn memif_config(name: &str, m: &MemifSection) -> Result<MemifPortConfig, OpenError> {
     if !m.ring_size.is_power_of_two() || !(2..=1 << 14).contains(&m.ring_size) {
-        return Err(format!(
-            "ring_size {} must be a power of two from 2 to 16384",
-            m.ring_size
-        ));
+        return Err(OpenError::RingSize(m.ring_size));
     }
     if m.socket.is_empty() {
-        return Err("socket is empty".into());
+        return Err(OpenError::EmptySocket);
     }
     let role = match m.role {
         MemifRole::Master => Role::Master,

@@ -463,12 +463,12 @@ impl Forwarder {
             )));
         }
         open_port(p, self.workers, &mut self.memif, self.dpdk.as_ref()).map_err(|e| match e {
-            OpenError::Config(m) => ForwarderError::InvalidArgument(format!("port {name}: {m}")),
             OpenError::Port(e) => port_error(name, e),
             OpenError::Netns(e) if e.is_not_found() => {
                 ForwarderError::NotFound(format!("port {name}: {e}"))
             }
             OpenError::Netns(e) => ForwarderError::Unavailable(format!("port {name}: {e}")),
+            config => ForwarderError::InvalidArgument(format!("port {name}: {config}")),
         })
     }
 
