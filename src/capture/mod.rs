@@ -116,6 +116,30 @@ pub struct Capture {
     stopped: bool,
 }
 
+/// Why a capture cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureError {
+    /// The file cannot be created.
+    #[error("cannot create {}: {source}", path.display())]
+    Create {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file's header cannot be written.
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The writer thread cannot start.
+    #[error("cannot start the capture writer: {0}")]
+    Thread(std::io::Error),
+}
+
 impl Capture {
     /// Creates the file and writes its header, then starts the writer draining `session`
     /// (interface `interface`). `raw_ip`: the port is an IP-mode memif (LINKTYPE_RAW, the
@@ -125,9 +149,11 @@ impl Capture {
         interface: u32,
         session: Arc<CaptureSession>,
         raw_ip: bool,
-    ) -> Result<Capture, String> {
-        let file = File::create(&request.file)
-            .map_err(|e| format!("cannot create {}: {e}", request.file.display()))?;
+    ) -> Result<Capture, CaptureError> {
+        let file = File::create(&request.file).map_err(|source| CaptureError::Create {
+            path: request.file.clone(),
+            source,
+        })?;
         let mut out = BufWriter::new(file);
         let linktype = if raw_ip {
             pcap::LINKTYPE_RAW
@@ -136,7 +162,10 @@ impl Capture {
         };
         pcap::write_header(&mut out, request.snaplen, linktype)
             .and_then(|()| out.flush())
-            .map_err(|e| format!("cannot write {}: {e}", request.file.display()))?;
+            .map_err(|source| CaptureError::Write {
+                path: request.file.clone(),
+                source,
+            })?;
         let progress = Arc::new(Progress::default());
         progress
             .bytes
@@ -155,7 +184,7 @@ impl Capture {
         let thread = std::thread::Builder::new()
             .name("quiver-capture".into())
             .spawn(move || writer.run())
-            .map_err(|e| format!("cannot start the capture writer: {e}"))?;
+            .map_err(CaptureError::Thread)?;
         tracing::info!(
             interface = %request.interface,
             file = %request.file.display(),

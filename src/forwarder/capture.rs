@@ -99,7 +99,7 @@ impl Forwarder {
             self.workers,
         );
         let capture = Capture::start(request, interface, session.clone(), raw_ip)
-            .map_err(ForwarderError::InvalidArgument)?;
+            .map_err(|e| ForwarderError::InvalidArgument(e.to_string()))?;
         if let Err(e) = self
             .dataplane
             .command(|_| tap_command(session.clone(), true))
