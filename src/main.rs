@@ -129,7 +129,8 @@ fn run(args: RunArgs) -> Result<(), String> {
     // Bound now: a bad address stops quiver before anything starts.
     let metrics = (!cfg.metrics.listen.trim().is_empty())
         .then(|| quiver::metrics::bind(&cfg.metrics.listen))
-        .transpose()?;
+        .transpose()
+        .map_err(|e| e.to_string())?;
     let cores = match cfg.dataplane.cores.clone() {
         Some(c) => c,
         None => default_cores()?,
@@ -273,7 +274,8 @@ fn run_ports(
                 header_timeout,
             )
         })
-        .transpose()?;
+        .transpose()
+        .map_err(|e| e.to_string())?;
     tracing::info!(
         ports = control.view().ports.len(),
         workers = workers.cores.len(),
@@ -283,7 +285,7 @@ fn run_ports(
         last: (Instant::now(), 0),
     };
     clock.run(|report| {
-        owner.check()?;
+        owner.check().map_err(|e| e.to_string())?;
         if report {
             let view = control.view();
             println!("{}", meter.line(clock.started, view.tx_packets()));
@@ -298,7 +300,7 @@ fn run_ports(
     drop(nsm);
     drop(admin);
     drop(control);
-    let fwd = owner.stop()?;
+    let fwd = owner.stop().map_err(|e| e.to_string())?;
     let elapsed = clock.started.elapsed();
     let interfaces = fwd.format_interfaces();
     let packets = fwd.tx_packets();

@@ -78,7 +78,7 @@ impl Config {
     fn check_metrics(&self) -> Result<(), ConfigError> {
         let listen = &self.metrics.listen;
         if !listen.trim().is_empty() {
-            values::socket_address(listen).map_err(at("metrics.listen".into()))?;
+            values::listen_address(listen).map_err(at("metrics.listen".into()))?;
         }
         Ok(())
     }
@@ -155,7 +155,7 @@ impl Config {
             for (j, p) in w.peers.iter().enumerate() {
                 let peer = |k: &str| format!("wireguard[{i}].peers[{j}].{k}");
                 if !p.endpoint.is_empty() {
-                    values::socket_address_v4(&p.endpoint).map_err(at(peer("endpoint")))?;
+                    values::endpoint(&p.endpoint).map_err(at(peer("endpoint")))?;
                 }
                 for (k, a) in p.allowed_ips.iter().enumerate() {
                     values::allowed_ip(a).map_err(at(format!("{}[{k}]", peer("allowed_ips"))))?;
@@ -232,7 +232,8 @@ socket = "@q"
             (
                 "[metrics]\nlisten = \"localhost\"\n",
                 "metrics.listen",
-                "metrics.listen: \"localhost\" is not IP:PORT (for example 127.0.0.1:9464)",
+                "metrics.listen: metrics listen address `localhost` is not IP:PORT (for example \
+                 127.0.0.1:9464)",
             ),
         ];
         for (text, key, message) in cases {

@@ -22,14 +22,12 @@ pub enum ValueError {
     /// A next hop that is not `address@port`.
     #[error("{0:?} is not address@port")]
     NotVia(String),
-    /// Not `IP:PORT` (`IPv4:PORT` where only IPv4 will do).
-    #[error("{value:?} is not {expected}")]
-    NotSocketAddress {
-        /// The value.
-        value: String,
-        /// What it should look like.
-        expected: &'static str,
-    },
+    /// Not `IP:PORT`, where the metrics endpoint is to listen.
+    #[error("metrics listen address `{0}` is not IP:PORT (for example 127.0.0.1:9464)")]
+    NotListenAddress(String),
+    /// Not `IPv4:PORT`, where a WireGuard peer is.
+    #[error("{0:?} is not IPv4:PORT")]
+    NotEndpoint(String),
     /// A port (or, where one may stand, a WireGuard tunnel) that the file does not define.
     #[error("no {what} named {name:?}")]
     Unknown {
@@ -106,20 +104,17 @@ pub fn via(s: &str) -> Result<(Ipv4Addr, &str), ValueError> {
     Ok((ipv4(ip)?, port))
 }
 
-/// Parses `IP:PORT` (surrounding spaces allowed).
-pub fn socket_address(s: &str) -> Result<SocketAddr, ValueError> {
-    s.trim().parse().map_err(|_| ValueError::NotSocketAddress {
-        value: s.to_string(),
-        expected: "IP:PORT (for example 127.0.0.1:9464)",
-    })
+/// Parses the address to listen on, `IP:PORT` (surrounding spaces allowed).
+pub fn listen_address(s: &str) -> Result<SocketAddr, ValueError> {
+    s.trim()
+        .parse()
+        .map_err(|_| ValueError::NotListenAddress(s.to_string()))
 }
 
-/// Parses `IPv4:PORT`.
-pub fn socket_address_v4(s: &str) -> Result<SocketAddrV4, ValueError> {
-    s.parse().map_err(|_| ValueError::NotSocketAddress {
-        value: s.to_string(),
-        expected: "IPv4:PORT",
-    })
+/// Parses a peer's endpoint, `IPv4:PORT`.
+pub fn endpoint(s: &str) -> Result<SocketAddrV4, ValueError> {
+    s.parse()
+        .map_err(|_| ValueError::NotEndpoint(s.to_string()))
 }
 
 #[cfg(test)]
@@ -148,8 +143,12 @@ mod tests {
         assert_eq!(mac("02:fe:00"), Err(ValueError::NotMac("02:fe:00".into())));
         assert_eq!(via("10.0.0.2@c"), Ok((Ipv4Addr::new(10, 0, 0, 2), "c")));
         assert_eq!(via("10.0.0.2"), Err(ValueError::NotVia("10.0.0.2".into())));
-        assert!(socket_address("127.0.0.1:9464").is_ok());
-        assert!(socket_address("localhost").is_err());
-        assert!(socket_address_v4("[::1]:51820").is_err());
+        assert!(listen_address(" 127.0.0.1:9464").is_ok());
+        assert_eq!(
+            listen_address("localhost").unwrap_err().to_string(),
+            "metrics listen address `localhost` is not IP:PORT (for example 127.0.0.1:9464)"
+        );
+        assert!(endpoint("192.0.2.2:51820").is_ok());
+        assert!(endpoint("[::1]:51820").is_err());
     }
 }

@@ -271,11 +271,11 @@ impl Forwarder {
     /// Control-side housekeeping, called often (every few milliseconds): applies what the data
     /// path learned (ARP), runs WireGuard's handshakes and timers (`wg_tunnels`), publishes it through the one commit path every change takes, and
     /// frees retired state. True when it committed a change.
-    pub fn housekeeping(&mut self) -> Result<bool, String> {
+    pub fn housekeeping(&mut self) -> Result<bool, ForwarderError> {
         let mut learned = self.forwarding.take_events() > 0;
         learned |= self.wireguard_housekeeping();
         if learned {
-            self.commit().map_err(|e| e.to_string())?;
+            self.commit()?;
         }
         self.dataplane.reclaim();
         Ok(learned)

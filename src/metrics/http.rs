@@ -11,25 +11,59 @@ use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use quiver_admin_api::AdminError;
+
+use crate::config::values::{self, ValueError};
 
 /// How long a client may take to send its request's headers unless told otherwise (as
 /// cmd-forwarder-vpp's `NSM_PROMETHEUS_SERVER_HEADER_TIMEOUT`).
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Produces the page (blocking: it locks the forwarder), or why it cannot.
-pub type Render = Arc<dyn Fn() -> Result<String, String> + Send + Sync>;
+/// Produces the page (blocking: it reads the admin backend), or why it cannot.
+pub type Render = Arc<dyn Fn() -> Result<String, AdminError> + Send + Sync>;
+
+/// Why the metrics endpoint cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    /// The listen address does not parse.
+    #[error(transparent)]
+    NotAddress(#[from] ValueError),
+    /// The address cannot be bound.
+    #[error("metrics: cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The bound socket cannot be made non-blocking.
+    #[error("metrics: cannot configure {addr}: {source}")]
+    Configure {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The listener's own address cannot be read.
+    #[error("metrics: {0}")]
+    LocalAddress(std::io::Error),
+    /// The tokio runtime cannot start.
+    #[error("metrics: cannot start a tokio runtime: {0}")]
+    Runtime(std::io::Error),
+    /// The server's thread cannot start.
+    #[error("metrics: cannot start its thread: {0}")]
+    Thread(std::io::Error),
+}
 
 /// Parses `listen` (`IP:PORT`) and binds it, so that a bad address stops `quiver run` before
 /// anything starts.
-pub fn bind(listen: &str) -> Result<TcpListener, String> {
-    let addr: SocketAddr = listen.trim().parse().map_err(|_| {
-        format!("metrics listen address `{listen}` is not IP:PORT (for example 127.0.0.1:9464)")
-    })?;
+pub fn bind(listen: &str) -> Result<TcpListener, MetricsError> {
+    let addr = values::listen_address(listen)?;
     let listener =
-        TcpListener::bind(addr).map_err(|e| format!("metrics: cannot listen on {addr}: {e}"))?;
+        TcpListener::bind(addr).map_err(|source| MetricsError::Listen { addr, source })?;
     listener
         .set_nonblocking(true)
-        .map_err(|e| format!("metrics: cannot configure {addr}: {e}"))?;
+        .map_err(|source| MetricsError::Configure { addr, source })?;
     Ok(listener)
 }
 
@@ -47,12 +81,12 @@ impl MetricsServer {
         listener: TcpListener,
         render: Render,
         header_timeout: Duration,
-    ) -> Result<MetricsServer, String> {
-        let addr = listener.local_addr().map_err(|e| format!("metrics: {e}"))?;
+    ) -> Result<MetricsServer, MetricsError> {
+        let addr = listener.local_addr().map_err(MetricsError::LocalAddress)?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| format!("metrics: cannot start a tokio runtime: {e}"))?;
+            .map_err(MetricsError::Runtime)?;
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("quiver-metrics".into())
@@ -62,7 +96,7 @@ impl MetricsServer {
                 // so nothing holds the forwarder once the thread is joined.
                 drop(runtime);
             })
-            .map_err(|e| format!("metrics: cannot start its thread: {e}"))?;
+            .map_err(MetricsError::Thread)?;
         tracing::info!(%addr, "metrics listening (GET /metrics)");
         Ok(MetricsServer {
             addr,

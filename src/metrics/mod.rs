@@ -16,12 +16,12 @@ pub mod render;
 
 use std::sync::Arc;
 
-use quiver_admin_api::AdminBackend;
+use quiver_admin_api::{AdminBackend, AdminError};
 
 use crate::control::admin::{ConnectionSlot, ForwarderAdmin};
 use crate::control::owner::Control;
 
-pub use http::{bind, MetricsServer, HEADER_TIMEOUT};
+pub use http::{bind, MetricsError, MetricsServer, HEADER_TIMEOUT};
 pub use render::{render, PoolUsage, Scrape};
 
 /// Reads everything a scrape shows. `nsm`: the NSM service's connections, and `nsm_metrics`
@@ -31,15 +31,14 @@ pub fn scrape(
     pool: &dataplane::BufferPool,
     nsm: Option<&ConnectionSlot>,
     nsm_metrics: Option<(&nsm::NsmSource, &Control)>,
-) -> Result<Scrape, String> {
-    let e = |e: quiver_admin_api::AdminError| e.to_string();
+) -> Result<Scrape, AdminError> {
     // Free before capacity - free: a buffer freed in between is not counted twice.
     let free = pool.free_count() as u64;
     Ok(Scrape {
-        interfaces: admin.interfaces().map_err(e)?,
-        runtime: admin.runtime(true).map_err(e)?,
-        errors: admin.errors().map_err(e)?,
-        memifs: admin.memifs().map_err(e)?,
+        interfaces: admin.interfaces()?,
+        runtime: admin.runtime(true)?,
+        errors: admin.errors()?,
+        memifs: admin.memifs()?,
         connections: nsm.map(|c| c.list()),
         nsm: nsm_metrics.map(|(source, control)| source.read(&control.view())),
         pool: PoolUsage {
@@ -60,7 +59,7 @@ pub fn start(
     nsm: Option<ConnectionSlot>,
     nsm_metrics: Option<nsm::NsmSource>,
     header_timeout: std::time::Duration,
-) -> Result<MetricsServer, String> {
+) -> Result<MetricsServer, MetricsError> {
     let pool = control.pool().clone();
     // Its own backend: `clear counters` through the admin API does not rewind the interface
     // counters Prometheus sees (node and error counters are the data plane's and do rewind,

@@ -30,6 +30,21 @@ use crate::forwarder::{Forwarder, ForwarderError};
 pub use change::{Applied, Change};
 pub use view::ForwarderView;
 
+/// Why the configuration's owner is no longer running.
+#[derive(Debug, thiserror::Error)]
+pub enum OwnerError {
+    /// It stopped: its housekeeping failed (the log says why).
+    #[error("the configuration owner stopped (see the log)")]
+    Stopped,
+    /// Its thread panicked.
+    #[error("the configuration owner's thread panicked")]
+    Panicked,
+    /// Its housekeeping failed, which stopped it (the forwarder is then dropped: workers
+    /// stopped).
+    #[error(transparent)]
+    Housekeeping(#[from] ForwarderError),
+}
+
 /// How often the owner runs housekeeping when no change keeps it busy.
 pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_millis(5);
 
@@ -46,7 +61,7 @@ enum Message {
 /// forwarder back.
 pub struct ConfigOwner {
     control: Control,
-    thread: Option<JoinHandle<(Forwarder, Result<(), String>)>>,
+    thread: Option<JoinHandle<(Forwarder, Result<(), ForwarderError>)>>,
 }
 
 /// A client's handle on the owner: send changes, read views. Cheap to clone.
@@ -86,23 +101,21 @@ impl ConfigOwner {
 
     /// Whether the owner still runs: `Err` with the reason when housekeeping failed and ended
     /// it.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), OwnerError> {
         match &self.thread {
             Some(t) if !t.is_finished() => Ok(()),
-            _ => Err("the configuration owner stopped (see the log)".into()),
+            _ => Err(OwnerError::Stopped),
         }
     }
 
     /// Stops the owner once the changes already sent are applied, and gives the forwarder back
     /// (or the housekeeping error that stopped it early, the forwarder then dropped: workers
     /// stopped).
-    pub fn stop(mut self) -> Result<Forwarder, String> {
+    pub fn stop(mut self) -> Result<Forwarder, OwnerError> {
         let _ = self.control.tx.send(Message::Stop);
         let thread = self.thread.take().expect("stopped once");
-        let (forwarder, ended) = thread
-            .join()
-            .map_err(|_| "the configuration owner's thread panicked".to_string())?;
-        ended.map(|()| forwarder)
+        let (forwarder, ended) = thread.join().map_err(|_| OwnerError::Panicked)?;
+        Ok(ended.map(|()| forwarder)?)
     }
 }
 
@@ -121,7 +134,7 @@ fn run(
     rx: Receiver<Message>,
     view: Arc<RwLock<Arc<ForwarderView>>>,
     period: Duration,
-) -> (Forwarder, Result<(), String>) {
+) -> (Forwarder, Result<(), ForwarderError>) {
     // Only this thread writes the view: it is built beside the current one, and the lock is
     // held just for the swap.
     let publish = |f: &Forwarder| {
