@@ -66,6 +66,9 @@ pub struct NsmConfig {
     /// `NSM_WIREGUARD_PRIVATE_KEY_FILE`: a file holding Quiver's WireGuard private key (base64,
     /// as `wg genkey` writes it); unset: the forwarder makes a key at start.
     pub wireguard_key_file: Option<PathBuf>,
+    /// `NSM_KERNEL_BACKEND`: the interface a KERNEL mechanism gets (`veth`, the default, or
+    /// `tap`).
+    pub kernel_backend: KernelBackend,
     /// Quiver's WireGuard public key (not from the environment: the forwarder sets it from its
     /// private key). `None`: no WireGuard mechanism (IP payload stays on this node).
     pub wireguard_public_key: Option<[u8; 32]>,
@@ -122,6 +125,16 @@ pub struct NsmConfig {
     pub identity: Option<Identity>,
 }
 
+/// The interface NSM's KERNEL mechanism gets in the pod's namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KernelBackend {
+    /// A veth pair; Quiver's end an AF_PACKET port.
+    #[default]
+    Veth,
+    /// A TAP device Quiver holds (virtio-net headers, multi-queue), moved into the namespace.
+    Tap,
+}
+
 impl Default for NsmConfig {
     fn default() -> Self {
         NsmConfig {
@@ -133,6 +146,7 @@ impl Default for NsmConfig {
             vxlan_port: 4789,
             tunnel_mtu: 1500,
             wireguard_key_file: None,
+            kernel_backend: KernelBackend::default(),
             wireguard_public_key: None,
             max_token_lifetime: Duration::from_secs(600),
             dial_timeout: Duration::from_millis(750),
@@ -215,6 +229,13 @@ impl NsmConfig {
                 v.parse()
                     .map_err(|_| err("NSM_TUNNEL_IP", &v, "not an IP address"))?,
             );
+        }
+        if let Some(v) = var("NSM_KERNEL_BACKEND") {
+            c.kernel_backend = match v.to_ascii_lowercase().as_str() {
+                "veth" => KernelBackend::Veth,
+                "tap" => KernelBackend::Tap,
+                _ => return Err(err("NSM_KERNEL_BACKEND", &v, "expected veth or tap")),
+            };
         }
         if let Some(v) = var("NSM_WIREGUARD_PRIVATE_KEY_FILE") {
             c.wireguard_key_file = Some(PathBuf::from(v));

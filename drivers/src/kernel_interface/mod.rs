@@ -21,7 +21,11 @@
 //! [`KernelInterface`] is a record, not a guard: dropping it leaves the interface; call
 //! [`KernelInterface::delete`] (or [`delete_for_connection`]) on Close.
 //!
+//! Or, with [`KernelInterface::adopt_tap`], a TAP device Quiver opened as its port, moved into
+//! the namespace and configured the same way (no veth; gone with Quiver's descriptors).
+//!
 //! Files: `config` (what to create, checked into a plan first), `veth` ([`KernelInterface`]),
+//! `tap` (the TAP form),
 //! `links` (the netlink requests), `policy` (policy routes: rules and their tables), `owned` (finding what Quiver made), `error`.
 
 mod config;
@@ -29,6 +33,7 @@ mod error;
 mod links;
 mod owned;
 mod policy;
+mod tap;
 mod veth;
 
 pub use config::{

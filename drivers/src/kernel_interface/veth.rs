@@ -1,4 +1,5 @@
-//! [`KernelInterface`]: the veth pair made for a connection, created whole or not at all.
+//! [`KernelInterface`]: the veth pair made for a connection, created whole or not at all (or a
+//! TAP device moved into the namespace: `tap.rs`).
 
 use std::net::IpAddr;
 use std::os::fd::{AsFd, AsRawFd};
@@ -23,16 +24,18 @@ use crate::netns::NetNs;
 /// A veth pair made for a connection (see the module docs).
 #[derive(Debug, Clone)]
 pub struct KernelInterface {
-    connection_id: String,
-    host_name: String,
-    host_index: u32,
-    host_mac: [u8; 6],
-    name: String,
-    index: u32,
-    mac: [u8; 6],
-    netns: NetNs,
+    pub(super) connection_id: String,
+    pub(super) host_name: String,
+    pub(super) host_index: u32,
+    pub(super) host_mac: [u8; 6],
+    pub(super) name: String,
+    pub(super) index: u32,
+    pub(super) mac: [u8; 6],
+    pub(super) netns: NetNs,
     /// The policy rules made in the namespace (their tables' routes go with the interface).
-    rules: Vec<RuleMessage>,
+    pub(super) rules: Vec<RuleMessage>,
+    /// The interface is a TAP device Quiver's port holds (no veth end in Quiver's namespace).
+    pub(super) tap: bool,
 }
 
 impl KernelInterface {
@@ -92,6 +95,7 @@ impl KernelInterface {
             mac,
             netns: netns.clone(),
             rules,
+            tap: false,
         })
     }
 
@@ -191,14 +195,25 @@ impl KernelInterface {
         )))
     }
 
-    /// Deletes the pair (both ends) and its policy rules. Already gone (the namespace died with
-    /// its end) is fine.
+    /// Whether the interface is a TAP device (see [`KernelInterface::adopt_tap`]).
+    pub fn is_tap(&self) -> bool {
+        self.tap
+    }
+
+    /// Deletes the pair (both ends) and its policy rules; a TAP device is deleted inside its
+    /// namespace. Already gone (the namespace died with its end) is fine.
     pub fn delete(self) -> Result<()> {
-        if !self.rules.is_empty() {
-            // A namespace that is gone took its rules with it.
-            if let Ok(mut rtnl) = self.rtnl() {
-                remove_rules(&mut rtnl, &self.rules);
+        let rtnl = self.rtnl();
+        if let Ok(mut rtnl) = rtnl {
+            // A namespace that is gone took its rules and interfaces with it.
+            remove_rules(&mut rtnl, &self.rules);
+            if self.tap {
+                delete_link(&mut rtnl, self.index)
+                    .map_err(netlink(format!("delete TAP {}", self.name)))?;
             }
+        }
+        if self.tap {
+            return Ok(());
         }
         delete_for_connection(&self.connection_id).map(|_| ())
     }
@@ -303,34 +318,7 @@ impl Pair<'_> {
             format!("/proc/sys/net/ipv4/conf/{host_name}/forwarding"),
             "0",
         );
-        let FoundLink { index, mac, .. } = find_link(inner, &config.name)?.ok_or_else(|| {
-            netlink(format!("find {} in {:?}", config.name, netns.path()))(Errno::ENODEV)
-        })?;
-        let alias = match config.alias.as_str() {
-            "" => self.alias,
-            own => own,
-        };
-        set_link(
-            inner,
-            index,
-            &format!("tag and set up {}", config.name),
-            vec![LinkAttribute::IfAlias(alias.into())],
-            true,
-        )?;
-        if plan.has_ipv6() {
-            // The namespace may default to IPv6 off on new interfaces; this one needs it.
-            let name = config.name.clone();
-            netns
-                .run(move || {
-                    std::fs::write(format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6"), "0")
-                })?
-                .map_err(|e| {
-                    let op = format!("turn on IPv6 on {}", config.name);
-                    netlink(op)(Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))
-                })?;
-        }
-        apply_ip_context(inner, index, plan, &config.name)?;
-        let rules = apply_policies(inner, index, &plan.policies, &config.name)?;
+        let (index, mac, rules) = configure_inside(inner, netns, config, plan, self.alias)?;
         if let Err(e) = set_link(
             host,
             host_index,
@@ -343,4 +331,45 @@ impl Pair<'_> {
         }
         Ok((index, mac, rules))
     }
+}
+
+/// Configures the interface `config.name` inside `netns`: tagged with the config's alias (else
+/// `tag`), up (offloads left on), IPv6 on when the plan has IPv6, with `plan`'s IP context and
+/// policy routes. Returns its index and MAC, and the policy rules made.
+pub(super) fn configure_inside(
+    inner: &mut Rtnl,
+    netns: &NetNs,
+    config: &KernelInterfaceConfig,
+    plan: &Plan,
+    tag: &str,
+) -> Result<(u32, [u8; 6], Vec<RuleMessage>)> {
+    let FoundLink { index, mac, .. } = find_link(inner, &config.name)?.ok_or_else(|| {
+        netlink(format!("find {} in {:?}", config.name, netns.path()))(Errno::ENODEV)
+    })?;
+    let alias = match config.alias.as_str() {
+        "" => tag,
+        own => own,
+    };
+    set_link(
+        inner,
+        index,
+        &format!("tag and set up {}", config.name),
+        vec![LinkAttribute::IfAlias(alias.into())],
+        true,
+    )?;
+    if plan.has_ipv6() {
+        // The namespace may default to IPv6 off on new interfaces; this one needs it.
+        let name = config.name.clone();
+        netns
+            .run(move || {
+                std::fs::write(format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6"), "0")
+            })?
+            .map_err(|e| {
+                let op = format!("turn on IPv6 on {}", config.name);
+                netlink(op)(Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))
+            })?;
+    }
+    apply_ip_context(inner, index, plan, &config.name)?;
+    let rules = apply_policies(inner, index, &plan.policies, &config.name)?;
+    Ok((index, mac, rules))
 }

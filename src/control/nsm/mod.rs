@@ -24,8 +24,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use drivers::kernel_interface::{
-    self, KernelInterface, KernelInterfaceConfig, KernelInterfaceError, NeighborConfig,
-    PolicyConfig, RouteConfig,
+    self, KernelInterface, KernelInterfaceError, PolicyConfig, RouteConfig,
 };
 use drivers::netns::NetNs;
 use drivers::LinkStatus;
@@ -37,17 +36,20 @@ use nsm_forwarder::{
     BackendError, LinkEvent, LinkEvents, NsmBackend, NsmConfig, NsmHandle, PortCounters, PortName,
 };
 
-use crate::config::{AfPacketSection, MemifMode, MemifRole, MemifSection, PortSection};
+use crate::config::{MemifMode, MemifRole, MemifSection, PortSection};
 use crate::control::owner::{Change, Control, ForwarderView};
 use crate::forwarder::ForwarderError;
 
+mod kernel;
 mod wireguard;
+
+pub use nsm_forwarder::config::KernelBackend;
 
 /// How often the link watcher looks at the ports.
 const LINK_POLL: Duration = Duration::from_millis(100);
 
 /// One port made for a connection.
-struct OwnedPort {
+pub(super) struct OwnedPort {
     owner: String,
     /// The veth behind an AF_PACKET port.
     kernel: Option<KernelInterface>,
@@ -59,7 +61,7 @@ struct OwnedPort {
 
 /// What an L3 cross-connect needs of a veth's IP context, and what it added in the namespace.
 #[derive(Default)]
-struct InsideNeighbors {
+pub(super) struct InsideNeighbors {
     /// What the namespace reaches through the veth directly: the next hops of its routes and
     /// the other side's IPv6 addresses (its IPv4 next hop comes with the cross-connect).
     route_hops: Vec<IpAddr>,
@@ -78,6 +80,8 @@ pub struct ForwarderDataplane {
     me: Weak<ForwarderDataplane>,
     /// Quiver's WireGuard private key for NSM's tunnels (base64), once set.
     wg_key: OnceLock<String>,
+    /// Which interfaces KERNEL mechanisms get.
+    kernel_backend: OnceLock<KernelBackend>,
 }
 
 fn fwd_error(e: ForwarderError) -> BackendError {
@@ -89,7 +93,7 @@ fn fwd_error(e: ForwarderError) -> BackendError {
     }
 }
 
-fn kernel_error(e: KernelInterfaceError) -> BackendError {
+pub(super) fn kernel_error(e: KernelInterfaceError) -> BackendError {
     let m = e.to_string();
     match e {
         KernelInterfaceError::NamespaceNotFound(_) => BackendError::NotFound(m),
@@ -123,7 +127,7 @@ pub fn port_counters(view: &ForwarderView, name: &str) -> Option<PortCounters> {
 /// which allows no group in a new namespace), as cmd-forwarder-vpp does for KERNEL interfaces:
 /// NSM's clients check the data path with such a ping and heal the connection when it fails.
 /// Where `/proc/sys` is read-only (an unprivileged container) it says so and goes on.
-fn allow_ping_sockets(netns: &NetNs) {
+pub(super) fn allow_ping_sockets(netns: &NetNs) {
     const RANGE: &str = "/proc/sys/net/ipv4/ping_group_range";
     let written = netns.run(|| std::fs::write(RANGE, "0 2147483647"));
     match written {
@@ -138,7 +142,7 @@ fn allow_ping_sockets(netns: &NetNs) {
 }
 
 /// The tag of a connection's veth: one per side, so that a connection may have two.
-fn kernel_tag(owner: &str, port: &PortName) -> String {
+pub(super) fn kernel_tag(owner: &str, port: &PortName) -> String {
     let side = if port.0.ends_with("-endpoint") {
         "endpoint"
     } else {
@@ -149,7 +153,7 @@ fn kernel_tag(owner: &str, port: &PortName) -> String {
 
 /// The alias NSM's tools expect on a connection's kernel interface (sdk-vpp's): `client-<id>`
 /// on the client's, `server-<id>` on the endpoint's.
-fn nsm_alias(owner: &str, port: &PortName) -> String {
+pub(super) fn nsm_alias(owner: &str, port: &PortName) -> String {
     let side = if port.0.ends_with("-endpoint") {
         "server"
     } else {
@@ -164,7 +168,7 @@ fn tag_owner(tag: &str) -> &str {
 }
 
 /// A checked NSM policy route as the kernel interface takes it.
-fn policy_config(p: &PolicySpec) -> PolicyConfig {
+pub(super) fn policy_config(p: &PolicySpec) -> PolicyConfig {
     let ports = |r: Option<(u16, u16)>| r.map_or(String::new(), |(a, b)| format!("{a}-{b}"));
     PolicyConfig {
         from: p.from.map_or(String::new(), |f| f.to_string()),
@@ -175,14 +179,14 @@ fn policy_config(p: &PolicySpec) -> PolicyConfig {
     }
 }
 
-fn route_config(r: &RouteSpec) -> RouteConfig {
+pub(super) fn route_config(r: &RouteSpec) -> RouteConfig {
     RouteConfig {
         prefix: r.prefix.to_string(),
         next_hop: r.via.map(|v| v.to_string()),
     }
 }
 
-fn mtu16(mtu: Option<u32>) -> Result<u16, BackendError> {
+pub(super) fn mtu16(mtu: Option<u32>) -> Result<u16, BackendError> {
     u16::try_from(mtu.unwrap_or(1500))
         .map_err(|_| BackendError::InvalidArgument(format!("MTU {mtu:?} is over 65535")))
 }
@@ -205,6 +209,7 @@ impl ForwarderDataplane {
             ports: Mutex::new(HashMap::new()),
             me: me.clone(),
             wg_key: OnceLock::new(),
+            kernel_backend: OnceLock::new(),
         })
     }
 
@@ -214,15 +219,25 @@ impl ForwarderDataplane {
         let _ = self.wg_key.set(private_key);
     }
 
-    fn ports(&self) -> std::sync::MutexGuard<'_, HashMap<String, OwnedPort>> {
+    pub(super) fn ports(&self) -> std::sync::MutexGuard<'_, HashMap<String, OwnedPort>> {
         self.ports.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn apply(&self, change: Change) -> Result<(), BackendError> {
+    pub(super) fn apply(&self, change: Change) -> Result<(), BackendError> {
         self.control.apply(change).map(drop).map_err(fwd_error)
     }
 
-    fn add(&self, owner: &str, port: PortSection) -> Result<(), BackendError> {
+    /// Sets which interfaces KERNEL mechanisms get from now on (once; the default is veth).
+    pub fn set_kernel_backend(&self, backend: KernelBackend) {
+        let _ = self.kernel_backend.set(backend);
+    }
+
+    /// Which interfaces KERNEL mechanisms get.
+    pub fn kernel_backend(&self) -> KernelBackend {
+        self.kernel_backend.get().copied().unwrap_or_default()
+    }
+
+    pub(super) fn add(&self, owner: &str, port: PortSection) -> Result<(), BackendError> {
         self.apply(Change::AddPort {
             port,
             owner: Some(owner.into()),
@@ -313,70 +328,7 @@ impl NsmBackend for ForwarderDataplane {
     }
 
     fn create_kernel(&self, owner: &str, spec: &KernelSpec) -> Result<(), BackendError> {
-        let netns = NetNs::open_path(&spec.netns).map_err(|e| {
-            let m = e.to_string();
-            if e.is_not_found() {
-                BackendError::NotFound(m)
-            } else {
-                BackendError::Failed(m)
-            }
-        })?;
-        let config = KernelInterfaceConfig {
-            connection_id: kernel_tag(owner, &spec.name),
-            name: spec.ifname.clone(),
-            mtu: spec.mtu.unwrap_or(0),
-            addresses: spec.ip.addresses.iter().map(|a| a.to_string()).collect(),
-            routes: spec.ip.routes.iter().map(route_config).collect(),
-            neighbors: spec
-                .ip
-                .neighbors
-                .iter()
-                .map(|n| NeighborConfig {
-                    ip: n.ip.to_string(),
-                    mac: n.mac.to_string(),
-                })
-                .collect(),
-            policies: spec.ip.policies.iter().map(policy_config).collect(),
-            alias: nsm_alias(owner, &spec.name),
-        };
-        let veth = KernelInterface::create(&netns, &config).map_err(kernel_error)?;
-        allow_ping_sockets(&netns);
-        let inside = InsideNeighbors {
-            route_hops: spec
-                .ip
-                .routes
-                .iter()
-                .filter_map(|r| r.via)
-                .chain(spec.ip.peers.iter().copied().filter(IpAddr::is_ipv6))
-                .collect(),
-            configured: spec.ip.neighbors.iter().map(|n| (n.ip, n.mac.0)).collect(),
-            added: Vec::new(),
-            with: None,
-        };
-        let section = PortSection::AfPacket(AfPacketSection {
-            name: spec.name.0.clone(),
-            mac: None,
-            mtu: mtu16(spec.mtu)?,
-            interface: veth.host_name().to_string(),
-            promiscuous: true,
-            netns: None,
-        });
-        if let Err(e) = self.add(owner, section) {
-            if let Err(d) = veth.delete() {
-                tracing::error!(error = %d, "cannot delete a veth after a failed port");
-            }
-            return Err(e);
-        }
-        self.ports().insert(
-            spec.name.0.clone(),
-            OwnedPort {
-                owner: owner.into(),
-                kernel: Some(veth),
-                inside,
-                seen_up: None,
-            },
-        );
-        Ok(())
+        kernel::create(self, owner, spec)
     }
 
     fn create_vxlan(&self, owner: &str, spec: &VxlanSpec) -> Result<(), BackendError> {
@@ -627,6 +579,7 @@ pub fn start(control: &Control, mut cfg: NsmConfig) -> Result<NsmHandle, String>
     }
     let dp = ForwarderDataplane::new(control.clone());
     dp.set_wireguard_key(wg_key);
+    dp.set_kernel_backend(cfg.kernel_backend);
     NsmHandle::spawn_with_registry(cfg, dp, 2).map_err(|e| format!("NSM: {e}"))
 }
 

@@ -230,6 +230,12 @@ mod tests {
             }),
             ("NSM_VXLAN_PORT", "0", |c| c.vxlan_port == 4789),
             ("NSM_VXLAN_PORT", "8472", |c| c.vxlan_port == 8472),
+            ("NSM_KERNEL_BACKEND", "tap", |c| {
+                c.kernel_backend == crate::config::KernelBackend::Tap
+            }),
+            ("NSM_KERNEL_BACKEND", "VETH", |c| {
+                c.kernel_backend == crate::config::KernelBackend::Veth
+            }),
             (
                 "NSM_WIREGUARD_PRIVATE_KEY_FILE",
                 "/etc/quiver/wg.key",

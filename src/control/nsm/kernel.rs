@@ -1,0 +1,146 @@
+//! NSM's KERNEL mechanism on Quiver's side: the connection's interface inside a pod's
+//! namespace, with Quiver's end as a port, over one of two backends:
+//! - **TAP** (`NSM_KERNEL_BACKEND=tap`): Quiver opens a TAP device as its port (multi-queue,
+//!   virtio-net headers: checksum and TCP segmentation offloads both ways), then moves the
+//!   device into the namespace under the requested name. Nothing of it is in Quiver's
+//!   namespace, and nothing outlives Quiver (the device goes with its descriptors).
+//! - **veth** (the default): a veth pair, its far end in the namespace, Quiver's end an
+//!   AF_PACKET port (with virtio-net headers too), tagged so that a restarted Quiver reaps it.
+//!
+//! Either way the IP context is applied inside the namespace as sdk-kernel does.
+
+use std::net::IpAddr;
+
+use drivers::kernel_interface::{KernelInterface, KernelInterfaceConfig, NeighborConfig};
+use drivers::netns::NetNs;
+use nsm_forwarder::config::KernelBackend;
+use nsm_forwarder::dataplane::KernelSpec;
+use nsm_forwarder::BackendError;
+
+use super::{
+    allow_ping_sockets, kernel_error, kernel_tag, mtu16, nsm_alias, policy_config, route_config,
+    ForwarderDataplane, InsideNeighbors, OwnedPort,
+};
+use crate::config::{AfPacketSection, PortSection, TapSection};
+use crate::control::owner::Change;
+
+/// Creates `spec`'s interface for `owner` with `dp`'s backend and records it.
+pub(super) fn create(
+    dp: &ForwarderDataplane,
+    owner: &str,
+    spec: &KernelSpec,
+) -> Result<(), BackendError> {
+    let netns = NetNs::open_path(&spec.netns).map_err(|e| {
+        let m = e.to_string();
+        if e.is_not_found() {
+            BackendError::NotFound(m)
+        } else {
+            BackendError::Failed(m)
+        }
+    })?;
+    let config = KernelInterfaceConfig {
+        connection_id: kernel_tag(owner, &spec.name),
+        name: spec.ifname.clone(),
+        mtu: spec.mtu.unwrap_or(0),
+        addresses: spec.ip.addresses.iter().map(|a| a.to_string()).collect(),
+        routes: spec.ip.routes.iter().map(route_config).collect(),
+        neighbors: spec
+            .ip
+            .neighbors
+            .iter()
+            .map(|n| NeighborConfig {
+                ip: n.ip.to_string(),
+                mac: n.mac.to_string(),
+            })
+            .collect(),
+        policies: spec.ip.policies.iter().map(policy_config).collect(),
+        alias: nsm_alias(owner, &spec.name),
+    };
+    let iface = match dp.kernel_backend() {
+        KernelBackend::Veth => veth(dp, owner, spec, &netns, &config)?,
+        KernelBackend::Tap => tap(dp, owner, spec, &netns, &config)?,
+    };
+    allow_ping_sockets(&netns);
+    let inside = InsideNeighbors {
+        route_hops: spec
+            .ip
+            .routes
+            .iter()
+            .filter_map(|r| r.via)
+            .chain(spec.ip.peers.iter().copied().filter(IpAddr::is_ipv6))
+            .collect(),
+        configured: spec.ip.neighbors.iter().map(|n| (n.ip, n.mac.0)).collect(),
+        added: Vec::new(),
+        with: None,
+    };
+    dp.ports().insert(
+        spec.name.0.clone(),
+        OwnedPort {
+            owner: owner.into(),
+            kernel: Some(iface),
+            inside,
+            seen_up: None,
+        },
+    );
+    Ok(())
+}
+
+/// The veth pair, then the AF_PACKET port on Quiver's end.
+fn veth(
+    dp: &ForwarderDataplane,
+    owner: &str,
+    spec: &KernelSpec,
+    netns: &NetNs,
+    config: &KernelInterfaceConfig,
+) -> Result<KernelInterface, BackendError> {
+    let veth = KernelInterface::create(netns, config).map_err(kernel_error)?;
+    let section = PortSection::AfPacket(AfPacketSection {
+        name: spec.name.0.clone(),
+        mac: None,
+        mtu: mtu16(spec.mtu)?,
+        interface: veth.host_name().to_string(),
+        promiscuous: true,
+        netns: None,
+    });
+    if let Err(e) = dp.add(owner, section) {
+        if let Err(d) = veth.delete() {
+            tracing::error!(error = %d, "cannot delete a veth after a failed port");
+        }
+        return Err(e);
+    }
+    Ok(veth)
+}
+
+/// The TAP port (its device in Quiver's namespace under the veth end's name), then the device
+/// moved into the namespace.
+fn tap(
+    dp: &ForwarderDataplane,
+    owner: &str,
+    spec: &KernelSpec,
+    netns: &NetNs,
+    config: &KernelInterfaceConfig,
+) -> Result<KernelInterface, BackendError> {
+    let device = drivers::kernel_interface::host_name_for(&config.connection_id);
+    let section = PortSection::Tap(TapSection {
+        name: spec.name.0.clone(),
+        mac: None,
+        mtu: mtu16(spec.mtu)?,
+        device: Some(device.clone()),
+    });
+    dp.add(owner, section)?;
+    let mac = dp
+        .control
+        .view()
+        .port(&spec.name.0)
+        .map(|p| p.port.mac())
+        .ok_or_else(|| BackendError::Failed(format!("{}: the TAP port vanished", spec.name)))?;
+    KernelInterface::adopt_tap(netns, config, &device, mac).map_err(|e| {
+        let removed = dp.apply(Change::RemoveInterface {
+            name: spec.name.0.clone(),
+        });
+        if let Err(r) = removed {
+            tracing::error!(error = %r, "cannot remove a TAP port after a failed move");
+        }
+        kernel_error(e)
+    })
+}
