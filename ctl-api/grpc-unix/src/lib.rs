@@ -10,11 +10,14 @@
 //!   `file:///path` into one with [`FdSender::send_file`] or [`FdSender::rewrite_file_urls`].
 //! - [`LenientAuthority`]: any `:authority` accepted on a unix socket (grpcio, grpc-java and
 //!   grpcurl send the socket path, which hyper's h2 refuses).
+//! - [`MessageLimit`]: a request over a server's size limit answered `RESOURCE_EXHAUSTED`.
 
 mod authority;
 mod inode;
+mod limit;
 mod stream;
 
 pub use authority::{LenientAuthority, RewriteError, Rewriter, UNIX_AUTHORITY};
 pub use inode::InodeKey;
+pub use limit::MessageLimit;
 pub use stream::{FdSender, FdStream, ReceivedFds, ReceivedFdsRef, MAX_RECEIVED_FDS};
