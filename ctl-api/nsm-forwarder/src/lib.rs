@@ -3,6 +3,8 @@
 //! cmd-forwarder-vpp serves them (see `specs/nsm.md`). The data path is the caller's: Quiver
 //! implements [`NsmBackend`] for its forwarder.
 //!
+//! - [`limits`]: the sizes Quiver takes from a caller (message, path, mechanisms, IP context),
+//!   checked before anything else of a call;
 //! - [`addr`], [`validate`], [`mechanism`], [`path`]: everything a Request is checked against
 //!   before anything is built, the choice of mechanism, Quiver's path segment, the monitor's
 //!   selector.
@@ -35,6 +37,7 @@ pub mod dial;
 pub mod endpoint;
 pub mod fds;
 pub mod health;
+pub mod limits;
 pub mod mechanism;
 pub mod monitor;
 pub mod mtu;

@@ -8,6 +8,7 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 
+use grpc_unix::MessageLimit;
 use nsm_proto::connection::monitor_connection_server::{
     MonitorConnection, MonitorConnectionServer,
 };
@@ -24,9 +25,10 @@ use crate::connect::Core;
 use crate::dataplane::{LinkEvents, NsmBackend};
 use crate::endpoint::{EndpointDiscovery, RegistryDiscovery};
 use crate::fds::HeldFds;
+use crate::limits::{self, MAX_MESSAGE_SIZE};
 use crate::monitor::EventStream;
 use crate::telemetry::{self, Telemetry};
-use crate::{registration, secure};
+use crate::{registration, secure, validate};
 
 /// Why the server could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -198,10 +200,17 @@ impl NsmService {
         });
         let core = self.core.clone();
         let telemetry = self.telemetry.clone();
+        // Explicit message limits (see `limits`): a request over them is RESOURCE_EXHAUSTED.
+        let network_service = NetworkServiceServer::new(self.clone())
+            .max_decoding_message_size(MAX_MESSAGE_SIZE)
+            .max_encoding_message_size(MAX_MESSAGE_SIZE);
+        let monitor = MonitorConnectionServer::new(self)
+            .max_decoding_message_size(MAX_MESSAGE_SIZE)
+            .max_encoding_message_size(MAX_MESSAGE_SIZE);
         let router = tonic::transport::Server::builder()
             .add_service(health_service)
-            .add_service(NetworkServiceServer::new(self.clone()))
-            .add_service(MonitorConnectionServer::new(self));
+            .add_service(MessageLimit(network_service))
+            .add_service(MessageLimit(monitor));
         // At the stop: MonitorConnections streams end (nsmgr keeps one open for good), calls
         // in progress get STOP_GRACE to finish, then the server is dropped with them.
         let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -494,8 +503,11 @@ impl NsmService {
     ) -> Result<Response<Connection>, Status> {
         let received =
             spiffe_identity::ConnectionInfo::from_request(&request).map(|c| c.fds.clone());
-        // The path token first: a refused call changes nothing.
+        // Its sizes first, then the path token: a refused call changes nothing.
+        limits::request(request.get_ref())?;
         let mut req = secure::accept(self.core.cfg.identity.as_ref(), request)?;
+        // Files of Quiver's own named by path, memif socket files: before fds are resolved.
+        validate::caller_mechanisms(&req)?;
         // inode:// URLs name fds passed on this connection (grpcfd).
         let resolved = self.fds.resolve(received.as_ref(), &mut req)?;
         let id = req
@@ -521,6 +533,7 @@ impl NsmService {
     }
 
     async fn handle_close(&self, request: Request<Connection>) -> Result<Response<()>, Status> {
+        limits::connection(request.get_ref())?;
         let conn = secure::accept(self.core.cfg.identity.as_ref(), request)?;
         let (core, fds) = (self.core.clone(), self.fds.clone());
         tokio::spawn(async move {

@@ -2,10 +2,13 @@
 //! names, payloads and the connection context. Every check returns a `Status` that says which field is wrong, so a
 //! bad request is refused before anything is built.
 
+use std::ffi::{OsStr, OsString};
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Component, Path, PathBuf};
 
 use nsm_proto::connectioncontext::{ConnectionContext, IpContext, PolicyRoute, Route};
+use nsm_proto::networkservice::NetworkServiceRequest;
 use tonic::Status;
 
 use crate::addr::{IpPrefix, MacError, PrefixError};
@@ -74,7 +77,232 @@ pub fn netns_url(what: &str, url: &str) -> Result<PathBuf, Status> {
             path.display()
         )));
     }
+    not_quivers_own(what, &path)?;
     Ok(path)
+}
+
+/// How many symlinks a namespace path may go through (the kernel's own limit).
+const MAX_SYMLINKS: usize = 40;
+
+/// Whether `name` (a component right after `/proc/`) is Quiver's own process or one of its
+/// threads: `self`, `thread-self`, its pid or a thread's id.
+fn own_proc_entry(name: &OsStr) -> bool {
+    match name.to_str() {
+        Some("self" | "thread-self") => true,
+        Some(n) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => {
+            n.parse() == Ok(std::process::id()) || Path::new("/proc/self/task").join(n).exists()
+        }
+        _ => false,
+    }
+}
+
+/// Where `path` leads once the symlinks outside `/proc` are followed (those in `/proc` are
+/// left to the kernel: `/proc/self` is whoever opens it), `..` taken as the kernel takes it;
+/// and whether a symlink was followed. Quiver's own `/proc/<self>/root` and `cwd` are followed
+/// (to `/` and Quiver's working directory), another process's are refused: the kernel would
+/// follow the symlinks behind them, and a `/proc/self` there is Quiver again.
+fn resolve_outside_proc(what: &str, path: &Path) -> Result<(PathBuf, bool), Status> {
+    let refused = |why: String| {
+        Err(Status::permission_denied(format!(
+            "{what}: {}: {why}",
+            path.display()
+        )))
+    };
+    let mut pending: Vec<OsString> = path
+        .components()
+        .rev()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_os_string()),
+            Component::ParentDir => Some("..".into()),
+            _ => None,
+        })
+        .collect();
+    let mut out = PathBuf::from("/");
+    let (mut followed, mut hops) = (false, 0);
+    while let Some(c) = pending.pop() {
+        if c == ".." {
+            out.pop();
+            continue;
+        }
+        let in_proc = out.starts_with("/proc");
+        out.push(&c);
+        if in_proc {
+            // /proc/<p>/root and cwd (or a thread's): a process's filesystem, reached from
+            // Quiver.
+            let parts: Vec<&OsStr> = out.components().skip(2).map(|c| c.as_os_str()).collect();
+            let dir = match parts.as_slice() {
+                [p, last] => Some((*p, *last)),
+                [p, task, _, last] if *task == "task" => Some((*p, *last)),
+                _ => None,
+            };
+            if let Some((p, last)) = dir.filter(|(_, l)| *l == "root" || *l == "cwd") {
+                if !own_proc_entry(p) {
+                    return refused(format!(
+                        "a namespace is not named through another process's {}",
+                        last.to_string_lossy()
+                    ));
+                }
+                out = if last == "root" {
+                    PathBuf::from("/")
+                } else {
+                    std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"))
+                };
+            }
+            continue;
+        }
+        let Ok(meta) = std::fs::symlink_metadata(&out) else {
+            continue;
+        };
+        if !meta.file_type().is_symlink() {
+            continue;
+        }
+        hops += 1;
+        if hops > MAX_SYMLINKS {
+            return refused(format!("more than {MAX_SYMLINKS} symlinks"));
+        }
+        let target = std::fs::read_link(&out).map_err(|e| {
+            Status::invalid_argument(format!(
+                "{what}: cannot read the link {}: {e}",
+                out.display()
+            ))
+        })?;
+        followed = true;
+        out.pop();
+        if target.is_absolute() {
+            out = PathBuf::from("/");
+        }
+        pending.extend(target.components().rev().filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_os_string()),
+            Component::ParentDir => Some("..".into()),
+            _ => None,
+        }));
+    }
+    Ok((out, followed))
+}
+
+/// `path` with `.` and `..` taken lexically (no symlink followed).
+fn lexical(path: &str) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for c in Path::new(path).components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(n) => out.push(n),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Checks what a caller may not name in its mechanisms (the connection's and its
+/// preferences), before their `inode://` URLs are resolved: a `file://` URL into Quiver's own
+/// `/proc` directory other than its namespace (`file:///proc/self/fd/7` is an fd Quiver holds,
+/// another connection's namespace perhaps: a caller passes its files by fd, as `inode://`
+/// URLs) is `PERMISSION_DENIED`; a MEMIF `socketfile` that is a path is `INVALID_ARGUMENT`
+/// (Quiver makes the client's memif socket itself, an abstract one in the client's namespace,
+/// and takes no socket file from the client).
+pub fn caller_mechanisms(req: &NetworkServiceRequest) -> Result<(), Status> {
+    let current = req
+        .connection
+        .iter()
+        .filter_map(|c| c.mechanism.as_ref())
+        .map(|m| ("connection.mechanism".to_string(), m));
+    let offered = req
+        .mechanism_preferences
+        .iter()
+        .enumerate()
+        .map(|(i, m)| (format!("mechanism_preferences[{i}]"), m));
+    for (what, m) in current.chain(offered) {
+        for (k, v) in &m.parameters {
+            let Some(p) = v.strip_prefix("file://") else {
+                continue;
+            };
+            let p = lexical(p);
+            if in_own_proc(&p) && !proc_netns_form(&p) {
+                return Err(Status::permission_denied(format!(
+                    "{what}.{k}: {v:?} names a file of Quiver's own (in its /proc directory): \
+                     pass a file by fd, as an inode:// URL"
+                )));
+            }
+        }
+        let socket = m.parameters.get(crate::mechanism::SOCKETFILE);
+        if let Some(s) = socket.filter(|s| m.r#type == crate::mechanism::MEMIF && !s.is_empty()) {
+            if !s.starts_with('@') {
+                return Err(Status::invalid_argument(format!(
+                    "{what}.socketfile: {s:?} is a path: Quiver makes the client's memif \
+                     socket itself (an abstract socket in the client's namespace) and takes \
+                     no socket file from the client"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether `path` is in Quiver's own `/proc` directory (`/proc/self/…`, its pid's, a
+/// thread's).
+fn in_own_proc(path: &Path) -> bool {
+    let mut c = path.components().skip(1);
+    c.next() == Some(Component::Normal(OsStr::new("proc")))
+        && c.next().is_some_and(|p| own_proc_entry(p.as_os_str()))
+}
+
+/// Whether `path` says plainly that it is a process's namespace: `/proc/<p>/ns/net`,
+/// `/proc/<p>/task/<t>/ns/net`.
+fn proc_netns_form(path: &Path) -> bool {
+    let c: Vec<&str> = path
+        .components()
+        .skip(1)
+        .map(|c| c.as_os_str().to_str().unwrap_or("\0"))
+        .collect();
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let pid = |s: &str| s == "self" || s == "thread-self" || digits(s);
+    match c.as_slice() {
+        ["proc", p, "ns", "net"] => pid(p),
+        ["proc", p, "task", t, "ns", "net"] => pid(p) && digits(t),
+        _ => false,
+    }
+}
+
+/// Whether `path` is what Quiver writes for an `inode://` URL: `/proc/self/fd/<n>`.
+fn passed_fd_form(path: &Path) -> bool {
+    path.parent() == Some(Path::new("/proc/self/fd"))
+        && path
+            .file_name()
+            .and_then(OsStr::to_str)
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Refuses (`PERMISSION_DENIED`) a namespace path that leads to Quiver itself without saying
+/// so: through a symlink outside `/proc` into Quiver's own `/proc` directory (`/tmp/x ->
+/// /proc/self/ns/net`, or `-> /proc/self/fd/7`, another connection's namespace), through a
+/// process's `root` or `cwd`, or by any path but a plain `/proc` one to Quiver's own network
+/// namespace (a caller's namespace that is Quiver's would have Quiver configure its own
+/// addresses and routes).
+fn not_quivers_own(what: &str, path: &Path) -> Result<(), Status> {
+    let (resolved, followed) = resolve_outside_proc(what, path)?;
+    if followed && in_own_proc(&resolved) {
+        return Err(Status::permission_denied(format!(
+            "{what}: {} is a symlink into Quiver's own /proc directory ({}): Quiver does not \
+             act on its own namespace or fds for a caller",
+            path.display(),
+            resolved.display()
+        )));
+    }
+    if proc_netns_form(path) || passed_fd_form(path) {
+        return Ok(());
+    }
+    let id = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+    let own = id(Path::new("/proc/self/ns/net"));
+    if own.is_some() && id(path) == own {
+        return Err(Status::permission_denied(format!(
+            "{what}: {} is Quiver's own network namespace: Quiver does not act on its own \
+             namespace for a caller",
+            path.display()
+        )));
+    }
+    Ok(())
 }
 
 /// Checks a Linux interface name: 1 to 15 bytes, no `/`, whitespace, `:` or NUL, not `.`/`..`.
@@ -274,6 +502,7 @@ pub fn context(ctx: Option<&ConnectionContext>) -> Result<SidesIp, Status> {
 }
 
 fn ip_context(c: &IpContext) -> Result<SidesIp, Status> {
+    crate::limits::ip_context(c)?;
     let addrs = |what: &str, v: &[String]| -> Result<Vec<IpPrefix>, Status> {
         v.iter().map(|a| prefix(what, a)).collect()
     };
@@ -367,6 +596,118 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn symlinks_into_quivers_own_proc_directory_are_refused() {
+        use std::os::unix::fs::symlink;
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let url = |p: &Path| format!("file://{}", p.display());
+        let refused = |p: &Path| {
+            let e = netns_url("x", &url(p)).unwrap_err();
+            assert_eq!(e.code(), Code::PermissionDenied, "{}: {e:?}", p.display());
+        };
+        std::fs::write(d.join("file"), b"").unwrap();
+        // Straight to Quiver's namespace, by /proc/self and by its pid.
+        symlink("/proc/self/ns/net", d.join("self")).unwrap();
+        refused(&d.join("self"));
+        symlink(
+            format!("/proc/{}/ns/net", std::process::id()),
+            d.join("pid"),
+        )
+        .unwrap();
+        refused(&d.join("pid"));
+        // To an fd Quiver holds (another connection's namespace, say).
+        let held = std::fs::File::open("/proc/self/ns/net").unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&held);
+        symlink(format!("/proc/self/fd/{fd}"), d.join("fd")).unwrap();
+        refused(&d.join("fd"));
+        // Through a chain, a relative link and a linked directory.
+        symlink(d.join("self"), d.join("chain")).unwrap();
+        refused(&d.join("chain"));
+        std::fs::create_dir(d.join("sub")).unwrap();
+        let up = "../".repeat(d.components().count());
+        symlink(format!("{up}proc/self/ns/net"), d.join("sub/rel")).unwrap();
+        refused(&d.join("sub/rel"));
+        symlink("/proc", d.join("proc")).unwrap();
+        refused(&d.join("proc/self/ns/net"));
+        // Quiver's root re-entered from /proc: the symlink behind it is followed too.
+        refused(
+            &Path::new("/proc/self/root")
+                .join(d.strip_prefix("/").unwrap())
+                .join("self"),
+        );
+        // Another process's root is not a way in (`cat` waits on its stdin until dropped).
+        let mut other = std::process::Command::new("cat")
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let through = Path::new("/proc")
+            .join(other.id().to_string())
+            .join("root")
+            .join(d.strip_prefix("/").unwrap())
+            .join("file");
+        let answer = netns_url("x", &url(&through));
+        drop(other.stdin.take());
+        other.wait().unwrap();
+        assert_eq!(answer.unwrap_err().code(), Code::PermissionDenied);
+        // A link to something that is not Quiver's is followed as before.
+        symlink(d.join("file"), d.join("other")).unwrap();
+        assert_eq!(
+            netns_url("x", &url(&d.join("other"))).unwrap(),
+            d.join("other")
+        );
+        // Quiver's namespace named plainly, and a passed fd, are as they say.
+        assert!(netns_url("x", "file:///proc/thread-self/ns/net").is_ok());
+        assert!(netns_url("x", &format!("file:///proc/self/fd/{fd}")).is_ok());
+    }
+
+    #[test]
+    fn callers_name_no_file_of_quivers_and_no_memif_socket_file() {
+        use nsm_proto::connection::Mechanism;
+        let with = |ty: &str, k: &str, v: &str| NetworkServiceRequest {
+            mechanism_preferences: vec![Mechanism {
+                r#type: ty.into(),
+                parameters: [(k.to_string(), v.to_string())].into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let pid = std::process::id();
+        for bad in [
+            "file:///proc/self/fd/3".to_string(),
+            "file:///proc/thread-self/fd/3".into(),
+            format!("file:///proc/{pid}/fd/3"),
+            "file:///proc/self/ns/../fd/3".into(),
+            "file:///proc/self/root/etc/passwd".into(),
+            "file:///proc/self/task/1/fd/3".into(),
+        ] {
+            let e = caller_mechanisms(&with("KERNEL", "inodeURL", &bad)).unwrap_err();
+            assert_eq!(e.code(), Code::PermissionDenied, "{bad}: {e:?}");
+        }
+        for good in [
+            "file:///proc/self/ns/net",
+            "file:///proc/1/fd/3",
+            "file:///run/netns/nsc",
+            "inode://4/4026532000",
+        ] {
+            assert!(
+                caller_mechanisms(&with("KERNEL", "inodeURL", good)).is_ok(),
+                "{good}"
+            );
+        }
+        for bad in [
+            "/run/quiver/admin.sock",
+            "relative.sock",
+            "file:///tmp/m.sock",
+        ] {
+            let e = caller_mechanisms(&with("MEMIF", "socketfile", bad)).unwrap_err();
+            assert_eq!(e.code(), Code::InvalidArgument, "{bad}: {e:?}");
+        }
+        assert!(caller_mechanisms(&with("MEMIF", "socketfile", "@quiver/c1/memif.socket")).is_ok());
+        // Only MEMIF's socketfile is a memif socket.
+        assert!(caller_mechanisms(&with("KERNEL", "socketfile", "/x")).is_ok());
     }
 
     #[test]

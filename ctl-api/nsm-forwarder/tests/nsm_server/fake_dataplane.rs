@@ -24,6 +24,8 @@ pub(crate) struct FakeState {
     pub(crate) removed: Vec<String>,
     /// Creating this port fails.
     pub(crate) fail_create: Option<String>,
+    /// The owner of every remove_owned call, in order.
+    pub(crate) removed_owners: Vec<String>,
 }
 
 #[derive(Default)]
@@ -158,6 +160,7 @@ impl NsmBackend for FakeDp {
     }
     fn remove_owned(&self, owner: &str) -> Result<(), BackendError> {
         let mut s = self.st();
+        s.removed_owners.push(owner.into());
         s.xcs.retain(|_, (o, _)| o != owner);
         let gone: Vec<String> = s
             .ports

@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use nsm_forwarder::dataplane::{MemifRole, MemifSpec};
 use nsm_forwarder::dial::dial;
+use nsm_forwarder::fds::HeldFds;
 use nsm_forwarder::path::timestamp;
 use nsm_forwarder::server::bind;
 use nsm_forwarder::{
@@ -39,6 +40,8 @@ pub(crate) struct Harness {
     /// The endpoint's Requests' gate, with `Setup::gated`.
     pub(crate) gate: Option<Arc<tokio::sync::Semaphore>>,
     pub(crate) core: Arc<Core>,
+    /// The fds clients passed that connections hold.
+    pub(crate) fds: HeldFds,
     pub(crate) registrations: Option<tokio::sync::mpsc::UnboundedReceiver<NetworkServiceEndpoint>>,
     pub(crate) _stop: Vec<tokio::sync::oneshot::Sender<()>>,
 }
@@ -111,6 +114,7 @@ pub(crate) async fn harness(setup: Setup) -> Harness {
     };
     let service = NsmService::new(cfg.clone(), dp.clone(), discovery);
     let core = service.core().clone();
+    let fds = service.held_fds().clone();
     let listener = bind(&cfg.listen_on).unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     stop.push(tx);
@@ -127,6 +131,7 @@ pub(crate) async fn harness(setup: Setup) -> Harness {
         nse_monitor,
         gate,
         core,
+        fds,
         registrations,
         _stop: stop,
     }

@@ -6,6 +6,8 @@
 //!   `harness`: what the tests run against;
 //! - `requests`: Request, refresh, Close, expiry, the monitor, link changes, payloads;
 //! - `failures`: refusals, rollbacks, bad requests, health, startup, many at once;
+//! - `hostile`: input tried the way an attacker would (sizes, forged fds, symlinks into
+//!   `/proc/self`, memif socket files, a flood of Requests for one id);
 //! - `clients`: a Python grpcio client, the registry;
 //! - `next_hop`: watching the endpoint's MonitorConnections.
 
@@ -14,5 +16,6 @@ mod failures;
 mod fake_dataplane;
 mod fake_endpoint;
 mod harness;
+mod hostile;
 mod next_hop;
 mod requests;
