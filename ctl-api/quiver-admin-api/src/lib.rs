@@ -13,13 +13,16 @@
 //! - `backend`: [`AdminBackend`], [`AdminError`] and the typed requests; `parse`: the text
 //!   forms of addresses; `requests`: each request checked into its typed form;
 //! - `service`: the gRPC service over a backend; `socket`: the socket (directory created,
-//!   stale socket replaced, live one refused, mode 0660); `server`: the service on a tokio
-//!   runtime of its own thread ([`AdminServer`]);
+//!   stale socket replaced, live one refused, mode 0660); `peer`: who is served (root, the
+//!   socket's owner and group, by the credentials the kernel recorded: [`PeerPolicy`]);
+//!   `server`: the service on a tokio runtime of its own thread ([`AdminServer`]), with its
+//!   message limits ([`MAX_REQUEST_SIZE`], [`MAX_REPLY_SIZE`]);
 //! - `client`: a blocking client for the CLI ([`AdminClient`]).
 
 mod backend;
 mod client;
 mod parse;
+mod peer;
 pub mod proto;
 mod requests;
 mod server;
@@ -31,7 +34,8 @@ pub use backend::{
 };
 pub use client::{AdminClient, ClientError};
 pub use parse::{format_mac, parse_ip, parse_mac, parse_prefix};
-pub use server::{serve, AdminServer, ServeError, StartError};
+pub use peer::{PeerCredentials, PeerPolicy};
+pub use server::{serve, AdminServer, ServeError, StartError, MAX_REPLY_SIZE, MAX_REQUEST_SIZE};
 pub use socket::{bind_socket, SocketError, SOCKET_MODE};
 /// gRPC statuses, as the client sees refusals.
 pub use tonic::{Code, Status};

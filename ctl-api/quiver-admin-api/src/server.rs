@@ -5,9 +5,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use grpc_unix::MessageLimit;
 use tokio_stream::StreamExt;
+use tonic::codegen::InterceptedService;
 
 use crate::backend::AdminBackend;
+use crate::peer::{check_peer, PeerPolicy, PeerStream};
 use crate::proto::admin_server::AdminServer as AdminService;
 use crate::service::Service;
 use crate::socket::{bind_socket, SocketError};
@@ -83,22 +86,37 @@ impl Drop for AdminServer {
 }
 
 /// Serves `backend` on `listener` (non-blocking, from [`bind_socket`]) until `shutdown`
-/// completes. Must run inside a tokio runtime.
+/// completes, to the peers the socket's owner and group say (see [`PeerPolicy`]; any other
+/// peer's calls are `PERMISSION_DENIED`), requests of at most [`MAX_REQUEST_SIZE`]. Must run
+/// inside a tokio runtime.
 pub async fn serve(
     backend: Arc<dyn AdminBackend>,
     listener: UnixListener,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
+    // Who is served: those the socket's mode lets connect (see `peer`).
+    let policy = PeerPolicy::of_listener(&listener)?;
     let listener = tokio::net::UnixListener::from_std(listener)?;
     // Clients of any gRPC stack: grpcio and grpc-java put the socket path in :authority.
     let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener)
-        .map(|s| s.map(grpc_unix::LenientAuthority::new));
+        .map(move |s| s.map(|s| PeerStream::new(s, policy)));
+    let service = AdminService::new(Service::new(backend))
+        .max_decoding_message_size(MAX_REQUEST_SIZE)
+        .max_encoding_message_size(MAX_REPLY_SIZE);
     tonic::transport::Server::builder()
-        .add_service(AdminService::new(Service::new(backend)))
+        .add_service(MessageLimit(InterceptedService::new(service, check_peer)))
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await?;
     Ok(())
 }
+
+/// The largest request the admin service decodes (1 MiB: its largest, a WireGuard interface
+/// with its peers, is a few kilobytes); a larger one is `RESOURCE_EXHAUSTED`.
+pub const MAX_REQUEST_SIZE: usize = 1 << 20;
+
+/// The largest reply the admin service sends (1 GiB, what [`crate::AdminClient`] accepts: a
+/// FIB of a million routes is tens of megabytes).
+pub const MAX_REPLY_SIZE: usize = 1 << 30;
 
 /// Why [`AdminServer::start`] could not start the service.
 #[derive(Debug, thiserror::Error)]

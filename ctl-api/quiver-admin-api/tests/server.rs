@@ -276,3 +276,217 @@ fn the_backend_saw_typed_requests(backend: &Recorder) {
         ]
     );
 }
+
+#[test]
+fn a_request_over_the_limit_is_resource_exhausted_and_the_server_keeps_serving() {
+    use quiver_admin_api::MAX_REQUEST_SIZE;
+    let dir = scratch("limit");
+    let path = dir.join("admin.sock");
+    let backend = Arc::new(Recorder::default());
+    let server = AdminServer::start(backend.clone(), &path).unwrap();
+    let client = AdminClient::connect(&path).unwrap();
+    let mut s = client.stub();
+    let e = client
+        .block_on(s.trace_add(pb::TraceAddRequest {
+            node: "x".repeat(MAX_REQUEST_SIZE + 1),
+            count: 1,
+        }))
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("too large"), "{e:?}");
+    assert!(
+        backend.0.lock().unwrap().is_empty(),
+        "the backend was called"
+    );
+    // The same connection still serves.
+    let r = client.block_on(s.show_interfaces(pb::Empty {})).unwrap();
+    assert_eq!(r.into_inner().interfaces.len(), 1);
+    client.block_on(s.trace_clear(pb::Empty {})).unwrap();
+    assert_eq!(*backend.0.lock().unwrap(), ["trace clear"]);
+    drop(client);
+    server.stop();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A connection to the unix socket `path` made by a child process running as `uid`, `gid`
+/// with supplementary `groups`: the kernel records those credentials for the peer
+/// (`SO_PEERCRED`), and the child passes the connected socket back with `SCM_RIGHTS`. Needs
+/// root. `Err` is the child's `connect` error.
+fn connect_as(
+    path: &std::path::Path,
+    uid: u32,
+    gid: u32,
+    groups: &[u32],
+) -> std::io::Result<std::os::unix::net::UnixStream> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::process::CommandExt;
+
+    // SAFETY: a zeroed sockaddr_un is valid; the path fits (checked).
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = path.as_os_str().as_bytes();
+    assert!(bytes.len() < addr.sun_path.len(), "socket path too long");
+    for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    let groups = groups.to_vec();
+    let (parent, child) = std::os::unix::net::UnixStream::pair()?;
+    let reply = child.as_raw_fd();
+    let mut cmd = std::process::Command::new("/bin/true");
+    // SAFETY: the closure runs in the forked child, and only makes system calls (no
+    // allocation, no lock): drop to the credentials, connect, send the result back.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                || libc::setgid(gid) != 0
+                || libc::setuid(uid) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            let s = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
+            let connected = s >= 0
+                && libc::connect(
+                    s,
+                    (&raw const addr).cast(),
+                    std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
+                ) == 0;
+            let mut errno: i32 = if connected {
+                0
+            } else {
+                *libc::__errno_location()
+            };
+            let mut iov = libc::iovec {
+                iov_base: (&raw mut errno).cast(),
+                iov_len: 4,
+            };
+            let mut cmsg = [0u64; 4];
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_iov = &raw mut iov;
+            msg.msg_iovlen = 1;
+            if connected {
+                msg.msg_control = cmsg.as_mut_ptr().cast();
+                msg.msg_controllen = libc::CMSG_SPACE(4) as _;
+                let c = libc::CMSG_FIRSTHDR(&msg);
+                (*c).cmsg_level = libc::SOL_SOCKET;
+                (*c).cmsg_type = libc::SCM_RIGHTS;
+                (*c).cmsg_len = libc::CMSG_LEN(4) as _;
+                std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<i32>(), s);
+            }
+            if libc::sendmsg(reply, &msg, 0) != 4 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let status = cmd.status()?;
+    assert!(status.success(), "the child failed: {status}");
+    drop(child);
+    let mut errno: i32 = 0;
+    let mut iov = libc::iovec {
+        iov_base: (&raw mut errno).cast(),
+        iov_len: 4,
+    };
+    let mut cmsg = [0u64; 4];
+    // SAFETY: msghdr over the buffers above; the kernel fills at most their sizes.
+    let fd = unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &raw mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cmsg.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&cmsg) as _;
+        let n = libc::recvmsg(parent.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC);
+        assert_eq!(n, 4, "no answer from the child");
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (!c.is_null() && (*c).cmsg_type == libc::SCM_RIGHTS)
+            .then(|| std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<i32>()))
+    };
+    match fd {
+        // SAFETY: the fd just received is ours alone.
+        Some(fd) => Ok(unsafe { std::os::unix::net::UnixStream::from_raw_fd(fd) }),
+        None => Err(std::io::Error::from_raw_os_error(errno)),
+    }
+}
+
+/// A stub over `stream` (already connected), driven by `rt`.
+fn stub_over(rt: &tokio::runtime::Runtime, stream: std::os::unix::net::UnixStream) -> Stub {
+    use hyper_util::rt::TokioIo;
+    stream.set_nonblocking(true).unwrap();
+    let slot = Arc::new(std::sync::Mutex::new(Some(stream)));
+    let channel = rt
+        .block_on(
+            tonic::transport::Endpoint::from_static("http://quiver.admin").connect_with_connector(
+                tower::service_fn(move |_: tonic::transport::Uri| {
+                    let s = slot.lock().unwrap().take();
+                    async move {
+                        let s = s.ok_or_else(|| std::io::Error::other("connected once"))?;
+                        Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::from_std(s)?))
+                    }
+                }),
+            ),
+        )
+        .unwrap();
+    Stub::new(channel)
+}
+
+#[test]
+fn the_admin_socket_stays_0660_and_refuses_a_peer_without_the_right_uid_or_gid() {
+    use std::os::unix::fs::MetadataExt;
+    let test = "the_admin_socket_stays_0660_and_refuses_a_peer_without_the_right_uid_or_gid";
+    let needs = testkit::Needs {
+        root: true,
+        ..Default::default()
+    };
+    if !testkit::require(test, &needs) {
+        return;
+    }
+    const NOBODY: u32 = 65534;
+    let dir = scratch("peers");
+    let path = dir.join("admin.sock");
+    let backend = Arc::new(Recorder::default());
+    let server = AdminServer::start(backend.clone(), &path).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mode = || std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    let group = std::fs::metadata(&path).unwrap().gid();
+    assert_ne!(group, NOBODY);
+    assert_eq!(mode(), SOCKET_MODE);
+
+    // Root is served, and serving leaves the mode as it is.
+    let mut root = stub_over(&rt, connect_as(&path, 0, 0, &[]).unwrap());
+    rt.block_on(root.trace_clear(pb::Empty {})).unwrap();
+    assert_eq!(mode(), SOCKET_MODE, "the mode changed while serving");
+    // Another user, in no group of the socket's, cannot even connect: the mode refuses.
+    let e = connect_as(&path, NOBODY, NOBODY, &[]).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EACCES), "{e:?}");
+
+    // With the mode widened (an operator's chmod), the server still refuses that peer, every
+    // call, before the backend sees it.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let mut nobody = stub_over(&rt, connect_as(&path, NOBODY, NOBODY, &[]).unwrap());
+    let e = rt.block_on(nobody.trace_clear(pb::Empty {})).unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains(&format!("uid {NOBODY}")), "{e:?}");
+    let e = rt
+        .block_on(nobody.show_interfaces(pb::Empty {}))
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    assert_eq!(
+        *backend.0.lock().unwrap(),
+        ["trace clear"],
+        "the backend was called"
+    );
+    // The socket's group is served, as primary or supplementary group.
+    for (gid, groups) in [(group, vec![]), (NOBODY, vec![NOBODY, group])] {
+        let mut member = stub_over(&rt, connect_as(&path, NOBODY, gid, &groups).unwrap());
+        rt.block_on(member.trace_clear(pb::Empty {}))
+            .unwrap_or_else(|e| panic!("gid {gid} groups {groups:?}: {e:?}"));
+    }
+    assert_eq!(backend.0.lock().unwrap().len(), 3);
+    // The clients' connections end with their runtime (the server waits for them).
+    drop((root, nobody, rt));
+    server.stop();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
