@@ -152,8 +152,8 @@ pub struct RequestPlan {
     pub ip: validate::SidesIp,
 }
 
-/// Everything `Core::request` checks of `req` before it touches anything (id, payload, IP
-/// context, MTU, path, mechanism), without a `Core`: for the fuzz targets (`fuzz/`), which
+/// Everything `Core::request` checks of `req` before it touches anything (sizes, id, payload,
+/// IP context, MTU, path, mechanism), without a `Core`: for the fuzz targets (`fuzz/`), which
 /// assert an error `Status` or a consistent plan for any decoded Request. `known_id` is
 /// Quiver's segment id of a connection it holds already.
 #[doc(hidden)]
@@ -162,6 +162,7 @@ pub fn check_request(
     req: &NetworkServiceRequest,
     known_id: Option<&str>,
 ) -> Result<RequestPlan, Status> {
+    crate::limits::request(req)?;
     let id = connection_id(req)?;
     let c = check(cfg, req, known_id)?;
     let ip = validate::context(c.conn.context.as_ref())?;

@@ -162,6 +162,8 @@ impl Core {
         self: &Arc<Self>,
         req: NetworkServiceRequest,
     ) -> Result<Connection, Status> {
+        // The sizes first (the gRPC server checked them already; other callers too).
+        crate::limits::request(&req)?;
         let id = connection_id(&req)?;
         let mut slot = self.table.lock(&id).await;
         let reselect =
@@ -377,6 +379,7 @@ impl Core {
         if conn.id.is_empty() {
             return Err(Status::invalid_argument("connection.id is empty"));
         }
+        crate::limits::connection(&conn)?;
         let mut slot = self.table.lock(&conn.id).await;
         if let Some(entry) = slot.take() {
             tracing::info!(id = conn.id, "Close");

@@ -429,3 +429,20 @@ mod raw {
             .map(|r| r.into_inner())
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_core_checks_the_sizes_for_callers_other_than_the_server() {
+    let h = harness(DEFAULT).await;
+    let mut req = memif_request("c1");
+    req.mechanism_preferences = vec![mech("MEMIF", &[("inodeURL", NS)]); 10_000];
+    let e = h.core.request(req).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("mechanism_preferences"), "{e:?}");
+    let e = h
+        .core
+        .close(memif_request(&"a".repeat(1 << 20)).connection.unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    h.assert_untouched("calls of the core");
+}
