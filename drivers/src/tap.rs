@@ -199,6 +199,20 @@ impl TapPort {
         self.mtu
     }
 
+    /// Whether the device still exists, wherever it is: `TUNGETIFF` on a queue's descriptor
+    /// fails once the device is gone.
+    fn attached(&self) -> bool {
+        let slots = self.slots();
+        let Some(q) = slots.first() else {
+            return false;
+        };
+        // SAFETY: an all-zero `ifreq` is valid (see `ifreq`); TUNGETIFF writes one into it.
+        let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+        // SAFETY: TUNGETIFF writes one `struct ifreq`, which `req` is; the descriptor is open.
+        let r = unsafe { libc::ioctl(q.fd.as_raw_fd(), libc::TUNGETIFF as _, &mut req) };
+        r == 0
+    }
+
     fn slots(&self) -> MutexGuard<'_, Vec<TapQueue>> {
         self.queues.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -214,9 +228,18 @@ impl Port for TapPort {
     }
 
     /// Up when the kernel interface is up and attached (a TAP has a carrier while a queue's
-    /// descriptor is open).
+    /// descriptor is open). A device moved into another namespace (NSM's KERNEL mechanism) is
+    /// no longer found here by name: it is up while it is still attached to Quiver's queues,
+    /// down once it is gone (deleted, or its namespace with it).
     fn link(&self) -> LinkStatus {
-        self.device.link()
+        let here = self.device.link();
+        if matches!(here, LinkStatus::Up) || self.device.index().is_ok() {
+            return here;
+        }
+        match self.attached() {
+            true => LinkStatus::Up,
+            false => LinkStatus::Down(format!("the TAP device `{}` is gone", self.name())),
+        }
     }
 
     /// Worker `worker`'s queue pair, sharing that queue's descriptor. Fails while the queues a
