@@ -9,6 +9,7 @@ use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -101,12 +102,18 @@ pub struct PeerPolicy {
 }
 
 impl PeerPolicy {
-    /// The policy of the socket `listener` is bound to.
-    pub fn of_listener(listener: &UnixListener) -> io::Result<PeerPolicy> {
+    /// The path of the socket `listener` is bound to, and its policy now.
+    pub fn of_listener(listener: &UnixListener) -> io::Result<(PathBuf, PeerPolicy)> {
         let addr = listener.local_addr()?;
         let path = addr.as_pathname().ok_or_else(|| {
             io::Error::new(io::ErrorKind::InvalidInput, "the admin socket has no path")
         })?;
+        Ok((path.to_path_buf(), PeerPolicy::of_path(path)?))
+    }
+
+    /// The policy of the socket file at `path`: its owner and group as they are now (an
+    /// operator's `chgrp` after the start counts, as it does for the mode).
+    pub fn of_path(path: &Path) -> io::Result<PeerPolicy> {
         let meta = std::fs::metadata(path)?;
         Ok(PeerPolicy {
             owner: meta.uid(),

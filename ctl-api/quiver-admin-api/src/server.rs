@@ -94,12 +94,15 @@ pub async fn serve(
     listener: UnixListener,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
-    // Who is served: those the socket's mode lets connect (see `peer`).
-    let policy = PeerPolicy::of_listener(&listener)?;
+    // Who is served: those the socket's mode lets connect (see `peer`), by its owner and
+    // group when each peer connects (as they were at the start if the file is gone).
+    let (path, at_start) = PeerPolicy::of_listener(&listener)?;
     let listener = tokio::net::UnixListener::from_std(listener)?;
     // Clients of any gRPC stack: grpcio and grpc-java put the socket path in :authority.
-    let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener)
-        .map(move |s| s.map(|s| PeerStream::new(s, policy)));
+    let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener).map(move |s| {
+        let policy = PeerPolicy::of_path(&path).unwrap_or(at_start);
+        s.map(|s| PeerStream::new(s, policy))
+    });
     let service = AdminService::new(Service::new(backend))
         .max_decoding_message_size(MAX_REQUEST_SIZE)
         .max_encoding_message_size(MAX_REPLY_SIZE);

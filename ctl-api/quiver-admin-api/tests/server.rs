@@ -485,6 +485,15 @@ fn the_admin_socket_stays_0660_and_refuses_a_peer_without_the_right_uid_or_gid()
             .unwrap_or_else(|e| panic!("gid {gid} groups {groups:?}: {e:?}"));
     }
     assert_eq!(backend.0.lock().unwrap().len(), 3);
+    // A group given the socket after the start (an operator's chgrp) is served too.
+    std::os::unix::fs::chown(&path, None, Some(NOBODY)).unwrap();
+    let mut later = stub_over(&rt, connect_as(&path, 4242, 4242, &[NOBODY]).unwrap());
+    rt.block_on(later.trace_clear(pb::Empty {})).unwrap();
+    let mut other = stub_over(&rt, connect_as(&path, 4242, 4242, &[group]).unwrap());
+    let e = rt.block_on(other.trace_clear(pb::Empty {})).unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    assert_eq!(backend.0.lock().unwrap().len(), 4);
+    drop((later, other));
     // The clients' connections end with their runtime (the server waits for them).
     drop((root, nobody, rt));
     server.stop();
