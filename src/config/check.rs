@@ -2,13 +2,67 @@
 //! MAC and next hop parses, every name a section refers to is defined, and what the ports'
 //! drivers would refuse at start (a MAC they cannot set, a memif ring size) is refused here
 //! instead. The first error names its key as the file writes it: `route[2].via[0]: "10.0.0.x"
-//! is not an IPv4 address`.
+//! is not an IPv4 address`. What it makes of the file's topology is a [`Topology`] of typed
+//! values.
 
 use std::collections::HashSet;
 use std::net::Ipv4Addr;
 
 use super::values::{self, ValueError};
-use super::{Config, ConfigError, PortSection};
+use super::{
+    AddressSection, Config, ConfigError, NeighborSection, PortSection, RouteSection,
+    XconnectSection,
+};
+
+/// The topology of `quiver.toml` as typed values: what [`Config::topology`] makes of the
+/// file's strings once they are checked, and what the forwarder configures. Each entry keeps
+/// its section, for messages in the file's own words.
+#[derive(Debug, Default)]
+pub struct Topology<'a> {
+    /// `[[xconnect]]`s (both ports defined, not the same).
+    pub xconnects: Vec<&'a XconnectSection>,
+    /// `[[address]]`es.
+    pub addresses: Vec<Address<'a>>,
+    /// `[[neighbor]]`s.
+    pub neighbors: Vec<Neighbor<'a>>,
+    /// `[[route]]`s.
+    pub routes: Vec<Route<'a>>,
+}
+
+/// One `[[address]]`, parsed.
+#[derive(Debug)]
+pub struct Address<'a> {
+    /// As written (its `port` is defined).
+    pub section: &'a AddressSection,
+    /// The address.
+    pub ip: Ipv4Addr,
+    /// Its prefix length.
+    pub len: u8,
+}
+
+/// One `[[neighbor]]`, parsed.
+#[derive(Debug)]
+pub struct Neighbor<'a> {
+    /// As written (its `port` is defined).
+    pub section: &'a NeighborSection,
+    /// The neighbour's address.
+    pub ip: Ipv4Addr,
+    /// Its MAC.
+    pub mac: [u8; 6],
+}
+
+/// One `[[route]]`, parsed.
+#[derive(Debug)]
+pub struct Route<'a> {
+    /// As written.
+    pub section: &'a RouteSection,
+    /// The destination prefix's address.
+    pub prefix: Ipv4Addr,
+    /// Its length.
+    pub len: u8,
+    /// The next hops: an address and a port's or a WireGuard tunnel's name (defined).
+    pub via: Vec<(Ipv4Addr, &'a str)>,
+}
 
 /// Where a value is wrong: its key, and what is wrong with it.
 fn at(key: String) -> impl FnOnce(ValueError) -> ConfigError {
@@ -27,6 +81,12 @@ impl Config {
     /// Checks every value the file holds as a string and every name it refers to; the first
     /// problem found, named by its key.
     pub(super) fn check(&self) -> Result<(), ConfigError> {
+        self.topology().map(drop)
+    }
+
+    /// The file's topology as typed values (see [`Topology`]), once every value is checked
+    /// and every name it refers to is defined; else the first problem found, named by its key.
+    pub fn topology(&self) -> Result<Topology<'_>, ConfigError> {
         self.check_metrics()?;
         let ports = self.check_ports()?;
         let tunnels = self.check_wireguard(&ports)?;
@@ -40,6 +100,7 @@ impl Config {
                 }))
             }
         };
+        let mut t = Topology::default();
         for (i, x) in self.xconnect.iter().enumerate() {
             port(format!("xconnect[{i}].a"), &x.a)?;
             port(format!("xconnect[{i}].b"), &x.b)?;
@@ -48,30 +109,48 @@ impl Config {
                     x.b.clone(),
                 )));
             }
+            t.xconnects.push(x);
         }
         for (i, a) in self.address.iter().enumerate() {
             port(format!("address[{i}].port"), &a.port)?;
-            values::prefix(&a.ip).map_err(at(format!("address[{i}].ip")))?;
+            let (ip, len) = values::prefix(&a.ip).map_err(at(format!("address[{i}].ip")))?;
+            t.addresses.push(Address {
+                section: a,
+                ip,
+                len,
+            });
         }
         for (i, n) in self.neighbor.iter().enumerate() {
             port(format!("neighbor[{i}].port"), &n.port)?;
-            values::ipv4(&n.ip).map_err(at(format!("neighbor[{i}].ip")))?;
-            values::mac(&n.mac).map_err(at(format!("neighbor[{i}].mac")))?;
+            t.neighbors.push(Neighbor {
+                section: n,
+                ip: values::ipv4(&n.ip).map_err(at(format!("neighbor[{i}].ip")))?,
+                mac: values::mac(&n.mac).map_err(at(format!("neighbor[{i}].mac")))?,
+            });
         }
         for (i, r) in self.route.iter().enumerate() {
-            values::prefix(&r.prefix).map_err(at(format!("route[{i}].prefix")))?;
+            let (prefix, len) =
+                values::prefix(&r.prefix).map_err(at(format!("route[{i}].prefix")))?;
+            let mut via = Vec::new();
             for (j, v) in r.via.iter().enumerate() {
                 let key = format!("route[{i}].via[{j}]");
-                let (_, name) = values::via(v).map_err(at(key.clone()))?;
+                let (next_hop, name) = values::via(v).map_err(at(key.clone()))?;
                 if !ports.contains(name) && !tunnels.contains(name) {
                     return Err(at(key)(ValueError::Unknown {
                         what: "port or wireguard tunnel",
                         name: name.to_string(),
                     }));
                 }
+                via.push((next_hop, name));
             }
+            t.routes.push(Route {
+                section: r,
+                prefix,
+                len,
+                via,
+            });
         }
-        Ok(())
+        Ok(t)
     }
 
     /// `[metrics] listen`: empty, or `IP:PORT`.
@@ -168,6 +247,8 @@ impl Config {
 
 #[cfg(test)]
 mod tests {
+    use std::net::Ipv4Addr;
+
     use crate::config::{Config, ConfigError};
 
     /// The error `text` is refused with, and the key it names.
@@ -193,6 +274,35 @@ type = "memif"
 role = "master"
 socket = "@q"
 "#;
+
+    #[test]
+    fn the_topology_is_typed_values() {
+        let c = Config::parse(&format!(
+            "{PORTS}[[xconnect]]\na = \"a\"\nb = \"b\"\n[[address]]\nport = \"a\"\nip = \"10.0.0.1/24\"\n\
+             [[neighbor]]\nport = \"a\"\nip = \"10.0.0.2\"\nmac = \"02:00:00:00:00:02\"\n\
+             [[route]]\nprefix = \"10.1.0.0/16\"\nvia = [\"10.0.0.2@a\", \"10.0.0.3@b\"]\n"
+        ))
+        .unwrap();
+        let t = c.topology().unwrap();
+        assert_eq!(
+            (t.xconnects[0].a.as_str(), t.xconnects[0].b.as_str()),
+            ("a", "b")
+        );
+        assert_eq!(
+            (t.addresses[0].ip, t.addresses[0].len),
+            (Ipv4Addr::new(10, 0, 0, 1), 24)
+        );
+        assert_eq!(t.neighbors[0].mac, [2, 0, 0, 0, 0, 2]);
+        let r = &t.routes[0];
+        assert_eq!((r.prefix, r.len), (Ipv4Addr::new(10, 1, 0, 0), 16));
+        assert_eq!(
+            r.via,
+            vec![
+                (Ipv4Addr::new(10, 0, 0, 2), "a"),
+                (Ipv4Addr::new(10, 0, 0, 3), "b")
+            ]
+        );
+    }
 
     #[test]
     fn a_bad_address_prefix_or_mac_is_refused_at_load_by_its_key() {

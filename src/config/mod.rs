@@ -10,6 +10,7 @@ use std::path::Path;
 use dataplane::{BufferPoolConfig, HugepagePolicy, IdlePolicy};
 use serde::Deserialize;
 
+pub use self::check::{Address, Neighbor, Route, Topology};
 pub use self::wireguard::{WireguardPeerSection, WireguardSection};
 pub use topology::{
     AddressSection, AfPacketSection, CommonPortSettings, DpdkSection, MemifMode, MemifRole,

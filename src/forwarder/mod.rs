@@ -41,7 +41,8 @@ use graph_nodes::{
 };
 use memif::{Mode, Role, SocketAddress};
 
-use crate::config::topology::{parse_ip, parse_mac, parse_prefix};
+// `wg_tunnels` still reads its routes from their strings.
+use crate::config::topology::{parse_ip, parse_prefix};
 use crate::config::{Config, MemifMode, MemifRole, MemifSection, PortSection};
 
 use error::port_error;
@@ -342,7 +343,8 @@ pub fn format_interfaces(ports: &[PortEntry]) -> String {
     out
 }
 
-/// Applies the cross-connects, addresses, routes and neighbours.
+/// Applies the cross-connects, addresses, routes and neighbours, as the file's typed
+/// [`Topology`](crate::config::Topology) (checked when the file was read).
 fn configure(cfg: &Config, ports: &[PortEntry], f: &mut Forwarding) -> Result<(), String> {
     let port = |name: &str| {
         ports
@@ -351,7 +353,8 @@ fn configure(cfg: &Config, ports: &[PortEntry], f: &mut Forwarding) -> Result<()
             .map(|e| e.interface)
             .ok_or_else(|| format!("no port named `{name}`"))
     };
-    for x in &cfg.xconnect {
+    let topology = cfg.topology().map_err(|e| e.to_string())?;
+    for x in &topology.xconnects {
         let (a, b) = (port(&x.a)?, port(&x.b)?);
         if a == b {
             return Err(format!("xconnect {} to itself", x.a));
@@ -359,21 +362,20 @@ fn configure(cfg: &Config, ports: &[PortEntry], f: &mut Forwarding) -> Result<()
         f.cross_connect(a, b).map_err(|e| e.to_string())?;
         f.cross_connect(b, a).map_err(|e| e.to_string())?;
     }
-    for a in &cfg.address {
-        let (ip, len) = parse_prefix(&a.ip)?;
-        f.add_address(port(&a.port)?, ip, len)
-            .map_err(|e| format!("address {}: {e}", a.ip))?;
+    for a in &topology.addresses {
+        f.add_address(port(&a.section.port)?, u32::from(a.ip), a.len)
+            .map_err(|e| format!("address {}: {e}", a.section.ip))?;
     }
-    for n in &cfg.neighbor {
-        f.add_neighbor(port(&n.port)?, parse_ip(&n.ip)?, parse_mac(&n.mac)?)
-            .map_err(|e| format!("neighbor {}: {e}", n.ip))?;
+    for n in &topology.neighbors {
+        f.add_neighbor(port(&n.section.port)?, u32::from(n.ip), n.mac)
+            .map_err(|e| format!("neighbor {}: {e}", n.section.ip))?;
     }
-    for r in &cfg.route {
-        if wg_tunnels::through_wireguard(cfg, r) {
+    for r in &topology.routes {
+        if wg_tunnels::through_wireguard(cfg, r.section) {
             // Added once the tunnel exists (`wg_tunnels::configure`).
             continue;
         }
-        let (prefix, len) = parse_prefix(&r.prefix)?;
+        let (prefix, len) = (u32::from(r.prefix), r.len);
         if r.via.is_empty() {
             f.add_drop_route(prefix, len).map_err(|e| e.to_string())?;
             continue;
@@ -381,18 +383,15 @@ fn configure(cfg: &Config, ports: &[PortEntry], f: &mut Forwarding) -> Result<()
         let paths = r
             .via
             .iter()
-            .map(|v| {
-                let (ip, p) = v
-                    .split_once('@')
-                    .ok_or_else(|| format!("route {}: via `{v}` is not address@port", r.prefix))?;
+            .map(|&(next_hop, p)| {
                 Ok(Path {
-                    next_hop: parse_ip(ip)?,
+                    next_hop: u32::from(next_hop),
                     interface: port(p)?,
                 })
             })
             .collect::<Result<Vec<Path>, String>>()?;
         f.add_route(prefix, len, &paths)
-            .map_err(|e| format!("route {}: {e}", r.prefix))?;
+            .map_err(|e| format!("route {}: {e}", r.section.prefix))?;
     }
     Ok(())
 }
