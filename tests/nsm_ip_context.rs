@@ -245,6 +245,9 @@ fn the_requested_mtu_reaches_both_ends_and_bad_contexts_make_nothing() {
     )
     .unwrap();
     let (listen, dp, server) = quiver.serve_in(&dir);
+    // Quiver's veth ends are checked here (a TAP has no end in Quiver's namespace: its MTU
+    // inside is checked in nsm_kernel_tap).
+    dp.set_kernel_backend(nsm_forwarder::config::KernelBackend::Veth);
     let mut client = BlockingClient::connect(&listen).unwrap();
     let id = format!("mtu-{}", std::process::id());
     let rules_before = ip_out(&nsc, &["rule", "show"]);

@@ -240,7 +240,12 @@ fn path_segment_metrics_and_prometheus_counters_follow_a_live_connection() {
             .connections
             .values()
             .map(quiver_metrics)
-            .find(|m| m.get("server_rx_packets").is_some_and(|v| v != "0"));
+            // The pings' counters (a namespace may send a frame of its own first, as a new
+            // interface's IPv6 router solicitation: the server side alone moves then).
+            .find(|m| {
+                let moved = |k: &str| m.get(k).is_some_and(|v| v != "0");
+                moved("server_rx_packets") && moved("client_tx_packets")
+            });
         moved.is_some()
     });
     let moved = moved.expect("waited for");

@@ -66,8 +66,8 @@ pub struct NsmConfig {
     /// `NSM_WIREGUARD_PRIVATE_KEY_FILE`: a file holding Quiver's WireGuard private key (base64,
     /// as `wg genkey` writes it); unset: the forwarder makes a key at start.
     pub wireguard_key_file: Option<PathBuf>,
-    /// `NSM_KERNEL_BACKEND`: the interface a KERNEL mechanism gets (`veth`, the default, or
-    /// `tap`).
+    /// `NSM_KERNEL_BACKEND`: the interface a KERNEL mechanism gets (`tap`, the default, or
+    /// `veth`).
     pub kernel_backend: KernelBackend,
     /// Quiver's WireGuard public key (not from the environment: the forwarder sets it from its
     /// private key). `None`: no WireGuard mechanism (IP payload stays on this node).
@@ -129,9 +129,9 @@ pub struct NsmConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum KernelBackend {
     /// A veth pair; Quiver's end an AF_PACKET port.
-    #[default]
     Veth,
     /// A TAP device Quiver holds (virtio-net headers, multi-queue), moved into the namespace.
+    #[default]
     Tap,
 }
 

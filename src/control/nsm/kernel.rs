@@ -1,11 +1,12 @@
 //! NSM's KERNEL mechanism on Quiver's side: the connection's interface inside a pod's
 //! namespace, with Quiver's end as a port, over one of two backends:
-//! - **TAP** (`NSM_KERNEL_BACKEND=tap`): Quiver opens a TAP device as its port (multi-queue,
-//!   virtio-net headers: checksum and TCP segmentation offloads both ways), then moves the
-//!   device into the namespace under the requested name. Nothing of it is in Quiver's
-//!   namespace, and nothing outlives Quiver (the device goes with its descriptors).
-//! - **veth** (the default): a veth pair, its far end in the namespace, Quiver's end an
-//!   AF_PACKET port (with virtio-net headers too), tagged so that a restarted Quiver reaps it.
+//! - **TAP** (the default; `NSM_KERNEL_BACKEND=tap`): Quiver opens a TAP device as its port
+//!   (multi-queue, virtio-net headers: checksum and TCP segmentation offloads both ways), then
+//!   moves the device into the namespace under the requested name. Nothing of it is in
+//!   Quiver's namespace, and nothing outlives Quiver (the device goes with its descriptors).
+//! - **veth** (`NSM_KERNEL_BACKEND=veth`): a veth pair, its far end in the namespace, Quiver's
+//!   end an AF_PACKET port (with virtio-net headers too), tagged so that a restarted Quiver
+//!   reaps it.
 //!
 //! Either way the IP context is applied inside the namespace as sdk-kernel does.
 
