@@ -5,7 +5,7 @@
 mod scenarios;
 
 const SCENARIOS: &str =
-    "dispatch, lpm, graph-ip4, graph-l2xc, vxlan, memif-rate, memif-xc, dpdk, ctl-churn";
+    "dispatch, lpm, graph-ip4, graph-l2xc, vxlan, memif-rate, memif-xc, dpdk, ctl-churn, wireguard";
 
 use clap::Parser;
 
@@ -14,7 +14,7 @@ use clap::Parser;
 #[command(name = "bench-runner", about)]
 struct Args {
     /// The scenario: dispatch, lpm, graph-ip4, graph-l2xc, vxlan, memif-rate, memif-xc, dpdk,
-    /// ctl-churn.
+    /// ctl-churn, wireguard.
     scenario: String,
     /// A short run (under a minute).
     #[arg(long)]
@@ -33,6 +33,8 @@ fn main() -> std::process::ExitCode {
         "memif-xc" => scenarios::memif_xc::run(args.quick),
         "dpdk" | "dpdk-ring" => scenarios::dpdk::run(args.quick),
         "ctl-churn" => scenarios::ctl_churn::run(args.quick),
+        "kernel" => scenarios::kernel::run(args.quick),
+        "wireguard" => scenarios::wireguard::run(args.quick),
         other => Err(format!("unknown scenario `{other}` (known: {SCENARIOS})")),
     };
     match result {

@@ -6,9 +6,13 @@ pub mod dispatch;
 pub mod dpdk;
 pub mod graphs;
 pub mod host_state;
+pub mod kernel;
 pub mod lpm;
 pub mod memif_rate;
 pub mod memif_xc;
+pub mod wg_floor;
+pub mod wg_net;
+pub mod wireguard;
 
 /// Pins the calling thread to the last CPU this process may use (the first is left to the OS).
 pub fn pin_to_last_core() -> Result<usize, String> {
