@@ -128,7 +128,7 @@ impl Forwarder {
         }
         let mut memif: Option<MemifControl> = None;
         let dpdk = if uses_dpdk(cfg) {
-            Some(dpdk_ports::Dpdk::start(cfg, pool.clone())?)
+            Some(dpdk_ports::Dpdk::start(cfg, pool.clone()).map_err(|e| e.to_string())?)
         } else {
             None
         };

@@ -80,7 +80,7 @@ pub(super) fn open_port(
             }
             let dpdk = dpdk.ok_or(OpenError::NoEal)?;
             dpdk.open(d, workers)
-                .map_err(|e| OpenError::Port(PortError::Device(e)))?
+                .map_err(|e| OpenError::Port(PortError::Device(e.to_string())))?
         }
         PortSection::Tap(t) => {
             let mut c = TapConfig::new(t.device.as_deref().unwrap_or(common.name), workers);
