@@ -103,3 +103,111 @@ fn a_queue_bypasses_the_graph_only_while_port_input_is_not_traced() {
     drop(buffers);
     assert_eq!(pool.free_count(), 1024, "every buffer back");
 }
+
+/// A queue over the receiving end of a datagram socket pair: each datagram is a frame; it
+/// counts how often it is polled, and its socket wakes it.
+struct Datagrams {
+    socket: std::os::unix::net::UnixDatagram,
+    polls: Arc<AtomicU64>,
+}
+
+impl RxQueue for Datagrams {
+    fn receive(&mut self, buffers: &mut WorkerBuffers, out: &mut [u32]) -> usize {
+        self.polls.fetch_add(1, Ordering::Relaxed);
+        let mut n = 0;
+        let mut frame = [0u8; 64];
+        while n < out.len() {
+            let Ok(len) = self.socket.recv(&mut frame) else {
+                break;
+            };
+            let bi = buffers.alloc_one().unwrap();
+            buffers.write_packet(bi, &frame[..len]).unwrap();
+            out[n] = bi;
+            n += 1;
+        }
+        n
+    }
+
+    fn wake_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        Some(self.socket.as_raw_fd())
+    }
+}
+
+#[test]
+fn an_idle_queue_sleeps_until_its_descriptor_is_readable() {
+    let pool = BufferPool::new(&BufferPoolConfig {
+        buffers: 256,
+        hugepages: HugepagePolicy::Never,
+        ..Default::default()
+    })
+    .unwrap();
+    let mut buffers = pool.worker_buffers();
+    let (theirs, ours) = std::os::unix::net::UnixDatagram::pair().unwrap();
+    ours.set_nonblocking(true).unwrap();
+    let polls = Arc::new(AtomicU64::new(0));
+    let mut input = PortsInput::new(PORT_INPUT, "sink");
+    assert!(input.attach(
+        3,
+        Box::new(Datagrams {
+            socket: ours,
+            polls: polls.clone(),
+        })
+    ));
+    let sink = PacketSink::new("sink");
+    let seen = sink.report();
+    let mut b = GraphBuilder::<()>::new();
+    b.add(input).add(sink);
+    let mut g = b.build().unwrap();
+    let asleep = |g: &mut dataplane::Graph<()>| -> Vec<u32> {
+        g.node_mut::<PortsInput>(PORT_INPUT)
+            .unwrap()
+            .asleep()
+            .collect()
+    };
+
+    // Idle for SLEEP_AFTER polls: asleep, and no longer polled.
+    for _ in 0..dataplane::SLEEP_AFTER {
+        assert_eq!(g.run_pass(&mut buffers, &()), 0);
+    }
+    assert_eq!(asleep(&mut g), [3]);
+    let polled = polls.load(Ordering::Relaxed);
+    assert_eq!(polled, u64::from(dataplane::SLEEP_AFTER));
+    for _ in 0..10_000 {
+        g.run_pass(&mut buffers, &());
+    }
+    assert_eq!(
+        polls.load(Ordering::Relaxed),
+        polled,
+        "not polled while asleep"
+    );
+    let attached: Vec<u32> = g
+        .node_mut::<PortsInput>(PORT_INPUT)
+        .unwrap()
+        .interfaces()
+        .collect();
+    assert_eq!(attached, [3], "still attached");
+
+    // A frame: the descriptor wakes the queue and the frame goes through.
+    theirs.send(&[0x42; 60]).unwrap();
+    let mut passes = 0u64;
+    while seen.packets() == 0 {
+        g.run_pass(&mut buffers, &());
+        passes += 1;
+        assert!(passes < 50_000_000, "the queue never woke");
+    }
+    assert_eq!(seen.packets(), 1);
+    assert!(asleep(&mut g).is_empty(), "polled again");
+
+    // Asleep again, then detached while asleep: nothing is left watching it.
+    for _ in 0..=dataplane::SLEEP_AFTER {
+        g.run_pass(&mut buffers, &());
+    }
+    assert_eq!(asleep(&mut g), [3]);
+    let node = g.node_mut::<PortsInput>(PORT_INPUT).unwrap();
+    assert!(node.detach(3).is_some());
+    assert_eq!(node.interfaces().count(), 0);
+    drop(g);
+    drop(buffers);
+    assert_eq!(pool.free_count(), 256, "every buffer back");
+}

@@ -391,6 +391,10 @@ impl RxQueue for TapRx {
         }
         n
     }
+
+    fn wake_fd(&self) -> Option<std::os::fd::RawFd> {
+        Some(self.fd.as_raw_fd())
+    }
 }
 
 /// One worker's transmit side of a TAP queue.

@@ -299,11 +299,11 @@ pub(crate) struct AfPacketRx {
     ring: RxRing,
     max_len: usize,
     counters: Arc<QueueCounters>,
-    /// Keeps the socket, and so the ring's mapping, alive.
-    _socket: Arc<PacketSocket>,
+    /// Keeps the socket, and so the ring's mapping, alive; its descriptor wakes an idle queue.
+    socket: Arc<PacketSocket>,
 }
 
-// SAFETY: the ring's raw pointer points into the socket's mapping, which `_socket` keeps alive
+// SAFETY: the ring's raw pointer points into the socket's mapping, which `socket` keeps alive
 // wherever the queue goes; the queue is the ring's only user (one worker at a time).
 unsafe impl Send for AfPacketRx {}
 
@@ -315,7 +315,7 @@ impl AfPacketRx {
             ring: unsafe { socket.rx_ring() },
             max_len,
             counters: socket.counters().clone(),
-            _socket: socket,
+            socket,
         }
     }
 }
@@ -323,6 +323,10 @@ impl AfPacketRx {
 impl RxQueue for AfPacketRx {
     fn receive(&mut self, buffers: &mut WorkerBuffers, out: &mut [u32]) -> usize {
         receive_from(&mut self.ring, buffers, out, &self.counters, self.max_len)
+    }
+
+    fn wake_fd(&self) -> Option<std::os::fd::RawFd> {
+        Some(self.socket.raw_fd())
     }
 }
 

@@ -145,6 +145,13 @@ unsafe impl Send for PacketSocket {}
 unsafe impl Sync for PacketSocket {}
 
 impl PacketSocket {
+    /// The socket's descriptor (readable when a receive block is ready: an idle queue waits
+    /// on it, see `RxQueue::wake_fd`).
+    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.fd.as_raw_fd()
+    }
+
     /// Opens a socket on `cfg.ifindex` in `fanout`'s group, counting into `counters`.
     pub(crate) fn open(
         cfg: &SocketConfig,

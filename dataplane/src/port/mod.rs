@@ -2,10 +2,17 @@
 //! input node that polls a receive queue. Drivers (DPDK, AF_PACKET, memif, TAP) implement the two
 //! traits; nodes never see sockets or devices.
 
+use std::os::fd::RawFd;
+
 use crate::buffer::WorkerBuffers;
 use crate::frame::Frame;
 use crate::graph::Context;
 use crate::node::{Next, Node, NodeSpec};
+
+mod sleep;
+
+use sleep::Sleepers;
+pub use sleep::CHECK_INTERVAL_US;
 
 /// One receive queue of a port, owned by one worker.
 pub trait RxQueue: Send {
@@ -26,7 +33,18 @@ pub trait RxQueue: Send {
             bypassed: 0,
         }
     }
+
+    /// A descriptor that becomes readable when the queue has frames to receive, if it has one
+    /// (a socket, a TAP queue): an input node may stop polling the queue after it has been
+    /// idle for [`SLEEP_AFTER`] polls and wait on this instead, until it has traffic again.
+    /// The default has none: the queue is always polled.
+    fn wake_fd(&self) -> Option<RawFd> {
+        None
+    }
 }
+
+/// Empty polls in a row after which a queue with a [`RxQueue::wake_fd`] stops being polled.
+pub const SLEEP_AFTER: u32 = 10_000;
 
 /// What one [`RxQueue::receive_or_bypass`] burst did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -111,10 +129,18 @@ pub const PORT_INPUT: &str = "port-input";
 /// ([`RxQueue::receive_or_bypass`]): frames a driver hands on itself count as this node's
 /// packets; the rest go to the graph as usual. While it is traced or a capture is on, the graph
 /// sees every packet.
+///
+/// A queue with a [`RxQueue::wake_fd`] that stays empty for [`SLEEP_AFTER`] polls in a row goes
+/// to sleep: it leaves the poll list and its descriptor joins the node's epoll set, asked at
+/// most every [`CHECK_INTERVAL_US`] µs; when it is readable the queue is polled again. Idle
+/// ports then cost a pass nothing but that one check.
 pub struct PortsInput {
     name: String,
     next: String,
     queues: Vec<Attached>,
+    /// Queues not polled until their descriptor is readable.
+    asleep: Vec<Attached>,
+    sleepers: Sleepers,
     capture: crate::capture::CaptureTap,
 }
 
@@ -122,6 +148,10 @@ pub struct PortsInput {
 struct Attached {
     interface: u32,
     queue: Box<dyn RxQueue>,
+    /// Its wake descriptor, if it has one.
+    fd: Option<RawFd>,
+    /// Empty polls in a row.
+    empty: u32,
 }
 
 impl PortsInput {
@@ -134,6 +164,8 @@ impl PortsInput {
             name: name.into(),
             next: next.into(),
             queues: Vec::with_capacity(Self::RESERVED),
+            asleep: Vec::with_capacity(Self::RESERVED),
+            sleepers: Sleepers::new(),
             capture: crate::capture::CaptureTap::new(0),
         }
     }
@@ -146,23 +178,75 @@ impl PortsInput {
     /// Starts polling `queue` for interface `interface`; returns `false` (and drops `queue`)
     /// when that interface already has a queue here.
     pub fn attach(&mut self, interface: u32, queue: Box<dyn RxQueue>) -> bool {
-        if self.queues.iter().any(|a| a.interface == interface) {
+        if self.interfaces().any(|i| i == interface) {
             return false;
         }
-        self.queues.push(Attached { interface, queue });
+        let fd = queue.wake_fd();
+        self.queues.push(Attached {
+            interface,
+            queue,
+            fd,
+            empty: 0,
+        });
         true
     }
 
     /// Stops polling interface `interface`'s queue and hands it back (to be dropped on this
     /// worker's thread).
     pub fn detach(&mut self, interface: u32) -> Option<Box<dyn RxQueue>> {
-        let k = self.queues.iter().position(|a| a.interface == interface)?;
-        Some(self.queues.remove(k).queue)
+        if let Some(k) = self.queues.iter().position(|a| a.interface == interface) {
+            return Some(self.queues.remove(k).queue);
+        }
+        let k = self.asleep.iter().position(|a| a.interface == interface)?;
+        let a = self.asleep.swap_remove(k);
+        if let Some(fd) = a.fd {
+            self.sleepers.remove(fd);
+        }
+        Some(a.queue)
     }
 
-    /// The interfaces whose queues are polled, in polling order.
+    /// The interfaces whose queues are attached: those polled, in polling order, then those
+    /// asleep.
     pub fn interfaces(&self) -> impl Iterator<Item = u32> + '_ {
-        self.queues.iter().map(|a| a.interface)
+        self.queues.iter().chain(&self.asleep).map(|a| a.interface)
+    }
+
+    /// The interfaces whose queues are asleep (idle, waited on rather than polled).
+    pub fn asleep(&self) -> impl Iterator<Item = u32> + '_ {
+        self.asleep.iter().map(|a| a.interface)
+    }
+
+    /// Polls again the sleeping queues whose descriptors are readable.
+    #[cold]
+    fn wake_ready(&mut self) {
+        let mut ready = [0u32; 32];
+        let n = self.sleepers.ready(&mut ready);
+        for &interface in &ready[..n] {
+            if let Some(k) = self.asleep.iter().position(|a| a.interface == interface) {
+                let mut a = self.asleep.swap_remove(k);
+                if let Some(fd) = a.fd {
+                    self.sleepers.remove(fd);
+                }
+                a.empty = 0;
+                self.queues.push(a);
+            }
+        }
+    }
+
+    /// Puts to sleep the polled queues idle for [`SLEEP_AFTER`] polls that can be woken.
+    #[cold]
+    fn sleep_idle(&mut self) {
+        let mut k = 0;
+        while k < self.queues.len() {
+            let a = &self.queues[k];
+            match a.fd {
+                Some(fd) if a.empty >= SLEEP_AFTER && self.sleepers.add(fd, a.interface) => {
+                    let a = self.queues.remove(k);
+                    self.asleep.push(a);
+                }
+                _ => k += 1,
+            }
+        }
     }
 }
 
@@ -175,20 +259,30 @@ impl<S> Node<S> for PortsInput {
     }
 
     fn process(&mut self, cx: &mut Context<'_, S>, frame: &mut Frame) -> usize {
+        if !self.asleep.is_empty() && self.sleepers.due() {
+            self.wake_ready();
+        }
         let mut produced = 0;
+        let mut drowsy = false;
         // A trace or a capture sees every packet: nothing bypasses the graph meanwhile.
         let bypass = self.capture.is_empty() && !cx.traces_input();
         for a in &mut self.queues {
             let n = if bypass {
                 let burst = a.queue.receive_or_bypass(cx.buffers, frame.spare_mut());
                 produced += burst.bypassed;
+                if burst.bypassed > 0 {
+                    a.empty = 0;
+                }
                 burst.received
             } else {
                 a.queue.receive(cx.buffers, frame.spare_mut())
             };
             if n == 0 {
+                a.empty = a.empty.saturating_add(1);
+                drowsy |= a.empty == SLEEP_AFTER && a.fd.is_some();
                 continue;
             }
+            a.empty = 0;
             frame.set_len(n);
             for &bi in frame.as_slice() {
                 cx.buffers.meta_mut(bi).rx_interface = a.interface;
@@ -204,6 +298,9 @@ impl<S> Node<S> for PortsInput {
             cx.enqueue_frame(Next::declared(0), frame);
             produced += n;
         }
+        if drowsy {
+            self.sleep_idle();
+        }
         produced
     }
 }
@@ -215,6 +312,10 @@ impl<Q: RxQueue + ?Sized> RxQueue for Box<Q> {
 
     fn receive_or_bypass(&mut self, buffers: &mut WorkerBuffers, out: &mut [u32]) -> RxBurst {
         (**self).receive_or_bypass(buffers, out)
+    }
+
+    fn wake_fd(&self) -> Option<RawFd> {
+        (**self).wake_fd()
     }
 }
 
