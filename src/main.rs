@@ -249,7 +249,8 @@ fn run_ports(
     );
     let control = owner.control();
     let connections = quiver::control::admin::ConnectionSlot::default();
-    let admin = quiver::control::admin::start_with(&control, admin_socket, connections.clone())?;
+    let admin = quiver::control::admin::start_with(&control, admin_socket, connections.clone())
+        .map_err(|e| e.to_string())?;
     let prefix = nsm
         .as_ref()
         .map(|c| c.prometheus_metrics_prefix.clone())

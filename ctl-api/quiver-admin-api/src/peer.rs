@@ -11,6 +11,7 @@ use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use grpc_unix::LenientAuthority;
@@ -130,11 +131,36 @@ impl PeerPolicy {
     }
 }
 
+/// Why the admin socket refuses a peer.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum Refusal {
+    /// The peer is neither root, nor the socket's owner, nor in its group.
+    #[error(
+        "the admin socket serves root, uid {} and group {}: the peer (uid {}, gid {}, groups \
+         {:?}, pid {}) is none of them",
+        .policy.owner,
+        .policy.group,
+        .peer.uid,
+        .peer.gid,
+        .peer.groups,
+        .peer.pid.map_or("?".to_string(), |p| p.to_string())
+    )]
+    NotAllowed {
+        /// Whom the socket serves.
+        policy: PeerPolicy,
+        /// The peer.
+        peer: PeerCredentials,
+    },
+    /// The peer's credentials cannot be read.
+    #[error("the admin socket cannot tell who the peer is: {0}")]
+    Unknown(Arc<io::Error>),
+}
+
 /// What the server knows of a connection's peer (its tonic `ConnectInfo`).
 #[derive(Debug, Clone)]
 pub(crate) struct PeerInfo {
     /// Whether it is served, or why not.
-    verdict: Result<(), String>,
+    verdict: Result<(), Refusal>,
 }
 
 /// An accepted connection, with its peer's verdict.
@@ -148,17 +174,8 @@ impl PeerStream {
     pub(crate) fn new(stream: UnixStream, policy: PeerPolicy) -> PeerStream {
         let verdict = match PeerCredentials::of(stream.as_raw_fd()) {
             Ok(c) if policy.allows(&c) => Ok(()),
-            Ok(c) => Err(format!(
-                "the admin socket serves root, uid {} and group {}: the peer (uid {}, gid {}, \
-                 groups {:?}, pid {}) is none of them",
-                policy.owner,
-                policy.group,
-                c.uid,
-                c.gid,
-                c.groups,
-                c.pid.map_or("?".to_string(), |p| p.to_string())
-            )),
-            Err(e) => Err(format!("the admin socket cannot tell who the peer is: {e}")),
+            Ok(peer) => Err(Refusal::NotAllowed { policy, peer }),
+            Err(e) => Err(Refusal::Unknown(Arc::new(e))),
         };
         if let Err(why) = &verdict {
             tracing::warn!("admin connection refused: {why}");
@@ -174,7 +191,7 @@ impl PeerStream {
 pub(crate) fn check_peer(request: Request<()>) -> Result<Request<()>, Status> {
     match request.extensions().get::<PeerInfo>().map(|i| &i.verdict) {
         Some(Ok(())) => Ok(request),
-        Some(Err(why)) => Err(Status::permission_denied(why.clone())),
+        Some(Err(why)) => Err(Status::permission_denied(why.to_string())),
         None => Err(Status::permission_denied(
             "the admin socket cannot tell who the peer is",
         )),
@@ -220,6 +237,27 @@ impl AsyncWrite for PeerStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_peer_is_told_who_is_served() {
+        let refusal = Refusal::NotAllowed {
+            policy: PeerPolicy {
+                owner: 1000,
+                group: 1001,
+            },
+            peer: PeerCredentials {
+                uid: 1002,
+                gid: 1003,
+                groups: vec![4, 5],
+                pid: None,
+            },
+        };
+        assert_eq!(
+            refusal.to_string(),
+            "the admin socket serves root, uid 1000 and group 1001: the peer (uid 1002, gid 1003, \
+             groups [4, 5], pid ?) is none of them"
+        );
+    }
 
     #[test]
     fn root_the_owner_and_the_group_are_served_no_one_else() {

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 
 use drivers::PortStats;
 use quiver_admin_api::proto as pb;
-use quiver_admin_api::{AdminError, AdminResult, AdminServer};
+use quiver_admin_api::{AdminError, AdminResult, AdminServer, StartError};
 
 use crate::control::owner::{Applied, Change, Control};
 use crate::forwarder::{ForwarderError, PortEntry};
@@ -124,7 +124,7 @@ pub const DEFAULT_SOCKET: &str = "/run/quiver/admin.sock";
 /// [`AdminServer::start`]); it runs until the returned server is dropped. An empty path: no
 /// admin service. `None`: [`DEFAULT_SOCKET`], where a failure (a live quiver serves it, no
 /// permission) is a warning and Quiver runs without the admin service.
-pub fn start(control: &Control, socket: Option<&Path>) -> Result<Option<AdminServer>, String> {
+pub fn start(control: &Control, socket: Option<&Path>) -> Result<Option<AdminServer>, StartError> {
     start_with(control, socket, ConnectionSlot::default())
 }
 
@@ -133,7 +133,7 @@ pub fn start_with(
     control: &Control,
     socket: Option<&Path>,
     connections: ConnectionSlot,
-) -> Result<Option<AdminServer>, String> {
+) -> Result<Option<AdminServer>, StartError> {
     let path = socket.unwrap_or(Path::new(DEFAULT_SOCKET));
     if path.as_os_str().is_empty() {
         return Ok(None);
@@ -145,7 +145,7 @@ pub fn start_with(
             tracing::warn!("{e}: running without the admin API (choose one with --admin-socket)");
             Ok(None)
         }
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(e),
     }
 }
 
