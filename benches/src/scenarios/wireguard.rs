@@ -465,11 +465,22 @@ fn nodes_json(nodes: &BTreeMap<String, NodeStat>) -> Value {
     Value::Object(m)
 }
 
+/// The JSON line of a skipped run, or, with `QUIVER_REQUIRE_SYSTEM_TESTS=1` (CI), a failure:
+/// as testkit does for the system tests.
+fn skip(why: String) -> Result<String, String> {
+    if std::env::var("QUIVER_REQUIRE_SYSTEM_TESTS").as_deref() == Ok("1") {
+        return Err(format!(
+            "wireguard cannot run: {why} (QUIVER_REQUIRE_SYSTEM_TESTS=1: not skipped)"
+        ));
+    }
+    eprintln!("wireguard: skipped: {why}");
+    Ok(json!({"scenario": "wireguard", "skipped": why}).to_string())
+}
+
 /// Runs the scenario; returns the JSON line.
 pub fn run(quick: bool) -> Result<String, String> {
     if let Some(why) = missing_prerequisite() {
-        eprintln!("wireguard: skipped: {why}");
-        return Ok(json!({"scenario": "wireguard", "skipped": why}).to_string());
+        return skip(why);
     }
     let (c0, c1) = two_cpus().map_err(|_| "wireguard needs two CPUs".to_string())?;
     let cpus = [c0, c1];
@@ -493,8 +504,7 @@ pub fn run(quick: bool) -> Result<String, String> {
     }
     if imps.is_empty() {
         let why = format!("no peer implementation to compare with: {unavailable:?}");
-        eprintln!("wireguard: skipped: {why}");
-        return Ok(json!({"scenario": "wireguard", "skipped": why}).to_string());
+        return skip(why);
     }
     imps.push(Imp::Quiver);
     eprintln!(
