@@ -19,7 +19,9 @@
 //! counted (`rx-bad-vnet-hdr`).
 //!
 //! Needs `CAP_NET_ADMIN`. The device lives as long as the port (it is not persistent), in the
-//! network namespace of the thread that opens the port.
+//! network namespace of the thread that opens the port, or in [`TapConfig::netns`] (opened
+//! from a thread there: the descriptors work from anywhere, and the device never exists in
+//! Quiver's own namespace).
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
@@ -59,6 +61,8 @@ pub struct TapConfig {
     /// Frames carry virtio-net headers: checksum and segmentation offloads both ways (see the
     /// module docs).
     pub offloads: bool,
+    /// The network namespace to create the device in (`None`: the caller's).
+    pub netns: Option<std::sync::Arc<crate::netns::NetNs>>,
 }
 
 impl TapConfig {
@@ -71,6 +75,7 @@ impl TapConfig {
             mac: None,
             up: true,
             offloads: true,
+            netns: None,
         }
     }
 }
@@ -157,12 +162,15 @@ impl TapPort {
             return Err(PortError::Config("a port needs at least one queue".into()));
         }
         let multi_queue = config.queues > 1;
-        let (first, name) = open_queue(&config.name, multi_queue, config.offloads)?;
-        let mut fds = vec![first];
-        for _ in 1..config.queues {
-            fds.push(open_queue(&name, multi_queue, config.offloads)?.0);
-        }
-        let device = NetDevice::open(&name)?;
+        let (queues, offloads) = (config.queues, config.offloads);
+        let (fds, device) = crate::af_packet::in_netns(config.netns.as_deref(), || {
+            let (first, name) = open_queue(&config.name, multi_queue, offloads)?;
+            let mut fds = vec![first];
+            for _ in 1..queues {
+                fds.push(open_queue(&name, multi_queue, offloads)?.0);
+            }
+            Ok((fds, NetDevice::open(&name)?))
+        })?;
         if config.up {
             device.set_up()?;
         }

@@ -123,6 +123,10 @@ pub struct TapSection {
     pub mtu: u16,
     /// The kernel device's name (default: the port's name).
     pub device: Option<String>,
+    /// The network namespace to create the device in (a path such as `/run/netns/x`;
+    /// default: Quiver's).
+    #[serde(default)]
+    pub netns: Option<std::path::PathBuf>,
 }
 
 /// `type = "dpdk"`.

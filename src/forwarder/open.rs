@@ -85,6 +85,9 @@ pub(super) fn open_port(
         PortSection::Tap(t) => {
             let mut c = TapConfig::new(t.device.as_deref().unwrap_or(common.name), workers);
             c.mac = mac;
+            if let Some(path) = &t.netns {
+                c.netns = Some(Arc::new(NetNs::open_path(path).map_err(OpenError::Netns)?));
+            }
             Arc::new(TapPort::open(&c)?)
         }
     })

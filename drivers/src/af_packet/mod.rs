@@ -236,7 +236,7 @@ impl AfPacketPort {
 }
 
 /// Runs `f` inside `netns` (on a short-lived thread there), or here when `None`.
-fn in_netns<T: Send>(
+pub(crate) fn in_netns<T: Send>(
     netns: Option<&NetNs>,
     f: impl FnOnce() -> Result<T, PortError> + Send,
 ) -> Result<T, PortError> {

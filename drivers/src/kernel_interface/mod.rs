@@ -21,8 +21,8 @@
 //! [`KernelInterface`] is a record, not a guard: dropping it leaves the interface; call
 //! [`KernelInterface::delete`] (or [`delete_for_connection`]) on Close.
 //!
-//! Or, with [`KernelInterface::adopt_tap`], a TAP device Quiver opened as its port, moved into
-//! the namespace and configured the same way (no veth; gone with Quiver's descriptors).
+//! Or, with [`KernelInterface::adopt_tap`], a TAP device Quiver opened as its port from inside
+//! the namespace, configured the same way (no veth; gone with Quiver's descriptors).
 //!
 //! Files: `config` (what to create, checked into a plan first), `veth` ([`KernelInterface`]),
 //! `tap` (the TAP form),

@@ -1,9 +1,9 @@
 //! NSM's KERNEL mechanism on Quiver's side: the connection's interface inside a pod's
 //! namespace, with Quiver's end as a port, over one of two backends:
 //! - **TAP** (the default; `NSM_KERNEL_BACKEND=tap`): Quiver opens a TAP device as its port
-//!   (multi-queue, virtio-net headers: checksum and TCP segmentation offloads both ways), then
-//!   moves the device into the namespace under the requested name. Nothing of it is in
-//!   Quiver's namespace, and nothing outlives Quiver (the device goes with its descriptors).
+//!   (multi-queue, virtio-net headers: checksum and TCP segmentation offloads both ways),
+//!   created from inside the namespace under the requested name. Nothing of it is in Quiver's
+//!   namespace, and nothing outlives Quiver (the device goes with its descriptors).
 //! - **veth** (`NSM_KERNEL_BACKEND=veth`): a veth pair, its far end in the namespace, Quiver's
 //!   end an AF_PACKET port (with virtio-net headers too), tagged so that a restarted Quiver
 //!   reaps it.
@@ -112,8 +112,8 @@ fn veth(
     Ok(veth)
 }
 
-/// The TAP port (its device in Quiver's namespace under the veth end's name), then the device
-/// moved into the namespace.
+/// The TAP port, its device created straight inside the namespace under the requested name
+/// (never in Quiver's namespace, never moved), then configured there.
 fn tap(
     dp: &ForwarderDataplane,
     owner: &str,
@@ -121,12 +121,13 @@ fn tap(
     netns: &NetNs,
     config: &KernelInterfaceConfig,
 ) -> Result<KernelInterface, BackendError> {
-    let device = drivers::kernel_interface::host_name_for(&config.connection_id);
+    KernelInterface::ensure_name_free(netns, &config.name).map_err(kernel_error)?;
     let section = PortSection::Tap(TapSection {
         name: spec.name.0.clone(),
         mac: None,
         mtu: mtu16(spec.mtu)?,
-        device: Some(device.clone()),
+        device: Some(config.name.clone()),
+        netns: Some(netns.path().to_path_buf()),
     });
     dp.add(owner, section)?;
     let mac = dp
@@ -135,12 +136,12 @@ fn tap(
         .port(&spec.name.0)
         .map(|p| p.port.mac())
         .ok_or_else(|| BackendError::Failed(format!("{}: the TAP port vanished", spec.name)))?;
-    KernelInterface::adopt_tap(netns, config, &device, mac).map_err(|e| {
+    KernelInterface::adopt_tap(netns, config, mac).map_err(|e| {
         let removed = dp.apply(Change::RemoveInterface {
             name: spec.name.0.clone(),
         });
         if let Err(r) = removed {
-            tracing::error!(error = %r, "cannot remove a TAP port after a failed move");
+            tracing::error!(error = %r, "cannot remove a TAP port after a failed configuration");
         }
         kernel_error(e)
     })
