@@ -5,7 +5,7 @@
 mod scenarios;
 
 const SCENARIOS: &str =
-    "dispatch, lpm, graph-ip4, graph-l2xc, vxlan, memif-rate, memif-xc, dpdk, ctl-churn, wireguard";
+    "dispatch, lpm, graph-ip4, graph-l2xc, vxlan, memif-rate, memif-xc, dpdk, ctl-churn, kernel, wireguard";
 
 use clap::Parser;
 
