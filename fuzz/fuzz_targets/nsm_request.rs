@@ -68,11 +68,20 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     for m in req.mechanism_preferences.iter().take(4) {
-        let _ = mechanism::endpoint_side(Some(m), "nsm-fuzz", true);
-        let _ = mechanism::endpoint_side(Some(m), "nsm-fuzz", false);
+        // Answers read as after each offer Quiver makes: VXLAN, WireGuard, or LOCAL only.
+        for remote in [
+            Some(mechanism::Remote::Vxlan),
+            Some(mechanism::Remote::Wireguard),
+            None,
+        ] {
+            let _ = mechanism::endpoint_side(Some(m), "nsm-fuzz", remote);
+        }
     }
     if let Some(c) = &req.connection {
         let _ = path::check(c);
-        let _ = mechanism::select(c.mechanism.as_ref(), &req.mechanism_preferences, true);
+        for remote in [mechanism::Remote::Vxlan, mechanism::Remote::Wireguard] {
+            let prefs = &req.mechanism_preferences;
+            let _ = mechanism::select(c.mechanism.as_ref(), prefs, Some(remote));
+        }
     }
 });
