@@ -6,9 +6,6 @@
 //! crosses the L3 cross-connect with one hop. No TAP, veth or port is left in Quiver's
 //! namespace at any time beyond its ports, and after Close nothing is left anywhere.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-
 use nsm_forwarder::config::KernelBackend;
 use nsm_forwarder::testing::{BlockingClient, TestEndpoint};
 use nsm_proto::connection::{Connection, State};
@@ -21,38 +18,6 @@ mod nsm_support;
 use nsm_support::{kernel_mech, nsc_connection, run, KernelTest, Netns, IP, PING};
 
 const PYTHON: &str = testkit::SYSTEM_PYTHON;
-
-/// Receives one connection on `argv[1]`:5003; prints the bytes' count and SHA-256.
-const SERVER: &str = r#"
-import hashlib, socket, sys
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind((sys.argv[1], 5003))
-s.listen(1)
-s.settimeout(60)
-print("listening", flush=True)
-c, _ = s.accept()
-c.settimeout(60)
-h, n = hashlib.sha256(), 0
-while True:
-    d = c.recv(1 << 20)
-    if not d:
-        break
-    h.update(d)
-    n += len(d)
-print(n, h.hexdigest(), flush=True)
-"#;
-
-/// Sends `argv[2]` MiB of seeded bytes to `argv[1]`:5003; prints their count and SHA-256.
-const CLIENT: &str = r#"
-import hashlib, random, socket, sys
-data = random.Random(26).randbytes(int(sys.argv[2]) << 20)
-s = socket.create_connection((sys.argv[1], 5003), timeout=30)
-s.sendall(data)
-s.shutdown(socket.SHUT_WR)
-s.recv(1)
-print(len(data), hashlib.sha256(data).hexdigest(), flush=True)
-"#;
 
 /// `ip -d link show` of `dev` in `ns`.
 fn link_details(ns: &Netns, dev: &str) -> String {
@@ -88,36 +53,6 @@ fn request(
         }),
         mechanism_preferences: kernel_mech(&nsc.url(), "nsm0"),
     }
-}
-
-/// Sends `mib` MiB from `nsc` to a server at `to` in `nse`: (what the server got, what the
-/// client sent), each as length and hash.
-fn transfer(nsc: &Netns, nse: &Netns, to: &str, mib: u32) -> (String, String) {
-    let mut server = Command::new(IP)
-        .args(["netns", "exec", &nse.0, PYTHON, "-c", SERVER, to])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("server starts");
-    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
-    assert_eq!(
-        lines.next().and_then(Result::ok).as_deref(),
-        Some("listening")
-    );
-    let client = run(&[
-        IP,
-        "netns",
-        "exec",
-        &nsc.0,
-        PYTHON,
-        "-c",
-        CLIENT,
-        to,
-        &mib.to_string(),
-    ]);
-    let sent = String::from_utf8_lossy(&client.stdout).trim().to_string();
-    let received = lines.next().and_then(Result::ok).unwrap_or_default();
-    let _ = server.wait();
-    (received, sent)
 }
 
 #[test]
@@ -172,7 +107,7 @@ fn tcp_and_ping_cross_quiver_between_tap_devices_in_the_pods() {
     wait_for("a ping from the NSC to the NSE through Quiver", 30, || {
         nsc.ping("10.73.0.2")
     });
-    let (received, sent) = transfer(&nsc, &nse, "10.73.0.2", 8);
+    let (received, sent) = testkit::tcp::transfer(&nsc.0, &nse.0, "10.73.0.2", 5003, 8);
     assert_eq!(received, sent, "every byte arrived, in order");
     assert!(sent.starts_with("8388608 "), "{sent}");
     let port = |side: &str| {

@@ -37,64 +37,9 @@ fn ready(test: &str) -> bool {
     true
 }
 
-/// Receives one connection on `addr`:5001 and prints how many bytes came and their SHA-256.
-const SERVER: &str = r#"
-import hashlib, socket, sys
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind((sys.argv[1], 5001))
-s.listen(1)
-s.settimeout(60)
-print("listening", flush=True)
-c, _ = s.accept()
-c.settimeout(60)
-h, n = hashlib.sha256(), 0
-while True:
-    d = c.recv(1 << 20)
-    if not d:
-        break
-    h.update(d)
-    n += len(d)
-print(n, h.hexdigest(), flush=True)
-"#;
-
-/// Sends `argv[2]` MiB of seeded pseudo-random bytes to `argv[1]`:5001; prints their length
-/// and SHA-256.
-const CLIENT: &str = r#"
-import hashlib, random, socket, sys
-data = random.Random(24).randbytes(int(sys.argv[2]) << 20)
-s = socket.create_connection((sys.argv[1], 5001), timeout=30)
-s.sendall(data)
-s.shutdown(socket.SHUT_WR)
-s.recv(1)
-print(len(data), hashlib.sha256(data).hexdigest(), flush=True)
-"#;
-
-/// Sends `mib` MiB from `from` to a server at `to_addr` in `to`; returns what the server and
-/// the client printed (each: length and hash).
+/// Sends `mib` MiB from `from` to a server at `to_addr` in `to` (see `testkit::tcp`).
 fn transfer(from: &Netns, to: &Netns, to_addr: &str, mib: u32) -> (String, String) {
-    let mut server = Command::new("ip")
-        .args(["netns", "exec", &to.name, PYTHON, "-c", SERVER, to_addr])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("server starts");
-    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
-    assert_eq!(
-        lines.next().and_then(Result::ok).as_deref(),
-        Some("listening")
-    );
-    let client = from.exec(&[PYTHON, "-c", CLIENT, to_addr, &mib.to_string()]);
-    let received = lines.next().and_then(Result::ok).unwrap_or_default();
-    let _ = server.wait();
-    assert!(
-        client.status.success(),
-        "client: {}",
-        String::from_utf8_lossy(&client.stderr)
-    );
-    (
-        received,
-        String::from_utf8_lossy(&client.stdout).trim().to_string(),
-    )
+    testkit::tcp::transfer(&from.name, &to.name, to_addr, 5001, mib)
 }
 
 fn offloads(ns: &Netns, dev: &str) -> String {

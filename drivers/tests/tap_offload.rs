@@ -10,8 +10,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 
 use common::*;
@@ -19,39 +18,6 @@ use drivers::tap::{TapConfig, TapPort};
 use graph_nodes::names;
 
 const PYTHON: &str = "/usr/bin/python3";
-
-/// Receives one connection on `argv[1]`:5002; prints the bytes' count and SHA-256.
-const SERVER: &str = r#"
-import hashlib, socket, sys
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind((sys.argv[1], 5002))
-s.listen(1)
-s.settimeout(60)
-print("listening", flush=True)
-c, _ = s.accept()
-c.settimeout(60)
-h, n = hashlib.sha256(), 0
-while True:
-    d = c.recv(1 << 20)
-    if not d:
-        break
-    h.update(d)
-    n += len(d)
-print(n, h.hexdigest(), flush=True)
-"#;
-
-/// Sends `argv[2]` MiB of seeded pseudo-random bytes to `argv[1]`:5002; prints their count and
-/// SHA-256.
-const CLIENT: &str = r#"
-import hashlib, random, socket, sys
-data = random.Random(25).randbytes(int(sys.argv[2]) << 20)
-s = socket.create_connection((sys.argv[1], 5002), timeout=30)
-s.sendall(data)
-s.shutdown(socket.SHUT_WR)
-s.recv(1)
-print(len(data), hashlib.sha256(data).hexdigest(), flush=True)
-"#;
 
 /// Opens a TAP port with offloads, moves its device into `ns` with `address`, up.
 fn tap_in(fwd: &mut graph_nodes::Forwarding, ns: &Netns, address: &str) -> (PortAt, String) {
@@ -86,28 +52,7 @@ fn tcp_crosses_a_cross_connect_of_taps_moved_into_namespaces_with_offloads() {
     fwd.cross_connect(a.1, b.1).unwrap();
     let q = Quiver::start(fwd, &[a.clone(), b.clone()], &[0]);
 
-    let mut server = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &ns2.name,
-            PYTHON,
-            "-c",
-            SERVER,
-            "10.0.31.2",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("server starts");
-    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
-    assert_eq!(
-        lines.next().and_then(Result::ok).as_deref(),
-        Some("listening")
-    );
-    let client = ns1.exec(&[PYTHON, "-c", CLIENT, "10.0.31.2", "8"]);
-    let sent = String::from_utf8_lossy(&client.stdout).trim().to_string();
-    let received = lines.next().and_then(Result::ok).unwrap_or_default();
-    let _ = server.wait();
+    let (received, sent) = testkit::tcp::transfer(&ns1.name, &ns2.name, "10.0.31.2", 5002, 8);
     assert_eq!(received, sent, "every byte arrived, in order");
     assert!(sent.starts_with("8388608 "), "{sent}");
 

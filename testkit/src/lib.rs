@@ -11,6 +11,7 @@
 //!   and cached.
 
 mod python;
+pub mod tcp;
 mod testpmd;
 pub mod wg_peers;
 
