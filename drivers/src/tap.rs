@@ -273,6 +273,7 @@ impl Port for TapPort {
                 counters: q.counters.clone(),
                 overflow: vec![0; MAX_FRAME].into_boxed_slice(),
                 vnet: self.offloads,
+                failed: false,
             }),
             tx: Box::new(TapTx {
                 fd: q.fd.clone(),
@@ -295,6 +296,8 @@ struct TapRx {
     overflow: Box<[u8]>,
     /// Frames come behind a virtio-net header.
     vnet: bool,
+    /// A read failed already (logged once).
+    failed: bool,
 }
 
 /// Why no frame came out of a read.
@@ -381,7 +384,11 @@ impl RxQueue for TapRx {
                 Err(ReadFailed::NoBuffer) => self.counters.bump(Counter::RxNoBuffer, 1),
                 Err(ReadFailed::Sys(e)) => {
                     self.counters.bump(Counter::RxErrors, 1);
-                    tracing::debug!(error = %e, "TAP read failed");
+                    // Once: a device that is gone (its namespace deleted) fails every read
+                    // until the port is removed; `rx-errors` counts each.
+                    if !std::mem::replace(&mut self.failed, true) {
+                        tracing::debug!(error = %e, "TAP read failed");
+                    }
                 }
             }
             buffers.free_one(bi);
@@ -493,6 +500,7 @@ mod tests {
             counters: Arc::default(),
             overflow: vec![0; MAX_FRAME].into_boxed_slice(),
             vnet: true,
+            failed: false,
         };
         (rx, theirs)
     }
