@@ -171,6 +171,9 @@ fn an_idle_queue_sleeps_until_its_descriptor_is_readable() {
         assert_eq!(g.run_pass(&mut buffers, &()), 0);
     }
     assert_eq!(asleep(&mut g), [3]);
+    let counted =
+        |g: &dataplane::Graph<()>, name: &str| g.handle().runtime().error(PORT_INPUT, name);
+    assert_eq!(counted(&g, "queue-slept"), 1, "the sleep is counted");
     let polled = polls.load(Ordering::Relaxed);
     assert_eq!(polled, u64::from(dataplane::SLEEP_AFTER));
     for _ in 0..10_000 {
@@ -198,12 +201,14 @@ fn an_idle_queue_sleeps_until_its_descriptor_is_readable() {
     }
     assert_eq!(seen.packets(), 1);
     assert!(asleep(&mut g).is_empty(), "polled again");
+    assert_eq!(counted(&g, "queue-woken"), 1, "the wake is counted");
 
     // Asleep again, then detached while asleep: nothing is left watching it.
     for _ in 0..=dataplane::SLEEP_AFTER {
         g.run_pass(&mut buffers, &());
     }
     assert_eq!(asleep(&mut g), [3]);
+    assert_eq!(counted(&g, "queue-slept"), 2);
     let node = g.node_mut::<PortsInput>(PORT_INPUT).unwrap();
     assert!(node.detach(3).is_some());
     assert_eq!(node.interfaces().count(), 0);

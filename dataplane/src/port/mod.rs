@@ -216,11 +216,12 @@ impl PortsInput {
         self.asleep.iter().map(|a| a.interface)
     }
 
-    /// Polls again the sleeping queues whose descriptors are readable.
+    /// Polls again the sleeping queues whose descriptors are readable; returns how many.
     #[cold]
-    fn wake_ready(&mut self) {
+    fn wake_ready(&mut self) -> u64 {
         let mut ready = [0u32; 32];
         let n = self.sleepers.ready(&mut ready);
+        let mut woken = 0;
         for &interface in &ready[..n] {
             if let Some(k) = self.asleep.iter().position(|a| a.interface == interface) {
                 let mut a = self.asleep.swap_remove(k);
@@ -229,38 +230,56 @@ impl PortsInput {
                 }
                 a.empty = 0;
                 self.queues.push(a);
+                woken += 1;
             }
         }
+        woken
     }
 
-    /// Puts to sleep the polled queues idle for [`SLEEP_AFTER`] polls that can be woken.
+    /// Puts to sleep the polled queues idle for [`SLEEP_AFTER`] polls that can be woken;
+    /// returns how many.
     #[cold]
-    fn sleep_idle(&mut self) {
-        let mut k = 0;
+    fn sleep_idle(&mut self) -> u64 {
+        let (mut k, mut slept) = (0, 0);
         while k < self.queues.len() {
             let a = &self.queues[k];
             match a.fd {
                 Some(fd) if a.empty >= SLEEP_AFTER && self.sleepers.add(fd, a.interface) => {
                     let a = self.queues.remove(k);
                     self.asleep.push(a);
+                    slept += 1;
                 }
                 _ => k += 1,
             }
         }
+        slept
     }
 }
 
 impl<S> Node<S> for PortsInput {
     fn spec(&self) -> NodeSpec {
-        NodeSpec::input(&self.name).nexts(&[&self.next]).errors(&[(
-            "capture-dropped",
-            "received packets a capture missed (its writer fell behind)",
-        )])
+        NodeSpec::input(&self.name).nexts(&[&self.next]).errors(&[
+            (
+                "capture-dropped",
+                "received packets a capture missed (its writer fell behind)",
+            ),
+            (
+                "queue-slept",
+                "idle receive queues put to sleep, waited on instead of polled (not an error)",
+            ),
+            (
+                "queue-woken",
+                "sleeping receive queues woken by their descriptor (not an error)",
+            ),
+        ])
     }
 
     fn process(&mut self, cx: &mut Context<'_, S>, frame: &mut Frame) -> usize {
         if !self.asleep.is_empty() && self.sleepers.due() {
-            self.wake_ready();
+            let woken = self.wake_ready();
+            if woken > 0 {
+                cx.count_error(2, woken);
+            }
         }
         let mut produced = 0;
         let mut drowsy = false;
@@ -299,7 +318,10 @@ impl<S> Node<S> for PortsInput {
             produced += n;
         }
         if drowsy {
-            self.sleep_idle();
+            let slept = self.sleep_idle();
+            if slept > 0 {
+                cx.count_error(1, slept);
+            }
         }
         produced
     }
