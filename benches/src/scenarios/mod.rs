@@ -10,6 +10,7 @@ pub mod kernel;
 pub mod lpm;
 pub mod memif_rate;
 pub mod memif_xc;
+pub mod procs;
 pub mod wg_floor;
 pub mod wg_net;
 pub mod wireguard;
