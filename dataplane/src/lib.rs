@@ -30,7 +30,9 @@ pub use frame::{Frame, FRAME_SIZE};
 pub use graph::{Context, Graph, GraphBuilder, GraphError, GraphHandle, ERROR_DROP};
 pub use node::{ErrorSpec, Next, Node, NodeKind, NodeSpec};
 pub use observer::DataplaneObserver;
-pub use port::{PortInput, PortsInput, RxBurst, RxQueue, TxQueue, PORT_INPUT, SLEEP_AFTER};
+pub use port::{
+    PortInput, PortsInput, RxBurst, RxMode, RxModeCell, RxQueue, TxQueue, PORT_INPUT, SLEEP_AFTER,
+};
 pub use snapshot::{Epochs, Published, Reader};
 pub use worker::{
     keep_off_worker_cores, CommandError, Dataplane, IdlePolicy, StartError, WorkerCommand,

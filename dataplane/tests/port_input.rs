@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 use dataplane::buffer::{BufferPool, BufferPoolConfig, HugepagePolicy};
 use dataplane::harness::PacketSink;
 use dataplane::trace::TraceArm;
-use dataplane::{GraphBuilder, PortsInput, RxBurst, RxQueue, WorkerBuffers, PORT_INPUT};
+use dataplane::{
+    GraphBuilder, PortsInput, RxBurst, RxMode, RxQueue, WorkerBuffers, PORT_INPUT, SLEEP_AFTER,
+};
 
 /// A queue that, allowed to, "forwards" the first `direct` frames of each burst itself
 /// (counting them in `bypassed`) and receives the rest into buffers.
@@ -105,10 +107,12 @@ fn a_queue_bypasses_the_graph_only_while_port_input_is_not_traced() {
 }
 
 /// A queue over the receiving end of a datagram socket pair: each datagram is a frame; it
-/// counts how often it is polled, and its socket wakes it.
+/// counts how often it is polled, and its socket wakes it. It keeps the modes it is told in
+/// order, as a driver would publish them.
 struct Datagrams {
     socket: std::os::unix::net::UnixDatagram,
     polls: Arc<AtomicU64>,
+    modes: Arc<Mutex<Vec<RxMode>>>,
 }
 
 impl RxQueue for Datagrams {
@@ -132,6 +136,10 @@ impl RxQueue for Datagrams {
         use std::os::fd::AsRawFd;
         Some(self.socket.as_raw_fd())
     }
+
+    fn set_mode(&mut self, mode: RxMode) {
+        self.modes.lock().unwrap().push(mode);
+    }
 }
 
 #[test]
@@ -152,6 +160,7 @@ fn an_idle_queue_sleeps_until_its_descriptor_is_readable() {
         Box::new(Datagrams {
             socket: ours,
             polls: polls.clone(),
+            modes: Arc::default(),
         })
     ));
     let sink = PacketSink::new("sink");
@@ -167,7 +176,7 @@ fn an_idle_queue_sleeps_until_its_descriptor_is_readable() {
     };
 
     // Idle for SLEEP_AFTER polls: asleep, and no longer polled.
-    for _ in 0..dataplane::SLEEP_AFTER {
+    for _ in 0..SLEEP_AFTER {
         assert_eq!(g.run_pass(&mut buffers, &()), 0);
     }
     assert_eq!(asleep(&mut g), [3]);
@@ -175,7 +184,7 @@ fn an_idle_queue_sleeps_until_its_descriptor_is_readable() {
         |g: &dataplane::Graph<()>, name: &str| g.handle().runtime().error(PORT_INPUT, name);
     assert_eq!(counted(&g, "queue-slept"), 1, "the sleep is counted");
     let polled = polls.load(Ordering::Relaxed);
-    assert_eq!(polled, u64::from(dataplane::SLEEP_AFTER));
+    assert_eq!(polled, u64::from(SLEEP_AFTER));
     for _ in 0..10_000 {
         g.run_pass(&mut buffers, &());
     }
@@ -204,7 +213,7 @@ fn an_idle_queue_sleeps_until_its_descriptor_is_readable() {
     assert_eq!(counted(&g, "queue-woken"), 1, "the wake is counted");
 
     // Asleep again, then detached while asleep: nothing is left watching it.
-    for _ in 0..=dataplane::SLEEP_AFTER {
+    for _ in 0..=SLEEP_AFTER {
         g.run_pass(&mut buffers, &());
     }
     assert_eq!(asleep(&mut g), [3]);
@@ -212,6 +221,81 @@ fn an_idle_queue_sleeps_until_its_descriptor_is_readable() {
     let node = g.node_mut::<PortsInput>(PORT_INPUT).unwrap();
     assert!(node.detach(3).is_some());
     assert_eq!(node.interfaces().count(), 0);
+    drop(g);
+    drop(buffers);
+    assert_eq!(pool.free_count(), 256, "every buffer back");
+}
+
+#[test]
+fn a_queue_is_told_interrupt_when_it_sleeps_and_polling_when_traffic_wakes_it() {
+    let pool = BufferPool::new(&BufferPoolConfig {
+        buffers: 256,
+        hugepages: HugepagePolicy::Never,
+        ..Default::default()
+    })
+    .unwrap();
+    let mut buffers = pool.worker_buffers();
+    let (theirs, ours) = std::os::unix::net::UnixDatagram::pair().unwrap();
+    ours.set_nonblocking(true).unwrap();
+    let modes: Arc<Mutex<Vec<RxMode>>> = Arc::default();
+    let mut input = PortsInput::new(PORT_INPUT, "sink");
+    assert!(input.attach(
+        5,
+        Box::new(Datagrams {
+            socket: ours,
+            polls: Arc::default(),
+            modes: modes.clone(),
+        })
+    ));
+    let sink = PacketSink::new("sink");
+    let seen = sink.report();
+    let mut b = GraphBuilder::<()>::new();
+    b.add(input).add(sink);
+    let mut g = b.build().unwrap();
+    let told = || modes.lock().unwrap().clone();
+    assert_eq!(told(), [RxMode::Polling], "attached: polled");
+
+    // Idle: told once, when it sleeps, however many passes follow.
+    for _ in 0..SLEEP_AFTER - 1 {
+        g.run_pass(&mut buffers, &());
+    }
+    assert_eq!(told(), [RxMode::Polling], "not idle long enough yet");
+    for _ in 0..3 * SLEEP_AFTER {
+        g.run_pass(&mut buffers, &());
+    }
+    assert_eq!(told(), [RxMode::Polling, RxMode::Interrupt]);
+
+    // Traffic: woken, told polling, and the frame goes through.
+    theirs.send(&[0x17; 60]).unwrap();
+    let mut passes = 0u64;
+    while seen.packets() == 0 {
+        g.run_pass(&mut buffers, &());
+        passes += 1;
+        assert!(passes < 50_000_000, "the queue never woke");
+    }
+    assert_eq!(
+        told(),
+        [RxMode::Polling, RxMode::Interrupt, RxMode::Polling]
+    );
+
+    // Traffic keeps it polling: no more changes while frames keep coming.
+    for k in 0..3 * u64::from(SLEEP_AFTER) {
+        if k % 1000 == 0 {
+            theirs.send(&[0x18; 60]).unwrap();
+        }
+        g.run_pass(&mut buffers, &());
+    }
+    assert_eq!(told().len(), 3, "{:?}", told());
+
+    // Asleep again, then detached while asleep: told polling (no longer waited on).
+    for _ in 0..=SLEEP_AFTER {
+        g.run_pass(&mut buffers, &());
+    }
+    assert_eq!(told().last(), Some(&RxMode::Interrupt));
+    let node = g.node_mut::<PortsInput>(PORT_INPUT).unwrap();
+    let queue = node.detach(5).expect("attached");
+    assert_eq!(told().last(), Some(&RxMode::Polling));
+    drop(queue);
     drop(g);
     drop(buffers);
     assert_eq!(pool.free_count(), 256, "every buffer back");

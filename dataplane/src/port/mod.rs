@@ -9,8 +9,10 @@ use crate::frame::Frame;
 use crate::graph::Context;
 use crate::node::{Next, Node, NodeSpec};
 
+mod mode;
 mod sleep;
 
+pub use mode::{RxMode, RxModeCell};
 use sleep::Sleepers;
 pub use sleep::CHECK_INTERVAL_US;
 
@@ -40,6 +42,15 @@ pub trait RxQueue: Send {
     /// The default has none: the queue is always polled.
     fn wake_fd(&self) -> Option<RawFd> {
         None
+    }
+
+    /// Told by the input node how it serves the queue from now on: [`RxMode::Interrupt`] when
+    /// the queue goes to sleep on its [`RxQueue::wake_fd`], [`RxMode::Polling`] when it is
+    /// attached and when it is polled again. Called on the worker's thread, only when the mode
+    /// changes (never per poll). A driver publishes it for the control side, say in an
+    /// [`RxModeCell`] its port reads for `show interfaces`; the default ignores it.
+    fn set_mode(&mut self, mode: RxMode) {
+        let _ = mode;
     }
 }
 
@@ -133,7 +144,8 @@ pub const PORT_INPUT: &str = "port-input";
 /// A queue with a [`RxQueue::wake_fd`] that stays empty for [`SLEEP_AFTER`] polls in a row goes
 /// to sleep: it leaves the poll list and its descriptor joins the node's epoll set, asked at
 /// most every [`CHECK_INTERVAL_US`] µs; when it is readable the queue is polled again. Idle
-/// ports then cost a pass nothing but that one check.
+/// ports then cost a pass nothing but that one check. Each such queue is told its mode as it
+/// changes ([`RxQueue::set_mode`]), so that its driver can show it.
 pub struct PortsInput {
     name: String,
     next: String,
@@ -177,11 +189,14 @@ impl PortsInput {
 
     /// Starts polling `queue` for interface `interface`; returns `false` (and drops `queue`)
     /// when that interface already has a queue here.
-    pub fn attach(&mut self, interface: u32, queue: Box<dyn RxQueue>) -> bool {
+    pub fn attach(&mut self, interface: u32, mut queue: Box<dyn RxQueue>) -> bool {
         if self.interfaces().any(|i| i == interface) {
             return false;
         }
         let fd = queue.wake_fd();
+        if fd.is_some() {
+            queue.set_mode(RxMode::Polling);
+        }
         self.queues.push(Attached {
             interface,
             queue,
@@ -198,10 +213,11 @@ impl PortsInput {
             return Some(self.queues.remove(k).queue);
         }
         let k = self.asleep.iter().position(|a| a.interface == interface)?;
-        let a = self.asleep.swap_remove(k);
+        let mut a = self.asleep.swap_remove(k);
         if let Some(fd) = a.fd {
             self.sleepers.remove(fd);
         }
+        a.queue.set_mode(RxMode::Polling);
         Some(a.queue)
     }
 
@@ -229,6 +245,7 @@ impl PortsInput {
                     self.sleepers.remove(fd);
                 }
                 a.empty = 0;
+                a.queue.set_mode(RxMode::Polling);
                 self.queues.push(a);
                 woken += 1;
             }
@@ -245,7 +262,8 @@ impl PortsInput {
             let a = &self.queues[k];
             match a.fd {
                 Some(fd) if a.empty >= SLEEP_AFTER && self.sleepers.add(fd, a.interface) => {
-                    let a = self.queues.remove(k);
+                    let mut a = self.queues.remove(k);
+                    a.queue.set_mode(RxMode::Interrupt);
                     self.asleep.push(a);
                     slept += 1;
                 }
@@ -338,6 +356,10 @@ impl<Q: RxQueue + ?Sized> RxQueue for Box<Q> {
 
     fn wake_fd(&self) -> Option<RawFd> {
         (**self).wake_fd()
+    }
+
+    fn set_mode(&mut self, mode: RxMode) {
+        (**self).set_mode(mode)
     }
 }
 
