@@ -371,38 +371,61 @@ fn a_live_admin_socket_is_refused_and_a_stale_one_replaced() {
     assert_eq!(mode, 0o660);
 }
 
+/// A veth pair made for a test, both ends up, deleted on drop; `None` (the test skipped) without
+/// root or `ip`.
+struct Veth {
+    /// The end Quiver's AF_PACKET port opens.
+    name: String,
+    /// The other end, where the test's traffic comes from.
+    peer: String,
+}
+
+impl Veth {
+    fn new(test: &str, prefix: &str) -> Option<Veth> {
+        let needs = Needs {
+            root: true,
+            hugepages: 0,
+            tools: &["/usr/sbin/ip"],
+        };
+        if !require(test, &needs) {
+            return None;
+        }
+        let name = format!("{prefix}{}", std::process::id() % 100_000);
+        let v = Veth {
+            peer: format!("{name}p"),
+            name,
+        };
+        ip(&[
+            "link", "add", &v.name, "type", "veth", "peer", "name", &v.peer,
+        ]);
+        ip(&["link", "set", &v.name, "up"]);
+        ip(&["link", "set", &v.peer, "up"]);
+        Some(v)
+    }
+}
+
+impl Drop for Veth {
+    fn drop(&mut self) {
+        let _ = Command::new("/usr/sbin/ip")
+            .args(["link", "del", &self.name])
+            .output();
+    }
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new("/usr/sbin/ip").args(args).output().unwrap();
+    assert!(out.status.success(), "ip {args:?}: {out:?}");
+}
+
 #[test]
 fn an_af_packet_interface_is_added_and_deleted_at_run_time() {
-    let needs = Needs {
-        root: true,
-        hugepages: 0,
-        tools: &["/usr/sbin/ip"],
-    };
-    if !require(
+    let Some(veth) = Veth::new(
         "an_af_packet_interface_is_added_and_deleted_at_run_time",
-        &needs,
-    ) {
+        "qctl",
+    ) else {
         return;
-    }
-    let dir = Scratch::new("afp");
-    let veth = format!("qctl{}", std::process::id() % 100_000);
-    let peer = format!("{veth}p");
-    let ip = |args: &[&str]| {
-        let out = Command::new("/usr/sbin/ip").args(args).output().unwrap();
-        assert!(out.status.success(), "ip {args:?}: {out:?}");
     };
-    ip(&["link", "add", &veth, "type", "veth", "peer", "name", &peer]);
-    struct Remove(String);
-    impl Drop for Remove {
-        fn drop(&mut self) {
-            let _ = Command::new("/usr/sbin/ip")
-                .args(["link", "del", &self.0])
-                .output();
-        }
-    }
-    let _cleanup = Remove(veth.clone());
-    ip(&["link", "set", &veth, "up"]);
-    ip(&["link", "set", &peer, "up"]);
+    let dir = Scratch::new("afp");
     let q = Quiver::start_at(
         &dir,
         "afp",
@@ -415,7 +438,7 @@ fn an_af_packet_interface_is_added_and_deleted_at_run_time() {
         "af-packet",
         "host0",
         "--host-interface",
-        &veth,
+        &veth.name,
     ]);
     assert!(added["index"].is_u64(), "{added}");
     let ifs = q.json(&["show", "interfaces"]);
@@ -433,6 +456,90 @@ fn an_af_packet_interface_is_added_and_deleted_at_run_time() {
     assert!(entries(&q.json(&["show", "interfaces"]), "name", "host1").is_empty());
     q.json(&["interface", "del", "host0"]);
     assert!(entries(&q.json(&["show", "interfaces"]), "name", "host0").is_empty());
+}
+
+/// `show interfaces` gives each receive queue's mode: an idle AF_PACKET queue goes to sleep on
+/// its socket (`interrupt`), is polled again while frames come (`polling`), and sleeps again once
+/// they stop. memif queues are always polled and show no mode.
+#[test]
+fn show_interfaces_has_an_idle_queue_in_interrupt_mode_and_a_busy_one_polling() {
+    let test = "show_interfaces_has_an_idle_queue_in_interrupt_mode_and_a_busy_one_polling";
+    let Some(veth) = Veth::new(test, "qrxm") else {
+        return;
+    };
+    // The traffic: UDP broadcasts out of the peer, which Quiver's port receives.
+    let net = 200 + std::process::id() % 50;
+    ip(&[
+        "addr",
+        "add",
+        &format!("198.18.{net}.1/24"),
+        "dev",
+        &veth.peer,
+    ]);
+    let dir = Scratch::new("rx-mode");
+    let q = Quiver::start_at(
+        &dir,
+        "rx-mode",
+        &config(&dir.path("m.sock")),
+        &dir.path("admin.sock"),
+    );
+    q.json(&[
+        "interface",
+        "add",
+        "af-packet",
+        "host0",
+        "--host-interface",
+        &veth.name,
+    ]);
+    let host0 = |q: &Quiver| one(&q.json(&["show", "interfaces"]), "name", "host0").clone();
+    let modes = |q: &Quiver| host0(q)["rx_modes"].clone();
+    let memif0 = one(&q.json(&["show", "interfaces"]), "name", "memif0").clone();
+    assert_eq!(memif0["rx_modes"], serde_json::json!([]), "always polled");
+
+    // Idle: asleep, in the JSON and in the table.
+    wait_for("host0's idle queue to sleep", 30, || {
+        modes(&q) == serde_json::json!(["interrupt"])
+    });
+    let out = q.ctl(&["show", "interfaces"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines().any(|l| l == "    rx mode: interrupt"),
+        "{text}"
+    );
+
+    // Frames: polled again while they come.
+    let received = host0(&q)["rx_packets"].as_u64().unwrap();
+    let sender = std::net::UdpSocket::bind(format!("198.18.{net}.1:0")).unwrap();
+    sender.set_broadcast(true).unwrap();
+    let to = format!("198.18.{net}.255:9");
+    let mut sent = 0u64;
+    wait_for("host0's queue to be polled while frames come", 30, || {
+        for _ in 0..20 {
+            sender.send_to(&[0x5a; 64], &to).unwrap();
+            sent += 1;
+        }
+        modes(&q) == serde_json::json!(["polling"])
+    });
+    assert!(
+        host0(&q)["rx_packets"].as_u64().unwrap() > received,
+        "the frames were received ({sent} sent)"
+    );
+
+    // Quiet again: asleep again.
+    wait_for("host0's queue to sleep again", 30, || {
+        modes(&q) == serde_json::json!(["interrupt"])
+    });
+    let slept = q.json(&["show", "errors"]);
+    let count = |reason: &str| {
+        slept
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["node"] == "port-input" && e["reason"] == reason)
+            .map_or(0, |e| e["count"].as_u64().unwrap())
+    };
+    assert!(count("queue-slept") >= 2, "{slept:#}");
+    assert!(count("queue-woken") >= 1, "{slept:#}");
 }
 
 /// An operator's own tool on the admin socket: Python grpcio with its default settings, stubs

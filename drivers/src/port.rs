@@ -1,6 +1,6 @@
 //! The surface every driver's port offers.
 
-use dataplane::{RxQueue, TxQueue};
+use dataplane::{RxMode, RxQueue, TxQueue};
 
 /// A port's link.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,4 +73,11 @@ pub trait Port: Send + Sync {
     fn queue_pair(&self, worker: usize) -> Result<QueuePair, PortError>;
     /// Counters summed over all queues.
     fn stats(&self) -> PortStats;
+    /// Each receive queue's mode, by worker, for ports whose queues can sleep on a wake
+    /// descriptor ([`dataplane::RxQueue::wake_fd`]): [`RxMode::Interrupt`] while the queue's
+    /// worker waits on it, [`RxMode::Polling`] while it polls it. Empty (the default) for
+    /// ports whose queues are always polled.
+    fn rx_modes(&self) -> Vec<RxMode> {
+        Vec::new()
+    }
 }

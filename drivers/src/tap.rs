@@ -30,7 +30,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use dataplane::offload::{Gso, Offload, VIRTIO_NET_HDR_LEN};
-use dataplane::{RxQueue, TxQueue, WorkerBuffers};
+use dataplane::{RxMode, RxQueue, TxQueue, WorkerBuffers};
 use nix::fcntl::{open, OFlag};
 use nix::sys::stat::Mode;
 use nix::sys::uio::{readv, writev};
@@ -286,6 +286,10 @@ impl Port for TapPort {
     fn stats(&self) -> PortStats {
         port_stats(self.slots().iter().map(|q| &*q.counters))
     }
+
+    fn rx_modes(&self) -> Vec<RxMode> {
+        self.slots().iter().map(|q| q.counters.rx_mode()).collect()
+    }
 }
 
 /// One worker's receive side of a TAP queue.
@@ -409,6 +413,10 @@ impl RxQueue for TapRx {
 
     fn wake_fd(&self) -> Option<std::os::fd::RawFd> {
         Some(self.fd.as_raw_fd())
+    }
+
+    fn set_mode(&mut self, mode: RxMode) {
+        self.counters.set_rx_mode(mode);
     }
 }
 
@@ -549,6 +557,43 @@ mod tests {
         assert_eq!(buffers.data(out[0]), &frame[..]);
         buffers.free(&out[..n]);
         assert_eq!(rx.receive(&mut buffers, &mut out), 0, "nothing more");
+    }
+
+    #[test]
+    fn a_queue_publishes_its_receive_mode_for_show_interfaces() {
+        use dataplane::buffer::{BufferPool, BufferPoolConfig, HugepagePolicy};
+        use dataplane::harness::PacketSink;
+        use dataplane::{GraphBuilder, PortsInput, PORT_INPUT, SLEEP_AFTER};
+        let pool = BufferPool::new(&BufferPoolConfig {
+            buffers: 256,
+            hugepages: HugepagePolicy::Never,
+            ..Default::default()
+        })
+        .unwrap();
+        let mut buffers = pool.worker_buffers();
+        let (rx, kernel) = fake_rx();
+        let counters = rx.counters.clone();
+        counters.set_rx_mode(RxMode::Interrupt); // left over from an earlier queue
+        let mut input = PortsInput::new(PORT_INPUT, "sink");
+        assert!(input.attach(1, Box::new(rx)));
+        assert_eq!(counters.rx_mode(), RxMode::Polling, "attached: polled");
+        let mut b = GraphBuilder::<()>::new();
+        b.add(input).add(PacketSink::new("sink"));
+        let mut g = b.build().unwrap();
+        for _ in 0..SLEEP_AFTER {
+            g.run_pass(&mut buffers, &());
+        }
+        assert_eq!(counters.rx_mode(), RxMode::Interrupt, "idle: asleep");
+        kernel
+            .send(&[&[0u8; 10][..], &[0x45u8; 60]].concat())
+            .unwrap();
+        let mut passes = 0u64;
+        while counters.get(Counter::RxPackets) == 0 {
+            g.run_pass(&mut buffers, &());
+            passes += 1;
+            assert!(passes < 50_000_000, "never woken");
+        }
+        assert_eq!(counters.rx_mode(), RxMode::Polling, "woken by the frame");
     }
 
     #[test]

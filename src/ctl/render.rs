@@ -130,11 +130,31 @@ pub fn interfaces(r: &pb::ShowInterfacesReply) -> String {
         if !i.addresses.is_empty() {
             t.note(format!("addresses: {}", i.addresses.join(", ")));
         }
+        if let Some(modes) = rx_modes(&i.rx_modes) {
+            t.note(format!("rx mode: {modes}"));
+        }
         for c in i.detail.iter().filter(|c| c.value != 0) {
             t.note(format!("{}: {}", c.name, c.value));
         }
     }
     t.render()
+}
+
+/// A port's receive queues' modes: `interrupt` for one queue, `q0 polling, q1 interrupt` for
+/// several; `None` for ports whose queues are always polled.
+fn rx_modes(modes: &[String]) -> Option<String> {
+    match modes {
+        [] => None,
+        [one] => Some(one.clone()),
+        _ => Some(
+            modes
+                .iter()
+                .enumerate()
+                .map(|(q, m)| format!("q{q} {m}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+    }
 }
 
 /// `show interfaces --json`.
@@ -160,6 +180,7 @@ pub fn interfaces_json(r: &pb::ShowInterfacesReply) -> Value {
                     "rx_dropped": i.rx_dropped,
                     "tx_dropped": i.tx_dropped,
                     "detail": counters(&i.detail),
+                    "rx_modes": i.rx_modes,
                 })
             })
             .collect(),

@@ -93,6 +93,38 @@ fn show_interfaces_has_one_row_per_interface_with_notes_for_link_addresses_and_n
 }
 
 #[test]
+fn show_interfaces_notes_each_receive_queue_mode_of_ports_that_have_them() {
+    let one = pb::Interface {
+        rx_modes: vec!["interrupt".into()],
+        ..port("tap0", 0, true)
+    };
+    let two = pb::Interface {
+        rx_modes: vec!["polling".into(), "interrupt".into()],
+        ..port("tap1", 1, true)
+    };
+    let r = pb::ShowInterfacesReply {
+        interfaces: vec![one, two, port("memif0", 2, true)],
+    };
+    let text = interfaces(&r);
+    let notes: Vec<&str> = text.lines().filter(|l| l.contains("rx mode")).collect();
+    assert_eq!(
+        notes,
+        [
+            "    rx mode: interrupt",
+            "    rx mode: q0 polling, q1 interrupt"
+        ],
+        "none for a port always polled:\n{text}"
+    );
+    let j = interfaces_json(&r);
+    assert_eq!(j[0]["rx_modes"], serde_json::json!(["interrupt"]));
+    assert_eq!(
+        j[1]["rx_modes"],
+        serde_json::json!(["polling", "interrupt"])
+    );
+    assert_eq!(j[2]["rx_modes"], serde_json::json!([]));
+}
+
+#[test]
 fn show_runtime_prints_vpp_columns_and_leaves_out_nodes_never_called() {
     let node = |name: &str, calls: u64, packets: u64| pb::NodeRuntime {
         name: name.into(),

@@ -8,6 +8,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use dataplane::{RxMode, RxModeCell};
+
 use crate::port::PortStats;
 
 /// What a counter counts, and whether it is a loss.
@@ -78,16 +80,19 @@ counters! {
     KernelFreezes = "kernel-ring-freezes", Info;
 }
 
-/// One queue's counters.
+/// One queue's counters, and its receive mode.
 #[derive(Debug)]
 pub(crate) struct QueueCounters {
     values: [AtomicU64; COUNT],
+    /// How the worker serves the receive queue (`RxQueue::set_mode`).
+    rx_mode: RxModeCell,
 }
 
 impl Default for QueueCounters {
     fn default() -> Self {
         QueueCounters {
             values: std::array::from_fn(|_| AtomicU64::new(0)),
+            rx_mode: RxModeCell::default(),
         }
     }
 }
@@ -108,6 +113,16 @@ impl QueueCounters {
     /// The current value.
     pub(crate) fn get(&self, c: Counter) -> u64 {
         self.values[c as usize].load(Ordering::Relaxed)
+    }
+
+    /// Records the receive queue's mode (its worker only, when it changes).
+    pub(crate) fn set_rx_mode(&self, mode: RxMode) {
+        self.rx_mode.set(mode);
+    }
+
+    /// The receive queue's mode.
+    pub(crate) fn rx_mode(&self) -> RxMode {
+        self.rx_mode.get()
     }
 }
 

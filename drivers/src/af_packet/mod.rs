@@ -313,6 +313,10 @@ impl Port for AfPacketPort {
         }
         port_stats(slots.iter().map(|s| &*s.counters))
     }
+
+    fn rx_modes(&self) -> Vec<dataplane::RxMode> {
+        self.slots().iter().map(|s| s.counters.rx_mode()).collect()
+    }
 }
 
 #[cfg(test)]

@@ -47,6 +47,7 @@ pub(super) fn interfaces(
                     x.rx_dropped = s.rx_dropped;
                     x.tx_dropped = s.tx_dropped;
                     x.detail = detail(&s);
+                    x.rx_modes = p.port.rx_modes().iter().map(|m| m.name().into()).collect();
                 }
             }
             InterfaceKind::Vlan { .. } => x.r#type = "vlan".into(),

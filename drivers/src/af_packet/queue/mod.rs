@@ -328,6 +328,10 @@ impl RxQueue for AfPacketRx {
     fn wake_fd(&self) -> Option<std::os::fd::RawFd> {
         Some(self.socket.raw_fd())
     }
+
+    fn set_mode(&mut self, mode: dataplane::RxMode) {
+        self.counters.set_rx_mode(mode);
+    }
 }
 
 /// One worker's transmit queue of an AF_PACKET port.
