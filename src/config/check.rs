@@ -189,6 +189,20 @@ impl Config {
                     }
                 }
             }
+            if let PortSection::AfPacket(a) = p {
+                let range = super::topology::AF_PACKET_RING_KB;
+                if !a.ring_kb.is_power_of_two() || !range.contains(&a.ring_kb) {
+                    return Err(refused(
+                        format!("port[{i}].ring_kb"),
+                        format!(
+                            "{} must be a power of two from {} to {}",
+                            a.ring_kb,
+                            range.start(),
+                            range.end()
+                        ),
+                    ));
+                }
+            }
             if let PortSection::Memif(m) = p {
                 if !m.ring_size.is_power_of_two() || !(2..=1 << 14).contains(&m.ring_size) {
                     return Err(refused(
@@ -361,6 +375,9 @@ socket = "@q"
             ("[[port]]\nname = \"a\"\ntype = \"tap\"\n", "port[2].name"),
             ("[[port]]\nname = \"c\"\ntype = \"memif\"\nrole = \"slave\"\nsocket = \"@q\"\nring_size = 1000\n", "port[2].ring_size"),
             ("[[port]]\nname = \"c\"\ntype = \"memif\"\nrole = \"slave\"\nsocket = \"\"\n", "port[2].socket"),
+            ("[[port]]\nname = \"c\"\ntype = \"af_packet\"\ninterface = \"v\"\nring_kb = 1000\n", "port[2].ring_kb"),
+            ("[[port]]\nname = \"c\"\ntype = \"af_packet\"\ninterface = \"v\"\nring_kb = 32\n", "port[2].ring_kb"),
+            ("[[port]]\nname = \"c\"\ntype = \"af_packet\"\ninterface = \"v\"\nring_kb = 131072\n", "port[2].ring_kb"),
         ];
         for (text, key) in cases {
             let (k, m) = refused(&format!("{PORTS}{text}"));

@@ -309,6 +309,7 @@ name = "b"
 type = "af_packet"
 interface = "veth0"
 mtu = 9000
+ring_kb = 256
 [[port]]
 name = "c"
 type = "tap"
@@ -334,6 +335,7 @@ mac = "02:00:00:00:00:02"
             matches!(&c.port[0], PortSection::Memif(m) if m.id == 2 && m.mode == MemifMode::Ip)
         );
         assert_eq!(c.port[1].common().mtu, 9000);
+        assert!(matches!(&c.port[1], PortSection::AfPacket(a) if a.ring_kb == 256));
         assert_eq!(c.port[2].common().mac, Some("02:00:00:00:00:01"));
         assert_eq!(c.route[0].via, vec!["10.0.0.2@c".to_string()]);
         for bad in [

@@ -68,6 +68,7 @@ pub(super) fn open_port(
             }
             let mut c = AfPacketConfig::new(&a.interface, workers);
             c.promiscuous = a.promiscuous;
+            c.ring_bytes = a.ring_kb as usize * 1024;
             let netns = match &a.netns {
                 Some(path) => Some(Arc::new(NetNs::open_path(path).map_err(OpenError::Netns)?)),
                 None => None,

@@ -59,27 +59,36 @@ pub struct AfPacketConfig {
     /// Bytes per receive block: a power of two, at least a page (raised to hold the longest
     /// frame the interface carries).
     pub rx_block_size: usize,
-    /// Receive blocks per queue.
-    pub rx_blocks: usize,
+    /// Bytes of each of a queue's two rings, receive and transmit: the kernel allocates and
+    /// pins both for as long as the queue is open, so this is what an idle port costs. The
+    /// receive ring holds as many blocks as fit (at least [`MIN_RX_BLOCKS`]), the transmit
+    /// ring as many slots.
+    pub ring_bytes: usize,
     /// Milliseconds after which the kernel hands over a receive block that is not full: the
     /// latency bound at low rates.
     pub rx_block_timeout_ms: u32,
-    /// Transmit slots per queue (rounded up to fill whole blocks).
-    pub tx_slots: usize,
     /// Keep checksum and segmentation offload (`PACKET_VNET_HDR`, see the module docs). The
     /// receive ring then holds the same bytes in blocks large enough for a 64 KiB frame
     /// (fewer blocks).
     pub offload: bool,
 }
 
+/// The default of [`AfPacketConfig::ring_bytes`]: 1 MiB each way per queue, room for two
+/// vectors (512 frames) of full-sized frames in either direction; with offloads, 8 receive
+/// blocks of 128 KiB (each holds a 64 KiB super-frame) and 512 transmit slots.
+pub const DEFAULT_RING_BYTES: usize = 1 << 20;
+
+/// The fewest blocks a receive ring has, whatever [`AfPacketConfig::ring_bytes`] says: the
+/// kernel fills one while Quiver reads the other.
+pub const MIN_RX_BLOCKS: usize = 2;
+
 impl AfPacketConfig {
-    /// `queues` queue pairs on `interface`: promiscuous, bypassing the qdisc, with 4 MiB of
-    /// receive ring and 1024 transmit slots per queue.
+    /// `queues` queue pairs on `interface`: promiscuous, bypassing the qdisc, with
+    /// [`DEFAULT_RING_BYTES`] of receive ring and as much of transmit ring per queue.
     ///
-    /// The receive ring is many small blocks (128 of 32 KiB) rather than a few large ones: at
-    /// low rates the kernel hands over a block per timeout (1 ms) however few frames it holds,
-    /// so the block count, not the bytes, is how long a worker may be descheduled before the
-    /// kernel drops.
+    /// At low rates the kernel hands over a receive block per timeout (1 ms) however few frames
+    /// it holds, so the block count is how long a worker may be away before the kernel drops;
+    /// blocks are kept small (32 KiB, 128 KiB with offloads) so the ring holds several.
     pub fn new(interface: &str, queues: usize) -> AfPacketConfig {
         AfPacketConfig {
             interface: interface.into(),
@@ -87,9 +96,8 @@ impl AfPacketConfig {
             promiscuous: true,
             qdisc_bypass: true,
             rx_block_size: 32 * 1024,
-            rx_blocks: 128,
+            ring_bytes: DEFAULT_RING_BYTES,
             rx_block_timeout_ms: 1,
-            tx_slots: 1024,
             offload: true,
         }
     }
@@ -114,14 +122,11 @@ fn layouts(config: &AfPacketConfig, mtu: u32) -> Result<(RingLayout, RingLayout)
             "receive block size {block} is not a power of two of at least a page ({page})"
         )));
     }
-    if config.rx_blocks == 0 || config.tx_slots == 0 {
-        return Err(PortError::Config(
-            "a port needs receive blocks and transmit slots".into(),
-        ));
+    if config.ring_bytes == 0 {
+        return Err(PortError::Config("a port needs ring memory".into()));
     }
     // A block holds at least its descriptor and one whole frame with its header (a GSO
-    // super-frame with offloads), and the ring at least as many bytes as asked for, in fewer
-    // blocks when they had to grow (but not fewer than 64).
+    // super-frame with offloads); the ring as many blocks as its bytes hold, at least two.
     let (pre, longest_frame) = if config.offload {
         (VNET_HDR, GSO_MAX_FRAME.max(max_frame_len(mtu)))
     } else {
@@ -129,26 +134,21 @@ fn layouts(config: &AfPacketConfig, mtu: u32) -> Result<(RingLayout, RingLayout)
     };
     let longest = RX_BLOCK_OVERHEAD + pre + longest_frame;
     let rx_block = block.max(longest.next_power_of_two());
-    let rx_blocks = if rx_block > block {
-        (config.rx_blocks * block / rx_block).max(64.min(config.rx_blocks))
-    } else {
-        config.rx_blocks
-    };
     let rx = RingLayout {
         block_size: rx_block,
-        block_count: rx_blocks,
+        block_count: (config.ring_bytes / rx_block).max(MIN_RX_BLOCKS),
         // The kernel's accounting unit for a V3 receive ring; frames are packed regardless.
         frame_size: 2048,
     };
-    // A slot holds its header and the longest frame the device sends.
+    // A slot holds its header and the longest frame the device sends; a block several slots
+    // (a GSO super-frame that fits no slot leaves through a second socket, see `queue`).
     let frame_size = (TX_DATA_OFFSET + pre + max_frame_len(mtu))
         .next_power_of_two()
         .max(2048);
     let tx_block = frame_size.max(page).max(64 * 1024);
-    let per_block = tx_block / frame_size;
     let tx = RingLayout {
         block_size: tx_block,
-        block_count: config.tx_slots.div_ceil(per_block),
+        block_count: (config.ring_bytes / tx_block).max(1),
         frame_size,
     };
     Ok((rx, tx))
@@ -330,12 +330,14 @@ mod tests {
             ..AfPacketConfig::new("x", 1)
         };
         let (rx, tx) = layouts(&c, 1500).unwrap();
-        assert_eq!(rx.bytes(), 4 << 20);
+        assert_eq!(rx.bytes(), DEFAULT_RING_BYTES);
         assert_eq!(rx.block_size, 32 * 1024);
+        assert_eq!(rx.block_count, 32);
         let (big, _) = layouts(&c, 65535).unwrap();
         assert_eq!(big.block_size, 128 * 1024, "a 64 KiB frame fits a block");
         assert_eq!(tx.frame_size, 2048);
-        assert!(tx.frames() >= 1024 && tx.block_size % tx.frame_size == 0);
+        assert_eq!(tx.bytes(), DEFAULT_RING_BYTES);
+        assert!(tx.frames() >= 512 && tx.block_size % tx.frame_size == 0);
         let (_, jumbo) = layouts(&c, 9000).unwrap();
         assert_eq!(jumbo.frame_size, 16384);
         assert!(jumbo.frame_size - TX_DATA_OFFSET >= 9000 + 22);
@@ -344,6 +346,8 @@ mod tests {
             ..c.clone()
         };
         assert!(matches!(layouts(&bad, 1500), Err(PortError::Config(_))));
+        let none = AfPacketConfig { ring_bytes: 0, ..c };
+        assert!(matches!(layouts(&none, 1500), Err(PortError::Config(_))));
     }
 
     #[test]
@@ -353,11 +357,33 @@ mod tests {
         let (rx, tx) = layouts(&c, 1500).unwrap();
         assert_eq!(rx.block_size, 128 * 1024);
         assert!(rx.block_size >= RX_BLOCK_OVERHEAD + VNET_HDR + GSO_MAX_FRAME);
-        assert_eq!(rx.block_count, 64, "fewer, larger blocks (8 MiB)");
+        assert_eq!(rx.block_count, 8, "1 MiB in blocks of 128 KiB");
         assert_eq!(tx.frame_size, 2048);
         assert!(tx.frame_size - TX_DATA_OFFSET >= VNET_HDR + 1500 + 22);
-        let (rx, _) = layouts(&AfPacketConfig { rx_blocks: 8, ..c }, 1500).unwrap();
-        assert_eq!(rx.block_count, 8, "never more blocks than asked");
+        assert_eq!(tx.frames(), 512, "two vectors");
+    }
+
+    #[test]
+    fn the_ring_is_as_large_as_asked_with_at_least_two_receive_blocks() {
+        let c = AfPacketConfig::new("x", 1);
+        let sized = |bytes: usize| {
+            let (rx, tx) = layouts(
+                &AfPacketConfig {
+                    ring_bytes: bytes,
+                    ..c.clone()
+                },
+                1500,
+            )
+            .unwrap();
+            (rx.bytes(), tx.bytes())
+        };
+        assert_eq!(sized(8 << 20), (8 << 20, 8 << 20));
+        assert_eq!(sized(256 << 10), (256 << 10, 256 << 10));
+        assert_eq!(
+            sized(64 << 10),
+            (MIN_RX_BLOCKS * (128 << 10), 64 << 10),
+            "a receive ring never has fewer than two blocks"
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use quiver_admin_api::proto as pb;
 use quiver_admin_api::{format_mac, AdminError, AdminResult, AfPacketSpec, MemifSpec};
 
+use crate::config::topology::DEFAULT_AF_PACKET_RING_KB;
 use crate::config::{
     AfPacketSection, MemifMode, MemifRole, MemifSection, PortSection, WireguardPeerSection,
     WireguardSection,
@@ -43,6 +44,7 @@ pub(super) fn af_packet(spec: &AfPacketSpec) -> PortSection {
         interface: spec.host_interface.clone(),
         promiscuous: spec.promiscuous,
         netns: None,
+        ring_kb: DEFAULT_AF_PACKET_RING_KB,
     })
 }
 

@@ -22,6 +22,7 @@ use super::{
     allow_ping_sockets, kernel_error, kernel_tag, mtu16, nsm_alias, policy_config, route_config,
     ForwarderDataplane, InsideNeighbors, OwnedPort,
 };
+use crate::config::topology::DEFAULT_AF_PACKET_RING_KB;
 use crate::config::{AfPacketSection, PortSection, TapSection};
 use crate::control::owner::Change;
 
@@ -102,6 +103,7 @@ fn veth(
         interface: veth.host_name().to_string(),
         promiscuous: true,
         netns: None,
+        ring_kb: DEFAULT_AF_PACKET_RING_KB,
     });
     if let Err(e) = dp.add(owner, section) {
         if let Err(d) = veth.delete() {

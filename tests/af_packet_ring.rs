@@ -1,0 +1,139 @@
+//! An AF_PACKET port's ring memory, as the kernel maps it into a running `quiver run`: the
+//! default is small (1 MiB each way per queue, not the 8 MiB receive ring it once was), `ring_kb`
+//! in `[[port]]` sets it, and ports with either still forward. Two network namespaces, each with
+//! a veth whose outer end is an AF_PACKET port, joined by an L2 cross-connect; `ping` crosses.
+
+mod support;
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use support::{Quiver, Scratch};
+use testkit::{require, Needs};
+
+const IP: &str = "/usr/sbin/ip";
+const PING: &str = "/usr/bin/ping";
+
+fn run(args: &[&str]) -> Output {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {args:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A network namespace with a veth into it (`veth0` inside with `address`, `root` outside),
+/// deleted on drop.
+struct Side {
+    ns: String,
+    root: String,
+}
+
+impl Side {
+    fn new(tag: &str, address: &str) -> Side {
+        let id = std::process::id() % 100_000;
+        let side = Side {
+            ns: format!("quiver-ring-{tag}-{id}"),
+            root: format!("qrg{tag}{id}"),
+        };
+        run(&[IP, "netns", "add", &side.ns]);
+        run(&[
+            IP, "link", "add", &side.root, "type", "veth", "peer", "name", "veth0", "netns",
+            &side.ns,
+        ]);
+        run(&[IP, "link", "set", &side.root, "up"]);
+        run(&[IP, "-n", &side.ns, "addr", "add", address, "dev", "veth0"]);
+        run(&[IP, "-n", &side.ns, "link", "set", "veth0", "up"]);
+        side
+    }
+
+    /// Whether one ping to `to` is answered within a second.
+    fn ping(&self, to: &str) -> bool {
+        Command::new(IP)
+            .args([
+                "netns", "exec", &self.ns, PING, "-n", "-c", "1", "-W", "1", to,
+            ])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }
+}
+
+impl Drop for Side {
+    fn drop(&mut self) {
+        let _ = Command::new(IP).args(["link", "del", &self.root]).output();
+        let _ = Command::new(IP).args(["netns", "del", &self.ns]).output();
+    }
+}
+
+/// The sizes, in bytes and sorted, of the socket mappings of process `pid`: an AF_PACKET
+/// queue's receive and transmit rings are one mapping of its socket.
+fn socket_mappings(pid: u32) -> Vec<u64> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let mut sizes: Vec<u64> = maps
+        .lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .nth(5)
+                .is_some_and(|p| p.starts_with("socket:["))
+        })
+        .map(|l| {
+            let range = l.split_whitespace().next().unwrap();
+            let (from, to) = range.split_once('-').unwrap();
+            u64::from_str_radix(to, 16).unwrap() - u64::from_str_radix(from, 16).unwrap()
+        })
+        .collect();
+    sizes.sort_unstable();
+    sizes
+}
+
+#[test]
+fn af_packet_rings_are_small_by_default_sized_by_ring_kb_and_forward() {
+    if !require(
+        "af_packet_rings_are_small_by_default_sized_by_ring_kb_and_forward",
+        &Needs {
+            root: true,
+            tools: &[IP, PING],
+            ..Needs::default()
+        },
+    ) {
+        return;
+    }
+    let a = Side::new("a", "10.72.0.1/24");
+    let b = Side::new("b", "10.72.0.2/24");
+    let dir = Scratch::new("af-packet-ring");
+    let config = format!(
+        "[dataplane]\ncores = [1]\nidle = \"adaptive\"\n[buffers]\ncount = 4096\n\
+         hugepages = \"never\"\n[stats]\ninterval_secs = 0\n\
+         [[port]]\nname = \"a\"\ntype = \"af_packet\"\ninterface = \"{}\"\n\
+         [[port]]\nname = \"b\"\ntype = \"af_packet\"\ninterface = \"{}\"\nring_kb = 256\n\
+         [[xconnect]]\na = \"a\"\nb = \"b\"\n",
+        a.root, b.root
+    );
+    let mut q = Quiver::start_at(&dir, "ring", &config, &dir.path("admin.sock"));
+
+    // Frames cross both ports.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !a.ping("10.72.0.2") {
+        q.check_running();
+        assert!(
+            Instant::now() < deadline,
+            "no ping crossed the cross-connect"
+        );
+    }
+    assert!(b.ping("10.72.0.1"), "and back the other way");
+
+    // One worker, so one queue per port: each queue's receive and transmit rings, one mapping.
+    let sizes = socket_mappings(q.child.id());
+    assert_eq!(
+        sizes,
+        [(2 * 256) << 10, (2 * 1024) << 10],
+        "port b: 256 KiB each way (ring_kb); port a: the default, 1 MiB each way"
+    );
+    q.stop();
+}
