@@ -4,6 +4,8 @@
 //!
 //! - [`memif_port`]: memif interfaces (master or slave) through the `memif` crate;
 //! - [`af_packet`]: any kernel interface through `AF_PACKET` mmap rings;
+//! - [`af_xdp`]: any kernel interface through `AF_XDP` sockets and Quiver's XDP program (also
+//!   as a node uplink that takes only tunnel traffic);
 //! - [`tap`]: a TAP device, attaching Quiver to the host stack.
 //!
 //! And what NSM's mechanisms need around them: [`netns`] (work inside another pod's network
@@ -13,6 +15,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod af_packet;
+pub mod af_xdp;
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
 pub mod kernel_interface;

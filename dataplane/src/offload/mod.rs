@@ -13,11 +13,13 @@
 //! Offsets are from the packet's first byte, which is its Ethernet header.
 
 mod checksum;
+mod infer;
 mod segment;
 #[cfg(test)]
 mod tests;
 
 pub use checksum::{complete_checksum, ones_sum};
+pub use infer::infer_partial_checksum;
 pub use segment::segment;
 
 use crate::buffer::{flags, BufferMeta, WorkerBuffers};

@@ -397,3 +397,67 @@ proptest! {
         prop_assert_eq!(pool.in_use_count(), 0);
     }
 }
+
+#[test]
+fn a_partial_checksum_is_recognised_on_a_frame_without_a_header() {
+    // The field holds the pseudo-header's sum (0x1420, see above): the work a virtio-net
+    // header would have named.
+    let partial = tcp4(b"hi!", 1, 0x18, 0x1420);
+    assert_eq!(infer_partial_checksum(&partial), Some(csum_only()));
+    // A complete checksum, or any other value: nothing to do.
+    assert_eq!(infer_partial_checksum(&tcp4(b"hi!", 1, 0x18, 0x0d3b)), None);
+    assert_eq!(infer_partial_checksum(&tcp4(b"hi!", 1, 0x18, 0x1421)), None);
+    // Finishing the inferred work gives the full checksum.
+    let pool = pool(8, 2048);
+    let mut b = pool.worker_buffers();
+    let bi = b.alloc_one().unwrap();
+    b.write_packet(bi, &partial).unwrap();
+    b.meta_mut(bi)
+        .set_offload(infer_partial_checksum(&partial).unwrap());
+    complete_checksum(&mut b, bi).unwrap();
+    assert_eq!(&packet(&b, bi)[50..52], &[0x0d, 0x3b]);
+    b.free(&[bi]);
+
+    // Behind a VLAN tag the offsets move by the tag.
+    let mut tagged = partial[..12].to_vec();
+    tagged.extend_from_slice(&[0x81, 0x00, 0x00, 0x05]);
+    tagged.extend_from_slice(&partial[12..]);
+    assert_eq!(
+        infer_partial_checksum(&tagged).map(|o| (o.csum_start, o.csum_offset)),
+        Some((38, 16))
+    );
+
+    // IPv6 UDP: the pseudo-header is both addresses, the length and the protocol.
+    let mut udp = ip6(17, b"payload");
+    let pseudo = naive_sum(&[&udp[22..54], &[0, 17], &15u16.to_be_bytes()]);
+    udp[60..62].copy_from_slice(&pseudo.to_be_bytes());
+    let o = infer_partial_checksum(&udp).expect("partial UDP over IPv6");
+    assert_eq!((o.csum_start, o.csum_offset, o.gso), (54, 6, Gso::None));
+
+    // A fragment's checksum spans fragments; a truncated frame is not guessed at.
+    let mut fragment = partial.clone();
+    fragment[20] |= 0x20;
+    assert_eq!(infer_partial_checksum(&fragment), None);
+    for n in 0..partial.len() {
+        assert_eq!(infer_partial_checksum(&partial[..n]), None, "{n} bytes");
+    }
+}
+
+proptest! {
+    #[test]
+    fn no_frame_crashes_the_partial_checksum_inference(
+        body in proptest::collection::vec(any::<u8>(), 0..200),
+        kind in 0u8..3,
+        cut in 0usize..300,
+    ) {
+        let frame = match kind {
+            0 => tcp4(&body, 1, 0x10, 0),
+            1 => ip6(17, &body),
+            _ => body,
+        };
+        let frame = &frame[..cut.min(frame.len())];
+        if let Some(o) = infer_partial_checksum(frame) {
+            prop_assert!(o.csum_start as usize + o.csum_offset as usize + 2 <= frame.len());
+        }
+    }
+}
