@@ -94,7 +94,7 @@ fn tcp_crosses_an_af_xdp_cross_connect_between_veths_with_default_offloads() {
     for v in [&v1, &v2] {
         let link =
             String::from_utf8_lossy(&run(&["ip", "link", "show", &v.root]).stdout).into_owned();
-        assert!(!link.contains("xdp"), "{link}");
+        assert!(!link.contains("prog/xdp"), "{link}");
     }
     assert!(offloads(&ns1, &v1.inner).contains("tcp-segmentation-offload: on"));
 }

@@ -181,6 +181,12 @@ impl Config {
                             "an af_packet port uses its kernel interface's MAC",
                         ))
                     }
+                    PortSection::AfXdp(_) => {
+                        return Err(refused(
+                            key,
+                            "an af_xdp port uses its kernel interface's MAC",
+                        ))
+                    }
                     PortSection::Dpdk(_) => {
                         return Err(refused(key, "a dpdk port uses its device's MAC"))
                     }
@@ -197,6 +203,20 @@ impl Config {
                         format!(
                             "{} must be a power of two from {} to {}",
                             a.ring_kb,
+                            range.start(),
+                            range.end()
+                        ),
+                    ));
+                }
+            }
+            if let PortSection::AfXdp(x) = p {
+                let range = super::topology::AF_XDP_FRAMES;
+                if !x.frames.is_power_of_two() || !range.contains(&x.frames) {
+                    return Err(refused(
+                        format!("port[{i}].frames"),
+                        format!(
+                            "{} must be a power of two from {} to {}",
+                            x.frames,
                             range.start(),
                             range.end()
                         ),
@@ -378,6 +398,9 @@ socket = "@q"
             ("[[port]]\nname = \"c\"\ntype = \"af_packet\"\ninterface = \"v\"\nring_kb = 1000\n", "port[2].ring_kb"),
             ("[[port]]\nname = \"c\"\ntype = \"af_packet\"\ninterface = \"v\"\nring_kb = 32\n", "port[2].ring_kb"),
             ("[[port]]\nname = \"c\"\ntype = \"af_packet\"\ninterface = \"v\"\nring_kb = 131072\n", "port[2].ring_kb"),
+            ("[[port]]\nname = \"c\"\ntype = \"af_xdp\"\ninterface = \"v\"\nframes = 1000\n", "port[2].frames"),
+            ("[[port]]\nname = \"c\"\ntype = \"af_xdp\"\ninterface = \"v\"\nframes = 32\n", "port[2].frames"),
+            ("[[port]]\nname = \"c\"\ntype = \"af_xdp\"\ninterface = \"v\"\nmac = \"02:00:00:00:00:01\"\n", "port[2].mac"),
         ];
         for (text, key) in cases {
             let (k, m) = refused(&format!("{PORTS}{text}"));

@@ -13,8 +13,9 @@ use serde::Deserialize;
 pub use self::check::{Address, Neighbor, Route, Topology};
 pub use self::wireguard::{WireguardPeerSection, WireguardSection};
 pub use topology::{
-    AddressSection, AfPacketSection, CommonPortSettings, DpdkSection, MemifMode, MemifRole,
-    MemifSection, NeighborSection, PortSection, RouteSection, TapSection, XconnectSection,
+    AddressSection, AfPacketSection, AfXdpSection, CommonPortSettings, DpdkSection, MemifMode,
+    MemifRole, MemifSection, NeighborSection, PortSection, RouteSection, TapSection,
+    XconnectSection, XdpAttachKey, XdpCopyKey,
 };
 
 /// The whole configuration file.

@@ -13,6 +13,8 @@ pub enum PortSection {
     Memif(MemifSection),
     /// A kernel interface (a veth end, say) opened with AF_PACKET.
     AfPacket(AfPacketSection),
+    /// A kernel interface opened with AF_XDP and Quiver's XDP program (also a node uplink).
+    AfXdp(AfXdpSection),
     /// A TAP device: Quiver's port to the host's own network stack.
     Tap(TapSection),
     /// A DPDK ethdev: a virtual device or a PCI NIC (needs the `dpdk` build feature).
@@ -25,6 +27,7 @@ impl PortSection {
         let (name, mac, mtu) = match self {
             PortSection::Memif(m) => (&m.name, &m.mac, m.mtu),
             PortSection::AfPacket(a) => (&a.name, &a.mac, a.mtu),
+            PortSection::AfXdp(x) => (&x.name, &x.mac, x.mtu),
             PortSection::Tap(t) => (&t.name, &t.mac, t.mtu),
             PortSection::Dpdk(d) => (&d.name, &d.mac, d.mtu),
         };
@@ -123,6 +126,72 @@ pub const DEFAULT_AF_PACKET_RING_KB: u32 = 1024;
 
 fn default_ring_kb() -> u32 {
     DEFAULT_AF_PACKET_RING_KB
+}
+
+/// `type = "af_xdp"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AfXdpSection {
+    /// The port's name, used by the other sections and in every table.
+    pub name: String,
+    /// Not settable: the port uses its kernel interface's MAC.
+    pub mac: Option<String>,
+    /// MTU of the interface (default 1500; at most 3,822 without multi-buffer frames).
+    #[serde(default = "default_mtu")]
+    pub mtu: u16,
+    /// The kernel interface's name.
+    pub interface: String,
+    /// The network namespace the interface is in; default: Quiver's own.
+    #[serde(default)]
+    pub netns: Option<std::path::PathBuf>,
+    /// UMEM frames per queue, half to receive and half to send (a power of two from
+    /// [`AF_XDP_FRAMES`]'s range; default 2048, 4 MiB at 2 KiB frames).
+    #[serde(default = "default_xdp_frames")]
+    pub frames: u32,
+    /// `auto` (zero-copy where the driver can, copy otherwise), `copy` or `zero-copy`.
+    #[serde(default)]
+    pub copy: XdpCopyKey,
+    /// Where the XDP program runs: `auto` (native where the driver can), `native` or
+    /// `generic`.
+    #[serde(default)]
+    pub attach: XdpAttachKey,
+    /// Take only UDP to these destination ports and leave everything else to the kernel (a
+    /// node uplink carrying Quiver's VXLAN and WireGuard); default: every frame.
+    #[serde(default)]
+    pub tunnel_ports: Vec<u16>,
+}
+
+/// The range of `frames` for `type = "af_xdp"` (powers of two only).
+pub const AF_XDP_FRAMES: std::ops::RangeInclusive<u32> = 64..=65536;
+
+fn default_xdp_frames() -> u32 {
+    2048
+}
+
+/// `copy` of an AF_XDP port.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum XdpCopyKey {
+    /// Zero-copy where the driver supports it, copy mode otherwise.
+    #[default]
+    Auto,
+    /// Copy mode.
+    Copy,
+    /// Zero-copy or fail.
+    ZeroCopy,
+}
+
+/// `attach` of an AF_XDP port.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum XdpAttachKey {
+    /// Native where the driver supports it, generic otherwise.
+    #[default]
+    Auto,
+    /// In the driver.
+    Native,
+    /// The generic hook.
+    Generic,
 }
 
 /// `type = "tap"`.

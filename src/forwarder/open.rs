@@ -3,6 +3,8 @@
 use super::*;
 
 use crate::config::values::{self, ValueError};
+use crate::config::{AfXdpSection, XdpAttachKey, XdpCopyKey};
+use drivers::af_xdp::{AfXdpConfig, AfXdpPort, XdpAttach, XdpCopyMode};
 
 /// Why a port could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -13,6 +15,9 @@ pub(super) enum OpenError {
     /// A MAC for an AF_PACKET port.
     #[error("an af_packet port uses its kernel interface's MAC")]
     AfPacketMac,
+    /// A MAC for an AF_XDP port.
+    #[error("an af_xdp port uses its kernel interface's MAC")]
+    AfXdpMac,
     /// A MAC for a DPDK port.
     #[error("a dpdk port uses its device's MAC")]
     DpdkMac,
@@ -75,6 +80,16 @@ pub(super) fn open_port(
             };
             Arc::new(AfPacketPort::open_in(&c, netns)?)
         }
+        PortSection::AfXdp(x) => {
+            if mac.is_some() {
+                return Err(OpenError::AfXdpMac);
+            }
+            let netns = match &x.netns {
+                Some(path) => Some(Arc::new(NetNs::open_path(path).map_err(OpenError::Netns)?)),
+                None => None,
+            };
+            Arc::new(AfXdpPort::open_in(&af_xdp_config(x, workers), netns)?)
+        }
         PortSection::Dpdk(d) => {
             if mac.is_some() {
                 return Err(OpenError::DpdkMac);
@@ -92,6 +107,25 @@ pub(super) fn open_port(
             Arc::new(TapPort::open(&c)?)
         }
     })
+}
+
+/// The AF_XDP driver's configuration of a `type = "af_xdp"` section.
+fn af_xdp_config(x: &AfXdpSection, workers: usize) -> AfXdpConfig {
+    AfXdpConfig {
+        frames: x.frames,
+        copy: match x.copy {
+            XdpCopyKey::Auto => XdpCopyMode::Auto,
+            XdpCopyKey::Copy => XdpCopyMode::Copy,
+            XdpCopyKey::ZeroCopy => XdpCopyMode::ZeroCopy,
+        },
+        attach: match x.attach {
+            XdpAttachKey::Auto => XdpAttach::Auto,
+            XdpAttachKey::Native => XdpAttach::Native,
+            XdpAttachKey::Generic => XdpAttach::Generic,
+        },
+        tunnel_ports: x.tunnel_ports.clone(),
+        ..AfXdpConfig::new(&x.interface, workers)
+    }
 }
 
 /// The memif driver's configuration of port `name`.

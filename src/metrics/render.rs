@@ -143,7 +143,10 @@ const LOOP_COUNTERS: [Field<pb::WorkerRuntime>; 4] = [
 ];
 
 fn is_port(i: &pb::Interface) -> bool {
-    matches!(i.r#type.as_str(), "memif" | "af_packet" | "tap" | "dpdk")
+    matches!(
+        i.r#type.as_str(),
+        "memif" | "af_packet" | "af_xdp" | "tap" | "dpdk"
+    )
 }
 
 /// Node counters summed over workers, by node name, in the order nodes first appear.

@@ -16,9 +16,14 @@
 //! The program is attached through a BPF link held by Quiver's process: it goes when the port
 //! goes, and when Quiver dies however it dies, leaving the interface as it was.
 //!
-//! No offload crosses an AF_XDP socket: frames arrive whole and checksummed (the kernel resolves
-//! a partial checksum, and its peer stops segmentation offload while a program is attached in
-//! native mode), and leave the same way, so `offload-resolve` finishes any offload work first.
+//! No offload metadata crosses an AF_XDP socket. A frame a local stack sent with its checksum
+//! left for offload (a veth's default) arrives as it is, partial: the receive side recognises
+//! that ([`dataplane::offload::infer_partial_checksum`], counted `rx-checksum-partial`) and
+//! `offload-resolve` or an offloading egress finishes it. While the program is attached
+//! natively to a veth, the kernel stops segmentation offload on the veth's peer, so no
+//! super-frames come; in generic mode a super-frame larger than a UMEM frame cannot be
+//! redirected and is dropped by the kernel (`xsk-rx-dropped`). Frames leave whole and
+//! checksummed: the transmit side takes no offload work.
 //!
 //! Needs `CAP_NET_ADMIN` and `CAP_BPF` (or root), and a kernel with `CONFIG_XDP_SOCKETS`.
 
@@ -276,6 +281,10 @@ impl Port for AfXdpPort {
             rx: Box::new(rx),
             tx: Box::new(tx),
         })
+    }
+
+    fn rx_modes(&self) -> Vec<dataplane::RxMode> {
+        self.slots().iter().map(|q| q.counters.rx_mode()).collect()
     }
 
     /// The queues' counters, and the kernel's drops of the live sockets: `xsk-rx-dropped`

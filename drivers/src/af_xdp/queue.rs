@@ -101,6 +101,10 @@ impl RxQueue for AfXdpRx {
         use std::os::fd::AsRawFd;
         Some(self.socket.as_raw_fd())
     }
+
+    fn set_mode(&mut self, mode: dataplane::RxMode) {
+        self.counters.set_rx_mode(mode);
+    }
 }
 
 /// The transmit side: the transmit and completion rings, and the free frames.

@@ -273,6 +273,7 @@ fn port_type(section: Option<&PortSection>) -> &'static str {
     match section {
         Some(PortSection::Memif(_)) => "memif",
         Some(PortSection::AfPacket(_)) => "af_packet",
+        Some(PortSection::AfXdp(_)) => "af_xdp",
         Some(PortSection::Tap(_)) => "tap",
         Some(PortSection::Dpdk(_)) => "dpdk",
         None => "port",
