@@ -1,6 +1,7 @@
 //! AF_XDP ports in a running `quiver run` (`[[port]] type = "af_xdp"`, issue 24 part 3): TCP
 //! between two namespaces whose veths keep their default offloads, checked for content;
-//! `show interfaces` names the type and each queue's receive mode; and Quiver killed with -9
+//! `show interfaces` names the type and each queue's receive mode (an idle queue sleeps on its
+//! socket and wakes for traffic); and Quiver killed with -9
 //! leaves both interfaces without its XDP program (the BPF links die with the process), so the
 //! next Quiver attaches and forwards again.
 
@@ -117,6 +118,16 @@ fn af_xdp_ports_carry_tcp_and_a_killed_quiver_leaves_no_program_behind() {
         assert_eq!(i["rx_modes"].as_array().map(Vec::len), Some(1), "{i}");
         assert!(i["rx_packets"].as_u64().unwrap() > 100, "{i}");
     }
+
+    // Idle, each queue sleeps on its socket; traffic wakes it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while one(&q.json(&["show", "interfaces"]), "a")["rx_modes"] != serde_json::json!(["interrupt"])
+    {
+        assert!(Instant::now() < deadline, "a's idle queue never slept");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (received, sent) = testkit::tcp::transfer(&a.ns, &b.ns, "10.73.0.2", 5075, 1);
+    assert_eq!(received, sent, "a sleeping queue wakes for traffic");
 
     // kill -9: no orderly stop, yet the kernel detaches the programs with the process.
     q.child.kill().unwrap();
