@@ -1,5 +1,6 @@
-//! (g) The virtio-net header: ten bytes read by `Offload::from_virtio` for the frame after them;
-//! the work it names done in software by `resolve` (checksum completion or segmentation) on
+//! (g) The virtio-net header: ten bytes read by `Offload::from_virtio` for the frame after them
+//! (or, when they name no work, the partial checksum `infer_partial_checksum` finds on the bare
+//! frame, as an AF_XDP port receives it); the work done in software by `resolve` (checksum completion or segmentation) on
 //! the frame written into buffers of one of three sizes (so chains split it anywhere).
 //! Invariants: no panic; a header read back from the work (`to_virtio`) reads as the same
 //! work; segments each at most the headers plus `gso_size` bytes, never more than asked; every
@@ -10,7 +11,9 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use dataplane::buffer::{BufferPool, BufferPoolConfig, HugepagePolicy, WorkerBuffers};
-use dataplane::offload::{resolve, Gso, Offload, Resolved, VIRTIO_NET_HDR_LEN};
+use dataplane::offload::{
+    infer_partial_checksum, resolve, Gso, Offload, Resolved, VIRTIO_NET_HDR_LEN,
+};
 use libfuzzer_sys::fuzz_target;
 
 struct Pools(Vec<(Arc<BufferPool>, WorkerBuffers)>);
@@ -41,8 +44,17 @@ fuzz_target!(|data: &[u8]| {
     let (sel, rest) = data.split_at(1);
     let (hdr, frame) = rest.split_at(VIRTIO_NET_HDR_LEN);
     let hdr: &[u8; VIRTIO_NET_HDR_LEN] = hdr.try_into().unwrap();
-    let Ok(Some(o)) = Offload::from_virtio(hdr, frame.len()) else {
-        return;
+    let o = match Offload::from_virtio(hdr, frame.len()) {
+        Ok(Some(o)) => o,
+        Ok(None) => match infer_partial_checksum(frame) {
+            Some(o) => {
+                let end = usize::from(o.csum_start) + usize::from(o.csum_offset) + 2;
+                assert!(end <= frame.len(), "an inferred checksum field outside the frame");
+                o
+            }
+            None => return,
+        },
+        Err(_) => return,
     };
     if let Ok(Some(back)) = Offload::from_virtio(&o.to_virtio(frame), frame.len()) {
         assert_eq!(back, o, "to_virtio does not read back as the same work");
