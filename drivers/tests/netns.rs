@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use drivers::kernel_interface::{
     list_owned, remove_orphans, KernelInterface, KernelInterfaceConfig, KernelInterfaceError,
-    NeighborConfig, RouteConfig,
+    NeighborConfig, PolicyConfig, RouteConfig, RULE_PROTOCOL,
 };
 use drivers::memif_port::{MemifControl, MemifPortConfig};
 use drivers::netns::{NetNs, NetNsError};
@@ -277,6 +277,111 @@ fn orphans_are_removed_and_owned_interfaces_kept() {
         assert!(!links(Some(&client)).contains(&"live0".to_string()));
         assert!(links(None).contains(&"other0".to_string()));
         assert!(!drivers::kernel_interface::delete_for_connection(&live).unwrap());
+    });
+}
+
+/// The IPv4 rules of `ns` as `ip -j rule` lists them: (protocol, table) of each one that is not
+/// the kernel's own (local, main, default), sorted.
+fn rules(ns: &Netns) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = ns_json(ns, &["-4", "rule", "show"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| !["local", "main", "default"].contains(&str_of(r, "table")))
+        .map(|r| {
+            let proto = match &r["protocol"] {
+                Value::String(s) => s.clone(),
+                Value::Number(n) => n.to_string(),
+                _ => String::new(),
+            };
+            (proto, str_of(r, "table").to_string())
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// `config` with one policy: UDP from 10.60.0.2 to ports 7000-7010 through table routes to
+/// 10.99.0.0/16 via 10.60.0.1.
+fn with_policy(mut c: KernelInterfaceConfig) -> KernelInterfaceConfig {
+    c.policies = vec![PolicyConfig {
+        from: "10.60.0.2/32".into(),
+        proto: "udp".into(),
+        dst_port: "7000-7010".into(),
+        routes: vec![RouteConfig {
+            prefix: "10.99.0.0/16".into(),
+            next_hop: Some("10.60.0.1".into()),
+        }],
+        ..PolicyConfig::default()
+    }];
+    c
+}
+
+/// A Quiver killed before its Close leaves its policy rules in the pod's namespace: its veth
+/// goes when the next Quiver reaps it (the rule's table routes then nothing), the rule stays.
+/// The next interface Quiver makes there removes such rules of its own, and only those.
+#[test]
+fn rules_a_killed_quiver_left_go_with_the_next_interface_made_there() {
+    if !ready("rules_a_killed_quiver_left_go_with_the_next_interface_made_there") {
+        return;
+    }
+    let (host, client) = (Netns::new(), Netns::new());
+    let client_ns = open(&client);
+    let ours = RULE_PROTOCOL.to_string();
+    // Someone else's rule, to a table with no route: not Quiver's, left alone.
+    run(&[
+        "ip",
+        "-n",
+        &client.name,
+        "rule",
+        "add",
+        "from",
+        "10.1.2.3",
+        "lookup",
+        "200",
+    ]);
+    in_namespace(&host, || {
+        let dead = unique("conn-dead-");
+        let killed =
+            KernelInterface::create(&client_ns, &with_policy(config(&dead, "pol0"))).unwrap();
+        assert_eq!(
+            rules(&client),
+            vec![
+                ("".to_string(), "200".to_string()),
+                (ours.clone(), "1".into())
+            ]
+        );
+        // Killed: nothing of it is removed, then the next Quiver reaps its veth.
+        std::mem::forget(killed);
+        assert_eq!(remove_orphans(&HashSet::new()).unwrap().len(), 1);
+        assert!(!links(Some(&client)).contains(&"pol0".to_string()));
+        assert_eq!(rules(&client).len(), 2, "the rule outlived its interface");
+
+        // The connection healed: a new interface, the same policy.
+        let healed = unique("conn-healed-");
+        let mut c = with_policy(config(&healed, "pol1"));
+        c.addresses = vec!["10.60.0.2/24".into()];
+        let kept = KernelInterface::create(&client_ns, &c).unwrap();
+        assert_eq!(
+            rules(&client),
+            vec![
+                ("".to_string(), "200".to_string()),
+                (ours.clone(), "1".into())
+            ],
+            "the orphan went, the new rule took its free table"
+        );
+        // A live interface's rule stays when another interface is made there.
+        let mut other = with_policy(config(&unique("conn-other-"), "pol2"));
+        other.addresses = vec!["10.65.0.2/24".into()];
+        other.routes.clear();
+        other.neighbors.clear();
+        other.policies[0].from = "10.65.0.2/32".into();
+        other.policies[0].routes[0].next_hop = Some("10.65.0.1".into());
+        let second = KernelInterface::create(&client_ns, &other).unwrap();
+        assert_eq!(rules(&client).len(), 3, "{:?}", rules(&client));
+        second.delete().unwrap();
+        kept.delete().unwrap();
+        assert_eq!(rules(&client), vec![("".to_string(), "200".to_string())]);
     });
 }
 

@@ -42,4 +42,5 @@ pub use config::{
 };
 pub use error::KernelInterfaceError;
 pub use owned::{delete_for_connection, list_owned, remove_orphans, OwnedInterface};
+pub use policy::RULE_PROTOCOL;
 pub use veth::KernelInterface;

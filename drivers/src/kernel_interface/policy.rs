@@ -2,11 +2,17 @@
 //! source prefix, IP protocol and ports, which sends it to a routing table of its own holding
 //! the policy's routes through the interface. Tables are picked free in the namespace (no rule
 //! or route uses them) when the interface is made; the rules are removed with it.
+//!
+//! A rule outlives its interface when Quiver dies without removing it (SIGKILL, OOM): the
+//! interface goes (a TAP with Quiver's descriptors, a veth when the next Quiver reaps it) and
+//! its routes with it, but the rule stays. Quiver's rules carry [`RULE_PROTOCOL`], so the next
+//! interface Quiver makes in that namespace (a healed connection's, say) first removes those of
+//! its rules whose table has no route left ([`remove_orphan_rules`]).
 
 use std::net::IpAddr;
 
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
-use netlink_packet_route::route::{RouteAttribute, RouteMessage};
+use netlink_packet_route::route::{RouteAttribute, RouteMessage, RouteProtocol};
 use netlink_packet_route::rule::{RuleAction, RuleAttribute, RuleMessage, RulePortRange};
 use netlink_packet_route::{AddressFamily, IpProtocol, RouteNetlinkMessage};
 use nix::errno::Errno;
@@ -15,6 +21,10 @@ use super::config::{masked, parse_cidr, plan_route, PlannedRoute, RouteConfig};
 use super::error::{netlink, KernelInterfaceError, Result};
 use super::links::add_route;
 use crate::netlink::Rtnl;
+
+/// The protocol of the rules Quiver makes (`ip rule` shows `proto 81`): how it tells its own
+/// rules from others' (no routing daemon is registered with this number).
+pub const RULE_PROTOCOL: u8 = 81;
 
 /// One policy route, as the strings NSM sends (`PolicyRoute`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -165,8 +175,94 @@ impl PlannedPolicy {
                 }));
         }
         rule.attributes.push(RuleAttribute::Table(table));
+        rule.attributes
+            .push(RuleAttribute::Protocol(RouteProtocol::Other(RULE_PROTOCOL)));
         rule
     }
+}
+
+/// The table a rule sends to.
+fn rule_table(r: &RuleMessage) -> u32 {
+    r.attributes
+        .iter()
+        .find_map(|a| match a {
+            RuleAttribute::Table(t) => Some(*t),
+            _ => None,
+        })
+        .unwrap_or(u32::from(r.header.table))
+}
+
+/// Whether Quiver made the rule (it carries [`RULE_PROTOCOL`]).
+fn is_ours(r: &RuleMessage) -> bool {
+    r.attributes
+        .iter()
+        .any(|a| matches!(a, RuleAttribute::Protocol(p) if u8::from(*p) == RULE_PROTOCOL))
+}
+
+/// The rules of one family in the namespace.
+fn rules_of(rtnl: &mut Rtnl, v6: bool) -> Result<Vec<RuleMessage>> {
+    let mut rule = RuleMessage::default();
+    rule.header.family = family(v6);
+    Ok(rtnl
+        .dump(RouteNetlinkMessage::GetRule(rule))
+        .map_err(netlink("list rules"))?
+        .into_iter()
+        .filter_map(|m| match m {
+            RouteNetlinkMessage::NewRule(r) => Some(r),
+            _ => None,
+        })
+        .collect())
+}
+
+/// The tables that hold at least one route of one family.
+fn tables_with_routes(rtnl: &mut Rtnl, v6: bool) -> Result<Vec<u32>> {
+    let mut route = RouteMessage::default();
+    route.header.address_family = family(v6);
+    let routes = rtnl
+        .dump(RouteNetlinkMessage::GetRoute(route))
+        .map_err(netlink("list routes"))?;
+    Ok(routes
+        .into_iter()
+        .filter_map(|m| match m {
+            RouteNetlinkMessage::NewRoute(r) => Some(
+                r.attributes
+                    .iter()
+                    .find_map(|a| match a {
+                        RouteAttribute::Table(t) => Some(*t),
+                        _ => None,
+                    })
+                    .unwrap_or(u32::from(r.header.table)),
+            ),
+            _ => None,
+        })
+        .collect())
+}
+
+/// Removes Quiver's rules (see [`RULE_PROTOCOL`]) whose table holds no route: their interface
+/// is gone, so nothing removes them otherwise (a Quiver killed before its Close). Returns how
+/// many it removed. Others' rules are left alone, and so are Quiver's whose table still routes
+/// (a live interface's). A rule of a policy without routes selects into an empty table: such
+/// a rule does nothing, and removing it changes nothing.
+pub(super) fn remove_orphan_rules(rtnl: &mut Rtnl) -> Result<usize> {
+    let mut removed = 0;
+    for v6 in [false, true] {
+        let ours: Vec<RuleMessage> = rules_of(rtnl, v6)?.into_iter().filter(is_ours).collect();
+        if ours.is_empty() {
+            continue;
+        }
+        let routed = tables_with_routes(rtnl, v6)?;
+        for rule in ours.iter().filter(|r| !routed.contains(&rule_table(r))) {
+            match rtnl.request(RouteNetlinkMessage::DelRule(rule.clone()), 0) {
+                Ok(()) => {
+                    tracing::info!(table = rule_table(rule), "removed an orphaned policy rule");
+                    removed += 1;
+                }
+                Err(Errno::ENOENT) => {}
+                Err(e) => return Err(netlink("remove an orphaned policy rule")(e)),
+            }
+        }
+    }
+    Ok(removed)
 }
 
 fn family(v6: bool) -> AddressFamily {

@@ -17,7 +17,7 @@ use super::config::{host_name_for, KernelInterfaceConfig, Plan, ALIAS_PREFIX};
 use super::error::{netlink, KernelInterfaceError, Result};
 use super::links::{add_neighbor, apply_ip_context, delete_link, find_link, set_link, FoundLink};
 use super::owned::delete_for_connection;
-use super::policy::{apply_policies, remove_rules};
+use super::policy::{apply_policies, remove_orphan_rules, remove_rules};
 use crate::netlink::Rtnl;
 use crate::netns::NetNs;
 
@@ -370,6 +370,10 @@ pub(super) fn configure_inside(
             })?;
     }
     apply_ip_context(inner, index, plan, &config.name)?;
+    // Rules a killed Quiver left here go first (their tables are free again).
+    if let Err(e) = remove_orphan_rules(inner) {
+        tracing::warn!(error = %e, netns = ?netns.path(), "cannot look for orphaned policy rules");
+    }
     let rules = apply_policies(inner, index, &plan.policies, &config.name)?;
     Ok((index, mac, rules))
 }
