@@ -22,7 +22,7 @@ fn the_configuration_reference_parses_and_covers_every_section() {
     let text = guide();
     let block = reference(&text);
     let c = quiver::Config::parse(block).unwrap_or_else(|e| panic!("the reference: {e}"));
-    assert_eq!(c.port.len(), 4, "one port of each type");
+    assert_eq!(c.port.len(), 5, "one port of each type");
     for section in [
         "[dataplane]",
         "[buffers]",
