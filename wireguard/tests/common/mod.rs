@@ -241,7 +241,10 @@ impl Ours {
             Err(e)
                 if matches!(
                     e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        // A signal (a peer process ending, say) cut the wait short.
+                        | std::io::ErrorKind::Interrupted
                 ) =>
             {
                 return Step::Idle
