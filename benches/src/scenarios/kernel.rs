@@ -11,6 +11,10 @@
 //! each test and read after it (`quiver ctl --json show runtime`, `show errors`): busy clocks
 //! per packet of the worker and of each node that carried packets. A TCP "packet" there is
 //! what the kernel handed over: mostly GSO super-frames of up to 64 KiB.
+//!
+//! Then the scaling figures (`kernel/idle.rs`): a worker's clocks per empty loop pass with 2 and
+//! with 500 idle KERNEL (TAP) ports, and the p99 time to open one (`empty_pass_clocks_2`,
+//! `empty_pass_clocks_500`, `port_open_ms_p99`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -21,6 +25,7 @@ use serde_json::{json, Value};
 use super::memif_rate::{median, release_artifact, two_cpus};
 use net::{Net, Proc, Via, TAPS, UDP_PAYLOAD, VETH_M};
 
+mod idle;
 mod net;
 
 /// The goal of issue 24: Quiver's best backend against the bridge, same run.
@@ -430,6 +435,34 @@ pub fn run(quick: bool) -> Result<String, String> {
             }
         }
     }
+    eprintln!(
+        "  idle ports: {} and {} TAP ports in a namespace, one polling worker on CPU {}",
+        idle::FEW,
+        idle::MANY,
+        cpus.1
+    );
+    let (windows, window) = if quick {
+        (3, Duration::from_millis(300))
+    } else {
+        (5, Duration::from_secs(1))
+    };
+    let idle = idle::measure(cpus.1, windows, window);
+    match &idle {
+        Ok(f) => eprintln!(
+            "    empty pass: {:.0} clocks with {} idle ports, {:.0} with {} ({:.2}x, goal <= {}x); \
+             opening a port: p50 {:.2} ms, p99 {:.2} ms (goal <= {} ms)",
+            f.clocks_few,
+            idle::FEW,
+            f.clocks_many,
+            idle::MANY,
+            f.ratio(),
+            idle::GOAL_EMPTY_PASS_RATIO,
+            f.detail["port_open_ms"]["p50"].as_f64().unwrap_or(0.0),
+            f.open_p99(),
+            idle::GOAL_PORT_OPEN_MS_P99
+        ),
+        Err(e) => eprintln!("    idle ports: failed: {e}"),
+    }
     let summary = |via: Via, test: Test| {
         summarize(
             test,
@@ -478,6 +511,22 @@ pub fn run(quick: bool) -> Result<String, String> {
     let (udp, udp_backend) = pick(Test::Udp64);
     let (tcp_ratio, udp_ratio) = (ratio(tcp, ref_tcp), ratio(udp, ref_udp));
     let failed: usize = results.values().flatten().filter(|r| r.is_err()).count();
+    let (clocks_2, clocks_500, open_p99, scaling_met, idle_json) = match &idle {
+        Ok(f) => (
+            json!(round1(f.clocks_few)),
+            json!(round1(f.clocks_many)),
+            json!(round3(f.open_p99())),
+            f.ratio() <= idle::GOAL_EMPTY_PASS_RATIO && f.open_p99() <= idle::GOAL_PORT_OPEN_MS_P99,
+            f.detail.clone(),
+        ),
+        Err(e) => (
+            Value::Null,
+            Value::Null,
+            Value::Null,
+            false,
+            json!({ "error": e }),
+        ),
+    };
     Ok(json!({
         "scenario": "kernel",
         "cpus": {
@@ -503,6 +552,10 @@ pub fn run(quick: bool) -> Result<String, String> {
         "tcp_ratio": tcp_ratio,
         "udp64_ratio": udp_ratio,
         "failed_tests": failed,
+        "empty_pass_clocks_2": clocks_2,
+        "empty_pass_clocks_500": clocks_500,
+        "port_open_ms_p99": open_p99,
+        "idle_ports": idle_json,
         "reference": {
             "name": "Linux bridge in a third namespace between the veths, default offloads, same run",
             "tcp_gbps": round3(ref_tcp),
@@ -515,6 +568,9 @@ pub fn run(quick: bool) -> Result<String, String> {
             "tcp_ratio_at_least": GOAL_TCP_RATIO,
             "udp64_ratio_at_least": GOAL_UDP64_RATIO,
             "met": tcp_ratio >= GOAL_TCP_RATIO && udp_ratio >= GOAL_UDP64_RATIO,
+            "empty_pass_ratio_at_most": idle::GOAL_EMPTY_PASS_RATIO,
+            "port_open_ms_p99_at_most": idle::GOAL_PORT_OPEN_MS_P99,
+            "scaling_met": scaling_met,
         },
     })
     .to_string())
