@@ -188,22 +188,20 @@ impl Drop for PodWatch {
 }
 
 /// Waits until one of `pods` is gone (forever when there is none to watch).
-pub async fn until_one_is_gone(mut pods: Vec<Pod>) {
+///
+/// Each look is a `stat` or two of procfs and of `/run/netns`, memory filesystems that do not
+/// block: done on the task itself, not on the runtime's blocking pool. A pool handed a job
+/// every 250 ms per connection never shrinks (its idle threads are woken in turn, so none
+/// stays idle long enough to end): every thread a burst of Requests started was kept for as
+/// long as any connection lived.
+pub async fn until_one_is_gone(pods: Vec<Pod>) {
     if pods.is_empty() {
         return std::future::pending().await;
     }
     loop {
         tokio::time::sleep(POLL).await;
-        let gone = tokio::task::spawn_blocking(move || {
-            let gone = pods.iter().any(|p| !p.alive());
-            (gone, pods)
-        })
-        .await;
-        match gone {
-            Ok((true, _)) => return,
-            Ok((false, back)) => pods = back,
-            // The blocking pool is shutting down with the server.
-            Err(_) => return std::future::pending().await,
+        if pods.iter().any(|p| !p.alive()) {
+            return;
         }
     }
 }
@@ -255,6 +253,39 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
         // Quiver's own fds name nothing for good.
         assert!(Pod::find(Path::new("/proc/self/ns/net")).is_none_or(|p| p.pid().is_some()));
+    }
+
+    /// The watch needs no thread of the blocking pool: with the pool's only thread busy, a
+    /// pod that goes is still noticed.
+    #[test]
+    fn the_watch_does_not_wait_for_the_blocking_pool() {
+        let dir = std::env::temp_dir().join(format!("pod-watch-pool-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let name = dir.join("ns");
+        std::fs::write(&name, b"").unwrap();
+        let pod = Pod {
+            netns: NetnsId::of(&name).unwrap(),
+            by: By::Path(name.clone()),
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .max_blocking_threads(1)
+            .build()
+            .unwrap();
+        let noticed = runtime.block_on(async {
+            let (release, wait) = std::sync::mpsc::channel::<()>();
+            let busy = tokio::task::spawn_blocking(move || {
+                let _ = wait.recv();
+            });
+            std::fs::remove_file(&name).unwrap();
+            let noticed =
+                tokio::time::timeout(Duration::from_secs(5), until_one_is_gone(vec![pod])).await;
+            release.send(()).unwrap();
+            busy.await.unwrap();
+            noticed
+        });
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(noticed.is_ok(), "the pod's end was not noticed in 5 s");
     }
 
     #[test]
