@@ -39,11 +39,24 @@ pub struct EndpointLog {
     pub monitors: Vec<MonitorScopeSelector>,
 }
 
+/// How a [`TestEndpoint`] answers Requests: see [`TestEndpoint::set_behaviour`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EndpointBehaviour {
+    /// With the first of its answers whose type was offered.
+    #[default]
+    Answer,
+    /// Refuses every Request (`Unavailable`), as an endpoint going away does.
+    Refuse,
+    /// Waits this long, then answers: past the caller's deadline, an endpoint that times out.
+    Stall(Duration),
+}
+
 #[derive(Clone)]
 struct Nse {
     name: String,
     answers: Vec<Mechanism>,
     log: Arc<Mutex<EndpointLog>>,
+    behaviour: Arc<Mutex<EndpointBehaviour>>,
     /// Pass the files of `file://` parameters by fd, named `inode://` (grpcfd).
     pass_fds: bool,
 }
@@ -62,6 +75,14 @@ impl NetworkService for Nse {
             .unwrap_or_else(|e| e.into_inner())
             .requests
             .push(req.clone());
+        let behaviour = *self.behaviour.lock().unwrap_or_else(|e| e.into_inner());
+        match behaviour {
+            EndpointBehaviour::Answer => {}
+            EndpointBehaviour::Refuse => {
+                return Err(Status::unavailable(format!("{} refuses", self.name)))
+            }
+            EndpointBehaviour::Stall(d) => tokio::time::sleep(d).await,
+        }
         let mut conn = req
             .connection
             .ok_or_else(|| Status::invalid_argument("no connection"))?;
@@ -155,6 +176,7 @@ impl Drop for Served {
 /// first of `answers` whose type Quiver offered, records every call. Stops when dropped.
 pub struct TestEndpoint {
     log: Arc<Mutex<EndpointLog>>,
+    behaviour: Arc<Mutex<EndpointBehaviour>>,
     _served: Served,
 }
 
@@ -183,14 +205,17 @@ impl TestEndpoint {
         pass_fds: bool,
     ) -> std::io::Result<Self> {
         let log = Arc::new(Mutex::new(EndpointLog::default()));
+        let behaviour = Arc::new(Mutex::new(EndpointBehaviour::Answer));
         let nse = Nse {
             name: name.into(),
             answers,
             log: log.clone(),
+            behaviour: behaviour.clone(),
             pass_fds,
         };
         Ok(TestEndpoint {
             log,
+            behaviour,
             _served: Served::start(socket, Routes::new(NetworkServiceServer::new(nse)))?,
         })
     }
@@ -198,6 +223,17 @@ impl TestEndpoint {
     /// What it saw so far.
     pub fn log(&self) -> EndpointLog {
         self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// What it saw since the last call (or since it started), the log emptied: a long run
+    /// reads it as it goes instead of keeping every call.
+    pub fn take_log(&self) -> EndpointLog {
+        std::mem::take(&mut *self.log.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// How it answers the Requests that come from now on (ones already waiting keep theirs).
+    pub fn set_behaviour(&self, behaviour: EndpointBehaviour) {
+        *self.behaviour.lock().unwrap_or_else(|e| e.into_inner()) = behaviour;
     }
 }
 
@@ -326,6 +362,22 @@ impl BlockingClient {
             .map(|r| r.into_inner())
     }
 
+    /// `Request` with a deadline (`grpc-timeout`, as NSM's clients send their Requests):
+    /// `DeadlineExceeded` when no answer came `within` it.
+    pub fn request_within(
+        &mut self,
+        req: NetworkServiceRequest,
+        within: Duration,
+    ) -> Result<Connection, Status> {
+        let mut c = self.client.clone();
+        let mut req = Request::new(req);
+        req.set_timeout(within);
+        self.runtime
+            .block_on(async { tokio::time::timeout(within, c.request(req)).await })
+            .map_err(|_| Status::deadline_exceeded(format!("no answer within {within:?}")))?
+            .map(|r| r.into_inner())
+    }
+
     /// `Close`.
     pub fn close(&mut self, conn: Connection) -> Result<(), Status> {
         let mut c = self.client.clone();
@@ -365,9 +417,13 @@ impl BlockingClient {
 /// `unregister <name> path=<path>`, the registry path (gRPC metadata `path`) as it came.
 pub type RegistryLog = Arc<Mutex<Vec<String>>>;
 
+/// The endpoints a [`TestRegistry`] finds by name: name → URL.
+type EndpointTable = Arc<Mutex<std::collections::HashMap<String, String>>>;
+
 #[derive(Clone)]
 struct Registry {
     log: RegistryLog,
+    endpoints: EndpointTable,
     expiry: Duration,
     /// Registrations answered so far: each answer's path has a new token, as nsmgr's has.
     answered: Arc<std::sync::atomic::AtomicU32>,
@@ -412,13 +468,40 @@ impl NetworkServiceEndpointRegistry for Registry {
         Ok(answer)
     }
 
-    type FindStream = tokio_stream::Empty<Result<NetworkServiceEndpointResponse, Status>>;
+    type FindStream =
+        tokio_stream::Iter<std::vec::IntoIter<Result<NetworkServiceEndpointResponse, Status>>>;
 
     async fn find(
         &self,
-        _: Request<NetworkServiceEndpointQuery>,
+        request: Request<NetworkServiceEndpointQuery>,
     ) -> Result<Response<Self::FindStream>, Status> {
-        Ok(Response::new(tokio_stream::empty()))
+        let query = request.into_inner();
+        let name = query
+            .network_service_endpoint
+            .map(|e| e.name)
+            .unwrap_or_default();
+        let url = self
+            .endpoints
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&name)
+            .cloned();
+        // An endpoint added by name is found by name (a watch gets it once, then the end).
+        let found: Vec<_> = url
+            .filter(|_| !name.is_empty())
+            .map(|url| {
+                Ok(NetworkServiceEndpointResponse {
+                    network_service_endpoint: Some(NetworkServiceEndpoint {
+                        name: name.clone(),
+                        url,
+                        ..Default::default()
+                    }),
+                    deleted: false,
+                })
+            })
+            .into_iter()
+            .collect();
+        Ok(Response::new(tokio_stream::iter(found)))
     }
 
     async fn unregister(
@@ -446,9 +529,11 @@ impl Registry {
 /// nsmgr's registry as a forwarder sees it, for tests: refuses a Register or Unregister that
 /// carries no registry path (`PermissionDenied`, as nsmgr's authorization does), answers a
 /// registration with an expiry and with a new path in its `path` header, records each call,
-/// finds nothing. Stops when dropped.
+/// finds by name the endpoints given to [`TestRegistry::add_endpoint`] and nothing else.
+/// Stops when dropped.
 pub struct TestRegistry {
     log: RegistryLog,
+    endpoints: EndpointTable,
     _served: Served,
 }
 
@@ -462,13 +547,16 @@ impl TestRegistry {
     /// at 2/3 of it).
     pub fn start_granting(socket: &Path, expiry: Duration) -> std::io::Result<Self> {
         let log = RegistryLog::default();
+        let endpoints = EndpointTable::default();
         let registry = Registry {
             log: log.clone(),
+            endpoints: endpoints.clone(),
             expiry,
             answered: Arc::default(),
         };
         Ok(TestRegistry {
             log,
+            endpoints,
             _served: Served::start(
                 socket,
                 Routes::new(NetworkServiceEndpointRegistryServer::new(registry)),
@@ -479,5 +567,14 @@ impl TestRegistry {
     /// What it was asked so far.
     pub fn log(&self) -> Vec<String> {
         self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// From now on a `Find` of the endpoint `name` answers it at `url` (`unix:///path`), as
+    /// nsmgr's registry does for a registered endpoint.
+    pub fn add_endpoint(&self, name: &str, url: &str) {
+        self.endpoints
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.into(), url.into());
     }
 }
