@@ -74,7 +74,9 @@ type Outcome = Result<Sample, String>;
 /// Whatever this scenario cannot run without, or `None`.
 fn missing_prerequisite() -> Option<String> {
     if !nix::unistd::geteuid().is_root() {
-        return Some("needs root (network namespaces, veths, TAP devices, AF_PACKET)".into());
+        return Some(
+            "needs root (network namespaces, veths, TAP devices, AF_PACKET, AF_XDP)".into(),
+        );
     }
     for tool in [
         net::IP,
@@ -113,6 +115,10 @@ fn quiver_config(via: Via, cpu: usize) -> String {
             Via::Tap => format!(
                 "[[port]]\nname = \"{name}\"\ntype = \"tap\"\ndevice = \"{}\"\n",
                 TAPS[i]
+            ),
+            Via::AfXdp => format!(
+                "[[port]]\nname = \"{name}\"\ntype = \"af_xdp\"\ninterface = \"{}\"\n",
+                VETH_M[i]
             ),
             _ => format!(
                 "[[port]]\nname = \"{name}\"\ntype = \"af_packet\"\ninterface = \"{}\"\n",
@@ -399,7 +405,7 @@ pub fn run(quick: bool) -> Result<String, String> {
     eprintln!(
         "kernel: {online} CPUs: iperf3's client and server on CPU {}, Quiver (worker and process) on CPU {}; \
          {rounds} round(s) of TCP {secs} s + UDP {UDP_PAYLOAD} B {secs} s per path \
-         (bridge, af_packet, tap), alternating",
+         (bridge, af_packet, tap, af_xdp), alternating",
         cpus.0, cpus.1
     );
     let load_before = load_average();
@@ -483,7 +489,7 @@ pub fn run(quick: bool) -> Result<String, String> {
     let mut backends = serde_json::Map::new();
     // Best backend per test: (figure, name).
     let mut best: BTreeMap<Test, (f64, &str)> = BTreeMap::new();
-    for via in [Via::AfPacket, Via::Tap] {
+    for via in [Via::AfPacket, Via::Tap, Via::AfXdp] {
         let mut b = serde_json::Map::new();
         let mut clocks = serde_json::Map::new();
         for test in Test::ALL {

@@ -43,11 +43,13 @@ pub enum Via {
     AfPacket,
     /// Quiver with two TAP ports whose devices are in A and B.
     Tap,
+    /// Quiver with AF_XDP ports (its XDP program, copy mode) on the veths' M ends.
+    AfXdp,
 }
 
 impl Via {
     /// Every path, the reference first.
-    pub const ALL: [Via; 3] = [Via::Bridge, Via::AfPacket, Via::Tap];
+    pub const ALL: [Via; 4] = [Via::Bridge, Via::AfPacket, Via::Tap, Via::AfXdp];
 
     /// Its name in the JSON line.
     pub fn name(self) -> &'static str {
@@ -55,13 +57,14 @@ impl Via {
             Via::Bridge => "bridge",
             Via::AfPacket => "af_packet",
             Via::Tap => "tap",
+            Via::AfXdp => "af_xdp",
         }
     }
 }
 
 /// The TAP devices' names (made in M, then moved into A and B).
 pub const TAPS: [&str; 2] = ["tapa", "tapb"];
-/// The veths' ends in M (Quiver's AF_PACKET ports, or the bridge's ports).
+/// The veths' ends in M (Quiver's AF_PACKET or AF_XDP ports, or the bridge's ports).
 pub const VETH_M: [&str; 2] = ["qa", "qb"];
 
 /// Polls `done` every 50 ms for up to `secs`.
