@@ -5,7 +5,7 @@
 mod scenarios;
 
 const SCENARIOS: &str =
-    "dispatch, lpm, graph-ip4, graph-l2xc, vxlan, memif-rate, memif-xc, dpdk, ctl-churn, kernel, wireguard";
+    "dispatch, lpm, graph-ip4, graph-l2xc, vxlan, memif-rate, memif-xc, dpdk, ctl-churn, kernel, wireguard, soak";
 
 use clap::Parser;
 
@@ -14,11 +14,14 @@ use clap::Parser;
 #[command(name = "bench-runner", about)]
 struct Args {
     /// The scenario: dispatch, lpm, graph-ip4, graph-l2xc, vxlan, memif-rate, memif-xc, dpdk,
-    /// ctl-churn, wireguard.
+    /// ctl-churn, kernel, wireguard, soak.
     scenario: String,
-    /// A short run (under a minute).
+    /// A short run (under a minute; soak: about 3 minutes).
     #[arg(long)]
     quick: bool,
+    /// How long the soak runs, in minutes (default 30; 3 with --quick).
+    #[arg(long)]
+    minutes: Option<u64>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -35,6 +38,7 @@ fn main() -> std::process::ExitCode {
         "ctl-churn" => scenarios::ctl_churn::run(args.quick),
         "kernel" => scenarios::kernel::run(args.quick),
         "wireguard" => scenarios::wireguard::run(args.quick),
+        "soak" => scenarios::soak::run(args.quick, args.minutes),
         other => Err(format!("unknown scenario `{other}` (known: {SCENARIOS})")),
     };
     match result {

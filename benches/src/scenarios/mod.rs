@@ -11,6 +11,7 @@ pub mod lpm;
 pub mod memif_rate;
 pub mod memif_xc;
 pub mod procs;
+pub mod soak;
 pub mod wg_floor;
 pub mod wg_net;
 pub mod wireguard;
