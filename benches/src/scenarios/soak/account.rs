@@ -164,14 +164,26 @@ impl World {
             "settle_s": (t0.elapsed().as_secs_f64() * 10.0).round() / 10.0,
             "leaked_total": total,
             "leaked": leaked,
-            "objects": named,
-            "missing": missing,
+            "objects": named.iter().take(20).collect::<Vec<_>>(),
+            "missing": missing
+                .iter()
+                .map(|(k, v)| (*k, v.iter().take(10).collect::<Vec<_>>()))
+                .collect::<BTreeMap<_, _>>(),
         }))
     }
 
-    /// The host kinds now beyond the host baseline (what a killed Quiver left), named.
+    /// The host kinds now beyond the host baseline (what a killed Quiver left): how many of
+    /// each kind, the first few named.
     pub fn host_leftovers(&self) -> Result<Value, String> {
-        Ok(json!(self.host_extra(&self.base_host)?))
+        let extra = self.host_extra(&self.base_host)?;
+        let mut out = serde_json::Map::new();
+        for (kind, items) in extra {
+            out.insert(
+                kind.into(),
+                json!({"count": items.len(), "first": items.iter().take(5).collect::<Vec<_>>()}),
+            );
+        }
+        Ok(Value::Object(out))
     }
 
     /// The host kinds' objects now beyond `base`, named.

@@ -463,7 +463,11 @@ impl World {
             .ctl_json(&["show", "errors"])
             .ok()
             .and_then(|v| v.as_array().cloned())
-            .unwrap_or_default();
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|e| num(&e["count"]) > 0)
+            .map(|e| json!({"node": e["node"], "reason": e["reason"], "count": e["count"]}))
+            .collect();
         json!({
             "flows": flows,
             "sk-c": link(&self.ns.st.name, "sk-c"),

@@ -148,7 +148,7 @@ pub fn finish(mut w: World, out: Outcome, minutes: u64) -> Result<String, String
         "frames_duplicated_reordered_corrupted": bad,
         "leaked_total": leaked_total,
         "leaked": w.leaks.per_kind(),
-        "leaked_objects": objects,
+        "leaked_objects": objects.iter().take(50).collect::<Vec<_>>(),
         "rss_growth_pct": rss_growth,
         "request_p99_ms": req_p99,
         "request_p50_ms": req_p50,
