@@ -19,7 +19,8 @@ struct Args {
     /// A short run (under a minute; soak: about 3 minutes).
     #[arg(long)]
     quick: bool,
-    /// How long the soak runs, in minutes (default 30; 3 with --quick).
+    /// How long a soak without --quick runs, in minutes (default 30; --quick does each fault
+    /// once, about 3 minutes).
     #[arg(long)]
     minutes: Option<u64>,
 }
