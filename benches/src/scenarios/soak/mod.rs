@@ -132,6 +132,8 @@ impl World {
             if self.stable_up && Instant::now() >= self.next_refresh {
                 self.stable.refresh();
                 self.next_refresh = Instant::now() + REFRESH_EVERY;
+                // The endpoints' logs are counted and emptied as the run goes.
+                self.endpoints.seen();
             }
             // The schedule's clock, not a hand-off: the churn runs on its own threads.
             std::thread::sleep(Duration::from_millis(100).min(end - Instant::now().min(end)));
