@@ -5,71 +5,11 @@
 
 mod support;
 
-use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use support::side::{Side, IP, PING};
 use support::{Quiver, Scratch};
 use testkit::{require, Needs};
-
-const IP: &str = "/usr/sbin/ip";
-const PING: &str = "/usr/bin/ping";
-
-fn run(args: &[&str]) -> Output {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {args:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{args:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// A network namespace with a veth into it (`veth0` inside with `address`, `root` outside),
-/// deleted on drop.
-struct Side {
-    ns: String,
-    root: String,
-}
-
-impl Side {
-    fn new(tag: &str, address: &str) -> Side {
-        let id = std::process::id() % 100_000;
-        let side = Side {
-            ns: format!("quiver-ring-{tag}-{id}"),
-            root: format!("qrg{tag}{id}"),
-        };
-        run(&[IP, "netns", "add", &side.ns]);
-        run(&[
-            IP, "link", "add", &side.root, "type", "veth", "peer", "name", "veth0", "netns",
-            &side.ns,
-        ]);
-        run(&[IP, "link", "set", &side.root, "up"]);
-        run(&[IP, "-n", &side.ns, "addr", "add", address, "dev", "veth0"]);
-        run(&[IP, "-n", &side.ns, "link", "set", "veth0", "up"]);
-        side
-    }
-
-    /// Whether one ping to `to` is answered within a second.
-    fn ping(&self, to: &str) -> bool {
-        Command::new(IP)
-            .args([
-                "netns", "exec", &self.ns, PING, "-n", "-c", "1", "-W", "1", to,
-            ])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    }
-}
-
-impl Drop for Side {
-    fn drop(&mut self) {
-        let _ = Command::new(IP).args(["link", "del", &self.root]).output();
-        let _ = Command::new(IP).args(["netns", "del", &self.ns]).output();
-    }
-}
 
 /// The sizes, in bytes and sorted, of the socket mappings of process `pid`: an AF_PACKET
 /// queue's receive and transmit rings are one mapping of its socket.
@@ -104,8 +44,8 @@ fn af_packet_rings_are_small_by_default_sized_by_ring_kb_and_forward() {
     ) {
         return;
     }
-    let a = Side::new("a", "10.72.0.1/24");
-    let b = Side::new("b", "10.72.0.2/24");
+    let a = Side::new("rg", "a", "10.72.0.1/24");
+    let b = Side::new("rg", "b", "10.72.0.2/24");
     let dir = Scratch::new("af-packet-ring");
     let config = format!(
         "[dataplane]\ncores = [1]\nidle = \"adaptive\"\n[buffers]\ncount = 4096\n\

@@ -7,66 +7,18 @@
 
 mod support;
 
-use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use support::side::{run, Side, IP};
 use support::{Quiver, Scratch};
 use testkit::{require, Needs};
 
-const IP: &str = "/usr/sbin/ip";
 const PYTHON: &str = "/usr/bin/python3";
 
-fn run(args: &[&str]) -> Output {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {args:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{args:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// A network namespace with a veth into it (`veth0` inside with `address`, `root` outside),
-/// deleted on drop.
-struct Side {
-    ns: String,
-    root: String,
-}
-
-impl Side {
-    fn new(tag: &str, address: &str) -> Side {
-        let id = std::process::id() % 100_000;
-        let side = Side {
-            ns: format!("quiver-xdp-{tag}-{id}"),
-            root: format!("qxd{tag}{id}"),
-        };
-        run(&[IP, "netns", "add", &side.ns]);
-        run(&[
-            IP, "link", "add", &side.root, "type", "veth", "peer", "name", "veth0", "netns",
-            &side.ns,
-        ]);
-        run(&[IP, "link", "set", &side.root, "up"]);
-        run(&[IP, "-n", &side.ns, "addr", "add", address, "dev", "veth0"]);
-        run(&[IP, "-n", &side.ns, "link", "set", "veth0", "up"]);
-        side
-    }
-
-    /// Whether an XDP program is attached to the outer end.
-    fn has_xdp(&self) -> bool {
-        let out = run(&[IP, "link", "show", "dev", &self.root]);
-        String::from_utf8_lossy(&out.stdout).contains("prog/xdp")
-    }
-}
-
-impl Drop for Side {
-    fn drop(&mut self) {
-        let _ = Command::new(IP).args(["link", "del", &self.root]).output();
-        let _ = Command::new(IP).args(["netns", "del", &self.ns]).output();
-    }
+/// Whether an XDP program is attached to `side`'s outer end.
+fn has_xdp(side: &Side) -> bool {
+    let out = run(&[IP, "link", "show", "dev", &side.root]);
+    String::from_utf8_lossy(&out.stdout).contains("prog/xdp")
 }
 
 fn config(a: &Side, b: &Side) -> String {
@@ -98,12 +50,12 @@ fn af_xdp_ports_carry_tcp_and_a_killed_quiver_leaves_no_program_behind() {
     ) {
         return;
     }
-    let a = Side::new("a", "10.73.0.1/24");
-    let b = Side::new("b", "10.73.0.2/24");
+    let a = Side::new("xd", "a", "10.73.0.1/24");
+    let b = Side::new("xd", "b", "10.73.0.2/24");
     let dir = Scratch::new("af-xdp-run");
     let mut q = Quiver::start_at(&dir, "xdp", &config(&a, &b), &dir.path("admin.sock"));
     assert!(
-        a.has_xdp() && b.has_xdp(),
+        has_xdp(&a) && has_xdp(&b),
         "the program is attached to both"
     );
 
@@ -133,7 +85,7 @@ fn af_xdp_ports_carry_tcp_and_a_killed_quiver_leaves_no_program_behind() {
     q.child.kill().unwrap();
     q.child.wait().unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while a.has_xdp() || b.has_xdp() {
+    while has_xdp(&a) || has_xdp(&b) {
         assert!(Instant::now() < deadline, "a program outlived its Quiver");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -143,5 +95,5 @@ fn af_xdp_ports_carry_tcp_and_a_killed_quiver_leaves_no_program_behind() {
     let (received, sent) = testkit::tcp::transfer(&b.ns, &a.ns, "10.73.0.1", 5074, 1);
     assert_eq!(received, sent);
     q.stop();
-    assert!(!a.has_xdp() && !b.has_xdp(), "an orderly stop detaches too");
+    assert!(!has_xdp(&a) && !has_xdp(&b), "an orderly stop detaches too");
 }

@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod side;
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
