@@ -14,21 +14,7 @@ use drivers::af_xdp::{AfXdpConfig, AfXdpPort};
 const PYTHON: &str = "/usr/bin/python3";
 
 fn ready(test: &str) -> bool {
-    if !system_ready(test) {
-        return false;
-    }
-    for tool in [PYTHON, "/usr/sbin/ethtool"] {
-        if !std::path::Path::new(tool).exists() {
-            assert_ne!(
-                std::env::var("QUIVER_REQUIRE_SYSTEM_TESTS").as_deref(),
-                Ok("1"),
-                "{test}: {tool} is missing"
-            );
-            eprintln!("skipping {test}: {tool} is missing");
-            return false;
-        }
-    }
-    true
+    system_ready_with(test, &[PYTHON, "/usr/sbin/ethtool"])
 }
 
 fn af_xdp_port(fwd: &mut graph_nodes::Forwarding, config: &AfXdpConfig) -> PortAt {

@@ -20,21 +20,7 @@ use graph_nodes::names;
 const PYTHON: &str = "/usr/bin/python3";
 
 fn ready(test: &str) -> bool {
-    if !system_ready(test) {
-        return false;
-    }
-    for tool in [PYTHON, "/usr/sbin/ethtool"] {
-        if !std::path::Path::new(tool).exists() {
-            assert_ne!(
-                std::env::var("QUIVER_REQUIRE_SYSTEM_TESTS").as_deref(),
-                Ok("1"),
-                "{test}: {tool} is missing"
-            );
-            eprintln!("skipping {test}: {tool} is missing");
-            return false;
-        }
-    }
-    true
+    system_ready_with(test, &[PYTHON, "/usr/sbin/ethtool"])
 }
 
 /// Sends `mib` MiB from `from` to a server at `to_addr` in `to` (see `testkit::tcp`).

@@ -56,6 +56,18 @@ pub fn system_ready(test: &str) -> bool {
     }
 }
 
+/// [`system_ready`], and the programs `tools` (absolute paths) present, with the same rules.
+pub fn system_ready_with(test: &str, tools: &'static [&'static str]) -> bool {
+    system_ready(test)
+        && testkit::require(
+            test,
+            &testkit::Needs {
+                tools,
+                ..Default::default()
+            },
+        )
+}
+
 /// A short name no other test (in this process or another) uses at the same time.
 pub fn unique(prefix: &str) -> String {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
