@@ -1,5 +1,5 @@
 //! An AF_PACKET port's ring memory, as the kernel maps it into a running `quiver run`: the
-//! default is small (1 MiB each way per queue, not the 8 MiB receive ring it once was), `ring_kb`
+//! default is 4 MiB each way per queue (32 receive blocks: at low rates each is handed over after 1 ms, so 32 ms of traffic), `ring_kb`
 //! in `[[port]]` sets it, and ports with either still forward. Two network namespaces, each with
 //! a veth whose outer end is an AF_PACKET port, joined by an L2 cross-connect; `ping` crosses.
 
@@ -72,8 +72,8 @@ fn af_packet_rings_are_small_by_default_sized_by_ring_kb_and_forward() {
     let sizes = socket_mappings(q.child.id());
     assert_eq!(
         sizes,
-        [(2 * 256) << 10, (2 * 1024) << 10],
-        "port b: 256 KiB each way (ring_kb); port a: the default, 1 MiB each way"
+        [(2 * 256) << 10, (2 * 4096) << 10],
+        "port b: 256 KiB each way (ring_kb); port a: the default, 4 MiB each way"
     );
     q.stop();
 }

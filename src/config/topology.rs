@@ -112,7 +112,7 @@ pub struct AfPacketSection {
     #[serde(default)]
     pub netns: Option<std::path::PathBuf>,
     /// KiB of each of a queue's rings, receive and transmit (a power of two from
-    /// [`AF_PACKET_RING_KB`]'s range; default 1024): memory the kernel pins for every queue of
+    /// [`AF_PACKET_RING_KB`]'s range; default 4096): memory the kernel pins for every queue of
     /// the port, idle or not.
     #[serde(default = "default_ring_kb")]
     pub ring_kb: u32,
@@ -122,7 +122,7 @@ pub struct AfPacketSection {
 pub const AF_PACKET_RING_KB: std::ops::RangeInclusive<u32> = 64..=65536;
 
 /// The default `ring_kb` of `type = "af_packet"`.
-pub const DEFAULT_AF_PACKET_RING_KB: u32 = 1024;
+pub const DEFAULT_AF_PACKET_RING_KB: u32 = 4096;
 
 fn default_ring_kb() -> u32 {
     DEFAULT_AF_PACKET_RING_KB
