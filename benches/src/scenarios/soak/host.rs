@@ -130,3 +130,63 @@ impl Rng {
         self.0 % n
     }
 }
+
+/// Removes what soak runs whose runner is gone (killed before it could clean up) left: their
+/// Quiver processes (found by their config in the run's directory; SIGKILL by pid), their
+/// namespaces (`qs<pid>-…`) and their directories (`quiver-soak-<pid>`). Runs still going are
+/// left alone. Returns what it removed.
+pub fn reap_stale_runs() -> Vec<String> {
+    let dead = |pid: u32| !PathBuf::from(format!("/proc/{pid}")).exists();
+    let mut removed = Vec::new();
+    let mut pids = std::collections::BTreeSet::new();
+    let names = run(&[super::super::procs::IP, "netns", "list"]).unwrap_or_default();
+    for name in names.lines().filter_map(|l| l.split_whitespace().next()) {
+        let pid = name
+            .strip_prefix("qs")
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(pid) = pid.filter(|&p| dead(p)) {
+            pids.insert(pid);
+        }
+    }
+    if let Ok(dir) = std::fs::read_dir(std::env::temp_dir()) {
+        for e in dir.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some(pid) = name
+                .strip_prefix("quiver-soak-")
+                .and_then(|p| p.parse::<u32>().ok())
+                .filter(|&p| dead(p))
+            {
+                pids.insert(pid);
+            }
+        }
+    }
+    for pid in pids {
+        let config = format!("/quiver-soak-{pid}/quiver.toml");
+        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Ok(p) = e.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmdline).contains(&config) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(p),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+                removed.push(format!("quiver process {p}"));
+            }
+        }
+        for name in names.lines().filter_map(|l| l.split_whitespace().next()) {
+            if name.starts_with(&format!("qs{pid}-")) {
+                let _ = run(&[super::super::procs::IP, "netns", "del", name]);
+                removed.push(format!("namespace {name}"));
+            }
+        }
+        let dir = std::env::temp_dir().join(format!("quiver-soak-{pid}"));
+        if dir.exists() && !dir.join("quiver.log").exists() {
+            let _ = std::fs::remove_dir_all(&dir);
+            removed.push(format!("directory {}", dir.display()));
+        }
+    }
+    removed
+}

@@ -212,6 +212,9 @@ pub fn run(quick: bool, minutes: Option<u64>) -> Result<String, String> {
 /// connections and the churn (parked), and takes the baselines.
 fn setup(quick: bool, exe: PathBuf, traffic: PathBuf) -> Result<World, String> {
     let pid = std::process::id();
+    for r in host::reap_stale_runs() {
+        eprintln!("soak: removed what a killed earlier run left: {r}");
+    }
     let tag = format!("qs{pid}");
     let id_prefix = format!("soak-{pid}-");
     let dir = TempDir::new(&format!("quiver-soak-{pid}"))?;
