@@ -1,6 +1,10 @@
 //! Changes to a running forwarder: ports attached and detached on every worker, cross-connects,
 //! routes, neighbours and addresses, each tagged with its owner.
 
+use std::sync::mpsc;
+
+use dataplane::RxQueue;
+
 use super::*;
 
 /// Worker command: attach `port` as `interface` (queue pair taken on the worker's thread).
@@ -25,27 +29,54 @@ fn attach_command(port: Arc<dyn Port>, interface: IfIndex) -> WorkerCommand<Forw
     })
 }
 
+/// A worker's queues of one interface, taken off it by [`detach_command`].
+type Detached = (Option<Box<dyn RxQueue>>, Option<Box<dyn TxQueue>>);
+
 /// Worker command: detach `interface`. Receiving stops first; then what the graph still has
 /// pending is run through (so nothing for the interface stays queued), and only then is its
-/// transmit queue taken away. Both queues are dropped on the worker's thread.
-fn detach_command(interface: IfIndex) -> WorkerCommand<ForwardingState> {
+/// transmit queue taken away. Both queues go to `closed`, to be dropped off the worker (see
+/// [`detach_everywhere`]).
+fn detach_command(
+    interface: IfIndex,
+    closed: mpsc::Sender<Detached>,
+) -> WorkerCommand<ForwardingState> {
     Box::new(move |w| {
         let rx = w
             .graph
             .node_mut::<PortsInput>(PORT_INPUT)
             .and_then(|n| n.detach(interface));
-        drop(rx);
         // A receive queue cut through to this port lets go once its transmit queue is dropped.
         w.graph.drain(w.buffers, w.state, 64);
         let tx = w
             .graph
             .node_mut::<InterfaceOutput>(names::INTERFACE_OUTPUT)
             .and_then(|n| n.detach(interface));
-        drop(tx);
-        // A memif connection's memory, once its queues are gone and no buffer holds a frame
-        // of it, is let go now rather than at the next connection on this worker.
-        w.buffers.prune_external();
+        // The caller gone (it gave up on this worker), they are dropped here after all.
+        let _ = closed.send((rx, tx));
         Ok(())
+    })
+}
+
+/// Detaches `interface` from every worker and drops its queues on the calling thread, then
+/// has each worker let go of a memif connection's memory no buffer holds any more (rather than
+/// at its next connection). Closing a kernel queue's descriptor (an AF_PACKET socket, a TAP
+/// queue) waits in the kernel for an RCU grace period (`synchronize_net`), which on a busy
+/// machine takes seconds: on a worker, that stopped its forwarding meanwhile and, past the
+/// command's 10 s, failed the port's removal (an NSM Close then left the port behind).
+pub(super) fn detach_everywhere(
+    dataplane: &Dataplane<ForwardingState>,
+    interface: IfIndex,
+) -> Result<(), CommandError> {
+    let (closed, detached) = mpsc::channel();
+    let done = dataplane.command(|_| detach_command(interface, closed.clone()));
+    drop(closed);
+    drop(detached.try_iter().collect::<Vec<Detached>>());
+    done?;
+    dataplane.command(|_| {
+        Box::new(|w| {
+            w.buffers.prune_external();
+            Ok(())
+        })
     })
 }
 
@@ -108,7 +139,7 @@ impl Forwarder {
                 .map_err(ForwarderError::from)
         });
         if let Err(e) = attached {
-            let _ = self.dataplane.command(|_| detach_command(interface));
+            let _ = detach_everywhere(&self.dataplane, interface);
             let _ = self.forwarding.remove_interface(interface);
             let _ = self.commit();
             self.close(section, port);
@@ -145,7 +176,7 @@ impl Forwarder {
         }
         self.forwarding.remove_interface(interface)?;
         self.commit()?;
-        self.dataplane.command(|_| detach_command(interface))?;
+        detach_everywhere(&self.dataplane, interface)?;
         let entry = self.ports.remove(k);
         let section = self.sections.remove(k);
         self.close(&section, entry.port);
@@ -490,5 +521,100 @@ fn mask(len: u8) -> u32 {
         0
     } else {
         u32::MAX << (32 - len.min(32))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use dataplane::{BufferPoolConfig, HugepagePolicy, IdlePolicy, WorkerBuffers, WorkerConfig};
+
+    use super::*;
+
+    /// The names of the threads queues were dropped on.
+    type Drops = Arc<Mutex<Vec<String>>>;
+
+    fn note(drops: &Drops) {
+        let name = std::thread::current().name().unwrap_or("").to_string();
+        drops.lock().unwrap_or_else(|e| e.into_inner()).push(name);
+    }
+
+    struct Rx(Drops);
+
+    impl RxQueue for Rx {
+        fn receive(&mut self, _: &mut WorkerBuffers, _: &mut [u32]) -> usize {
+            0
+        }
+    }
+
+    impl Drop for Rx {
+        fn drop(&mut self) {
+            note(&self.0);
+        }
+    }
+
+    struct Tx(Drops);
+
+    impl TxQueue for Tx {
+        fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[u32]) -> usize {
+            buffers.free(packets);
+            packets.len()
+        }
+    }
+
+    impl Drop for Tx {
+        fn drop(&mut self) {
+            note(&self.0);
+        }
+    }
+
+    /// A detached interface's queues are dropped on the thread that detaches it, never on a
+    /// worker (closing a kernel queue can wait there for seconds), and the workers go on.
+    #[test]
+    fn detached_queues_are_dropped_off_the_workers() {
+        let pool = BufferPool::new(&BufferPoolConfig {
+            buffers: 4096,
+            hugepages: HugepagePolicy::Never,
+            ..Default::default()
+        })
+        .unwrap();
+        let mut forwarding = Forwarding::new(FibConfig {
+            hugepages: HugepagePolicy::Never,
+            ..FibConfig::default()
+        })
+        .unwrap();
+        let interface = forwarding
+            .add_port("fake", [2, 0, 0, 0, 0, 1], 1500)
+            .unwrap();
+        forwarding.commit(&LocalState::default()).unwrap();
+        let drops = Drops::default();
+        let d = drops.clone();
+        let workers = WorkerConfig {
+            cores: vec![0, 0],
+            idle: IdlePolicy::ADAPTIVE,
+        };
+        let dp = Dataplane::start(&workers, pool.clone(), forwarding.snapshot(), move |_| {
+            let mut b = GraphBuilder::new();
+            let mut input = PortsInput::new(PORT_INPUT, names::ETHERNET_INPUT);
+            input.attach(interface, Box::new(Rx(d.clone())));
+            b.add(input);
+            let tx: Vec<(IfIndex, Box<dyn TxQueue>)> = vec![(interface, Box::new(Tx(d.clone())))];
+            add_forwarding_nodes(&mut b, tx);
+            b.build().map_err(|e| e.to_string())
+        })
+        .unwrap();
+        detach_everywhere(&dp, interface).unwrap();
+        let me = std::thread::current().name().unwrap_or("").to_string();
+        let dropped = drops.lock().unwrap().clone();
+        assert_eq!(
+            dropped,
+            vec![me; 4],
+            "2 workers' receive and transmit queues"
+        );
+        // Detaching again finds nothing; the workers still answer.
+        detach_everywhere(&dp, interface).unwrap();
+        assert_eq!(drops.lock().unwrap().len(), 4);
+        dp.stop();
     }
 }
