@@ -171,10 +171,13 @@ impl World {
         ip: bool,
     ) -> Result<Connection, String> {
         let req = first_request(id, ep, side, ip.then(|| ip_context(99, 0)));
+        let first = req.connection.clone().unwrap_or_default();
         self.fault_calls.0 += 1;
         let r = self.fault_client()?.request_within(req, DEADLINE);
         r.map_err(|e| {
-            self.grpc = None;
+            // As NSM's clients do after a failed Request: Close whatever may be left (the
+            // Close waits for a Request still under way in Quiver).
+            let _ = self.fault_close(first);
             format!("Request {id}: {:?}: {}", e.code(), e.message())
         })
     }
