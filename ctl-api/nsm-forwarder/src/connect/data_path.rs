@@ -8,6 +8,7 @@ use tonic::Status;
 use crate::dataplane::{BackendError, NsmBackend, PortName, PortSpec};
 
 /// The data path, as the core calls it.
+#[derive(Clone)]
 pub(super) struct DataPath(Arc<dyn NsmBackend>);
 
 impl DataPath {

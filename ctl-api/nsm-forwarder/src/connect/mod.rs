@@ -79,7 +79,8 @@ pub struct Core {
     discovery: Arc<dyn EndpointDiscovery>,
     /// Where the next Request of each network service starts among its endpoints.
     round_robin: RoundRobin,
-    table: Table<Entry>,
+    /// Shared with the tasks that finish a failed teardown's removal (see `remove_later`).
+    table: Arc<Table<Entry>>,
     /// The published connections and the MonitorConnections subscribers.
     pub monitor: Monitor,
     generation: AtomicU64,
@@ -107,7 +108,7 @@ impl Core {
             dp: DataPath::new(dp),
             discovery,
             round_robin: RoundRobin::default(),
-            table: Table::default(),
+            table: Arc::default(),
             monitor: Monitor::default(),
             generation: AtomicU64::new(0),
             vnis: VniTable::default(),
@@ -366,11 +367,50 @@ impl Core {
             }
         };
         let ((), removed) = tokio::join!(close, self.dp.remove_owned(owner));
+        if let Err(e) = &removed {
+            tracing::warn!(id = owner, error = %e, "cannot remove what the connection owned: trying again");
+            self.remove_later(owner);
+        }
         self.vnis.release(owner);
         self.wg_ports.release(owner);
         self.answer_fds.release(owner);
         self.monitor.delete(&entry.published);
         removed
+    }
+
+    /// Removes what `owner` owns again, in the background, after a teardown failed to (the
+    /// data path refused, or a worker did not answer in time): the connection is gone from the
+    /// table, so nothing else would, and its ports would keep their names and sockets from the
+    /// next connections. Tried 250 ms later, then at twice the pause each time (at most 30 s
+    /// apart) for 10 minutes, each time under the connection's lock, and given up on once a
+    /// connection of that id exists again (its Request made, or rolled back, what it has).
+    fn remove_later(&self, owner: &str) {
+        let (table, dp, owner) = (self.table.clone(), self.dp.clone(), owner.to_string());
+        tokio::spawn(async move {
+            let give_up = tokio::time::Instant::now() + Duration::from_secs(600);
+            let mut pause = Duration::from_millis(250);
+            loop {
+                tokio::time::sleep(pause).await;
+                let slot = table.lock(&owner).await;
+                if slot.is_some() {
+                    return;
+                }
+                match ignore_not_found(dp.remove_owned(&owner).await) {
+                    Ok(()) => {
+                        tracing::info!(id = owner, "removed what a failed teardown left");
+                        return;
+                    }
+                    Err(e) if tokio::time::Instant::now() >= give_up => {
+                        tracing::error!(id = owner, error = %e, "giving up removing what a failed teardown left");
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(id = owner, error = %e, "cannot remove what a failed teardown left: trying again");
+                        pause = (pause * 2).min(Duration::from_secs(30));
+                    }
+                }
+            }
+        });
     }
 
     /// `networkservice.NetworkService/Close`. An unknown id succeeds: Quiver still removes

@@ -66,6 +66,33 @@ async fn a_failed_refresh_removes_the_connection() {
     assert_eq!(h.nse_order().last().unwrap(), &format!("close {own_id}"));
 }
 
+/// A Close whose removal fails (a worker that does not answer in time) is answered with the
+/// error, and what the connection owned is removed in the background all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_whose_removal_failed_is_finished_in_the_background() {
+    let h = harness(DEFAULT).await;
+    let answer = h.request(memif_request("c1")).await.unwrap();
+    h.dp.st().fail_remove_owned = 2;
+    let err = h.close(answer).await.unwrap_err();
+    assert_eq!(err.code(), Code::Internal, "{err:?}");
+    assert!(!h.dp.is_empty(), "the failed removal left the ports");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !h.dp.is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not removed in 10 s: {:?}",
+            h.dp.st()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        h.dp.st().removed_owners,
+        ["c1", "c1", "c1"],
+        "tried again twice"
+    );
+    h.assert_no_state("after the removal was tried again");
+}
+
 /// Changes one field of a Request.
 type Edit = Box<dyn Fn(&mut NetworkServiceRequest)>;
 

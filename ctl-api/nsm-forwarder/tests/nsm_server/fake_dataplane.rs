@@ -26,6 +26,8 @@ pub(crate) struct FakeState {
     pub(crate) fail_create: Option<String>,
     /// The owner of every remove_owned call, in order.
     pub(crate) removed_owners: Vec<String>,
+    /// The next this many remove_owned calls fail (as a worker that does not answer).
+    pub(crate) fail_remove_owned: u32,
 }
 
 #[derive(Default)]
@@ -161,6 +163,12 @@ impl NsmBackend for FakeDp {
     fn remove_owned(&self, owner: &str) -> Result<(), BackendError> {
         let mut s = self.st();
         s.removed_owners.push(owner.into());
+        if s.fail_remove_owned > 0 {
+            s.fail_remove_owned -= 1;
+            return Err(BackendError::Failed(
+                "worker 0 did not acknowledge the command".into(),
+            ));
+        }
         s.xcs.retain(|_, (o, _)| o != owner);
         let gone: Vec<String> = s
             .ports
