@@ -17,9 +17,10 @@ use common::setup::{dotted, setup};
 use common::tun::Tun;
 use common::{say, Ours, Step, OUR_TUNNEL, PEER_TUNNEL};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::socket::{setsockopt, sockopt};
 use wireguard::DeviceError;
 
-const BYTES: usize = 4 << 20;
+const BYTES: usize = 12 << 20;
 const PORT: &str = "5201";
 /// Our tunnel interface's MTU, as the peers' default (1420).
 const MTU: &str = "1420";
@@ -44,17 +45,25 @@ fn listening(ns: &str) -> bool {
         .is_ok_and(|o| !o.stdout.is_empty())
 }
 
-/// Moves packets between `tun` and the tunnel until `client` exits; forces a rekey after 1 MiB
-/// and after 2.5 MiB have passed (either way).
+/// Moves packets between `tun` and the tunnel until `client` exits and no handshake is pending; forces a rekey after 1 MiB
+/// and after 4 MiB have passed (either way). A forced rekey waits until no handshake is pending
+/// and the last initiation is 25 ms old: a responder drops initiations that come faster than one
+/// per 20 ms (wireguard-go's flood limit), and a second initiation while the first is in flight
+/// would replace it, so its answer would be discarded.
 /// Returns whether our side initiated the first session.
 fn forward(ours: &mut Ours, tun: &mut Tun, client: &mut Child, secs: u64) -> bool {
     let mut first_initiator = None;
     let deadline = Instant::now() + Duration::from_secs(secs);
     let mut pending: Vec<Vec<u8>> = Vec::new();
     let mut moved = 0usize;
-    let mut rekeys_at = vec![5 << 19, 1 << 20];
+    let mut rekeys_at = vec![4 << 20, 1 << 20];
+    let mut last_initiation = Instant::now();
     let mut buf = [0u8; 2048];
-    while !matches!(client.try_wait(), Ok(Some(_))) {
+    // Until the client is done, and every rekey its bytes made due is done too.
+    while !matches!(client.try_wait(), Ok(Some(_)))
+        || ours.dev.peer(ours.peer).timers.handshake_pending()
+        || rekeys_at.last().is_some_and(|at| moved >= *at)
+    {
         assert!(Instant::now() < deadline, "timed out moving the transfer");
         let mut fds = [
             PollFd::new(tun.fd(), PollFlags::POLLIN),
@@ -75,6 +84,7 @@ fn forward(ours: &mut Ours, tun: &mut Tun, client: &mut Child, secs: u64) -> boo
                     pending.push(packet);
                     if !ours.dev.peer(ours.peer).timers.handshake_pending() {
                         ours.initiate();
+                        last_initiation = Instant::now();
                     }
                 }
                 Err(e) => panic!("send: {e}"),
@@ -91,10 +101,23 @@ fn forward(ours: &mut Ours, tun: &mut Tun, client: &mut Child, secs: u64) -> boo
                 }
             }
         }
-        if rekeys_at.last().is_some_and(|at| moved >= *at) {
+        let handshake_pending = ours.dev.peer(ours.peer).timers.handshake_pending();
+        if rekeys_at.last().is_some_and(|at| moved >= *at)
+            && !handshake_pending
+            && last_initiation.elapsed() >= Duration::from_millis(25)
+        {
             rekeys_at.pop();
             say(&format!("forcing a rekey after {moved} bytes"));
             ours.initiate();
+            last_initiation = Instant::now();
+        } else if handshake_pending && last_initiation.elapsed() >= Duration::from_millis(200) {
+            // The initiation or its response was lost (the flood fills the UDP socket's buffer);
+            // the device would retry after REKEY_TIMEOUT, longer than the whole transfer.
+            say(&format!(
+                "no handshake response in 200 ms; initiating again after {moved} bytes"
+            ));
+            ours.initiate();
+            last_initiation = Instant::now();
         }
         if let Some(session) = ours.dev.peer(ours.peer).current() {
             first_initiator.get_or_insert(session.keys.initiator);
@@ -105,7 +128,12 @@ fn forward(ours: &mut Ours, tun: &mut Tun, client: &mut Child, secs: u64) -> boo
             }
         }
     }
-    assert!(rekeys_at.is_empty(), "only {moved} bytes passed");
+    assert!(
+        rekeys_at.is_empty(),
+        "only {moved} bytes passed; handshake pending: {}; {:?}",
+        ours.dev.peer(ours.peer).timers.handshake_pending(),
+        ours.dev.peer(ours.peer).stats
+    );
     first_initiator.expect("a session")
 }
 
@@ -149,6 +177,8 @@ fn transfer(test: &str, peer: Peer, client: Client) {
         &["ip", "link", "set", &our_if, "mtu", MTU, "up"],
     ));
     s.ours.sock.set_nonblocking(true).expect("non-blocking");
+    // Room for the flood, so a handshake message is seldom dropped behind it.
+    setsockopt(&s.ours.sock, sockopt::RcvBufForce, &(8 << 20)).expect("rcvbuf");
 
     let (server_ns, server_addr, client_ns) = match client {
         Client::Ours => (&peer_ns, PEER_TUNNEL, &ours_ns),
