@@ -58,11 +58,13 @@ struct {
   __type(value, __u32);
 } mode SEC(".maps");
 
-// UDP destination ports (network byte order) that are tunnel traffic in tunnel mode.
+// Entry `port` (the UDP destination port in network byte order, as the frame has it) is 1 when
+// that port is tunnel traffic in tunnel mode. An array: one lookup of any port, and room for all
+// of them (a node uplink holds VXLAN's port and NSM's whole WireGuard range).
 struct {
-  __uint(type, BPF_MAP_TYPE_HASH);
-  __uint(max_entries, 1024);
-  __type(key, __u16);
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, 65536);
+  __type(key, __u32);
   __type(value, __u8);
 } tunnel_ports SEC(".maps");
 
@@ -108,8 +110,9 @@ static __attribute__((always_inline)) int is_tunnel(struct xdp_md *ctx) {
   }
   if (l4 + 8 > end)
     return 0;
-  __u16 port = *(const __u16 *)(l4 + 2);
-  return bpf_map_lookup_elem(&tunnel_ports, &port) != 0;
+  __u32 port = *(const __u16 *)(l4 + 2);
+  __u8 *tunnel = bpf_map_lookup_elem(&tunnel_ports, &port);
+  return tunnel && *tunnel;
 }
 
 SEC("xdp")

@@ -24,5 +24,6 @@ mod netlink;
 pub mod netns;
 pub mod port;
 pub mod tap;
+pub mod uplink;
 
 pub use port::{LinkStatus, Port, PortError, PortStats, QueuePair};

@@ -29,13 +29,18 @@ pub(crate) struct Rtnl {
 impl Rtnl {
     /// A socket in the calling thread's namespace.
     pub(crate) fn open() -> Result<Rtnl, Errno> {
+        Rtnl::open_with_groups(0)
+    }
+
+    /// A socket bound to the multicast `groups` (a bit mask; 0: none).
+    fn open_with_groups(groups: u32) -> Result<Rtnl, Errno> {
         let fd = socket(
             AddressFamily::Netlink,
             SockType::Raw,
             SockFlag::SOCK_CLOEXEC,
             SockProtocol::NetlinkRoute,
         )?;
-        bind(fd.as_raw_fd(), &NetlinkAddr::new(0, 0))?;
+        bind(fd.as_raw_fd(), &NetlinkAddr::new(0, groups))?;
         // The kernel answers at once; a bound on the wait keeps a lost answer from hanging the
         // caller (it gets EAGAIN).
         nix::sys::socket::setsockopt(
@@ -49,6 +54,52 @@ impl Rtnl {
             // Dumps come in datagrams of up to 32 KiB; more room costs nothing.
             buf: vec![0; 64 * 1024],
         })
+    }
+
+    /// A socket in the calling thread's namespace that receives the kernel's notifications of
+    /// the multicast `groups` (a bit mask, `RTMGRP_*`); [`Rtnl::notifications`] waits at most
+    /// `wait` for them.
+    pub(crate) fn subscribe(groups: u32, wait: std::time::Duration) -> Result<Rtnl, Errno> {
+        let mut rtnl = Rtnl::open_with_groups(groups)?;
+        let wait =
+            nix::sys::time::TimeVal::new(wait.as_secs() as i64, i64::from(wait.subsec_micros()));
+        nix::sys::socket::setsockopt(&rtnl.fd, nix::sys::socket::sockopt::ReceiveTimeout, &wait)?;
+        // A burst of changes (a whole neighbour table flushed) must not overflow the queue.
+        let _ = nix::sys::socket::setsockopt(
+            &rtnl.fd,
+            nix::sys::socket::sockopt::RcvBufForce,
+            &(4 << 20),
+        );
+        rtnl.buf.resize(256 * 1024, 0);
+        Ok(rtnl)
+    }
+
+    /// The notifications of one datagram (empty when none came in the socket's wait).
+    /// `ENOBUFS` says some were lost: the caller dumps the table again.
+    pub(crate) fn notifications(&mut self) -> Result<Vec<RouteNetlinkMessage>, Errno> {
+        let n = match recv(self.fd.as_raw_fd(), &mut self.buf, MsgFlags::empty()) {
+            Ok(n) => n,
+            Err(Errno::EINTR | Errno::EAGAIN) => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let mut out = Vec::new();
+        let mut off = 0;
+        while off + 16 <= n {
+            let raw = &self.buf[off..n];
+            let len = u32::from_ne_bytes([raw[0], raw[1], raw[2], raw[3]]) as usize;
+            if len < 16 || len > raw.len() {
+                return Err(Errno::EBADMSG);
+            }
+            off += (len + 3) & !3;
+            if let Ok(NetlinkMessage {
+                payload: NetlinkPayload::InnerMessage(m),
+                ..
+            }) = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&raw[..len])
+            {
+                out.push(m);
+            }
+        }
+        Ok(out)
     }
 
     /// A socket in `ns` (made on a thread inside it, used from here).

@@ -4,3 +4,4 @@
 pub mod admin;
 pub mod nsm;
 pub mod owner;
+pub mod uplink;

@@ -69,6 +69,10 @@ pub struct NsmConfig {
     /// `NSM_KERNEL_BACKEND`: the interface a KERNEL mechanism gets (`tap`, the default, or
     /// `veth`).
     pub kernel_backend: KernelBackend,
+    /// `NSM_UPLINK`: `af_xdp` (the default) or `none`. With `af_xdp`, when the kernel (not a
+    /// port of Quiver's) holds [`NsmConfig::tunnel_ip`], the forwarder attaches to that NIC with
+    /// an AF_XDP port that takes only its tunnels' datagrams and leaves the NIC to the node.
+    pub node_uplink: bool,
     /// Quiver's WireGuard public key (not from the environment: the forwarder sets it from its
     /// private key). `None`: no WireGuard mechanism (IP payload stays on this node).
     pub wireguard_public_key: Option<[u8; 32]>,
@@ -147,6 +151,7 @@ impl Default for NsmConfig {
             tunnel_mtu: 1500,
             wireguard_key_file: None,
             kernel_backend: KernelBackend::default(),
+            node_uplink: true,
             wireguard_public_key: None,
             max_token_lifetime: Duration::from_secs(600),
             dial_timeout: Duration::from_millis(750),
@@ -235,6 +240,13 @@ impl NsmConfig {
                 "veth" => KernelBackend::Veth,
                 "tap" => KernelBackend::Tap,
                 _ => return Err(err("NSM_KERNEL_BACKEND", &v, "expected veth or tap")),
+            };
+        }
+        if let Some(v) = var("NSM_UPLINK") {
+            c.node_uplink = match v.to_ascii_lowercase().as_str() {
+                "af_xdp" => true,
+                "none" => false,
+                _ => return Err(err("NSM_UPLINK", &v, "expected af_xdp or none")),
             };
         }
         if let Some(v) = var("NSM_WIREGUARD_PRIVATE_KEY_FILE") {

@@ -4,7 +4,7 @@
 
 use std::os::fd::RawFd;
 
-use aya::maps::{Array, HashMap, MapData, XskMap};
+use aya::maps::{Array, MapData, XskMap};
 use aya::programs::{Xdp, XdpMode};
 use aya::Ebpf;
 
@@ -54,14 +54,14 @@ impl XdpProgram {
         .map_err(|e| load_error("map `mode`", e))?;
         mode.set(0, u32::from(!tunnel_ports.is_empty()), 0)
             .map_err(|e| load_error("setting the mode", e))?;
-        let mut ports: HashMap<MapData, u16, u8> = HashMap::try_from(
+        let mut ports: Array<MapData, u8> = Array::try_from(
             ebpf.take_map("tunnel_ports")
                 .ok_or_else(|| load_error("map", "no `tunnel_ports`"))?,
         )
         .map_err(|e| load_error("map `tunnel_ports`", e))?;
         for port in tunnel_ports {
             ports
-                .insert(port.to_be(), 1, 0)
+                .set(u32::from(port.to_be()), 1, 0)
                 .map_err(|e| load_error("adding a tunnel port", e))?;
         }
         let xsks = XskMap::try_from(

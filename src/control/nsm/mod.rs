@@ -27,6 +27,13 @@ use drivers::kernel_interface::{
     self, KernelInterface, KernelInterfaceError, PolicyConfig, RouteConfig,
 };
 use drivers::netns::NetNs;
+
+use nsm_forwarder::wg_ports;
+
+use super::uplink::{NextHops, NodeUplink};
+
+/// How long a tunnel's creation waits for its next hop on the node uplink.
+const NEXT_HOP_WAIT: Duration = Duration::from_millis(500);
 use drivers::LinkStatus;
 use nsm_forwarder::dataplane::{
     FrameMode, KernelSpec, MemifRole as NsmRole, MemifSpec, PolicySpec, RouteSpec, VxlanSpec,
@@ -82,6 +89,8 @@ pub struct ForwarderDataplane {
     wg_key: OnceLock<String>,
     /// Which interfaces KERNEL mechanisms get.
     kernel_backend: OnceLock<KernelBackend>,
+    /// The node uplink's next hops, when Quiver attached one.
+    uplink: OnceLock<Arc<NextHops>>,
 }
 
 fn fwd_error(e: ForwarderError) -> BackendError {
@@ -210,6 +219,7 @@ impl ForwarderDataplane {
             me: me.clone(),
             wg_key: OnceLock::new(),
             kernel_backend: OnceLock::new(),
+            uplink: OnceLock::new(),
         })
     }
 
@@ -230,6 +240,21 @@ impl ForwarderDataplane {
     /// Sets which interfaces KERNEL mechanisms get from now on (once; the default is veth).
     pub fn set_kernel_backend(&self, backend: KernelBackend) {
         let _ = self.kernel_backend.set(backend);
+    }
+
+    /// Sets the node uplink whose next hops tunnels from its address wait for (once).
+    pub fn set_uplink(&self, next_hops: Arc<NextHops>) {
+        let _ = self.uplink.set(next_hops);
+    }
+
+    /// Before a tunnel from `local` to `remote` is made: its next hop known on the node
+    /// uplink, so its first packet is not dropped while the kernel resolves it.
+    fn prepare_next_hop(&self, local: Ipv4Addr, remote: Ipv4Addr) {
+        if let Some(hops) = self.uplink.get().filter(|h| h.ip() == local) {
+            if !hops.prepare(remote, NEXT_HOP_WAIT) {
+                tracing::debug!(%remote, "node uplink: the next hop is not resolved yet");
+            }
+        }
     }
 
     /// Which interfaces KERNEL mechanisms get.
@@ -332,6 +357,7 @@ impl NsmBackend for ForwarderDataplane {
     }
 
     fn create_vxlan(&self, owner: &str, spec: &VxlanSpec) -> Result<(), BackendError> {
+        self.prepare_next_hop(spec.local, spec.remote);
         self.apply(Change::AddVxlanTunnel {
             name: spec.name.0.clone(),
             local: spec.local,
@@ -346,6 +372,7 @@ impl NsmBackend for ForwarderDataplane {
         let key = self.wg_key.get().ok_or_else(|| {
             BackendError::InvalidArgument(format!("{}: Quiver has no WireGuard key", spec.name))
         })?;
+        self.prepare_next_hop(spec.local, spec.remote);
         self.apply(Change::AddWireguard {
             tunnel: wireguard::tunnel_section(spec, key),
             owner: Some(owner.into()),
@@ -538,10 +565,19 @@ impl NsmBackend for ForwarderDataplane {
 /// Starts the NSM services for `forwarder` (the SPIFFE identity from
 /// `SPIFFE_ENDPOINT_SOCKET`, endpoints found through the registry at `NSM_CONNECT_TO`); they
 /// run until the handle is dropped.
-pub fn start(control: &Control, mut cfg: NsmConfig) -> Result<NsmHandle, String> {
+pub fn start(control: &Control, mut cfg: NsmConfig) -> Result<NsmService, String> {
     control
         .apply(Change::SetVxlanPort(cfg.vxlan_port))
         .map_err(|e| format!("NSM_VXLAN_PORT: {e}"))?;
+    let uplink = match cfg.tunnel_ip {
+        Some(IpAddr::V4(ip)) if cfg.node_uplink && !control.view().is_own_address(ip) => {
+            let ports = std::iter::once(cfg.vxlan_port)
+                .chain(wg_ports::FIRST..wg_ports::FIRST + wg_ports::COUNT)
+                .collect();
+            NodeUplink::attach(control, ip, ports).map_err(|e| format!("NSM_UPLINK: {e}"))?
+        }
+        _ => None,
+    };
     if cfg.tunnel_ip.is_none() {
         cfg.tunnel_ip = control
             .inspect(|f| f.default_route_address())
@@ -580,7 +616,29 @@ pub fn start(control: &Control, mut cfg: NsmConfig) -> Result<NsmHandle, String>
     let dp = ForwarderDataplane::new(control.clone());
     dp.set_wireguard_key(wg_key);
     dp.set_kernel_backend(cfg.kernel_backend);
-    NsmHandle::spawn_with_registry(cfg, dp, 2).map_err(|e| format!("NSM: {e}"))
+    if let Some(u) = &uplink {
+        dp.set_uplink(u.next_hops());
+    }
+    let handle = NsmHandle::spawn_with_registry(cfg, dp, 2).map_err(|e| format!("NSM: {e}"))?;
+    Ok(NsmService {
+        handle,
+        _uplink: uplink,
+    })
+}
+
+/// The NSM services [`start`] runs, and the node uplink they attached (if any). It derefs to
+/// the services' handle; dropping it stops the services, then the uplink's neighbour watch.
+pub struct NsmService {
+    handle: NsmHandle,
+    _uplink: Option<NodeUplink>,
+}
+
+impl std::ops::Deref for NsmService {
+    type Target = NsmHandle;
+
+    fn deref(&self) -> &NsmHandle {
+        &self.handle
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,130 @@
+//! The kernel's side of a node uplink against the real kernel: a "node" namespace whose NIC
+//! (a veth) holds an address and a default gateway, and a "peer" namespace at its far end.
+//! `find_uplink` finds the link, subnet, MTU and gateway; `NeighbourWatch` reports the
+//! neighbour the kernel resolves when asked (`resolve`), and its removal.
+
+mod common;
+
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+use common::{system_ready, Netns};
+use drivers::uplink::{find_uplink, resolve, Neighbour, NeighbourWatch};
+
+/// The node's NIC and its peer, addressed: node 10.77.0.1/24 (gateway 10.77.0.254, which is
+/// the peer's second address), peer 10.77.0.2/24.
+fn node_and_peer() -> (Netns, Netns) {
+    let node = Netns::new();
+    let peer = Netns::new();
+    common::run(&[
+        "ip", "link", "add", "nic0", "netns", &node.name, "mtu", "1400", "type", "veth", "peer",
+        "name", "nic0", "netns", &peer.name,
+    ]);
+    node.ip(&["addr", "add", "10.77.0.1/24", "dev", "nic0"]);
+    node.ip(&["link", "set", "nic0", "up"]);
+    node.ip(&[
+        "route",
+        "add",
+        "default",
+        "via",
+        "10.77.0.254",
+        "dev",
+        "nic0",
+    ]);
+    peer.ip(&["addr", "add", "10.77.0.2/24", "dev", "nic0"]);
+    peer.ip(&["addr", "add", "10.77.0.254/24", "dev", "nic0"]);
+    peer.ip(&["link", "set", "nic0", "up"]);
+    (node, peer)
+}
+
+/// Changes from `watch` until `want` is among them (at most 10 s).
+fn wait_for_change(watch: &mut NeighbourWatch, want: Neighbour) -> Vec<Neighbour> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut seen = Vec::new();
+    while Instant::now() < deadline {
+        let changes = watch.changes().expect("changes").expect("none lost");
+        seen.extend(changes);
+        if seen.contains(&want) {
+            return seen;
+        }
+    }
+    panic!("no {want:?} within 10 s; saw {seen:?}");
+}
+
+#[test]
+fn finds_the_link_that_holds_an_address_with_its_subnet_mtu_and_gateway() {
+    if !system_ready("finds_the_link_that_holds_an_address") {
+        return;
+    }
+    let (node, _peer) = node_and_peer();
+    let (found, missing) = node.run_in(|| {
+        (
+            find_uplink(Ipv4Addr::new(10, 77, 0, 1)).expect("netlink"),
+            find_uplink(Ipv4Addr::new(10, 77, 0, 9)).expect("netlink"),
+        )
+    });
+    let found = found.expect("nic0 holds 10.77.0.1");
+    assert_eq!(found.interface, "nic0");
+    assert_eq!(found.prefix_len, 24);
+    assert_eq!(found.mtu, 1400);
+    assert_eq!(found.gateway, Some(Ipv4Addr::new(10, 77, 0, 254)));
+    assert_eq!(missing, None, "no link holds 10.77.0.9");
+}
+
+#[test]
+fn the_watch_reports_what_the_kernel_resolves_when_asked_and_its_removal() {
+    if !system_ready("the_watch_reports_what_the_kernel_resolves") {
+        return;
+    }
+    let (node, peer) = node_and_peer();
+    let mac_text = peer.sh("cat /sys/class/net/nic0/address");
+    let mac_text = String::from_utf8_lossy(&mac_text.stdout).trim().to_string();
+    let mac: Vec<u8> = mac_text
+        .split(':')
+        .map(|b| u8::from_str_radix(b, 16).expect("hex"))
+        .collect();
+    let mac: [u8; 6] = mac.try_into().expect("six bytes");
+    let gw = Ipv4Addr::new(10, 77, 0, 254);
+    let node_name = node.name.clone();
+    let seen = node.run_in(move || {
+        let index = find_uplink(Ipv4Addr::new(10, 77, 0, 1))
+            .expect("netlink")
+            .expect("nic0")
+            .index;
+        let mut watch = NeighbourWatch::open(index, Duration::from_millis(100)).expect("watch");
+        assert!(
+            !watch
+                .table()
+                .expect("table")
+                .iter()
+                .any(|n| matches!(n, Neighbour::At(ip, _) if *ip == gw)),
+            "the gateway is not resolved before it is asked for"
+        );
+        // Asked from a socket of its own, as a tunnel's creator does.
+        resolve(index, gw).expect("resolve");
+        let mut seen = wait_for_change(&mut watch, Neighbour::At(gw, mac));
+        assert!(
+            watch
+                .table()
+                .expect("table")
+                .contains(&Neighbour::At(gw, mac)),
+            "the table holds what the change said"
+        );
+        common::run(&[
+            "ip",
+            "-n",
+            &node_name,
+            "neigh",
+            "del",
+            "10.77.0.254",
+            "dev",
+            "nic0",
+        ]);
+        seen.extend(wait_for_change(&mut watch, Neighbour::Unknown(gw)));
+        seen
+    });
+    // Nothing of another address was reported as this one.
+    assert!(seen
+        .iter()
+        .all(|n| matches!(n, Neighbour::At(ip, _) | Neighbour::Unknown(ip) if *ip == gw)));
+}

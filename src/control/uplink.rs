@@ -1,0 +1,343 @@
+//! The node uplink of NSM's tunnels: when the kernel holds the tunnel address (`NSM_TUNNEL_IP`
+//! on the node's NIC, as in a Kubernetes node), Quiver shares that NIC with the node instead of
+//! taking it. An AF_XDP port in tunnel mode takes only the datagrams of Quiver's tunnels (VXLAN's
+//! port, NSM's WireGuard range); ARP, ping, the node's TCP and everything else stay the kernel's.
+//!
+//! The port gets the tunnel address and its subnet, and the kernel's default gateway when Quiver
+//! has no default route. Next hops' MACs come from the kernel's neighbour table, mirrored into
+//! Quiver's as it changes: Quiver never answers ARP on the node's NIC and never competes with the
+//! kernel for it. A next hop a tunnel needs that the table lacks is asked of the kernel
+//! (`NTF_USE`), and asked again every [`REFRESH`] so the kernel keeps confirming it.
+
+use std::collections::{HashMap, HashSet};
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use drivers::uplink::{self, find_uplink, KernelUplink, Neighbour, NeighbourWatch};
+
+use super::owner::{Change, Control};
+use crate::config::{AfXdpSection, PortSection, XdpAttachKey, XdpCopyKey};
+
+/// The uplink port's name.
+pub const UPLINK_PORT: &str = "uplink";
+/// How long the watcher waits for a neighbour change before it looks at the tunnels again.
+const POLL: Duration = Duration::from_millis(100);
+/// How often the tunnels' next hops are asked of the kernel again while they are known.
+const REFRESH: Duration = Duration::from_secs(20);
+/// How long an unanswered next hop waits before it is asked again.
+const RETRY: Duration = Duration::from_secs(1);
+/// How often WireGuard tunnels' endpoints are read (from the owner, not the view).
+const WG_EVERY: Duration = Duration::from_secs(1);
+/// The largest MTU an AF_XDP port takes without multi-buffer frames.
+const MAX_XDP_MTU: u32 = 3822;
+
+/// A running node uplink: the port, and the thread mirroring the kernel's neighbours into it.
+/// Dropping it stops the thread; the port stays with the forwarder until it stops.
+pub struct NodeUplink {
+    /// The kernel link it is attached to.
+    pub link: KernelUplink,
+    next_hops: Arc<NextHops>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl NodeUplink {
+    /// Attaches to the kernel link that holds `ip` in Quiver's namespace, taking UDP to
+    /// `tunnel_ports`; `Ok(None)` when no link holds it. On error nothing is left.
+    pub fn attach(
+        control: &Control,
+        ip: Ipv4Addr,
+        tunnel_ports: Vec<u16>,
+    ) -> Result<Option<NodeUplink>, String> {
+        let Some(link) = find_uplink(ip).map_err(|e| e.to_string())? else {
+            return Ok(None);
+        };
+        // Subscribed before the port exists: no change falls between the table and the watch.
+        let mut watch = NeighbourWatch::open(link.index, POLL).map_err(|e| e.to_string())?;
+        let port = PortSection::AfXdp(AfXdpSection {
+            name: UPLINK_PORT.into(),
+            mac: None,
+            mtu: link.mtu.min(MAX_XDP_MTU) as u16,
+            interface: link.interface.clone(),
+            netns: None,
+            frames: 2048,
+            copy: XdpCopyKey::default(),
+            attach: XdpAttachKey::default(),
+            tunnel_ports,
+        });
+        control
+            .apply(Change::AddPort { port, owner: None })
+            .map_err(|e| format!("the uplink on {}: {e}", link.interface))?;
+        let next_hops = Arc::new(NextHops {
+            link: link.clone(),
+            known: Mutex::new(HashSet::new()),
+            learned: Condvar::new(),
+        });
+        let mut mirror = Mirror {
+            control: control.clone(),
+            link: link.clone(),
+            next_hops: next_hops.clone(),
+            known: HashMap::new(),
+            asked: HashMap::new(),
+            wg_endpoints: Vec::new(),
+            wg_read: None,
+        };
+        if let Err(e) = mirror.configure(&mut watch) {
+            let _ = control.apply(Change::RemoveInterface {
+                name: UPLINK_PORT.into(),
+            });
+            return Err(format!("the uplink on {}: {e}", link.interface));
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("quiver-uplink".into())
+            .spawn(move || mirror.run(&mut watch, &flag))
+            .map_err(|e| format!("the uplink's neighbour watch: {e}"))?;
+        Ok(Some(NodeUplink {
+            link,
+            next_hops,
+            stop,
+            thread: Some(thread),
+        }))
+    }
+}
+
+impl NodeUplink {
+    /// What tunnels' creators use to have their next hop known before their first packet.
+    pub fn next_hops(&self) -> Arc<NextHops> {
+        self.next_hops.clone()
+    }
+}
+
+/// The next hops the uplink's table holds, shared with the tunnels' creators: a tunnel's first
+/// packet (a WireGuard handshake initiation, retried only 5 s later) must not wait for ARP.
+pub struct NextHops {
+    link: KernelUplink,
+    known: Mutex<HashSet<Ipv4Addr>>,
+    learned: Condvar,
+}
+
+impl NextHops {
+    /// The uplink's address (the tunnels' local address).
+    pub fn ip(&self) -> Ipv4Addr {
+        self.link.ip
+    }
+
+    /// Makes sure Quiver's table has the next hop toward `remote`: asks the kernel to resolve
+    /// it if it is not known, and waits at most `wait` for the answer to reach the data path.
+    /// Returns whether it is known.
+    pub fn prepare(&self, remote: Ipv4Addr, wait: Duration) -> bool {
+        let Some(hop) = self.link.next_hop(remote) else {
+            return false;
+        };
+        let known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        if known.contains(&hop) {
+            return true;
+        }
+        if let Err(e) = uplink::resolve(self.link.index, hop) {
+            tracing::warn!(error = %e, %hop, "node uplink: asking the kernel for a next hop");
+            return false;
+        }
+        let (known, _) = self
+            .learned
+            .wait_timeout_while(known, wait, |k| !k.contains(&hop))
+            .unwrap_or_else(|e| e.into_inner());
+        known.contains(&hop)
+    }
+
+    fn set(&self, hop: Ipv4Addr, known: bool) {
+        let mut set = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        if known {
+            set.insert(hop);
+        } else {
+            set.remove(&hop);
+        }
+        self.learned.notify_all();
+    }
+}
+
+impl Drop for NodeUplink {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The kernel's neighbours of the uplink, kept in Quiver's table.
+struct Mirror {
+    control: Control,
+    link: KernelUplink,
+    next_hops: Arc<NextHops>,
+    /// What Quiver's table has for the uplink.
+    known: HashMap<Ipv4Addr, [u8; 6]>,
+    /// When each next hop was last asked of the kernel.
+    asked: HashMap<Ipv4Addr, Instant>,
+    /// WireGuard tunnels' endpoints, as last read.
+    wg_endpoints: Vec<Ipv4Addr>,
+    wg_read: Option<Instant>,
+}
+
+impl Mirror {
+    /// The address, the default route and the table as it is now.
+    fn configure(&mut self, watch: &mut NeighbourWatch) -> Result<(), String> {
+        let (ip, len) = (self.link.ip, self.link.prefix_len);
+        self.apply(Change::AddAddress {
+            port: UPLINK_PORT.into(),
+            ip,
+            len,
+            owner: None,
+        })?;
+        if let Some(gw) = self.link.gateway {
+            let has_default = self
+                .control
+                .inspect(|f| f.default_route_address().is_some())
+                .map_err(|e| e.to_string())?;
+            if !has_default {
+                self.apply(Change::AddRoute {
+                    prefix: Ipv4Addr::UNSPECIFIED,
+                    len: 0,
+                    via: vec![(gw, UPLINK_PORT.into())],
+                    owner: None,
+                })?;
+            }
+        }
+        let table = watch.table().map_err(|e| e.to_string())?;
+        self.reconcile(&table);
+        Ok(())
+    }
+
+    fn apply(&self, change: Change) -> Result<(), String> {
+        self.control
+            .apply(change)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    fn run(mut self, watch: &mut NeighbourWatch, stop: &AtomicBool) {
+        tracing::info!(
+            interface = %self.link.interface,
+            ip = %self.link.ip,
+            gateway = ?self.link.gateway,
+            "node uplink: tunnels' datagrams to Quiver, the rest to the kernel; neighbours from \
+             the kernel's table"
+        );
+        while !stop.load(Ordering::Relaxed) {
+            match watch.changes() {
+                Ok(Some(changes)) => changes.iter().for_each(|n| self.learn(*n)),
+                Ok(None) => match watch.table() {
+                    Ok(table) => self.reconcile(&table),
+                    Err(e) => tracing::warn!(error = %e, "node uplink: reading the neighbours"),
+                },
+                Err(e) => {
+                    tracing::warn!(error = %e, "node uplink: neighbour changes");
+                    std::thread::sleep(POLL);
+                }
+            }
+            self.ask_for_next_hops(watch);
+        }
+    }
+
+    /// Makes Quiver's table what the kernel's `table` says.
+    fn reconcile(&mut self, table: &[Neighbour]) {
+        let present: Vec<Ipv4Addr> = table
+            .iter()
+            .filter_map(|n| match n {
+                Neighbour::At(ip, _) => Some(*ip),
+                Neighbour::Unknown(_) => None,
+            })
+            .collect();
+        let gone: Vec<Ipv4Addr> = self
+            .known
+            .keys()
+            .filter(|ip| !present.contains(ip))
+            .copied()
+            .collect();
+        for ip in gone {
+            self.learn(Neighbour::Unknown(ip));
+        }
+        table.iter().for_each(|n| self.learn(*n));
+    }
+
+    /// One neighbour's news, into Quiver's table.
+    fn learn(&mut self, n: Neighbour) {
+        let change = match n {
+            Neighbour::At(ip, mac) if self.known.get(&ip) != Some(&mac) => {
+                self.known.insert(ip, mac);
+                Change::AddNeighbor {
+                    port: UPLINK_PORT.into(),
+                    ip,
+                    mac,
+                    owner: None,
+                }
+            }
+            Neighbour::Unknown(ip) if self.known.remove(&ip).is_some() => Change::RemoveNeighbor {
+                port: UPLINK_PORT.into(),
+                ip,
+            },
+            _ => return,
+        };
+        match self.apply(change) {
+            Ok(()) => match n {
+                Neighbour::At(ip, _) => self.next_hops.set(ip, true),
+                Neighbour::Unknown(ip) => self.next_hops.set(ip, false),
+            },
+            Err(e) => {
+                tracing::warn!(error = %e, ?n, "node uplink: a neighbour the kernel reported")
+            }
+        }
+    }
+
+    /// Asks the kernel for the next hops of Quiver's tunnels: those it does not know after
+    /// [`RETRY`], those it knows every [`REFRESH`].
+    fn ask_for_next_hops(&mut self, watch: &mut NeighbourWatch) {
+        let now = Instant::now();
+        if self
+            .wg_read
+            .is_none_or(|t| now.duration_since(t) >= WG_EVERY)
+        {
+            self.wg_read = Some(now);
+            if let Ok(status) = self.control.inspect(|f| f.wireguard_status()) {
+                self.wg_endpoints = status
+                    .iter()
+                    .flat_map(|t| t.peers.iter().filter_map(|p| p.endpoint.map(|e| *e.ip())))
+                    .collect();
+            }
+        }
+        let view = self.control.view();
+        let remotes = view
+            .tunnels()
+            .iter()
+            .filter(|t| t.local == self.link.ip)
+            .map(|t| t.remote)
+            .chain(self.wg_endpoints.iter().copied());
+        let mut hops: Vec<Ipv4Addr> = remotes.filter_map(|r| self.link.next_hop(r)).collect();
+        hops.sort_unstable();
+        hops.dedup();
+        for hop in hops {
+            let wait = if self.known.contains_key(&hop) {
+                REFRESH
+            } else {
+                RETRY
+            };
+            if self
+                .asked
+                .get(&hop)
+                .is_some_and(|t| now.duration_since(*t) < wait)
+            {
+                continue;
+            }
+            self.asked.insert(hop, now);
+            if let Err(e) = watch.resolve(hop) {
+                tracing::warn!(error = %e, %hop, "node uplink: asking the kernel for a next hop");
+            }
+        }
+        self.asked
+            .retain(|_, t| now.duration_since(*t) < REFRESH + REFRESH);
+    }
+}
