@@ -458,6 +458,122 @@ fn an_af_packet_interface_is_added_and_deleted_at_run_time() {
     assert!(entries(&q.json(&["show", "interfaces"]), "name", "host0").is_empty());
 }
 
+/// The sizes, in bytes and sorted, of process `pid`'s socket mappings: an AF_PACKET queue's
+/// receive and transmit rings are one mapping of its socket (memif regions are not sockets).
+fn socket_mappings(pid: u32) -> Vec<u64> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let mut sizes: Vec<u64> = maps
+        .lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .nth(5)
+                .is_some_and(|p| p.starts_with("socket:["))
+        })
+        .map(|l| {
+            let range = l.split_whitespace().next().unwrap();
+            let (from, to) = range.split_once('-').unwrap();
+            u64::from_str_radix(to, 16).unwrap() - u64::from_str_radix(from, 16).unwrap()
+        })
+        .collect();
+    sizes.sort_unstable();
+    sizes
+}
+
+/// `interface add af-packet --ring-kb` sizes the port's rings as `ring_kb` in `[[port]]` does,
+/// `show interfaces` says so, and a size the configuration file would refuse is refused with
+/// nothing made.
+#[test]
+fn an_af_packet_interface_added_at_run_time_takes_its_ring_size() {
+    let test = "an_af_packet_interface_added_at_run_time_takes_its_ring_size";
+    let Some(veth) = Veth::new(test, "qrkb") else {
+        return;
+    };
+    let dir = Scratch::new("afp-ring");
+    let q = Quiver::start_at(
+        &dir,
+        "afp-ring",
+        &config(&dir.path("m.sock")),
+        &dir.path("admin.sock"),
+    );
+    // `quiver ctl interface add af-packet NAME … --ring-kb KIB`: its JSON, or why it was refused.
+    let add = |name: &str, ring_kb: &str, ok: bool| {
+        let args = [
+            "interface",
+            "add",
+            "af-packet",
+            name,
+            "--host-interface",
+            &veth.name,
+            "--ring-kb",
+            ring_kb,
+        ];
+        if ok {
+            q.json(&args).to_string()
+        } else {
+            q.refused_quietly(&args)
+        }
+    };
+    assert!(
+        socket_mappings(q.child.id()).is_empty(),
+        "no AF_PACKET port yet"
+    );
+
+    // Refused, as the configuration file refuses them: not a power of two, out of range.
+    for bad in ["0", "32", "1000", "131072"] {
+        let err = add("host1", bad, false);
+        assert!(
+            err.contains(&format!(
+                "invalid argument: ring_kb: {bad} must be a power of two from 64 to 65536"
+            )),
+            "--ring-kb {bad}: {err}"
+        );
+    }
+    assert!(entries(&q.json(&["show", "interfaces"]), "name", "host1").is_empty());
+    assert!(socket_mappings(q.child.id()).is_empty(), "no ring was made");
+
+    // 256 KiB: the one worker's queue maps 256 KiB of receive ring and 256 of transmit ring.
+    let added: serde_json::Value = serde_json::from_str(&add("host0", "256", true)).unwrap();
+    assert!(added["index"].is_u64(), "{added}");
+    let ifs = q.json(&["show", "interfaces"]);
+    let host0 = one(&ifs, "name", "host0");
+    assert_eq!(host0["type"], "af_packet");
+    assert_eq!(host0["ring_kb"], 256);
+    assert_eq!(
+        one(&ifs, "name", "memif0")["ring_kb"],
+        0,
+        "not an AF_PACKET port"
+    );
+    assert_eq!(socket_mappings(q.child.id()), [(2 * 256) << 10]);
+    let out = q.ctl(&["show", "interfaces"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l == "    rings: 256 KiB each way per queue"),
+        "{text}"
+    );
+
+    // Without --ring-kb: the configuration file's default, 4096.
+    q.json(&[
+        "interface",
+        "add",
+        "af-packet",
+        "host2",
+        "--host-interface",
+        &veth.peer,
+    ]);
+    let ifs = q.json(&["show", "interfaces"]);
+    assert_eq!(one(&ifs, "name", "host2")["ring_kb"], 4096);
+    assert_eq!(
+        socket_mappings(q.child.id()),
+        [(2 * 256) << 10, (2 * 4096) << 10]
+    );
+    q.json(&["interface", "del", "host0"]);
+    q.json(&["interface", "del", "host2"]);
+    wait_for("the rings to go with their ports", 10, || {
+        socket_mappings(q.child.id()).is_empty()
+    });
+}
+
 /// `show interfaces` gives each receive queue's mode: an idle AF_PACKET queue goes to sleep on
 /// its socket (`interrupt`), is polled again while frames come (`polling`), and sleeps again once
 /// they stop. memif queues are always polled and show no mode.

@@ -221,6 +221,11 @@ enum AddInterface {
         no_promiscuous: bool,
         #[arg(long, default_value_t = 1500)]
         mtu: u32,
+        /// KiB of each queue's receive ring and of its transmit ring, memory the kernel pins
+        /// while the port is open: a power of two from 64 to 65536 (default 4096), as
+        /// `ring_kb` in a `[[port]]` of type "af_packet".
+        #[arg(long, value_name = "KIB")]
+        ring_kb: Option<u32>,
     },
     /// A WireGuard tunnel (IP payload) with one peer; route into it with `route add`.
     Wireguard {
@@ -423,11 +428,13 @@ pub fn run(args: CtlArgs) -> Result<(), String> {
                     host_interface,
                     no_promiscuous,
                     mtu,
+                    ring_kb,
                 } => client.block_on(s.add_af_packet(pb::AddAfPacketRequest {
                     name,
                     host_interface,
                     promiscuous: Some(!no_promiscuous),
                     mtu,
+                    ring_kb,
                 })),
                 AddInterface::Wireguard {
                     name,

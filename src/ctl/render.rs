@@ -133,6 +133,9 @@ pub fn interfaces(r: &pb::ShowInterfacesReply) -> String {
         if let Some(modes) = rx_modes(&i.rx_modes) {
             t.note(format!("rx mode: {modes}"));
         }
+        if i.ring_kb != 0 {
+            t.note(format!("rings: {} KiB each way per queue", i.ring_kb));
+        }
         for c in i.detail.iter().filter(|c| c.value != 0) {
             t.note(format!("{}: {}", c.name, c.value));
         }
@@ -181,6 +184,7 @@ pub fn interfaces_json(r: &pb::ShowInterfacesReply) -> Value {
                     "tx_dropped": i.tx_dropped,
                     "detail": counters(&i.detail),
                     "rx_modes": i.rx_modes,
+                    "ring_kb": i.ring_kb,
                 })
             })
             .collect(),

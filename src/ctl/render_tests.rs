@@ -125,6 +125,24 @@ fn show_interfaces_notes_each_receive_queue_mode_of_ports_that_have_them() {
 }
 
 #[test]
+fn show_interfaces_gives_an_af_packet_port_its_ring_size() {
+    let host0 = pb::Interface {
+        r#type: "af_packet".into(),
+        ring_kb: 256,
+        ..port("host0", 0, true)
+    };
+    let r = pb::ShowInterfacesReply {
+        interfaces: vec![host0, port("memif0", 1, true)],
+    };
+    let text = interfaces(&r);
+    let notes: Vec<&str> = text.lines().filter(|l| l.contains("rings")).collect();
+    assert_eq!(notes, ["    rings: 256 KiB each way per queue"], "{text}");
+    let j = interfaces_json(&r);
+    assert_eq!(j[0]["ring_kb"], 256);
+    assert_eq!(j[1]["ring_kb"], 0);
+}
+
+#[test]
 fn show_runtime_prints_vpp_columns_and_leaves_out_nodes_never_called() {
     let node = |name: &str, calls: u64, packets: u64| pb::NodeRuntime {
         name: name.into(),

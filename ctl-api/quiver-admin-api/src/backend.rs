@@ -76,6 +76,9 @@ pub struct AfPacketSpec {
     pub promiscuous: bool,
     /// MTU.
     pub mtu: u16,
+    /// KiB of each queue's receive ring and of its transmit ring, as asked (`None`: the
+    /// default); the backend checks it as it checks `ring_kb` in its configuration file.
+    pub ring_kb: Option<u32>,
 }
 
 /// A packet capture to start, as checked by the server.

@@ -113,6 +113,7 @@ pub(crate) fn af_packet_spec(r: &pb::AddAfPacketRequest) -> AdminResult<AfPacket
         host_interface: name("host interface", &r.host_interface)?,
         promiscuous: r.promiscuous.unwrap_or(true),
         mtu: u16_or("MTU", r.mtu, 1500)?,
+        ring_kb: r.ring_kb,
     })
 }
 

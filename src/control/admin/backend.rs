@@ -153,7 +153,7 @@ impl AdminBackend for ForwarderAdmin {
 
     fn add_af_packet(&self, spec: &AfPacketSpec) -> AdminResult<u32> {
         self.add_interface(Change::AddPort {
-            port: requests::af_packet(spec),
+            port: requests::af_packet(spec)?,
             owner: None,
         })
     }

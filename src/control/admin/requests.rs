@@ -4,7 +4,7 @@
 use quiver_admin_api::proto as pb;
 use quiver_admin_api::{format_mac, AdminError, AdminResult, AfPacketSpec, MemifSpec};
 
-use crate::config::topology::DEFAULT_AF_PACKET_RING_KB;
+use crate::config::topology::{AF_PACKET_RING_KB, DEFAULT_AF_PACKET_RING_KB};
 use crate::config::{
     AfPacketSection, MemifMode, MemifRole, MemifSection, PortSection, WireguardPeerSection,
     WireguardSection,
@@ -35,17 +35,26 @@ pub(super) fn memif(spec: &MemifSpec) -> PortSection {
     })
 }
 
-/// The AF_PACKET port `spec` asks for.
-pub(super) fn af_packet(spec: &AfPacketSpec) -> PortSection {
-    PortSection::AfPacket(AfPacketSection {
+/// The AF_PACKET port `spec` asks for; an invalid argument if its ring size is one a
+/// `[[port]]`'s `ring_kb` may not be (a power of two in [`AF_PACKET_RING_KB`]).
+pub(super) fn af_packet(spec: &AfPacketSpec) -> AdminResult<PortSection> {
+    let ring_kb = spec.ring_kb.unwrap_or(DEFAULT_AF_PACKET_RING_KB);
+    if !ring_kb.is_power_of_two() || !AF_PACKET_RING_KB.contains(&ring_kb) {
+        return Err(AdminError::InvalidArgument(format!(
+            "ring_kb: {ring_kb} must be a power of two from {} to {}",
+            AF_PACKET_RING_KB.start(),
+            AF_PACKET_RING_KB.end()
+        )));
+    }
+    Ok(PortSection::AfPacket(AfPacketSection {
         name: spec.name.clone(),
         mac: None,
         mtu: spec.mtu,
         interface: spec.host_interface.clone(),
         promiscuous: spec.promiscuous,
         netns: None,
-        ring_kb: DEFAULT_AF_PACKET_RING_KB,
-    })
+        ring_kb,
+    }))
 }
 
 /// The WireGuard tunnel `r` asks for; an invalid argument if a port or MTU does not fit 16

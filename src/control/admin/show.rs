@@ -36,7 +36,11 @@ pub(super) fn interfaces(
         };
         match i.kind {
             InterfaceKind::Port => {
-                x.r#type = port_type(f.port_section(&i.name)).into();
+                let section = f.port_section(&i.name);
+                x.r#type = port_type(section).into();
+                if let Some(PortSection::AfPacket(a)) = section {
+                    x.ring_kb = a.ring_kb;
+                }
                 if let Some(p) = f.port(&i.name) {
                     let s = stats(p);
                     (x.link_up, x.link_reason) = link(p.port.link());

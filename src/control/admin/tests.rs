@@ -99,3 +99,40 @@ fn wireguard_tunnels_are_refused_with_a_reason() {
     drop(admin);
     owner.stop().unwrap().stop();
 }
+
+#[test]
+fn af_packet_ring_sizes_are_checked_as_the_configuration_file_checks_ring_kb() {
+    let owner = ConfigOwner::start(
+        crate::control::owner::test_forwarder(),
+        std::time::Duration::from_millis(1),
+    );
+    let admin = ForwarderAdmin::new(owner.control(), ConnectionSlot::default());
+    let spec = |ring_kb: Option<u32>| quiver_admin_api::AfPacketSpec {
+        name: "host0".into(),
+        host_interface: "no-such-if0".into(),
+        promiscuous: true,
+        mtu: 1500,
+        ring_kb,
+    };
+    // Refused before anything is opened: the interface named does not even exist.
+    for bad in [0, 32, 1000, 131_072] {
+        match admin.add_af_packet(&spec(Some(bad))) {
+            Err(AdminError::InvalidArgument(m)) => assert_eq!(
+                m,
+                format!("ring_kb: {bad} must be a power of two from 64 to 65536")
+            ),
+            other => panic!("ring_kb {bad}: {other:?}"),
+        }
+    }
+    assert!(admin.interfaces().unwrap().is_empty());
+    // A valid size (and the default) gets as far as opening the interface, which fails.
+    for ok in [None, Some(64), Some(65_536)] {
+        match admin.add_af_packet(&spec(ok)) {
+            Err(e) => assert!(!e.to_string().contains("ring_kb"), "ring_kb {ok:?}: {e}"),
+            Ok(i) => panic!("ring_kb {ok:?}: a port on no-such-if0 was made ({i})"),
+        }
+    }
+    assert!(admin.interfaces().unwrap().is_empty());
+    drop(admin);
+    owner.stop().unwrap().stop();
+}
