@@ -1,4 +1,5 @@
-//! The bench runner: `benches/run SCENARIO [--quick]` builds in release mode and runs this.
+//! The bench runner: `benches/run SCENARIO [--quick]` builds in release mode and runs this
+//! (`ctl-churn` also takes `--kernel-share PERCENT`, `--kernel`, `--kernel-backend tap|veth`).
 //! It prints progress for people on stderr and ends with one JSON line on stdout
 //! (see `shared/specs/benchmarks.md` in the project's steering docs, and `benches/README.md`).
 
@@ -23,6 +24,16 @@ struct Args {
     /// once, about 3 minutes).
     #[arg(long)]
     minutes: Option<u64>,
+    /// ctl-churn: the share of the churned pairs, in percent, Requested with KERNEL on both
+    /// sides instead of MEMIF (default 25: every fourth pair; 0: MEMIF only).
+    #[arg(long, value_name = "PERCENT")]
+    kernel_share: Option<u8>,
+    /// ctl-churn: every churned pair with KERNEL on both sides (--kernel-share 100).
+    #[arg(long)]
+    kernel: bool,
+    /// ctl-churn: the interfaces KERNEL mechanisms get, tap (Quiver's default) or veth.
+    #[arg(long, value_name = "tap|veth", default_value = "tap")]
+    kernel_backend: String,
 }
 
 fn main() -> std::process::ExitCode {
@@ -36,7 +47,12 @@ fn main() -> std::process::ExitCode {
         "memif-rate" => scenarios::memif_rate::run(args.quick),
         "memif-xc" => scenarios::memif_xc::run(args.quick),
         "dpdk" | "dpdk-ring" => scenarios::dpdk::run(args.quick),
-        "ctl-churn" => scenarios::ctl_churn::run(args.quick),
+        "ctl-churn" => scenarios::ctl_churn::Options::parse(
+            args.kernel_share,
+            args.kernel,
+            &args.kernel_backend,
+        )
+        .and_then(|opts| scenarios::ctl_churn::run(args.quick, &opts)),
         "kernel" => scenarios::kernel::run(args.quick),
         "wireguard" => scenarios::wireguard::run(args.quick),
         "soak" => scenarios::soak::run(args.quick, args.minutes),

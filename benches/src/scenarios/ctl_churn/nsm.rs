@@ -1,4 +1,4 @@
-//! The churn's NSM messages: mechanisms and Requests as an NSC sends them.
+//! The churn's NSM messages: mechanisms and Requests (MEMIF or KERNEL) as an NSC sends them.
 
 use std::time::{Duration, SystemTime};
 
@@ -21,6 +21,26 @@ pub(crate) fn mech(ty: &str, params: &[(&str, &str)]) -> Mechanism {
 /// An NSC's first Request of connection `id` to endpoint `nse`: ETHERNET payload, MEMIF
 /// offered in the namespace `netns` names, a path of the NSC's one segment valid for 10 minutes.
 pub(crate) fn request(id: &str, nse: &str, netns: &str) -> NetworkServiceRequest {
+    request_with(id, nse, mech("MEMIF", &[("inodeURL", netns)]))
+}
+
+/// [`request`] with KERNEL offered instead: the interface `ifname` in the namespace `netns`
+/// names (as NSM's clients ask for theirs, `nsm-1` say).
+pub(crate) fn kernel_request(
+    id: &str,
+    nse: &str,
+    netns: &str,
+    ifname: &str,
+) -> NetworkServiceRequest {
+    request_with(
+        id,
+        nse,
+        mech("KERNEL", &[("inodeURL", netns), ("name", ifname)]),
+    )
+}
+
+/// [`request`] with `preference` as the one mechanism offered.
+fn request_with(id: &str, nse: &str, preference: Mechanism) -> NetworkServiceRequest {
     NetworkServiceRequest {
         connection: Some(Connection {
             id: id.into(),
@@ -38,6 +58,6 @@ pub(crate) fn request(id: &str, nse: &str, netns: &str) -> NetworkServiceRequest
             }),
             ..Default::default()
         }),
-        mechanism_preferences: vec![mech("MEMIF", &[("inodeURL", netns)])],
+        mechanism_preferences: vec![preference],
     }
 }

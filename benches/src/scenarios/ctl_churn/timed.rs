@@ -33,9 +33,9 @@ impl EndpointDiscovery for ByName {
 pub(super) struct Timed {
     pub(super) inner: Arc<ForwarderDataplane>,
     pub(super) times: Mutex<HashMap<&'static str, Vec<Duration>>>,
-    /// When the last client-side memif was made: from then to the endpoint-side memif is
-    /// the endpoint's round trip (find, Request on the cached channel) plus the server's task
-    /// hand-offs.
+    /// When the last client-side port (memif master, KERNEL interface) was made: from then
+    /// to the endpoint-side port is the endpoint's round trip (find, Request on the cached
+    /// channel) plus the server's task hand-offs.
     pub(super) client_side_done: Mutex<Option<Instant>>,
 }
 
@@ -54,6 +54,26 @@ impl Timed {
         let r = f();
         self.record(what, t0.elapsed());
         r
+    }
+
+    /// The endpoint side is starting: records the gap since the client side was made.
+    fn endpoint_side_starts(&self) {
+        let done = self
+            .client_side_done
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(t) = done {
+            self.record("endpoint_request_gap", t.elapsed());
+        }
+    }
+
+    /// The client side was made.
+    fn client_side_made(&self) {
+        *self
+            .client_side_done
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
     }
 
     /// Per call: count, mean, p50, p99 (ms); clears what it reports.
@@ -86,26 +106,29 @@ impl NsmBackend for Timed {
             MemifRole::Slave => "create_memif_slave",
         };
         if spec.role == MemifRole::Slave {
-            let done = self
-                .client_side_done
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take();
-            if let Some(t) = done {
-                self.record("endpoint_request_gap", t.elapsed());
-            }
+            self.endpoint_side_starts();
         }
         let r = self.time(what, || self.inner.create_memif(owner, spec));
         if spec.role == MemifRole::Master {
-            *self
-                .client_side_done
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+            self.client_side_made();
         }
         r
     }
     fn create_kernel(&self, owner: &str, spec: &KernelSpec) -> Result<(), BackendError> {
-        self.time("create_kernel", || self.inner.create_kernel(owner, spec))
+        // The server names the endpoint side's port `…-endpoint`.
+        let endpoint_side = spec.name.0.ends_with("-endpoint");
+        if endpoint_side {
+            self.endpoint_side_starts();
+            self.time("create_kernel_endpoint", || {
+                self.inner.create_kernel(owner, spec)
+            })
+        } else {
+            let r = self.time("create_kernel_client", || {
+                self.inner.create_kernel(owner, spec)
+            });
+            self.client_side_made();
+            r
+        }
     }
     fn remove_port(&self, owner: &str, port: &PortName) -> Result<(), BackendError> {
         self.time("remove_port", || self.inner.remove_port(owner, port))
