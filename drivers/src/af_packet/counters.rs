@@ -66,6 +66,10 @@ counters! {
     RxGso = "rx-gso-frames", Info;
     /// GSO super-frames handed to the kernel whole, which segments them.
     TxGso = "tx-gso-frames", Info;
+    /// UDP GSO super-frames made of a burst's datagrams of one flow (see `queue::udp_gso`).
+    TxUdpGso = "tx-udp-gso-frames", Info;
+    /// Datagrams that left in those super-frames (also in `tx-packets`).
+    TxUdpGsoDatagrams = "tx-udp-gso-datagrams", Info;
     /// Frames too long for the device (or a transmit slot): freed, not sent.
     TxTooLong = "tx-too-long", TxDrop;
     /// Frames the kernel refused on write.

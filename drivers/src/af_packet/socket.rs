@@ -393,8 +393,10 @@ fn packet_socket() -> Result<OwnedFd, PortError> {
     })
 }
 
-/// The socket that sends super-frames: virtio-net headers, the qdisc choice of the rings,
-/// bound to the interface with protocol 0 (it receives nothing).
+/// The socket that sends super-frames: virtio-net headers, bound to the interface with
+/// protocol 0 (it receives nothing). It never bypasses the qdisc layer, whatever the rings do:
+/// that layer segments (and checksums) in software a super-frame the device cannot take whole,
+/// where the bypass drops it.
 fn big_socket(cfg: &SocketConfig) -> Result<OwnedFd, PortError> {
     let fd = packet_socket()?;
     set_option(
@@ -404,15 +406,6 @@ fn big_socket(cfg: &SocketConfig) -> Result<OwnedFd, PortError> {
         &1,
         "PACKET_VNET_HDR",
     )?;
-    if cfg.qdisc_bypass {
-        set_option(
-            &fd,
-            libc::SOL_PACKET,
-            libc::PACKET_QDISC_BYPASS,
-            &1,
-            "PACKET_QDISC_BYPASS",
-        )?;
-    }
     // SAFETY: `sockaddr_ll` is plain integers and bytes; all zero is valid.
     let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
     addr.sll_family = libc::AF_PACKET as u16;
