@@ -306,6 +306,10 @@ impl NsmHandle {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads.max(1))
             .thread_name("quiver-nsm")
+            // Data-path calls run on the blocking pool; an idle pool thread ends after 1 s
+            // rather than tokio's 10 s, so the periodic metrics reads (every 10 s) do not keep
+            // one alive for good, and a thread count settles soon after the work stops.
+            .thread_keep_alive(std::time::Duration::from_secs(1))
             .enable_all()
             .build()
             .map_err(|source| ServeError::Bind {
