@@ -9,7 +9,10 @@ use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
-use support::{cnfs, cnfs_of, entries, mac_bytes, memif_pair_config, one, udp, Quiver, Scratch};
+use support::{
+    cnfs, cnfs_of, entries, mac_bytes, memif_pair_config, one, socket_mappings, udp, Quiver,
+    Scratch,
+};
 use testkit::{require, wait_for, Needs};
 
 /// The configuration: two memif masters on `memif_socket` (ids 0 and 1), routed.
@@ -456,27 +459,6 @@ fn an_af_packet_interface_is_added_and_deleted_at_run_time() {
     assert!(entries(&q.json(&["show", "interfaces"]), "name", "host1").is_empty());
     q.json(&["interface", "del", "host0"]);
     assert!(entries(&q.json(&["show", "interfaces"]), "name", "host0").is_empty());
-}
-
-/// The sizes, in bytes and sorted, of process `pid`'s socket mappings: an AF_PACKET queue's
-/// receive and transmit rings are one mapping of its socket (memif regions are not sockets).
-fn socket_mappings(pid: u32) -> Vec<u64> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
-    let mut sizes: Vec<u64> = maps
-        .lines()
-        .filter(|l| {
-            l.split_whitespace()
-                .nth(5)
-                .is_some_and(|p| p.starts_with("socket:["))
-        })
-        .map(|l| {
-            let range = l.split_whitespace().next().unwrap();
-            let (from, to) = range.split_once('-').unwrap();
-            u64::from_str_radix(to, 16).unwrap() - u64::from_str_radix(from, 16).unwrap()
-        })
-        .collect();
-    sizes.sort_unstable();
-    sizes
 }
 
 /// `interface add af-packet --ring-kb` sizes the port's rings as `ring_kb` in `[[port]]` does,

@@ -8,29 +8,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::side::{Side, IP, PING};
-use support::{Quiver, Scratch};
+use support::{socket_mappings, Quiver, Scratch};
 use testkit::{require, Needs};
-
-/// The sizes, in bytes and sorted, of the socket mappings of process `pid`: an AF_PACKET
-/// queue's receive and transmit rings are one mapping of its socket.
-fn socket_mappings(pid: u32) -> Vec<u64> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
-    let mut sizes: Vec<u64> = maps
-        .lines()
-        .filter(|l| {
-            l.split_whitespace()
-                .nth(5)
-                .is_some_and(|p| p.starts_with("socket:["))
-        })
-        .map(|l| {
-            let range = l.split_whitespace().next().unwrap();
-            let (from, to) = range.split_once('-').unwrap();
-            u64::from_str_radix(to, 16).unwrap() - u64::from_str_radix(from, 16).unwrap()
-        })
-        .collect();
-    sizes.sort_unstable();
-    sizes
-}
 
 #[test]
 fn af_packet_rings_are_small_by_default_sized_by_ring_kb_and_forward() {

@@ -9,8 +9,6 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use common::*;
@@ -215,24 +213,7 @@ fn udp_super_frames_leave_as_datagrams_through_either_kind_of_port() {
         // Neighbours known first: no datagram waits for ARP.
         ns1.ping("10.0.29.2", std::time::Duration::from_secs(20));
 
-        let mut server = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &ns2.name,
-                PYTHON,
-                "-c",
-                UDP_SERVER,
-                "10.0.29.2",
-            ])
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("server starts");
-        let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
-        assert_eq!(
-            lines.next().and_then(Result::ok).as_deref(),
-            Some("listening")
-        );
+        let (mut server, mut lines) = python_server(&ns2, UDP_SERVER, &["10.0.29.2"]);
         let client = ns1.exec(&[PYTHON, "-c", UDP_CLIENT, "10.0.29.2"]);
         assert!(
             client.status.success(),

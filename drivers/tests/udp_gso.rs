@@ -9,9 +9,6 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-
 use common::*;
 use drivers::af_packet::{AfPacketConfig, AfPacketPort};
 use drivers::Port;
@@ -115,16 +112,7 @@ fn a_burst_of_one_flows_datagrams_leaves_as_one_super_frame_and_arrives_whole() 
         let mut buffers = pool.worker_buffers();
         let dst = mac_of(&ns, &veth.inner);
 
-        let mut server = Command::new("ip")
-            .args(["netns", "exec", &ns.name, PYTHON, "-c", SERVER])
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("server starts");
-        let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
-        assert_eq!(
-            lines.next().and_then(Result::ok).as_deref(),
-            Some("listening")
-        );
+        let (mut server, mut lines) = python_server(&ns, SERVER, &[]);
         // Burst 1: 40 datagrams of 1,000 bytes, the last of 500: one run. Burst 2: 30 of 1,200
         // bytes with every 7th one of another size or to another port: several runs, and
         // datagrams between them sent one by one (those to port 7101 find no socket).

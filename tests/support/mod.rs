@@ -507,3 +507,24 @@ pub fn format_mac(m: [u8; 6]) -> String {
         .collect::<Vec<_>>()
         .join(":")
 }
+
+/// The sizes, in bytes and sorted, of the socket mappings of process `pid`: an AF_PACKET
+/// queue's receive and transmit rings are one mapping of its socket.
+pub fn socket_mappings(pid: u32) -> Vec<u64> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let mut sizes: Vec<u64> = maps
+        .lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .nth(5)
+                .is_some_and(|p| p.starts_with("socket:["))
+        })
+        .map(|l| {
+            let range = l.split_whitespace().next().unwrap();
+            let (from, to) = range.split_once('-').unwrap();
+            u64::from_str_radix(to, 16).unwrap() - u64::from_str_radix(from, 16).unwrap()
+        })
+        .collect();
+    sizes.sort_unstable();
+    sizes
+}

@@ -5,7 +5,8 @@
 #![allow(dead_code)]
 
 use std::fs::File;
-use std::process::{Command, Output};
+use std::io::{BufRead, BufReader, Lines};
+use std::process::{Child, ChildStdout, Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -438,4 +439,25 @@ pub fn wait_counters_match(ns: &Netns, interface: &str, port: &dyn Port) -> (u64
         },
     );
     seen
+}
+
+/// Starts `script` with python3 inside `ns` (with `args`) and waits for its first line, which
+/// must be `listening`; returns the process and the rest of its output, line by line.
+pub fn python_server(
+    ns: &Netns,
+    script: &str,
+    args: &[&str],
+) -> (Child, Lines<BufReader<ChildStdout>>) {
+    let mut server = Command::new("ip")
+        .args(["netns", "exec", &ns.name, "/usr/bin/python3", "-c", script])
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("server starts");
+    let mut lines = BufReader::new(server.stdout.take().expect("piped")).lines();
+    assert_eq!(
+        lines.next().and_then(Result::ok).as_deref(),
+        Some("listening")
+    );
+    (server, lines)
 }
