@@ -24,6 +24,11 @@ pub mod flags {
     /// [`super::BufferMeta::offload`] holds checksum or segmentation work left on the packet
     /// (see [`crate::offload`]).
     pub const OFFLOAD: u32 = 1 << 8;
+    /// A tunnel's datagram (VXLAN, WireGuard) that Quiver made: a transmit queue may send it
+    /// together with the next ones of its flow as one UDP GSO super-frame, since what receives
+    /// it is a UDP socket or a forwarder, never a reader of raw frames (which would see the
+    /// super-frame whole).
+    pub const UDP_GSO_OK: u32 = 1 << 9;
     /// First bit free for nodes' own use.
     pub const USER_0: u32 = 1 << 16;
 }

@@ -64,6 +64,8 @@ counters! {
     RxBadVnetHdr = "rx-bad-vnet-hdr", RxDrop;
     /// GSO super-frames received whole (their segmentation left for later).
     RxGso = "rx-gso-frames", Info;
+    /// The segments (datagrams, TCP segments) those super-frames hold.
+    RxGsoSegments = "rx-gso-segments", Info;
     /// GSO super-frames handed to the kernel whole, which segments them.
     TxGso = "tx-gso-frames", Info;
     /// UDP GSO super-frames made of a burst's datagrams of one flow (see `queue::udp_gso`).

@@ -164,6 +164,10 @@ impl Node<ForwardingState> for EthernetInput {
         let n = bis.len();
         let mut arcs = Arcs::new(&mut self.nexts[..n], IP4);
         let mut buffers = cx.buffers.view();
+        // Once a frame goes to `offload-resolve`, every later L3 frame of the vector follows it
+        // there (passed through untouched) and comes back after it: a flow's frames keep their
+        // order when some arrive as super-frames (a UDP GSO run) and some alone.
+        let mut resolving = false;
         for (i, &bi) in bis.iter().enumerate() {
             if let Some(&ahead) = bis.get(i + PREFETCH_AHEAD) {
                 // Frames of an L2 interface (the one of the frames just before, usually the
@@ -187,9 +191,10 @@ impl Node<ForwardingState> for EthernetInput {
                 continue;
             }
             let (meta, d) = buffers.meta_and_data_mut(bi);
-            if meta.flags & flags::OFFLOAD != 0 {
+            if resolving || meta.flags & flags::OFFLOAD != 0 {
                 // A checksum to fill in or a super-frame to cut before anything reads L4;
                 // it comes back without the work.
+                resolving = true;
                 arcs.set(i, RESOLVE);
                 continue;
             }

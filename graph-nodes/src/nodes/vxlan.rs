@@ -111,7 +111,10 @@ impl Node<ForwardingState> for Vxlan4Encap {
             let inner_len = meta.total_length();
             let (sport, hash) = source_port(inner);
             meta.flow_hash = hash;
-            meta.flags |= flags::FLOW_HASH_VALID | flags::IP4_CHECKSUM_OK | LOCALLY_ORIGINATED;
+            meta.flags |= flags::FLOW_HASH_VALID
+                | flags::IP4_CHECKSUM_OK
+                | flags::UDP_GSO_OK
+                | LOCALLY_ORIGINATED;
             // The outer headers go at the end of the headroom (a fixed-size place: no length
             // arithmetic), and the window moves back over them.
             let Some(h) = headroom

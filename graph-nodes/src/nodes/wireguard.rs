@@ -156,7 +156,7 @@ impl Node<ForwardingState> for Wg4Encrypt {
                     fib.prefetch(dst);
                     let meta = cx.buffers.meta_mut(bi);
                     meta.flags &= !flags::FLOW_HASH_VALID;
-                    meta.flags |= flags::IP4_CHECKSUM_OK | LOCALLY_ORIGINATED;
+                    meta.flags |= flags::IP4_CHECKSUM_OK | flags::UDP_GSO_OK | LOCALLY_ORIGINATED;
                     meta.l3_offset = meta.data_offset();
                     *next = LOOKUP;
                 }

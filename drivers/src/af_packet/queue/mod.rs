@@ -97,7 +97,7 @@ pub(crate) fn receive_from(
 ) -> usize {
     // out[..n] are received packets; out[n..n + spare] buffers allocated but not yet filled.
     let (mut n, mut spare) = (0, 0);
-    let (mut bytes, mut partial, mut gso) = (0u64, 0u64, 0u64);
+    let (mut bytes, mut partial, mut gso, mut segments) = (0u64, 0u64, 0u64, 0u64);
     while n < out.len() && ring.poll() {
         let frame = ring.frame();
         let len = frame.bytes.len() + frame.vlan.map_or(0, |t| t.len());
@@ -126,7 +126,10 @@ pub(crate) fn receive_from(
                 Ok(()) => {
                     if let Ok(Some(o)) = offload {
                         buffers.meta_mut(out[n]).set_offload(o);
-                        gso += (o.gso != Gso::None) as u64;
+                        if o.gso != Gso::None {
+                            gso += 1;
+                            segments += gso_segments(&o, &frame);
+                        }
                     }
                     partial += frame.checksum_partial as u64;
                     bytes += len as u64;
@@ -158,8 +161,26 @@ pub(crate) fn receive_from(
     }
     if gso > 0 {
         counters.bump(Counter::RxGso, gso);
+        counters.bump(Counter::RxGsoSegments, segments);
     }
     n
+}
+
+/// How many segments (datagrams, TCP segments) super-frame `frame` holds, as its work `o`
+/// says: its payload after the L4 header in `gso_size` pieces. `o`'s offsets count the VLAN
+/// tag the device stripped (see [`frame_offload`]); the frame's bytes do not.
+fn gso_segments(o: &Offload, frame: &RxFrame<'_>) -> u64 {
+    let tag = frame.vlan.map_or(0, |t| t.len());
+    let start = (o.csum_start as usize).saturating_sub(tag);
+    let l4_header = match o.gso {
+        Gso::Udp => 8,
+        _ => frame
+            .bytes
+            .get(start + 12)
+            .map_or(20, |&doff| (doff >> 4) as usize * 4),
+    };
+    let payload = frame.bytes.len().saturating_sub(start + l4_header);
+    payload.div_ceil(usize::from(o.gso_size.max(1))).max(1) as u64
 }
 
 /// The longest frame the kernel sends for a device of this MTU, given the frame's first

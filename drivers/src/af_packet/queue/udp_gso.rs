@@ -1,5 +1,6 @@
-//! UDP segmentation offload on transmit. A tunnel's packets (WireGuard, VXLAN) leave in bursts of
-//! datagrams of one flow and one size: each would be one skb for the kernel to carry (through a
+//! UDP segmentation offload on transmit. A tunnel's packets (WireGuard, VXLAN; marked
+//! [`flags::UDP_GSO_OK`] by the node that made them) leave in bursts of datagrams of one flow and
+//! one size: each would be one skb for the kernel to carry (through a
 //! veth, into the peer's stack or ring). A run of such datagrams in a burst leaves instead as one
 //! UDP GSO super-frame (`VIRTIO_NET_HDR_GSO_UDP_L4`, gathered from the buffers, no copy): the
 //! kernel carries one skb and segments it as late as it can — in the device, in the receiver's
@@ -8,6 +9,7 @@
 
 use std::io::IoSlice;
 
+use dataplane::buffer::flags;
 use dataplane::offload::{ones_sum, Gso, Offload};
 use dataplane::WorkerBuffers;
 
@@ -26,12 +28,16 @@ fn same_flow(a: &[u8], b: &[u8]) -> bool {
     a[..16] == b[..16] && a[20..24] == b[20..24] && a[26..30] == b[26..30] && a[34..38] == b[34..38]
 }
 
-/// The UDP payload length of packet `bi` if it can join a run: one buffer, no offload work left,
-/// Ethernet II with no tag, IPv4 with no options and not a fragment, UDP, and lengths that
-/// agree with each other and with the frame.
+/// The UDP payload length of packet `bi` if it can join a run: a tunnel's datagram
+/// ([`flags::UDP_GSO_OK`]) in one buffer, no offload work left, Ethernet II with no tag, IPv4
+/// with no options and not a fragment, UDP, and lengths that agree with each other and with the
+/// frame.
 fn payload_len(buffers: &WorkerBuffers, bi: u32) -> Option<usize> {
     let meta = buffers.meta(bi);
-    if meta.offload().is_some() || u32::from(meta.length()) != meta.total_length() {
+    if meta.flags & flags::UDP_GSO_OK == 0
+        || meta.offload().is_some()
+        || u32::from(meta.length()) != meta.total_length()
+    {
         return None;
     }
     let d = buffers.data(bi);
