@@ -27,22 +27,17 @@ use drivers::kernel_interface::{
     self, KernelInterface, KernelInterfaceError, PolicyConfig, RouteConfig,
 };
 use drivers::netns::NetNs;
-
-use nsm_forwarder::wg_ports;
-
-use super::uplink::{NextHops, NodeUplink};
-
-/// How long a tunnel's creation waits for its next hop on the node uplink.
-const NEXT_HOP_WAIT: Duration = Duration::from_millis(500);
 use drivers::LinkStatus;
 use nsm_forwarder::dataplane::{
     FrameMode, KernelSpec, MemifRole as NsmRole, MemifSpec, PolicySpec, RouteSpec, VxlanSpec,
     WireguardSpec,
 };
+use nsm_forwarder::wg_ports;
 use nsm_forwarder::{
     BackendError, LinkEvent, LinkEvents, NsmBackend, NsmConfig, NsmHandle, PortCounters, PortName,
 };
 
+use super::uplink::{NextHops, NodeUplink};
 use crate::config::{MemifMode, MemifRole, MemifSection, PortSection};
 use crate::control::owner::{Change, Control, ForwarderView};
 use crate::forwarder::ForwarderError;
@@ -54,6 +49,8 @@ pub use nsm_forwarder::config::KernelBackend;
 
 /// How often the link watcher looks at the ports.
 const LINK_POLL: Duration = Duration::from_millis(100);
+/// How long a tunnel's creation waits for its next hop on the node uplink.
+const NEXT_HOP_WAIT: Duration = Duration::from_millis(500);
 
 /// One port made for a connection.
 pub(super) struct OwnedPort {
