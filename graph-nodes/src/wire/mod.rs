@@ -1,11 +1,86 @@
-//! Wire formats: constants, checksums and field accessors for Ethernet, 802.1Q, ARP, IPv4, UDP
-//! and VXLAN. Every accessor takes a slice the caller has length-checked; nothing here panics on
-//! packet content because callers check lengths first.
+//! Wire formats: checked, zero-copy views of the headers the nodes read and write, and the
+//! constants, checksums and hashes they share.
+//!
+//! A view (smoltcp's `Packet<T>`) wraps a buffer `T: AsRef<[u8]>` (`AsMut<[u8]>` to write) and
+//! is made only by its `new_checked`, which checks once that the buffer holds the header. Its
+//! accessors then read fixed-size arrays: they cannot panic, and once inlined after the
+//! constructor's check they compile to plain loads and stores, with no bounds checks. What a view
+//! does not check (an IPv4 version, a header length) is a field the caller reads and judges: the
+//! nodes drop such packets each with their own counter.
+//!
+//! | module | view |
+//! |---|---|
+//! | [`ethernet`] | [`Ethernet`] (Ethernet II) and [`Vlan`] (an 802.1Q tag) |
+//! | [`arp`] | [`Arp`] (IPv4 over Ethernet) |
+//! | [`ipv4`] | [`Ipv4`] |
+//! | [`ipv6`] | [`Ipv6`] |
+//! | [`icmp`] | [`Icmp4`] |
+//! | [`udp`] | [`Udp`] |
+//! | [`vxlan`] | [`Vxlan`] |
+
+pub mod arp;
+pub mod ethernet;
+pub mod icmp;
+pub mod ipv4;
+pub mod ipv6;
+pub mod udp;
+pub mod vxlan;
+
+#[cfg(test)]
+mod proptests;
+
+pub use arp::Arp;
+pub use ethernet::{Ethernet, Vlan};
+pub use icmp::Icmp4;
+pub use ipv4::Ipv4;
+pub use ipv6::Ipv6;
+pub use udp::Udp;
+pub use vxlan::Vxlan;
+
+/// Why bytes cannot be viewed as a header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// Shorter than the header.
+    #[error("truncated: shorter than the header")]
+    Truncated,
+    /// A format the view does not read (ARP for other than IPv4 over Ethernet).
+    #[error("unsupported format")]
+    Unsupported,
+}
+
+/// The first `N` bytes of `b`. Views call it on buffers their constructor checked, so the
+/// fallback (zeros) is never taken, and the compiler, seeing the check, drops it: a field read is
+/// an index into a fixed-size array, with no bounds check and no panic.
+#[inline(always)]
+fn head<const N: usize>(b: &[u8]) -> &[u8; N] {
+    match b.first_chunk::<N>() {
+        Some(h) => h,
+        None => const { &[0; N] },
+    }
+}
+
+/// [`head`] to write: `None` (and the write skipped) is never the case for a checked buffer.
+#[inline(always)]
+fn head_mut<const N: usize>(b: &mut [u8]) -> Option<&mut [u8; N]> {
+    b.first_chunk_mut::<N>()
+}
+
+/// The bytes of `b` from `at` (none when `at` is past its end).
+#[inline(always)]
+fn tail(b: &[u8], at: usize) -> &[u8] {
+    b.get(at..).unwrap_or_default()
+}
+
+/// [`tail`] to write.
+#[inline(always)]
+fn tail_mut(b: &mut [u8], at: usize) -> &mut [u8] {
+    b.get_mut(at..).unwrap_or_default()
+}
 
 /// Ethernet header length without a VLAN tag.
-pub const ETHERNET_HEADER: usize = 14;
+pub const ETHERNET_HEADER: usize = ethernet::HEADER_LEN;
 /// 802.1Q tag length.
-pub const VLAN_TAG: usize = 4;
+pub const VLAN_TAG: usize = ethernet::TAG_LEN;
 /// EtherType IPv4.
 pub const ETHERTYPE_IP4: u16 = 0x0800;
 /// EtherType ARP.
@@ -15,21 +90,21 @@ pub const ETHERTYPE_IP6: u16 = 0x86dd;
 /// EtherType 802.1Q.
 pub const ETHERTYPE_VLAN: u16 = 0x8100;
 /// IPv4 header length without options.
-pub const IP4_HEADER: usize = 20;
+pub const IP4_HEADER: usize = ipv4::HEADER_LEN;
 /// UDP header length.
-pub const UDP_HEADER: usize = 8;
+pub const UDP_HEADER: usize = udp::HEADER_LEN;
 /// VXLAN header length.
-pub const VXLAN_HEADER: usize = 8;
+pub const VXLAN_HEADER: usize = vxlan::HEADER_LEN;
 /// The IANA VXLAN port.
 pub const VXLAN_PORT: u16 = 4789;
-/// IP protocol numbers.
+/// IP protocol ICMP.
 pub const PROTO_ICMP: u8 = 1;
 /// IP protocol UDP.
 pub const PROTO_UDP: u8 = 17;
 /// IP protocol TCP.
 pub const PROTO_TCP: u8 = 6;
-/// ARP header length for IPv4 over Ethernet.
-pub const ARP_LEN: usize = 28;
+/// ARP packet length for IPv4 over Ethernet.
+pub const ARP_LEN: usize = arp::LEN;
 
 /// A MAC address.
 pub type Mac = [u8; 6];
@@ -107,7 +182,7 @@ pub fn ip4_words(h: &[u8; IP4_HEADER]) -> [u32; 5] {
     })
 }
 
-/// Whether the checksum of a header read by [`ip4_words`] verifies. The ones'-complement sum is
+/// Whether the checksum of an IPv4 header read as words ([`Ipv4::words`]) verifies. The ones'-complement sum is
 /// the same whatever the word size, and byte order only swaps the bytes of the folded result,
 /// which for the all-ones result that verifies changes nothing. Folding keeps the sum's value
 /// modulo 0xffff (2^16 is 1 modulo 0xffff) and gives all ones exactly for a nonzero multiple of
