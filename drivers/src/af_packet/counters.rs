@@ -72,6 +72,11 @@ counters! {
     TxUdpGso = "tx-udp-gso-frames", Info;
     /// Datagrams that left in those super-frames (also in `tx-packets`).
     TxUdpGsoDatagrams = "tx-udp-gso-datagrams", Info;
+    /// TCP GSO super-frames made of a burst's segments of one connection (see
+    /// `queue::tcp_coalesce`).
+    TxTcpGso = "tx-tcp-gso-frames", Info;
+    /// Segments that left in those super-frames (also in `tx-packets`).
+    TxTcpGsoSegments = "tx-tcp-gso-segments", Info;
     /// Frames too long for the device (or a transmit slot): freed, not sent.
     TxTooLong = "tx-too-long", TxDrop;
     /// Frames the kernel refused on write.

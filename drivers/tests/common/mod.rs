@@ -405,10 +405,21 @@ pub fn detail(port: &dyn Port, name: &str) -> u64 {
 
 /// Waits until what the kernel counts on `interface` (in `ns`, the other end of `port`'s link)
 /// equals what `port` counts: frames the namespace sent are those Quiver received, and the
-/// reverse. Datagrams an AF_PACKET port sent as one UDP GSO super-frame are one packet to the
-/// kernel's counters, until something segments them. Returns (sent, received) as the kernel
+/// reverse. Datagrams (TCP segments) an AF_PACKET port sent as one UDP (TCP) GSO super-frame
+/// are one packet to the kernel's counters, until something segments them. Returns (sent, received) as the kernel
 /// counted them.
 pub fn wait_counters_match(ns: &Netns, interface: &str, port: &dyn Port) -> (u64, u64) {
+    wait_counters_match_as(ns, interface, port, true)
+}
+
+/// [`wait_counters_match`], where `whole` says whether the port's super-frames reach the
+/// kernel's counters whole (one packet each) or segmented before the link (one each segment).
+pub fn wait_counters_match_as(
+    ns: &Netns,
+    interface: &str,
+    port: &dyn Port,
+    whole: bool,
+) -> (u64, u64) {
     let mut seen = (0, 0);
     wait_until(
         &format!("{}'s counters to match {interface}'s", port.name()),
@@ -426,8 +437,13 @@ pub fn wait_counters_match(ns: &Netns, interface: &str, port: &dyn Port) -> (u64
                     .find(|(n, _)| n == name)
                     .map_or(0, |(_, v)| *v)
             };
-            let tx_skbs =
-                s.tx_packets - detail("tx-udp-gso-datagrams") + detail("tx-udp-gso-frames");
+            let tx_skbs = if whole {
+                s.tx_packets - detail("tx-udp-gso-datagrams") + detail("tx-udp-gso-frames")
+                    - detail("tx-tcp-gso-segments")
+                    + detail("tx-tcp-gso-frames")
+            } else {
+                s.tx_packets
+            };
             if (s.rx_packets, tx_skbs) == (sent, received) {
                 Ok(())
             } else {

@@ -11,7 +11,11 @@ use super::counters::{Counter, QueueCounters};
 use super::ring::{RxFrame, RxRing, TxRing, VNET_HDR};
 use super::socket::PacketSocket;
 
+mod runs;
+mod tcp_coalesce;
 mod udp_gso;
+
+use runs::{Kinds, RunSent};
 
 /// Ethernet header bytes, and what an 802.1Q tag adds.
 const ETHERNET_HEADER: usize = 14;
@@ -357,56 +361,6 @@ impl RxQueue for AfPacketRx {
     }
 }
 
-/// What became of a run of datagrams offered as one UDP GSO super-frame.
-enum RunSent {
-    /// Sent (or dropped, counted) and freed.
-    Done,
-    /// The socket is busy: the datagrams are still the caller's.
-    Busy,
-    /// The kernel refused the super-frame (no UDP GSO here): the datagrams are still the
-    /// caller's, to be sent one by one.
-    Refused,
-}
-
-/// Sends the datagrams `packets` (a run from [`udp_gso::next_run`]) as one UDP GSO super-frame
-/// through the socket's super-frame socket.
-fn send_run(
-    socket: &PacketSocket,
-    buffers: &mut WorkerBuffers,
-    packets: &[u32],
-    counters: &QueueCounters,
-) -> RunSent {
-    let (vnet, headers) = udp_gso::super_headers(buffers, packets);
-    let result = {
-        let mut parts = [IoSlice::new(&[]); udp_gso::MAX_RUN + 2];
-        parts[0] = IoSlice::new(&vnet);
-        parts[1] = IoSlice::new(&headers);
-        let n = udp_gso::payloads(buffers, packets, &mut parts);
-        socket.send_big(&parts[..n])
-    };
-    let datagrams = packets.len() as u64;
-    match result {
-        Err(nix::Error::EAGAIN | nix::Error::ENOBUFS) => return RunSent::Busy,
-        Err(nix::Error::EINVAL | nix::Error::EOPNOTSUPP | nix::Error::EPROTONOSUPPORT) => {
-            return RunSent::Refused
-        }
-        Ok(_) => {
-            let bytes: u64 = packets
-                .iter()
-                .map(|&bi| u64::from(buffers.meta(bi).total_length()))
-                .sum();
-            counters.bump(Counter::TxPackets, datagrams);
-            counters.bump(Counter::TxBytes, bytes);
-            counters.bump(Counter::TxUdpGso, 1);
-            counters.bump(Counter::TxUdpGsoDatagrams, datagrams);
-        }
-        Err(nix::Error::EMSGSIZE) => counters.bump(Counter::TxTooLong, datagrams),
-        Err(_) => counters.bump(Counter::TxErrors, datagrams),
-    }
-    buffers.free(packets);
-    RunSent::Done
-}
-
 /// One worker's transmit queue of an AF_PACKET port.
 pub(crate) struct AfPacketTx {
     ring: TxRing,
@@ -416,9 +370,9 @@ pub(crate) struct AfPacketTx {
     kick_pending: bool,
     /// Frames carry virtio-net headers: offload work is handed to the kernel.
     vnet: bool,
-    /// Runs of one flow's datagrams leave as UDP GSO super-frames (with `vnet`, until the
-    /// kernel refuses one).
-    udp_gso: bool,
+    /// Runs of a tunnel's datagrams and of one connection's TCP segments leave as GSO
+    /// super-frames (with `vnet`, each kind until the kernel refuses one).
+    runs: Kinds,
     socket: Arc<PacketSocket>,
 }
 
@@ -434,7 +388,10 @@ impl AfPacketTx {
             counters: socket.counters().clone(),
             kick_pending: false,
             vnet: socket.vnet_hdr(),
-            udp_gso: socket.vnet_hdr(),
+            runs: Kinds {
+                udp: socket.vnet_hdr(),
+                tcp: socket.vnet_hdr(),
+            },
             socket,
         }
     }
@@ -445,11 +402,12 @@ impl TxQueue for AfPacketTx {
         let mut done = 0;
         loop {
             let rest = &packets[done..];
-            let (plain, run) = if self.udp_gso {
-                udp_gso::next_run(buffers, rest)
+            let run = if self.runs.any() {
+                runs::next_run(buffers, rest, self.runs)
             } else {
-                (rest.len(), 0)
+                None
             };
+            let plain = run.map_or(rest.len(), |r| r.start);
             let pass = transmit_into(
                 &mut self.ring,
                 buffers,
@@ -474,24 +432,21 @@ impl TxQueue for AfPacketTx {
                 done += 1;
                 continue;
             }
-            if run == 0 {
+            let Some(run) = run else {
                 return done;
-            }
-            // A run of one flow's datagrams, after the slots before it.
-            match send_run(
-                &self.socket,
-                buffers,
-                &packets[done..done + run],
-                &self.counters,
-            ) {
-                RunSent::Done => done += run,
+            };
+            // A run of one flow's packets, after the slots before it.
+            let packets = &packets[done..done + run.len];
+            match runs::send_run(&self.socket, buffers, packets, run.kind, &self.counters) {
+                RunSent::Done => done += run.len,
                 RunSent::Busy => return done,
                 RunSent::Refused => {
                     tracing::info!(
-                        "AF_PACKET: the kernel refused a UDP GSO super-frame; datagrams leave one \
-                         by one"
+                        "AF_PACKET: the kernel refused a {:?} GSO super-frame; those packets \
+                         leave one by one",
+                        run.kind
                     );
-                    self.udp_gso = false;
+                    self.runs.refuse(run.kind);
                 }
             }
         }

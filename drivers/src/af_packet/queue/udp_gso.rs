@@ -7,20 +7,14 @@
 //! stack, or in software just before a device that cannot. The datagrams on the wire are the
 //! same bytes, each with its own IPv4 header (identification counting up) and UDP checksum.
 
-use std::io::IoSlice;
-
 use dataplane::buffer::flags;
 use dataplane::offload::{ones_sum, Gso, Offload};
 use dataplane::WorkerBuffers;
 
+use super::runs::{fold, SuperHeaders, MAX_HEADERS, MAX_IP_LEN, MAX_RUN};
+
 /// Ethernet, IPv4 without options, UDP: the headers of every datagram of a run.
-pub(super) const HEADERS: usize = 42;
-/// The fewest datagrams worth a super-frame.
-const MIN_RUN: usize = 2;
-/// The most datagrams in one super-frame (the kernel's `UDP_MAX_SEGMENTS` is at least 64).
-pub(super) const MAX_RUN: usize = 64;
-/// The longest IPv4 packet.
-const MAX_IP_LEN: usize = u16::MAX as usize;
+const HEADERS: usize = 42;
 
 /// The header bytes datagrams of one run share: Ethernet, then IPv4's version/IHL, TOS,
 /// flags/fragment, TTL, protocol and addresses, then UDP's ports.
@@ -53,60 +47,48 @@ fn payload_len(buffers: &WorkerBuffers, bi: u32) -> Option<usize> {
     (ip_len + 14 == d.len() && udp_len + 20 == ip_len).then_some(udp_len - 8)
 }
 
-/// Where the next run starts in `packets` and how long it is: `(plain, run)`, the first `plain`
-/// packets to be sent one by one, then `run` datagrams (0, or at least [`MIN_RUN`]) that go as one
-/// super-frame. Datagrams of a run share their flow and their size, the last may be shorter, and
-/// together they fit one IPv4 packet.
-pub(super) fn next_run(buffers: &WorkerBuffers, packets: &[u32]) -> (usize, usize) {
-    let mut i = 0;
-    while i + MIN_RUN <= packets.len() {
-        let Some(size) = payload_len(buffers, packets[i]) else {
-            i += 1;
-            continue;
-        };
-        let first = buffers.data(packets[i]);
-        let (mut n, mut total) = (1, size);
-        while i + n < packets.len() && n < MAX_RUN {
-            let bi = packets[i + n];
-            match payload_len(buffers, bi) {
-                Some(len)
-                    if len <= size
-                        && total + len + 28 <= MAX_IP_LEN
-                        && same_flow(first, buffers.data(bi)) =>
-                {
-                    total += len;
-                    n += 1;
-                    if len < size {
-                        break; // a shorter one ends the run
-                    }
+/// How many datagrams from `packets[0]` on can leave as one super-frame: 0 when the first
+/// cannot be in a run. Datagrams of a run share their flow and their size, the last may be
+/// shorter, and together they fit one IPv4 packet.
+pub(super) fn run_len(buffers: &WorkerBuffers, packets: &[u32]) -> usize {
+    let Some(size) = packets.first().and_then(|&bi| payload_len(buffers, bi)) else {
+        return 0;
+    };
+    let first = buffers.data(packets[0]);
+    let (mut n, mut total) = (1, size);
+    while n < packets.len() && n < MAX_RUN {
+        let bi = packets[n];
+        match payload_len(buffers, bi) {
+            Some(len)
+                if len <= size
+                    && total + len + 28 <= MAX_IP_LEN
+                    && same_flow(first, buffers.data(bi)) =>
+            {
+                total += len;
+                n += 1;
+                if len < size {
+                    break; // a shorter one ends the run
                 }
-                _ => break,
             }
+            _ => break,
         }
-        if n >= MIN_RUN {
-            return (i, n);
-        }
-        i += n;
     }
-    (packets.len(), 0)
+    n
 }
 
-/// The super-frame of the run `packets` (from [`next_run`]): its virtio-net header and its
+/// The super-frame of the run `packets` (from [`run_len`]): its virtio-net header and its
 /// headers (the first datagram's, with the lengths of the whole and the UDP checksum left
 /// partial, holding the pseudo-header's sum as the kernel expects), to be sent before each
-/// datagram's payload ([`payloads`]).
-pub(super) fn super_headers(
-    buffers: &WorkerBuffers,
-    packets: &[u32],
-) -> ([u8; dataplane::offload::VIRTIO_NET_HDR_LEN], [u8; HEADERS]) {
+/// datagram's payload.
+pub(super) fn super_headers(buffers: &WorkerBuffers, packets: &[u32]) -> SuperHeaders {
     let first = buffers.data(packets[0]);
     let size = first.len() - HEADERS;
     let total: usize = packets
         .iter()
         .map(|&bi| buffers.data(bi).len() - HEADERS)
         .sum();
-    let mut h = [0u8; HEADERS];
-    h.copy_from_slice(&first[..HEADERS]);
+    let mut h = [0u8; MAX_HEADERS];
+    h[..HEADERS].copy_from_slice(&first[..HEADERS]);
     let ip_len = (20 + 8 + total) as u16;
     let udp_len = (8 + total) as u16;
     h[16..18].copy_from_slice(&ip_len.to_be_bytes());
@@ -124,27 +106,9 @@ pub(super) fn super_headers(
         gso: Gso::Udp,
         bits: Offload::NEEDS_CSUM,
     };
-    (offload.to_virtio(&h), h)
-}
-
-/// Each datagram's payload of the run `packets`, after `parts[0..2]` (the virtio-net header and
-/// the headers); returns how many parts are filled.
-pub(super) fn payloads<'a>(
-    buffers: &'a WorkerBuffers,
-    packets: &[u32],
-    parts: &mut [IoSlice<'a>],
-) -> usize {
-    let mut n = 2;
-    for &bi in packets {
-        parts[n] = IoSlice::new(&buffers.data(bi)[HEADERS..]);
-        n += 1;
+    SuperHeaders {
+        vnet: offload.to_virtio(&h),
+        bytes: h,
+        len: HEADERS,
     }
-    n
-}
-
-fn fold(mut acc: u64) -> u16 {
-    while acc >> 16 != 0 {
-        acc = (acc & 0xffff) + (acc >> 16);
-    }
-    acc as u16
 }
