@@ -16,6 +16,7 @@
 
 pub mod af_packet;
 pub mod af_xdp;
+mod coalesce;
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
 pub mod kernel_interface;

@@ -11,24 +11,11 @@
 mod common;
 
 use std::process::Command;
-use std::sync::Arc;
 
 use common::*;
-use drivers::tap::{TapConfig, TapPort};
 use graph_nodes::names;
 
 const PYTHON: &str = "/usr/bin/python3";
-
-/// Opens a TAP port with offloads, moves its device into `ns` with `address`, up.
-fn tap_in(fwd: &mut graph_nodes::Forwarding, ns: &Netns, address: &str) -> (PortAt, String) {
-    let name = unique("qt");
-    let port = TapPort::open(&TapConfig::new(&name, 1)).expect("TAP with offloads");
-    run(&["ip", "link", "set", &name, "netns", &ns.name]);
-    ns.ip(&["addr", "add", address, "dev", &name]);
-    ns.ip(&["link", "set", &name, "up"]);
-    let mtu = port.mtu() as u16;
-    (add_port(fwd, Arc::new(port), mtu), name)
-}
 
 #[test]
 fn tcp_crosses_a_cross_connect_of_taps_moved_into_namespaces_with_offloads() {

@@ -89,3 +89,40 @@ fn a_connections_segments_leave_as_super_frames_and_arrive_intact() {
         wait_counters_match_as(&ns2, &v2.inner, &*b.0, far_offloads);
     }
 }
+
+#[test]
+fn a_connections_segments_enter_a_tap_as_super_frames() {
+    if !system_ready_with(
+        "a_connections_segments_enter_a_tap_as_super_frames",
+        &[PYTHON, "/usr/sbin/ethtool"],
+    ) {
+        return;
+    }
+    let (ns1, ns2) = (Netns::new(), Netns::new());
+    let v1 = Veth::new(&ns1, "10.0.27.1/24");
+    ns1.sh(&format!("ethtool -K {} tx off tso off gso off", v1.inner));
+    let mut fwd = forwarding();
+    let a = af_packet_port(&mut fwd, &v1.root, 1);
+    let (b, _tap) = tap_in(&mut fwd, &ns2, "10.0.27.2/24");
+    fwd.cross_connect(a.1, b.1).unwrap();
+    let _q = Quiver::start(fwd, &[a.clone(), b.clone()], &[0]);
+
+    let (received, sent) = testkit::tcp::transfer(&ns1.name, &ns2.name, "10.0.27.2", 5003, 8);
+    assert_eq!(received, sent, "every byte, in order");
+    assert!(sent.starts_with("8388608 "), "{sent}");
+    let frames = detail(&*b.0, "tx-tcp-gso-frames");
+    let segments = detail(&*b.0, "tx-tcp-gso-segments");
+    assert!(frames > 0, "runs entered the TAP as super-frames");
+    assert!(
+        segments >= 2 * frames,
+        "{segments} segments in {frames} frames"
+    );
+    assert_eq!(detail(&*b.0, "tx-errors"), 0);
+    assert_eq!(tcp_checksum_errors(&ns2), 0, "every checksum verified");
+    let s = b.0.stats();
+    assert!(
+        s.tx_bytes >= 8 << 20,
+        "the bytes of every segment: {}",
+        s.tx_bytes
+    );
+}

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use dataplane::{RxMode, RxModeCell};
 
+use crate::coalesce::Kind;
 use crate::port::PortStats;
 
 /// What a counter counts, and whether it is a loss.
@@ -114,6 +115,17 @@ impl QueueCounters {
     pub(crate) fn bump(&self, c: Counter, n: u64) {
         let v = &self.values[c as usize];
         v.store(v.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+    }
+
+    /// Counts one super-frame of `kind` made of `count` packets (a run, `crate::coalesce`);
+    /// only the queue's own worker may call this.
+    pub(crate) fn count_run(&self, kind: Kind, count: u64) {
+        let (frames, members) = match kind {
+            Kind::Udp => (Counter::TxUdpGso, Counter::TxUdpGsoDatagrams),
+            Kind::Tcp => (Counter::TxTcpGso, Counter::TxTcpGsoSegments),
+        };
+        self.bump(frames, 1);
+        self.bump(members, count);
     }
 
     /// Adds `n` from any thread (for counters the control side folds in).

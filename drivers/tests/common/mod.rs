@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use dataplane::buffer::{BufferPool, BufferPoolConfig, HugepagePolicy};
 use dataplane::{Dataplane, GraphBuilder, IdlePolicy, PortInput, WorkerConfig};
 use drivers::af_packet::{AfPacketConfig, AfPacketPort};
+use drivers::tap::{TapConfig, TapPort};
 use drivers::Port;
 use graph_nodes::nodes::XconnectStats;
 use graph_nodes::{add_forwarding_nodes, names, FibConfig, Forwarding, ForwardingState, IfIndex};
@@ -476,4 +477,15 @@ pub fn python_server(
         Some("listening")
     );
     (server, lines)
+}
+
+/// Opens a TAP port with offloads, moves its device into `ns` with `address`, up.
+pub fn tap_in(fwd: &mut Forwarding, ns: &Netns, address: &str) -> (PortAt, String) {
+    let name = unique("qt");
+    let port = TapPort::open(&TapConfig::new(&name, 1)).expect("TAP with offloads");
+    run(&["ip", "link", "set", &name, "netns", &ns.name]);
+    ns.ip(&["addr", "add", address, "dev", &name]);
+    ns.ip(&["link", "set", &name, "up"]);
+    let mtu = port.mtu() as u16;
+    (add_port(fwd, Arc::new(port), mtu), name)
 }

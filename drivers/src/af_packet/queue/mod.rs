@@ -11,11 +11,7 @@ use super::counters::{Counter, QueueCounters};
 use super::ring::{RxFrame, RxRing, TxRing, VNET_HDR};
 use super::socket::PacketSocket;
 
-mod runs;
-mod tcp_coalesce;
-mod udp_gso;
-
-use runs::{Kinds, RunSent};
+use crate::coalesce::{self, Kind, Kinds};
 
 /// Ethernet header bytes, and what an 802.1Q tag adds.
 const ETHERNET_HEADER: usize = 14;
@@ -361,6 +357,54 @@ impl RxQueue for AfPacketRx {
     }
 }
 
+/// What became of a run offered as one super-frame.
+enum RunSent {
+    /// Sent (or dropped, counted) and freed.
+    Done,
+    /// The socket is busy: the packets are still the caller's.
+    Busy,
+    /// The kernel refused the super-frame (no such GSO here): the packets are still the
+    /// caller's, to be sent one by one.
+    Refused,
+}
+
+/// Sends `packets` (a run of `kind`, [`coalesce::next_run`]) as one super-frame through the
+/// socket's super-frame socket, gathered from the buffers (no copy here).
+fn send_run(
+    socket: &PacketSocket,
+    buffers: &mut WorkerBuffers,
+    packets: &[u32],
+    kind: Kind,
+    counters: &QueueCounters,
+) -> RunSent {
+    let headers = coalesce::super_headers(buffers, packets, kind);
+    let result = {
+        let mut parts = [IoSlice::new(&[]); coalesce::MAX_RUN + 2];
+        let n = coalesce::gather(buffers, packets, &headers, &mut parts);
+        socket.send_big(&parts[..n])
+    };
+    let count = packets.len() as u64;
+    match result {
+        Err(nix::Error::EAGAIN | nix::Error::ENOBUFS) => return RunSent::Busy,
+        Err(nix::Error::EINVAL | nix::Error::EOPNOTSUPP | nix::Error::EPROTONOSUPPORT) => {
+            return RunSent::Refused
+        }
+        Ok(_) => {
+            let bytes: u64 = packets
+                .iter()
+                .map(|&bi| u64::from(buffers.meta(bi).total_length()))
+                .sum();
+            counters.bump(Counter::TxPackets, count);
+            counters.bump(Counter::TxBytes, bytes);
+            counters.count_run(kind, count);
+        }
+        Err(nix::Error::EMSGSIZE) => counters.bump(Counter::TxTooLong, count),
+        Err(_) => counters.bump(Counter::TxErrors, count),
+    }
+    buffers.free(packets);
+    RunSent::Done
+}
+
 /// One worker's transmit queue of an AF_PACKET port.
 pub(crate) struct AfPacketTx {
     ring: TxRing,
@@ -403,7 +447,7 @@ impl TxQueue for AfPacketTx {
         loop {
             let rest = &packets[done..];
             let run = if self.runs.any() {
-                runs::next_run(buffers, rest, self.runs)
+                coalesce::next_run(buffers, rest, self.runs)
             } else {
                 None
             };
@@ -437,7 +481,7 @@ impl TxQueue for AfPacketTx {
             };
             // A run of one flow's packets, after the slots before it.
             let packets = &packets[done..done + run.len];
-            match runs::send_run(&self.socket, buffers, packets, run.kind, &self.counters) {
+            match send_run(&self.socket, buffers, packets, run.kind, &self.counters) {
                 RunSent::Done => done += run.len,
                 RunSent::Busy => return done,
                 RunSent::Refused => {

@@ -25,24 +25,26 @@
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
-use std::io::{IoSlice, IoSliceMut};
+use std::io::IoSliceMut;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use dataplane::offload::{Gso, Offload, VIRTIO_NET_HDR_LEN};
-use dataplane::{RxMode, RxQueue, TxQueue, WorkerBuffers};
+use dataplane::{RxMode, RxQueue, WorkerBuffers};
 use nix::fcntl::{open, OFlag};
 use nix::sys::stat::Mode;
-use nix::sys::uio::{readv, writev};
+use nix::sys::uio::readv;
 
 use crate::af_packet::netdev::{ifreq, ifreq_name, NetDevice};
 use crate::af_packet::{port_stats, Counter, QueueCounters};
 use crate::port::{LinkStatus, Port, PortError, PortStats, QueuePair};
 
+mod tx;
+
+use tx::TapTx;
+
 /// The longest frame a TAP device can hand over (its MTU is at most 65535).
 const MAX_FRAME: usize = 65535 + 14 + 8;
-/// Buffers one transmitted frame may span (a 64 KiB super-frame in 2 KiB buffers, and room).
-const MAX_SEGMENTS: usize = 48;
 /// What Quiver takes from the kernel with offloads on: partial checksums, TCP segmentation.
 const OFFLOADS: libc::c_uint =
     libc::TUN_F_CSUM | libc::TUN_F_TSO4 | libc::TUN_F_TSO6 | libc::TUN_F_TSO_ECN;
@@ -275,11 +277,7 @@ impl Port for TapPort {
                 vnet: self.offloads,
                 failed: false,
             }),
-            tx: Box::new(TapTx {
-                fd: q.fd.clone(),
-                counters: q.counters.clone(),
-                vnet: self.offloads,
-            }),
+            tx: Box::new(TapTx::new(q.fd.clone(), q.counters.clone(), self.offloads)),
         })
     }
 
@@ -417,71 +415,6 @@ impl RxQueue for TapRx {
 
     fn set_mode(&mut self, mode: RxMode) {
         self.counters.set_rx_mode(mode);
-    }
-}
-
-/// One worker's transmit side of a TAP queue.
-struct TapTx {
-    fd: Arc<OwnedFd>,
-    counters: Arc<QueueCounters>,
-    /// Frames go behind a virtio-net header (the work left on them, or zeros).
-    vnet: bool,
-}
-
-impl TxQueue for TapTx {
-    fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[u32]) -> usize {
-        let (mut taken, mut sent, mut bytes, mut gso) = (0, 0u64, 0u64, 0u64);
-        let pre = if self.vnet { VIRTIO_NET_HDR_LEN } else { 0 };
-        for &bi in packets {
-            let offload = buffers.meta(bi).offload().copied().filter(|_| self.vnet);
-            let header = offload
-                .map(|o| o.to_virtio(buffers.data(bi)))
-                .unwrap_or_default();
-            let mut iov = [IoSlice::new(&[]); MAX_SEGMENTS + 1];
-            iov[0] = IoSlice::new(&header[..pre]);
-            let mut segments = 1;
-            for segment in buffers.chain(bi) {
-                if segments == MAX_SEGMENTS + 1 {
-                    segments += 1;
-                    break;
-                }
-                iov[segments] = IoSlice::new(buffers.data(segment));
-                segments += 1;
-            }
-            if segments > MAX_SEGMENTS + 1 {
-                self.counters.bump(Counter::TxTooLong, 1);
-                taken += 1;
-                continue;
-            }
-            match writev(&*self.fd, &iov[..segments]) {
-                Ok(n) => {
-                    sent += 1;
-                    bytes += n.saturating_sub(pre) as u64;
-                    gso += offload.is_some_and(|o| o.gso != Gso::None) as u64;
-                }
-                // The device's queue is full: the caller keeps the rest.
-                Err(nix::Error::EAGAIN) => {
-                    self.counters.bump(Counter::TxRingFull, 1);
-                    break;
-                }
-                Err(nix::Error::EMSGSIZE) => self.counters.bump(Counter::TxTooLong, 1),
-                Err(_) => self.counters.bump(Counter::TxErrors, 1),
-            }
-            taken += 1;
-        }
-        buffers.free(&packets[..taken]);
-        if sent > 0 {
-            self.counters.bump(Counter::TxPackets, sent);
-            self.counters.bump(Counter::TxBytes, bytes);
-        }
-        if gso > 0 {
-            self.counters.bump(Counter::TxGso, gso);
-        }
-        taken
-    }
-
-    fn accepts_offload(&self) -> bool {
-        self.vnet
     }
 }
 

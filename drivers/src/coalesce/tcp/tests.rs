@@ -4,7 +4,7 @@ use dataplane::buffer::{BufferPool, BufferPoolConfig, HugepagePolicy};
 use dataplane::offload::{ones_sum, virtio, Gso, Offload};
 use dataplane::WorkerBuffers;
 
-use super::super::runs::{fold, next_run, Kind, Kinds, Run};
+use super::super::{fold, next_run, Kind, Kinds, Run};
 use super::*;
 
 fn pool() -> Arc<BufferPool> {

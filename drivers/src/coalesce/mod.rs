@@ -1,0 +1,135 @@
+//! Runs of one flow's packets in a transmit burst that leave a kernel-interface port (AF_PACKET,
+//! TAP) as one GSO super-frame behind a virtio-net header: a tunnel's UDP datagrams ([`udp`])
+//! and one connection's TCP segments ([`tcp`]). The kernel then carries one skb where it would
+//! carry dozens, and segments it as late as it can (or never: a local receiver takes it whole).
+
+use std::io::IoSlice;
+
+use dataplane::offload::VIRTIO_NET_HDR_LEN;
+use dataplane::WorkerBuffers;
+
+mod tcp;
+mod udp;
+
+/// The fewest packets worth a super-frame.
+const MIN_RUN: usize = 2;
+/// The most packets in one super-frame (the kernel's `UDP_MAX_SEGMENTS` is at least 64).
+pub(crate) const MAX_RUN: usize = 64;
+/// The longest IPv4 packet.
+const MAX_IP_LEN: usize = u16::MAX as usize;
+/// The longest headers a super-frame has: Ethernet, IPv4 without options, TCP with 40 bytes of
+/// options.
+const MAX_HEADERS: usize = 14 + 20 + 60;
+
+/// What a run is made of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A tunnel's UDP datagrams: a UDP GSO super-frame.
+    Udp,
+    /// One connection's TCP segments, in sequence: a TCP GSO super-frame.
+    Tcp,
+}
+
+/// Which kinds of run a queue makes (both until the kernel refuses one).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Kinds {
+    pub udp: bool,
+    pub tcp: bool,
+}
+
+impl Kinds {
+    /// Whether any run is made at all.
+    pub fn any(&self) -> bool {
+        self.udp || self.tcp
+    }
+
+    /// Stops making runs of `kind`.
+    pub fn refuse(&mut self, kind: Kind) {
+        match kind {
+            Kind::Udp => self.udp = false,
+            Kind::Tcp => self.tcp = false,
+        }
+    }
+}
+
+/// A run found in a burst: `packets[start..start + len]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Run {
+    pub start: usize,
+    pub len: usize,
+    pub kind: Kind,
+}
+
+/// The first run of `packets` of a kind in `kinds`, if any: the packets before it are sent one
+/// by one.
+pub(crate) fn next_run(buffers: &WorkerBuffers, packets: &[u32], kinds: Kinds) -> Option<Run> {
+    let mut start = 0;
+    while start + MIN_RUN <= packets.len() {
+        let rest = &packets[start..];
+        let mut len = 0;
+        if kinds.udp {
+            len = udp::run_len(buffers, rest);
+            if len >= MIN_RUN {
+                return Some(Run {
+                    start,
+                    len,
+                    kind: Kind::Udp,
+                });
+            }
+        }
+        if kinds.tcp && len == 0 {
+            len = tcp::run_len(buffers, rest);
+            if len >= MIN_RUN {
+                return Some(Run {
+                    start,
+                    len,
+                    kind: Kind::Tcp,
+                });
+            }
+        }
+        // Packets that could not start a run longer than theirs cannot start one either.
+        start += len.max(1);
+    }
+    None
+}
+
+/// A super-frame's virtio-net header and headers (the first packet's, made to describe the
+/// whole), to be sent before each packet's payload.
+pub(crate) struct SuperHeaders {
+    pub vnet: [u8; VIRTIO_NET_HDR_LEN],
+    pub bytes: [u8; MAX_HEADERS],
+    pub len: usize,
+}
+
+/// The parts of the super-frame of `packets` with `headers` (from [`super_headers`]) for a
+/// vectored write into `parts`: the virtio-net header, the headers, then each packet's payload.
+/// Returns how many parts are filled.
+pub(crate) fn gather<'a>(
+    buffers: &'a WorkerBuffers,
+    packets: &[u32],
+    headers: &'a SuperHeaders,
+    parts: &mut [IoSlice<'a>; MAX_RUN + 2],
+) -> usize {
+    parts[0] = IoSlice::new(&headers.vnet);
+    parts[1] = IoSlice::new(&headers.bytes[..headers.len]);
+    for (part, &bi) in parts[2..].iter_mut().zip(packets) {
+        *part = IoSlice::new(&buffers.data(bi)[headers.len..]);
+    }
+    2 + packets.len()
+}
+
+/// The super-frame headers of `packets`, a run of `kind` from [`next_run`].
+pub(crate) fn super_headers(buffers: &WorkerBuffers, packets: &[u32], kind: Kind) -> SuperHeaders {
+    match kind {
+        Kind::Udp => udp::super_headers(buffers, packets),
+        Kind::Tcp => tcp::super_headers(buffers, packets),
+    }
+}
+
+/// Folds a ones'-complement sum to 16 bits (not inverted).
+fn fold(mut acc: u64) -> u16 {
+    while acc >> 16 != 0 {
+        acc = (acc & 0xffff) + (acc >> 16);
+    }
+    acc as u16
+}
