@@ -8,7 +8,7 @@ use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FR
 
 use super::{names, Arcs};
 use crate::state::{ForwardingState, Interface, InterfaceMode};
-use crate::wire::{self, be16};
+use crate::wire::{self, Ethernet, Vlan};
 
 next_arcs! {
     IP4 => names::IP4_INPUT,
@@ -94,13 +94,13 @@ fn mac48(m: &[u8; 6]) -> u64 {
 /// own or a group address.
 #[inline(always)]
 fn plain_ip4(cache: &RxCache<'_>, d: &[u8]) -> bool {
-    let Some(h) = d.first_chunk::<{ wire::ETHERNET_HEADER }>() else {
+    let Ok(eth) = Ethernet::new_checked(d) else {
         return false;
     };
-    let dst = mac48(h.first_chunk().expect("6 of 14 bytes"));
+    let dst = mac48(&eth.dst());
     // Our MAC, or a group address (multicast, broadcast) on an L3 interface.
-    let for_us = (dst == cache.l3_mac) | (h[0] & 1 != 0 && cache.l3_mac != u64::MAX);
-    for_us & (u16::from_be_bytes([h[12], h[13]]) == wire::ETHERTYPE_IP4)
+    let for_us = (dst == cache.l3_mac) | (eth.is_group() && cache.l3_mac != u64::MAX);
+    for_us & (eth.ethertype() == wire::ETHERTYPE_IP4)
 }
 
 /// Decides where one frame goes: the next arc and the L2 header length to strip, or a drop code.
@@ -111,9 +111,7 @@ fn classify<'s>(
     meta: &mut BufferMeta,
     d: &[u8],
 ) -> Result<(Next, u16), u16> {
-    if d.len() < wire::ETHERNET_HEADER {
-        return Err(RUNT);
-    }
+    let eth = Ethernet::new_checked(d).map_err(|_| RUNT)?;
     cache.update(state, meta.rx_interface);
     let mut iface = cache.iface.ok_or(UNKNOWN_INTERFACE)?;
     meta.l2_offset = meta.data_offset();
@@ -121,13 +119,11 @@ fn classify<'s>(
     if iface.mode == InterfaceMode::L2 {
         return Ok((XCONNECT, 0));
     }
-    let mut ethertype = be16(d, 12);
+    let mut ethertype = eth.ethertype();
     let mut header = wire::ETHERNET_HEADER as u16;
     if ethertype == wire::ETHERTYPE_VLAN {
-        if d.len() < wire::ETHERNET_HEADER + wire::VLAN_TAG {
-            return Err(RUNT);
-        }
-        let vlan = be16(d, 14) & 0xfff;
+        let tag = Vlan::new_checked(eth.payload()).map_err(|_| RUNT)?;
+        let vlan = tag.vid();
         let &(_, sub) = iface
             .vlans
             .iter()
@@ -135,10 +131,10 @@ fn classify<'s>(
             .ok_or(UNKNOWN_VLAN)?;
         iface = state.interface(sub).ok_or(UNKNOWN_VLAN)?;
         meta.rx_interface = sub;
-        ethertype = be16(d, 16);
+        ethertype = tag.ethertype();
         header += wire::VLAN_TAG as u16;
     }
-    if d[0] & 1 == 0 && d[..6] != iface.mac {
+    if !eth.is_group() && eth.dst() != iface.mac {
         return Err(NOT_FOR_US);
     }
     match ethertype {

@@ -5,7 +5,7 @@ use dataplane::{next_arcs, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
 use super::{names, Arcs};
 use crate::state::ForwardingState;
-use crate::wire::{self, be16, be32, ip4};
+use crate::wire::{self, Ipv4};
 
 next_arcs! {
     LOOKUP => names::IP4_LOOKUP,
@@ -50,61 +50,56 @@ impl Default for Ip4Input {
     }
 }
 
-/// The total length and destination of a header that passes every check: the common case,
-/// decided with few branches on the header read as five native-order words. `None` when it does
-/// not; [`check`] then says why.
+/// Whether a source address is 0.0.0.0, 255.255.255.255 or multicast (224.0.0.0/4).
 #[inline(always)]
-fn passes(d: &[u8], checksum_verified: bool, buffer_total: u32) -> Option<(u16, u32)> {
-    let h = d.first_chunk::<{ wire::IP4_HEADER }>()?;
-    let w = wire::ip4_words(h);
-    let total = u16::from_be_bytes([h[2], h[3]]);
-    // Bytes 6 and 7 (flags and offset) with the flags masked out: offset 1 is [0, 1].
-    let offset_is_1 =
-        w[1] & u32::from_ne_bytes([0, 0, 0x1f, 0xff]) == u32::from_ne_bytes([0, 0, 0, 1]);
-    // The source, in wire order: 0.0.0.0, 255.255.255.255 or multicast (224.0.0.0/4).
-    let src = w[3];
-    let bad_src = (src.wrapping_add(1) < 2) | (h[12] & 0xf0 == 0xe0);
-    let fields = (h[0] == 0x45)
+fn bad_source(src: u32) -> bool {
+    (src.wrapping_add(1) < 2) | (src >> 28 == 0xe)
+}
+
+/// The total length and destination of a header that passes every check: the common case,
+/// decided with few branches (the checksum on the header read as five native-order words).
+/// `None` when it does not; [`check`] then says why.
+#[inline(always)]
+fn passes(ip: &Ipv4<&[u8]>, checksum_verified: bool, buffer_total: u32) -> Option<(u16, u32)> {
+    // Read first, whatever the fields say: the compiler then takes the fields from these
+    // registers instead of loading them again.
+    let words = ip.words();
+    let total = ip.total_len();
+    let fields = ip.is_plain()
         & (total as usize >= wire::IP4_HEADER)
         & (total as u32 <= buffer_total)
-        & !offset_is_1
-        & !bad_src;
-    (fields && (checksum_verified || wire::ip4_words_checksum_ok(&w)))
-        .then(|| (total, u32::from_be(w[4])))
+        & (ip.frag_offset() != 1)
+        & !bad_source(ip.src());
+    (fields && (checksum_verified || wire::ip4_words_checksum_ok(&words)))
+        .then(|| (total, ip.dst()))
 }
 
 /// Checks one header; returns the total length the packet claims.
 #[inline]
-fn check(d: &[u8], checksum_verified: bool, buffer_total: u32) -> Result<u16, Drop> {
-    if d.len() < wire::IP4_HEADER {
-        return Err(Drop::TooShort);
-    }
-    let ver_ihl = d[ip4::VER_IHL];
-    if ver_ihl >> 4 != 4 {
+fn check(ip: &Ipv4<&[u8]>, checksum_verified: bool, buffer_total: u32) -> Result<u16, Drop> {
+    if ip.version() != 4 {
         return Err(Drop::BadVersion);
     }
-    let ihl = ver_ihl & 0xf;
-    if ihl < 5 {
+    if ip.ihl() < 5 {
         return Err(Drop::BadIhl);
     }
-    if ihl > 5 {
+    if ip.ihl() > 5 {
         return Err(Drop::Options);
     }
-    if !checksum_verified && !wire::ip4_header_checksum_ok(d) {
+    if !checksum_verified && !ip.checksum_ok() {
         return Err(Drop::BadChecksum);
     }
-    let total = be16(d, ip4::TOTAL_LEN);
+    let total = ip.total_len();
     if (total as usize) < wire::IP4_HEADER {
         return Err(Drop::BadLength);
     }
     if total as u32 > buffer_total {
         return Err(Drop::Truncated);
     }
-    if be16(d, ip4::FRAG) & ip4::OFFSET_MASK == 1 {
+    if ip.frag_offset() == 1 {
         return Err(Drop::FragmentOffset1);
     }
-    let src = be32(d, ip4::SRC);
-    if src == 0 || src == u32::MAX || src >> 28 == 0xe {
+    if bad_source(ip.src()) {
         return Err(Drop::BadSource);
     }
     Ok(total)
@@ -147,9 +142,12 @@ impl Node<ForwardingState> for Ip4Input {
         for (i, &bi) in bis.iter().enumerate() {
             let (meta, d) = buffers.meta_and_data_mut(bi);
             let verified = meta.flags & flags::IP4_CHECKSUM_OK != 0;
-            let verdict = match passes(d, verified, meta.total_length()) {
-                Some(good) => Ok(good),
-                None => check(d, verified, meta.total_length()).map(|t| (t, be32(d, ip4::DST))),
+            let verdict = match Ipv4::new_checked(&*d) {
+                Err(_) => Err(Drop::TooShort),
+                Ok(ip) => match passes(&ip, verified, meta.total_length()) {
+                    Some(good) => Ok(good),
+                    None => check(&ip, verified, meta.total_length()).map(|t| (t, ip.dst())),
+                },
             };
             let (total, dst) = match verdict {
                 Ok(good) => good,

@@ -6,7 +6,7 @@ use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FR
 
 use super::{names, Arcs};
 use crate::state::{AdjacencyKind, ForwardingState, SinglePath};
-use crate::wire::{self, be32, ip4};
+use crate::wire::Ipv4;
 
 next_arcs! {
     REWRITE => names::IP4_REWRITE,
@@ -44,33 +44,6 @@ impl Default for Ip4Lookup {
     }
 }
 
-/// The flow hash of an IPv4 packet (ports included for unfragmented TCP and UDP).
-#[inline]
-pub(crate) fn ip4_flow_hash(d: &[u8]) -> u32 {
-    if let Some(h) = d.first_chunk::<{ wire::IP4_HEADER + 4 }>() {
-        return ip4_flow_hash_of(h);
-    }
-    if d.len() < wire::IP4_HEADER {
-        return 0;
-    }
-    wire::flow_hash(be32(d, ip4::SRC), be32(d, ip4::DST), d[ip4::PROTO], 0)
-}
-
-/// [`ip4_flow_hash`] of a header followed by at least 4 bytes.
-#[inline(always)]
-pub(crate) fn ip4_flow_hash_of(h: &[u8; wire::IP4_HEADER + 4]) -> u32 {
-    let proto = h[ip4::PROTO];
-    let unfragmented = u16::from_be_bytes([h[6], h[7]]) & (ip4::OFFSET_MASK | ip4::MF) == 0;
-    let ports = if unfragmented && (proto == wire::PROTO_UDP || proto == wire::PROTO_TCP) {
-        u32::from_be_bytes([h[20], h[21], h[22], h[23]])
-    } else {
-        0
-    };
-    let src = u32::from_be_bytes([h[12], h[13], h[14], h[15]]);
-    let dst = u32::from_be_bytes([h[16], h[17], h[18], h[19]]);
-    wire::flow_hash(src, dst, proto, ports)
-}
-
 impl Node<ForwardingState> for Ip4Lookup {
     fn spec(&self) -> NodeSpec {
         NodeSpec::internal(names::IP4_LOOKUP)
@@ -91,11 +64,7 @@ impl Node<ForwardingState> for Ip4Lookup {
         let mut buffers = cx.buffers.view();
         for (&bi, dst) in bis.iter().zip(dsts.iter_mut()) {
             // ip4-input guaranteed 20 bytes; be defensive for packets that skipped it.
-            *dst = buffers
-                .meta_and_data_mut(bi)
-                .1
-                .first_chunk::<{ wire::IP4_HEADER }>()
-                .map_or(0, |h| u32::from_be_bytes([h[16], h[17], h[18], h[19]]));
+            *dst = Ipv4::new_checked(buffers.meta_and_data_mut(bi).1).map_or(0, |ip| ip.dst());
         }
         // ip4-input (or vxlan4-encap) started fetching each line into the second-level cache a
         // node ago; the batch brings them to the first level a fixed distance ahead of its
@@ -173,7 +142,7 @@ fn general(
         let h = if meta.flags & flags::FLOW_HASH_VALID != 0 {
             meta.flow_hash
         } else {
-            ip4_flow_hash(d)
+            Ipv4::new_checked(d).map_or(0, |ip| ip.flow_hash())
         };
         lb.buckets[h as usize % lb.buckets.len()]
     };

@@ -9,7 +9,7 @@ use super::{names, Arcs, LOCALLY_ORIGINATED};
 use dataplane::buffer::BufferMeta;
 
 use crate::state::{Adjacency, AdjacencyKind, ForwardingState};
-use crate::wire::{self, ip4};
+use crate::wire::{self, Ipv4};
 
 next_arcs! {
     OUTPUT => names::INTERFACE_OUTPUT,
@@ -75,17 +75,17 @@ impl Node<ForwardingState> for Ip4Rewrite {
             // Ethernet header (fixed-size copies, no length arithmetic), a header within the
             // MTU, a TTL to decrement (or a packet of ours), room for the L2 header. Anything
             // else (VLAN headers included) takes the general way below.
-            if let (Some(a), Some(h)) = (adj, d.first_chunk_mut::<{ wire::IP4_HEADER }>()) {
+            if let (Some(a), Ok(mut ip)) = (adj, Ipv4::new_checked(&mut *d)) {
                 let ours = meta.flags & LOCALLY_ORIGINATED != 0;
-                let total = u16::from_be_bytes([h[2], h[3]]);
+                let total = ip.total_len();
                 if let Some(room) = headroom.last_chunk_mut::<{ wire::ETHERNET_HEADER }>() {
                     if a.header_len as usize == wire::ETHERNET_HEADER
                         && total <= a.mtu
-                        && (ours || h[ip4::TTL] > 1)
+                        && (ours || ip.ttl() > 1)
                         && meta.retreat(wire::ETHERNET_HEADER as u16)
                     {
                         if !ours {
-                            decrement_ttl(h);
+                            ip.decrement_ttl();
                         }
                         meta.tx_interface = a.tx;
                         meta.l2_offset = meta.data_offset();
@@ -146,61 +146,22 @@ fn rewrite<'a>(
     d: &mut [u8],
 ) -> Result<&'a Adjacency, u16> {
     let adj = adj.ok_or(BAD_ADJACENCY)?;
-    let h = d
-        .first_chunk_mut::<{ wire::IP4_HEADER }>()
-        .ok_or(BAD_ADJACENCY)?;
-    let total = u16::from_be_bytes([h[2], h[3]]);
-    if total > adj.mtu {
-        return Err(if u16::from_be_bytes([h[6], h[7]]) & ip4::DF != 0 {
+    let mut ip = Ipv4::new_checked(d).map_err(|_| BAD_ADJACENCY)?;
+    if ip.total_len() > adj.mtu {
+        return Err(if ip.dont_fragment() {
             FRAGMENTATION_NEEDED
         } else {
             MTU_EXCEEDED
         });
     }
     if meta.flags & LOCALLY_ORIGINATED == 0 {
-        let ttl = h[ip4::TTL];
-        if ttl <= 1 {
+        if ip.ttl() <= 1 {
             return Err(TTL_EXPIRED);
         }
-        decrement_ttl(h);
+        ip.decrement_ttl();
     }
     meta.tx_interface = adj.tx;
     // Where the L2 header starts once written (a packet without the headroom is dropped).
     meta.l2_offset = meta.data_offset().wrapping_sub(adj.header_len as u16);
     Ok(adj)
-}
-
-/// Decrements the TTL (at least 2) of a header and updates its checksum: RFC 1624 eqn. 3 with
-/// m' = m - 0x0100, where ~m + m' is 0xfeff whatever m is. The sum is done on the bytes as they
-/// lie (0xfeff byte-swapped), which ones'-complement arithmetic allows, and one fold suffices for
-/// ~HC + 0xfeff.
-#[inline(always)]
-fn decrement_ttl(h: &mut [u8; wire::IP4_HEADER]) {
-    h[ip4::TTL] -= 1;
-    let check = u16::from_ne_bytes([h[10], h[11]]);
-    let sum = !check as u32 + u16::from_ne_bytes(0xfeffu16.to_be_bytes()) as u32;
-    let sum = !(((sum & 0xffff) + (sum >> 16)) as u16);
-    h[10..12].copy_from_slice(&sum.to_ne_bytes());
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_ttl_update_matches_rfc_1624_for_every_checksum() {
-        let mut h = [0u8; wire::IP4_HEADER];
-        for check in 0..=u16::MAX {
-            for ttl in [2u8, 64, 255] {
-                h[ip4::TTL] = ttl;
-                h[ip4::PROTO] = wire::PROTO_UDP;
-                wire::put16(&mut h, 10, check);
-                let old = wire::be16(&h, ip4::TTL);
-                let want = wire::checksum_update(check, old, old - 0x100);
-                decrement_ttl(&mut h);
-                assert_eq!(h[ip4::TTL], ttl - 1);
-                assert_eq!(wire::be16(&h, 10), want, "checksum {check:#06x}, ttl {ttl}");
-            }
-        }
-    }
 }

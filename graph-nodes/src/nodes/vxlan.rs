@@ -7,7 +7,7 @@ use dataplane::{Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
 use super::{names, LOCALLY_ORIGINATED};
 use crate::state::ForwardingState;
-use crate::wire::{self, be16, be32, ip4};
+use crate::wire::{self, ipv4, Ethernet, Ipv4, Udp, Vxlan};
 
 /// Bytes the encapsulation adds before the outer Ethernet header.
 pub const ENCAP_LEN: u16 = (wire::IP4_HEADER + wire::UDP_HEADER + wire::VXLAN_HEADER) as u16;
@@ -15,22 +15,16 @@ pub const ENCAP_LEN: u16 = (wire::IP4_HEADER + wire::UDP_HEADER + wire::VXLAN_HE
 /// The UDP source port for an inner frame: a hash of its headers, in 49152–65535.
 #[inline]
 pub fn source_port(inner: &[u8]) -> (u16, u32) {
-    let h = match inner.first_chunk::<{ wire::ETHERNET_HEADER + wire::IP4_HEADER + 4 }>() {
-        Some(f) if u16::from_be_bytes([f[12], f[13]]) == wire::ETHERTYPE_IP4 => {
-            let (_, ip) = f
-                .split_first_chunk::<{ wire::ETHERNET_HEADER }>()
-                .expect("38 bytes");
-            super::ip4_lookup::ip4_flow_hash_of(ip.try_into().expect("24 bytes"))
-        }
-        _ if inner.len() >= wire::ETHERNET_HEADER + wire::IP4_HEADER
-            && be16(inner, 12) == wire::ETHERTYPE_IP4 =>
-        {
-            super::ip4_lookup::ip4_flow_hash(&inner[wire::ETHERNET_HEADER..])
-        }
-        _ if inner.len() >= wire::ETHERNET_HEADER => {
-            wire::flow_hash(be32(inner, 0), be32(inner, 4), 0, be32(inner, 8))
-        }
-        _ => 0,
+    let h = match Ethernet::new_checked(inner) {
+        Ok(eth) => match Ipv4::new_checked(eth.payload()) {
+            Ok(ip) if eth.ethertype() == wire::ETHERTYPE_IP4 => ip.flow_hash(),
+            // Not IPv4 (or too short for it): the MAC addresses.
+            _ => {
+                let [a, b, c] = eth.address_words();
+                wire::flow_hash(a, b, 0, c)
+            }
+        },
+        Err(_) => 0,
     };
     (0xc000 | (h & 0x3fff) as u16, h)
 }
@@ -131,13 +125,14 @@ impl Node<ForwardingState> for Vxlan4Encap {
             // ip4-lookup finds the outer destination's FIB line in cache.
             fib.prefetch(t.dst);
             let ip_len = (inner_len + ENCAP_LEN as u32) as u16;
-            h[ip4::TOTAL_LEN..ip4::TOTAL_LEN + 2].copy_from_slice(&ip_len.to_be_bytes());
-            let check = wire::fold(t.ip_sum + ip_len as u32);
-            h[ip4::CHECKSUM..ip4::CHECKSUM + 2].copy_from_slice(&check.to_be_bytes());
-            let udp = wire::IP4_HEADER;
-            h[udp..udp + 2].copy_from_slice(&sport.to_be_bytes());
-            let udp_len = ip_len - wire::IP4_HEADER as u16;
-            h[udp + 4..udp + 6].copy_from_slice(&udp_len.to_be_bytes());
+            // The template's IPv4 header has no options: UDP follows at a fixed place.
+            let (ip, udp) = h.split_at_mut(wire::IP4_HEADER);
+            if let (Ok(mut ip), Ok(mut udp)) = (Ipv4::new_checked(ip), Udp::new_checked(udp)) {
+                ip.set_total_len(ip_len);
+                ip.set_checksum(ipv4::checksum_with_len(t.ip_sum, ip_len));
+                udp.set_src_port(sport);
+                udp.set_len(ip_len - wire::IP4_HEADER as u16);
+            }
         }
         if dropped {
             cx.enqueue_to_nexts(&self.nexts[..n], bis);
@@ -201,11 +196,14 @@ impl Node<ForwardingState> for Vxlan4Input {
                 if d.len() < ENCAP_LEN as usize + wire::ETHERNET_HEADER {
                     return Err(TOO_SHORT);
                 }
-                let vx = wire::IP4_HEADER + wire::UDP_HEADER;
-                if d[vx] & 0x08 == 0 {
+                // ip4-input let no options through: the lengths checked above hold the headers.
+                let ip = Ipv4::new_checked(d).map_err(|_| TOO_SHORT)?;
+                let udp = Udp::new_checked(ip.payload()).map_err(|_| TOO_SHORT)?;
+                let vx = Vxlan::new_checked(udp.payload()).map_err(|_| TOO_SHORT)?;
+                if !vx.has_vni() {
                     return Err(BAD_FLAGS);
                 }
-                let key = (be32(d, ip4::SRC), be32(d, ip4::DST), be32(d, vx + 4) >> 8);
+                let key = (ip.src(), ip.dst(), vx.vni());
                 // Last-hit cache, checked against the current tables (they may have changed).
                 let cached = self.last.filter(|&(k, t)| {
                     k == key
