@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use dataplane::harness::{PacketSource, SourceConfig};
-use dataplane::{Graph, GraphBuilder, TxQueue, WorkerBuffers, WorkerInit};
+use dataplane::{Graph, GraphBuilder, GraphError, TxQueue, WorkerBuffers, WorkerInit};
 use graph_nodes::{
     add_forwarding_nodes, FibConfig, Forwarding, ForwardingError, ForwardingState, IfIndex, Path,
 };
@@ -115,7 +115,7 @@ pub fn build(
     rate_pps: u64,
     frame_size: usize,
     delivered: Arc<AtomicU64>,
-) -> Result<Graph<ForwardingState>, String> {
+) -> Result<Graph<ForwardingState>, GraphError> {
     let (ingress, egress) = topo;
     let mut src = SourceConfig::new(
         "demo-source",
@@ -132,7 +132,7 @@ pub fn build(
         &mut b,
         vec![(egress, Box::new(CountingTx(delivered)) as Box<dyn TxQueue>)],
     );
-    b.build().map_err(|e| e.to_string())
+    b.build()
 }
 
 #[cfg(test)]

@@ -36,5 +36,5 @@ pub use port::{
 pub use snapshot::{Epochs, Published, Reader};
 pub use worker::{
     keep_off_worker_cores, CommandError, Dataplane, IdlePolicy, StartError, WorkerCommand,
-    WorkerConfig, WorkerControl, WorkerInit, COMMAND_TIMEOUT,
+    WorkerConfig, WorkerControl, WorkerError, WorkerInit, COMMAND_TIMEOUT,
 };

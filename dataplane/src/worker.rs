@@ -1,6 +1,7 @@
 //! Workers: one pinned OS thread per configured core, each running its own graph instance.
 
 use std::collections::VecDeque;
+use std::error::Error;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -9,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::buffer::{BufferPool, WorkerBuffers};
 use crate::counters::RuntimeSnapshot;
-use crate::graph::{Graph, GraphHandle};
+use crate::graph::{Graph, GraphError, GraphHandle};
 use crate::snapshot::{Epochs, Published};
 use crate::trace::TracedPacket;
 
@@ -76,16 +77,90 @@ pub enum StartError {
         source: nix::Error,
     },
     /// The graph builder failed.
-    #[error("worker {worker}: cannot build its graph: {reason}")]
+    #[error("worker {worker}: cannot build its graph: {source}")]
     Build {
         /// Worker index.
         worker: usize,
         /// What went wrong.
-        reason: String,
+        #[source]
+        source: WorkerError,
+    },
+    /// The worker thread ended (it panicked) before it reported its graph built.
+    #[error(
+        "worker {worker}: cannot build its graph: the worker thread died while building its graph"
+    )]
+    Died {
+        /// Worker index.
+        worker: usize,
     },
     /// The thread could not be spawned.
     #[error("cannot spawn worker thread: {0}")]
     Spawn(std::io::Error),
+}
+
+/// Why a worker could not build its graph or run a command. The data plane's own failures
+/// have their variants; what the caller's code fails with (a driver's error …) is kept whole,
+/// its type reachable through [`Error::source`] and downcasting.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// The graph did not build.
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    /// The worker's graph has no node of that name (and type).
+    #[error("the graph has no {node} node")]
+    NoNode {
+        /// The node's name.
+        node: String,
+    },
+    /// The interface has queues on this worker already.
+    #[error("interface {interface} is attached already")]
+    AttachedAlready {
+        /// The interface.
+        interface: u32,
+    },
+    /// A port's queue pair for this worker could not be taken.
+    #[error("{port}: {source}")]
+    Queues {
+        /// The port's name.
+        port: String,
+        /// The driver's error.
+        #[source]
+        source: Box<dyn Error + Send + Sync>,
+    },
+    /// Anything else the caller's code failed with.
+    #[error(transparent)]
+    Other(Box<dyn Error + Send + Sync>),
+}
+
+impl WorkerError {
+    /// `e` as a worker error: a [`WorkerError`] or [`GraphError`] as itself, anything else
+    /// (another error type, a message) as [`WorkerError::Other`].
+    pub fn other(e: impl Into<Box<dyn Error + Send + Sync>>) -> WorkerError {
+        let e = e.into();
+        let e = match e.downcast::<WorkerError>() {
+            Ok(w) => return *w,
+            Err(e) => e,
+        };
+        match e.downcast::<GraphError>() {
+            Ok(g) => WorkerError::Graph(*g),
+            Err(e) => WorkerError::Other(e),
+        }
+    }
+
+    /// The graph lacks node `node`.
+    pub fn no_node(node: &str) -> WorkerError {
+        WorkerError::NoNode {
+            node: node.to_string(),
+        }
+    }
+
+    /// Port `port`'s queue pair could not be taken: `source` says why.
+    pub fn queues(port: &str, source: impl Into<Box<dyn Error + Send + Sync>>) -> WorkerError {
+        WorkerError::Queues {
+            port: port.to_string(),
+            source: source.into(),
+        }
+    }
 }
 
 /// What a worker command sees: the worker's graph, buffers and current configuration, on the
@@ -108,12 +183,12 @@ pub struct WorkerControl<'a, S> {
 /// queues …). It runs on the worker's thread, so drivers that must be touched by the thread that
 /// polls them (DPDK lcores, memif queues) are. `Err` is reported to the caller.
 pub type WorkerCommand<S> =
-    Box<dyn FnOnce(&mut WorkerControl<'_, S>) -> Result<(), String> + Send + 'static>;
+    Box<dyn FnOnce(&mut WorkerControl<'_, S>) -> Result<(), WorkerError> + Send + 'static>;
 
 /// A command and where its worker acknowledges it.
 struct Posted<S> {
     command: WorkerCommand<S>,
-    ack: mpsc::Sender<(usize, Result<(), String>)>,
+    ack: mpsc::Sender<(usize, Result<(), WorkerError>)>,
 }
 
 /// A worker's mailbox. The worker checks `pending` with one atomic load per loop pass and
@@ -156,15 +231,16 @@ impl<S> Mailbox<S> {
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A worker command that did not complete everywhere.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum CommandError {
     /// A worker ran the command and it failed (other workers may have applied it).
-    #[error("worker {worker}: {reason}")]
+    #[error("worker {worker}: {source}")]
     Failed {
         /// The worker.
         worker: usize,
         /// Why.
-        reason: String,
+        #[source]
+        source: WorkerError,
     },
     /// A worker did not acknowledge in time, or has stopped.
     #[error("worker {worker} did not acknowledge the command ({why})")]
@@ -199,18 +275,24 @@ pub struct Dataplane<S: Send + Sync + 'static> {
 
 type Ready = Result<(GraphHandle, i32, Vec<String>), StartError>;
 
+/// A graph builder as the workers call it: its error made a [`WorkerError`].
+type Build<S> = dyn Fn(&WorkerInit) -> Result<Graph<S>, WorkerError> + Send + Sync;
+
 impl<S: Send + Sync + 'static> Dataplane<S> {
     /// Starts one pinned worker per configured core. Each worker builds its own graph with
     /// `build` on its own thread; this returns once every worker is running, or the first
-    /// error after stopping the others.
-    pub fn start<F>(
+    /// error after stopping the others. `build` may fail with any error (a [`WorkerError`], a
+    /// [`GraphError`], a driver's error, a message); it reaches the caller as
+    /// [`StartError::Build`].
+    pub fn start<F, E>(
         config: &WorkerConfig,
         pool: Arc<BufferPool>,
         initial: S,
         build: F,
     ) -> Result<Dataplane<S>, StartError>
     where
-        F: Fn(&WorkerInit) -> Result<Graph<S>, String> + Send + Sync + 'static,
+        F: Fn(&WorkerInit) -> Result<Graph<S>, E> + Send + Sync + 'static,
+        E: Into<Box<dyn Error + Send + Sync>>,
     {
         if config.cores.is_empty() {
             return Err(StartError::NoCores);
@@ -218,7 +300,8 @@ impl<S: Send + Sync + 'static> Dataplane<S> {
         let epochs = Epochs::new();
         let state = Arc::new(Published::new(&epochs, initial));
         let stop = Arc::new(AtomicBool::new(false));
-        let build = Arc::new(build);
+        let build: Arc<Build<S>> =
+            Arc::new(move |init: &WorkerInit| build(init).map_err(WorkerError::other));
         let mut dp = Dataplane {
             pool: pool.clone(),
             state: state.clone(),
@@ -265,10 +348,7 @@ impl<S: Send + Sync + 'static> Dataplane<S> {
                 }
                 Err(_) => {
                     let _ = thread.join();
-                    return Err(StartError::Build {
-                        worker: index,
-                        reason: "the worker thread died while building its graph".into(),
-                    });
+                    return Err(StartError::Died { worker: index });
                 }
             }
         }
@@ -323,8 +403,8 @@ impl<S: Send + Sync + 'static> Dataplane<S> {
             match acks.recv_timeout(left) {
                 Ok((w, result)) => {
                     done[w] = true;
-                    if let Err(reason) = result {
-                        failed.get_or_insert(CommandError::Failed { worker: w, reason });
+                    if let Err(source) = result {
+                        failed.get_or_insert(CommandError::Failed { worker: w, source });
                     }
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {
@@ -449,7 +529,7 @@ fn worker_main<S: Send + Sync + 'static>(
     state: Arc<Published<S>>,
     stop: Arc<AtomicBool>,
     idle: IdlePolicy,
-    build: &(dyn Fn(&WorkerInit) -> Result<Graph<S>, String> + Send + Sync),
+    build: &Build<S>,
     ready: mpsc::Sender<Ready>,
     mailbox: Arc<Mailbox<S>>,
 ) {
@@ -464,10 +544,10 @@ fn worker_main<S: Send + Sync + 'static>(
     let mut buffers = init.pool.worker_buffers();
     let mut graph = match build(&init) {
         Ok(g) => g,
-        Err(reason) => {
+        Err(source) => {
             let _ = ready.send(Err(StartError::Build {
                 worker: init.index,
-                reason,
+                source,
             }));
             return;
         }

@@ -10,7 +10,7 @@ use dataplane::buffer::{BufferPool, BufferPoolConfig, HugepagePolicy};
 use dataplane::harness::{PacketSink, ScriptedRx};
 use dataplane::{
     CommandError, Dataplane, GraphBuilder, IdlePolicy, PortsInput, WorkerCommand, WorkerConfig,
-    PORT_INPUT,
+    WorkerError, PORT_INPUT,
 };
 
 type Script = Arc<Mutex<VecDeque<Vec<u8>>>>;
@@ -81,7 +81,7 @@ fn queues_are_attached_and_detached_on_running_workers_which_acknowledge_each_co
         Box::new(move |w| {
             let thread = std::thread::current().name().unwrap_or("").to_string();
             if thread != format!("quiver-wk{}", w.worker) {
-                return Err(format!("ran on {thread}"));
+                return Err(WorkerError::other(format!("ran on {thread}")));
             }
             let input = w.graph.node_mut::<PortsInput>(PORT_INPUT).unwrap();
             assert!(input.attach(7, Box::new(rx)));
@@ -100,19 +100,18 @@ fn queues_are_attached_and_detached_on_running_workers_which_acknowledge_each_co
     let failed = dp.command(|w| -> WorkerCommand<()> {
         Box::new(move |_| {
             if w == 1 {
-                Err("refused".into())
+                Err(WorkerError::other("refused"))
             } else {
                 Ok(())
             }
         })
     });
-    assert_eq!(
-        failed,
-        Err(CommandError::Failed {
-            worker: 1,
-            reason: "refused".into()
-        })
-    );
+    match failed {
+        Err(CommandError::Failed { worker, source }) => {
+            assert_eq!((worker, source.to_string()), (1, "refused".to_string()))
+        }
+        other => panic!("expected worker 1 to refuse: {other:?}"),
+    }
 
     // Detach: when `command` returns, no worker holds the queue any more.
     dp.command(|_| -> WorkerCommand<()> {

@@ -133,7 +133,7 @@ fn a_failed_graph_build_stops_the_workers_already_started() {
     assert_eq!(pool.in_use_count(), 0);
 
     let err = Dataplane::start(&config(vec![usize::MAX / 2]), pool, (), |_| {
-        Ok(GraphBuilder::new().build().unwrap())
+        GraphBuilder::new().build()
     })
     .err()
     .expect("pinning to a core that does not exist fails");

@@ -18,7 +18,7 @@ fn tap_command(session: Arc<CaptureSession>, add: bool) -> WorkerCommand<Forward
         let input = w
             .graph
             .node_mut::<PortsInput>(PORT_INPUT)
-            .ok_or("the graph has no port-input node")?;
+            .ok_or_else(|| WorkerError::no_node(PORT_INPUT))?;
         if add {
             input.capture_mut().add(worker, session.clone());
         } else {
@@ -27,7 +27,7 @@ fn tap_command(session: Arc<CaptureSession>, add: bool) -> WorkerCommand<Forward
         let output = w
             .graph
             .node_mut::<InterfaceOutput>(names::INTERFACE_OUTPUT)
-            .ok_or("the graph has no interface-output node")?;
+            .ok_or_else(|| WorkerError::no_node(names::INTERFACE_OUTPUT))?;
         if add {
             output.capture_mut().add(worker, session.clone());
         } else {

@@ -35,7 +35,7 @@ fn cut_through_command(starts: Vec<Start>) -> WorkerCommand<ForwardingState> {
             let stats = w
                 .graph
                 .node_mut::<L2Xconnect>(names::L2_XCONNECT)
-                .ok_or("the graph has no l2-xconnect node")?
+                .ok_or_else(|| WorkerError::no_node(names::L2_XCONNECT))?
                 .stats();
             let count = Box::new(move |packets, bytes| stats.add(from, packets, bytes));
             a.cut_through(w.worker, b, count, on.clone());

@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use dataplane::{
     BufferPool, CommandError, Dataplane, GraphBuilder, PortsInput, RuntimeSnapshot, TxQueue,
-    WorkerCommand, PORT_INPUT,
+    WorkerCommand, WorkerError, PORT_INPUT,
 };
 use drivers::af_packet::{AfPacketConfig, AfPacketPort};
 use drivers::memif_port::{MemifControl, MemifPortConfig};
@@ -169,13 +169,13 @@ impl Forwarder {
             let mut input = PortsInput::new(PORT_INPUT, names::ETHERNET_INPUT);
             let mut tx: Vec<(IfIndex, Box<dyn TxQueue>)> = Vec::new();
             for (interface, port) in &graph_ports {
-                let qp = port.queue_pair(init.index).map_err(|e| e.to_string())?;
+                let qp = port.queue_pair(init.index).map_err(WorkerError::other)?;
                 input.attach(*interface, qp.rx);
                 tx.push((*interface, qp.tx));
             }
             b.add(input);
             add_forwarding_nodes(&mut b, tx);
-            b.build().map_err(|e| e.to_string())
+            b.build().map_err(WorkerError::from)
         })
         .map_err(|e| e.to_string())?;
         let mut forwarder = Forwarder {

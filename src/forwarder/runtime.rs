@@ -12,18 +12,18 @@ fn attach_command(port: Arc<dyn Port>, interface: IfIndex) -> WorkerCommand<Forw
     Box::new(move |w| {
         let qp = port
             .queue_pair(w.worker)
-            .map_err(|e| format!("{}: {e}", port.name()))?;
+            .map_err(|e| WorkerError::queues(port.name(), e))?;
         let input = w
             .graph
             .node_mut::<PortsInput>(PORT_INPUT)
-            .ok_or("the graph has no port-input node")?;
+            .ok_or_else(|| WorkerError::no_node(PORT_INPUT))?;
         if !input.attach(interface, qp.rx) {
-            return Err(format!("interface {interface} is attached already"));
+            return Err(WorkerError::AttachedAlready { interface });
         }
         let output = w
             .graph
             .node_mut::<InterfaceOutput>(names::INTERFACE_OUTPUT)
-            .ok_or("the graph has no interface-output node")?;
+            .ok_or_else(|| WorkerError::no_node(names::INTERFACE_OUTPUT))?;
         drop(output.attach(interface, qp.tx));
         Ok(())
     })
