@@ -6,7 +6,7 @@ use dataplane::{cycles, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
 use super::{names, LOCALLY_ORIGINATED};
 use crate::state::{AdjacencyKind, DataplaneEvent, ForwardingState, Interface, InterfaceKind};
-use crate::wire::{self, be16, be32, ip4, Mac};
+use crate::wire::{self, arp, ethernet, Arp, Ipv4, Mac, WireError};
 
 /// `arp-input`'s arcs and errors.
 mod input {
@@ -59,66 +59,48 @@ impl Default for ArpInput {
     }
 }
 
-/// Fields of an IPv4-over-Ethernet ARP packet.
-struct Arp {
-    op: u16,
-    sender_mac: Mac,
-    sender_ip: u32,
-    target_ip: u32,
-}
-
-fn parse(d: &[u8]) -> Option<Arp> {
-    if d.len() < wire::ARP_LEN
-        || be16(d, 0) != 1
-        || be16(d, 2) != wire::ETHERTYPE_IP4
-        || d[4] != 6
-        || d[5] != 4
-    {
-        return None;
-    }
-    let mut sender_mac = [0; 6];
-    sender_mac.copy_from_slice(&d[8..14]);
-    Some(Arp {
-        op: be16(d, 6),
-        sender_mac,
-        sender_ip: be32(d, 14),
-        target_ip: be32(d, 24),
-    })
-}
-
 /// Writes an ARP packet (after the L2 header) into `d`.
 fn write_arp(
     d: &mut [u8],
     op: u16,
-    sender_mac: &Mac,
-    sender_ip: u32,
-    target_mac: &Mac,
-    target_ip: u32,
-) {
-    wire::put16(d, 0, 1);
-    wire::put16(d, 2, wire::ETHERTYPE_IP4);
-    d[4] = 6;
-    d[5] = 4;
-    wire::put16(d, 6, op);
-    d[8..14].copy_from_slice(sender_mac);
-    wire::put32(d, 14, sender_ip);
-    d[18..24].copy_from_slice(target_mac);
-    wire::put32(d, 24, target_ip);
+    sender: (&Mac, u32),
+    target: (&Mac, u32),
+) -> Result<(), WireError> {
+    let mut arp = Arp::init(d)?;
+    arp.set_op(op);
+    arp.set_sender_mac(sender.0);
+    arp.set_sender_ip(sender.1);
+    arp.set_target_mac(target.0);
+    arp.set_target_ip(target.1);
+    Ok(())
 }
 
 /// Writes an Ethernet header (tagged on VLAN sub-interfaces) for `iface`; returns its length.
-fn write_l2(d: &mut [u8], dst: &Mac, iface: &Interface, ethertype: u16) -> usize {
-    d[..6].copy_from_slice(dst);
-    d[6..12].copy_from_slice(&iface.mac);
-    if let InterfaceKind::Vlan { vlan, .. } = iface.kind {
-        wire::put16(d, 12, wire::ETHERTYPE_VLAN);
-        wire::put16(d, 14, vlan);
-        wire::put16(d, 16, ethertype);
-        18
-    } else {
-        wire::put16(d, 12, ethertype);
-        14
-    }
+fn write_l2(
+    d: &mut [u8],
+    dst: &Mac,
+    iface: &Interface,
+    ethertype: u16,
+) -> Result<usize, WireError> {
+    let tci = match iface.kind {
+        InterfaceKind::Vlan { vlan, .. } => Some(vlan),
+        _ => None,
+    };
+    ethernet::write_header(d, dst, &iface.mac, tci, ethertype)
+}
+
+/// A broadcast ARP request from `iface` (its address `src`) for `target`: its bytes, and how
+/// many of them it uses.
+fn request(
+    iface: &Interface,
+    src: u32,
+    target: u32,
+) -> Result<([u8; 18 + wire::ARP_LEN], usize), WireError> {
+    let mut pkt = [0u8; 18 + wire::ARP_LEN];
+    let hl = write_l2(&mut pkt, &wire::BROADCAST, iface, wire::ETHERTYPE_ARP)?;
+    let body = pkt.get_mut(hl..).unwrap_or_default();
+    write_arp(body, arp::REQUEST, (&iface.mac, src), (&[0; 6], target))?;
+    Ok((pkt, hl + wire::ARP_LEN))
 }
 
 impl Node<ForwardingState> for ArpInput {
@@ -139,37 +121,39 @@ impl Node<ForwardingState> for ArpInput {
             let rx = meta.rx_interface;
             let l2_len = meta.data_offset().saturating_sub(meta.l2_offset);
             let verdict = (|| {
-                let arp = parse(cx.buffers.data(bi)).ok_or(MALFORMED)?;
+                let arp = Arp::new_checked(cx.buffers.data(bi)).map_err(|_| MALFORMED)?;
+                let (op, target_ip) = (arp.op(), arp.target_ip());
+                let (sender_mac, sender_ip) = (arp.sender_mac(), arp.sender_ip());
                 let iface = state.interface(rx).ok_or(MALFORMED)?;
-                if arp.sender_ip != 0 && iface.address_for(arp.sender_ip).is_some() {
+                if sender_ip != 0 && iface.address_for(sender_ip).is_some() {
                     let event = DataplaneEvent::NeighborLearned {
                         interface: rx,
-                        ip: arp.sender_ip,
-                        mac: arp.sender_mac,
+                        ip: sender_ip,
+                        mac: sender_mac,
                     };
                     if state.events.push(event).is_err() {
                         lost += 1;
                     }
                 }
-                match arp.op {
-                    1 if iface.addresses.iter().any(|&(a, _)| a == arp.target_ip) => {
+                match op {
+                    arp::REQUEST if iface.addresses.iter().any(|&(a, _)| a == target_ip) => {
                         // Answer in place: back to the L2 header, rewrite both headers.
                         if !cx.buffers.retreat(bi, l2_len) {
                             return Err(MALFORMED);
                         }
                         let d = cx.buffers.data_mut(bi);
-                        let hl = write_l2(d, &arp.sender_mac, iface, wire::ETHERTYPE_ARP);
+                        let hl = write_l2(d, &sender_mac, iface, wire::ETHERTYPE_ARP)
+                            .map_err(|_| MALFORMED)?;
                         if d.len() < hl + wire::ARP_LEN {
                             return Err(MALFORMED);
                         }
                         write_arp(
                             &mut d[hl..],
-                            2,
-                            &iface.mac,
-                            arp.target_ip,
-                            &arp.sender_mac,
-                            arp.sender_ip,
-                        );
+                            arp::REPLY,
+                            (&iface.mac, target_ip),
+                            (&sender_mac, sender_ip),
+                        )
+                        .map_err(|_| MALFORMED)?;
                         // The reply is its headers (padded to the Ethernet minimum as the
                         // request was): whatever else followed the request, up to a chain of
                         // buffers, is not sent back (fuzz: a 1708-byte request was answered
@@ -183,8 +167,8 @@ impl Node<ForwardingState> for ArpInput {
                         answered += 1;
                         Ok(OUTPUT)
                     }
-                    1 => Err(NOT_FOR_US),
-                    2 => Err(REPLIES),
+                    arp::REQUEST => Err(NOT_FOR_US),
+                    arp::REPLY => Err(REPLIES),
                     _ => Err(MALFORMED),
                 }
             })();
@@ -256,7 +240,7 @@ impl Node<ForwardingState> for Ip4Arp {
             };
             let d = cx.buffers.data(bi);
             let target = match adj.kind {
-                AdjacencyKind::Glean if d.len() >= wire::IP4_HEADER => be32(d, ip4::DST),
+                AdjacencyKind::Glean => Ipv4::new_checked(d).map_or(adj.next_hop, |ip| ip.dst()),
                 _ => adj.next_hop,
             };
             let slot = &mut self.throttle
@@ -271,15 +255,15 @@ impl Node<ForwardingState> for Ip4Arp {
                 cx.count_error(NO_SOURCE_ADDRESS, 1);
                 continue;
             };
+            // Never fails: the array holds a tagged header and the ARP packet.
+            let Ok((pkt, len)) = request(iface, src, target) else {
+                continue;
+            };
             let Some(req) = cx.buffers.alloc_one() else {
                 cx.count_error(NO_BUFFERS, 1);
                 continue;
             };
             *slot = (target, now);
-            let mut pkt = [0u8; 18 + wire::ARP_LEN];
-            let hl = write_l2(&mut pkt, &wire::BROADCAST, iface, wire::ETHERTYPE_ARP);
-            write_arp(&mut pkt[hl..], 1, &iface.mac, src, &[0; 6], target);
-            let len = hl + wire::ARP_LEN;
             cx.buffers.set_length(req, len as u16);
             cx.buffers.data_mut(req).copy_from_slice(&pkt[..len]);
             let m = cx.buffers.meta_mut(req);

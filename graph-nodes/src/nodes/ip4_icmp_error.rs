@@ -19,7 +19,7 @@ use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FR
 
 use super::{names, LOCALLY_ORIGINATED};
 use crate::state::ForwardingState;
-use crate::wire::{self, ip4};
+use crate::wire::{self, icmp, Icmp4, Ipv4};
 
 next_arcs! {
     L3XC => names::IP4_L3XC,
@@ -36,10 +36,6 @@ node_errors! {
 /// Errors a worker sends per second at most (and in a burst).
 const RATE: f64 = 1000.0;
 const BURST: f64 = 100.0;
-
-/// ICMP type "destination unreachable" and its code "fragmentation needed and DF set".
-const UNREACHABLE: u8 = 3;
-const FRAG_NEEDED: u8 = 4;
 
 /// The `ip4-icmp-error` node.
 pub struct Ip4IcmpError {
@@ -149,20 +145,20 @@ impl Node<ForwardingState> for Ip4IcmpError {
 /// Whether the packet `d` (IPv4 header first) may get an error: its source, destination and
 /// how many of its bytes the error quotes (header and 8 bytes of payload).
 fn eligible(d: &[u8]) -> Result<(u32, u32, usize), u16> {
-    if d.len() < wire::IP4_HEADER {
-        return Err(TOO_SHORT);
-    }
-    let ihl = usize::from(d[0] & 0x0f) * 4;
-    let (src, dst) = (wire::be32(d, ip4::SRC), wire::be32(d, ip4::DST));
-    let offset = wire::be16(d, 6) & 0x1fff;
+    let ip = Ipv4::new_checked(d).map_err(|_| TOO_SHORT)?;
+    let ihl = ip.header_len();
+    let src = ip.src();
     let unicast = src != 0 && src != u32::MAX && (src >> 28) != 0xe && (src >> 24) != 127;
-    let icmp_error = d[ip4::PROTO] == wire::PROTO_ICMP
-        && d.get(ihl)
+    // An ICMP message's type is its first byte (it may be all the packet has).
+    let icmp_error = ip.protocol() == wire::PROTO_ICMP
+        && ip
+            .payload()
+            .first()
             .is_some_and(|&t| !matches!(t, 0 | 8 | 13 | 14 | 15 | 16 | 17 | 18));
-    if offset != 0 || !unicast || icmp_error || ihl < wire::IP4_HEADER {
+    if ip.frag_offset() != 0 || !unicast || icmp_error || ihl < wire::IP4_HEADER {
         return Err(NOT_FOR_THIS);
     }
-    Ok((src, dst, (ihl + 8).min(d.len())))
+    Ok((src, ip.dst(), (ihl + 8).min(d.len())))
 }
 
 /// Makes packet `bi` the error: its first `quote` bytes behind a new IPv4 header (`from` →
@@ -175,46 +171,28 @@ fn build(
     to: u32,
     mtu: u16,
 ) -> Result<(), u16> {
-    const HEADERS: usize = wire::IP4_HEADER + 8;
+    const HEADERS: usize = wire::IP4_HEADER + icmp::HEADER_LEN;
     buffers.unchain(bi);
     if !buffers.set_length(bi, quote as u16) || buffers.prepend(bi, HEADERS as u16).is_none() {
         return Err(TOO_SHORT);
     }
     let meta = buffers.meta_mut(bi);
     meta.clear_offload();
-    let d = buffers.data_mut(bi);
-    let (ip, icmp) = d.split_at_mut(wire::IP4_HEADER);
+    let mut ip = Ipv4::new_checked(buffers.data_mut(bi)).map_err(|_| TOO_SHORT)?;
     // Version 4, 20-byte header, DSCP CS6 (network control), no fragmentation, TTL 64, ICMP.
-    ip.copy_from_slice(&[
-        0x45,
-        0xc0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        64,
-        wire::PROTO_ICMP,
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-    ]);
-    wire::put16(ip, 2, (HEADERS + quote) as u16);
-    wire::put32(ip, ip4::SRC, from);
-    wire::put32(ip, ip4::DST, to);
-    let c = wire::checksum(ip);
-    wire::put16(ip, ip4::CHECKSUM, c);
-    icmp[..8].copy_from_slice(&[UNREACHABLE, FRAG_NEEDED, 0, 0, 0, 0, 0, 0]);
-    wire::put16(icmp, 6, mtu);
-    let c = wire::checksum(icmp);
-    wire::put16(icmp, 2, c);
+    ip.reset_header();
+    ip.set_dscp_ecn(0xc0);
+    ip.set_total_len((HEADERS + quote) as u16);
+    ip.set_ttl(64);
+    ip.set_protocol(wire::PROTO_ICMP);
+    ip.set_src(from);
+    ip.set_dst(to);
+    ip.fill_checksum();
+    let mut icmp = Icmp4::new_checked(ip.payload_mut()).map_err(|_| TOO_SHORT)?;
+    icmp.set_msg_type(icmp::DEST_UNREACHABLE);
+    icmp.set_code(icmp::FRAG_NEEDED);
+    icmp.set_rest_of_header(0);
+    icmp.set_next_hop_mtu(mtu);
+    icmp.fill_checksum();
     Ok(())
 }

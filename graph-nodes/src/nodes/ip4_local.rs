@@ -6,7 +6,7 @@ use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FR
 
 use super::{names, LOCALLY_ORIGINATED};
 use crate::state::ForwardingState;
-use crate::wire::{self, be16, be32, ip4};
+use crate::wire::{self, icmp, Icmp4, Ipv4, Udp};
 
 next_arcs! {
     LOOKUP => names::IP4_LOOKUP,
@@ -41,32 +41,25 @@ impl Default for Ip4Local {
     }
 }
 
-/// Turns an echo request (IPv4 header at `d[0]`, no options) into its reply in place.
-fn echo_reply(d: &mut [u8]) -> Result<(), u16> {
-    let icmp = &d[wire::IP4_HEADER..];
-    if icmp.len() < 8 || wire::checksum(icmp) != 0 {
+/// Turns an echo request into its reply in place.
+fn echo_reply(mut ip: Ipv4<&mut [u8]>) -> Result<(), u16> {
+    let mut icmp = Icmp4::new_checked(ip.payload_mut()).map_err(|_| BAD_ICMP)?;
+    if !icmp.checksum_ok() {
         return Err(BAD_ICMP);
     }
-    if icmp[0] != 8 || icmp[1] != 0 {
+    if icmp.msg_type() != icmp::ECHO_REQUEST || icmp.code() != 0 {
         return Err(ICMP_NOT_ECHO);
     }
     // Type 8 → 0: one 16-bit word of the ICMP header changes.
-    let old = be16(d, wire::IP4_HEADER);
-    d[wire::IP4_HEADER] = 0;
-    let c = wire::checksum_update(
-        be16(d, wire::IP4_HEADER + 2),
-        old,
-        be16(d, wire::IP4_HEADER),
-    );
-    wire::put16(d, wire::IP4_HEADER + 2, c);
-    let (src, dst) = (be16(d, ip4::SRC), be16(d, ip4::SRC + 2));
-    d.copy_within(ip4::DST..ip4::DST + 4, ip4::SRC);
-    wire::put16(d, ip4::DST, src);
-    wire::put16(d, ip4::DST + 2, dst);
-    d[ip4::TTL] = 64;
-    wire::put16(d, ip4::CHECKSUM, 0);
-    let c = wire::checksum(&d[..wire::IP4_HEADER]);
-    wire::put16(d, ip4::CHECKSUM, c);
+    let old = icmp.type_and_code();
+    icmp.set_msg_type(icmp::ECHO_REPLY);
+    let c = wire::checksum_update(icmp.checksum(), old, icmp.type_and_code());
+    icmp.set_checksum(c);
+    let (src, dst) = (ip.src(), ip.dst());
+    ip.set_src(dst);
+    ip.set_dst(src);
+    ip.set_ttl(64);
+    ip.fill_checksum();
     Ok(())
 }
 
@@ -86,27 +79,16 @@ impl Node<ForwardingState> for Ip4Local {
         let bis = frame.as_slice();
         for (i, &bi) in bis.iter().enumerate() {
             let (meta, d) = cx.buffers.meta_and_data_mut(bi);
-            let proto = if d.len() >= wire::IP4_HEADER {
-                d[ip4::PROTO]
-            } else {
-                0
-            };
-            let verdict = match proto {
-                wire::PROTO_ICMP => echo_reply(d).map(|()| LOOKUP),
-                wire::PROTO_UDP
-                    if d.len() >= wire::IP4_HEADER + wire::UDP_HEADER
-                        && be16(d, wire::IP4_HEADER + 2) == vxlan_port =>
-                {
-                    Ok(VXLAN)
-                }
-                wire::PROTO_UDP
-                    if any_wg
-                        && d.len() >= wire::IP4_HEADER + wire::UDP_HEADER
-                        && state
-                            .wireguard_at(be32(d, ip4::DST), be16(d, wire::IP4_HEADER + 2))
-                            .is_some() =>
-                {
-                    Ok(WIREGUARD)
+            let verdict = match Ipv4::new_checked(d) {
+                Ok(ip) if ip.protocol() == wire::PROTO_ICMP => echo_reply(ip).map(|()| LOOKUP),
+                Ok(ip) if ip.protocol() == wire::PROTO_UDP => {
+                    match Udp::new_checked(ip.payload()).map(|u| u.dst_port()) {
+                        Ok(port) if port == vxlan_port => Ok(VXLAN),
+                        Ok(port) if any_wg && state.wireguard_at(ip.dst(), port).is_some() => {
+                            Ok(WIREGUARD)
+                        }
+                        _ => Err(UNKNOWN_PROTOCOL),
+                    }
                 }
                 _ => Err(UNKNOWN_PROTOCOL),
             };
