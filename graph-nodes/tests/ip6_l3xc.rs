@@ -129,3 +129,28 @@ fn an_unresolved_peer_is_asked_for_with_arp_and_other_interfaces_route_no_ipv6()
     rig.assert_no_leaks();
     plain.assert_no_leaks();
 }
+
+#[test]
+fn ipv6_cross_connected_to_a_wireguard_interface_is_dropped_there() {
+    // WireGuard carries IPv4 only here: the packet reaches wg4-encrypt, which refuses it. The
+    // tunnel's adjacency has no L2 header to give an EtherType (this once panicked).
+    let mut rig = Rig::new(&[MAC0, MAC1], |f, p| {
+        f.add_neighbor(p[0], A, HOST_A).unwrap();
+        let (wg, _) = f
+            .add_wireguard_tunnel("wg0", ip(192, 0, 2, 1), 51820, vec![], 1500)
+            .unwrap();
+        f.l3_cross_connect(p[0], wg, ip(10, 9, 0, 1), A).unwrap();
+    });
+    rig.inject(
+        0,
+        &[eth(
+            MAC0,
+            HOST_A,
+            0x86dd,
+            &ipv6("fd00:1::2", "fd00:99::9", 64, &[0; 8]),
+        )],
+    );
+    assert!(rig.sent(0).is_empty() && rig.sent(1).is_empty());
+    assert_eq!(rig.error("wg4-encrypt", "not-ip4"), 1);
+    rig.assert_no_leaks();
+}

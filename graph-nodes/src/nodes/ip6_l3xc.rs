@@ -10,7 +10,7 @@ use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FR
 
 use super::{names, Arcs};
 use crate::state::{Adjacency, AdjacencyKind, ForwardingState};
-use crate::wire;
+use crate::wire::{self, ipv6, Ethernet, Ipv6};
 
 next_arcs! {
     OUTPUT => names::INTERFACE_OUTPUT,
@@ -26,9 +26,6 @@ node_errors! {
     NO_HEADROOM => ("no-headroom", "no headroom for the L2 header"),
     NOT_READY => ("not-ready", "the cross-connect's adjacency is not a next hop (a bug)"),
 }
-
-/// The IPv6 header's length.
-const IP6_HEADER: usize = 40;
 
 /// The `ip6-l3xc` node.
 pub struct Ip6L3xc {
@@ -54,31 +51,26 @@ impl Default for Ip6L3xc {
     }
 }
 
-/// Whether `a` (16 bytes) is link-local unicast (fe80::/10) or multicast (ff00::/8).
-#[inline]
-fn link_scope(a: &[u8]) -> bool {
-    a[0] == 0xff || (a[0] == 0xfe && a[1] & 0xc0 == 0x80)
-}
-
 /// Checks one packet (IPv6 header at `d[0]`, `total` bytes in all) and decrements its hop
 /// limit; the length the packet really has (Ethernet may have padded it).
 #[inline]
 fn check(d: &mut [u8], total: u32, mtu: u16) -> Result<u32, u16> {
-    let h = d.first_chunk_mut::<IP6_HEADER>().ok_or(MALFORMED)?;
-    let len = IP6_HEADER as u32 + u32::from(u16::from_be_bytes([h[4], h[5]]));
-    if h[0] >> 4 != 6 || len > total {
+    let mut ip = Ipv6::new_checked(d).map_err(|_| MALFORMED)?;
+    let len = ip.total_len();
+    if ip.version() != 6 || len > total {
         return Err(MALFORMED);
     }
-    if link_scope(&h[8..24]) || link_scope(&h[24..40]) {
+    if ipv6::is_link_scope(&ip.src()) || ipv6::is_link_scope(&ip.dst()) {
         return Err(LINK_LOCAL);
     }
-    if h[7] <= 1 {
+    let hops = ip.hop_limit();
+    if hops <= 1 {
         return Err(HOP_LIMIT);
     }
     if len > u32::from(mtu) {
         return Err(MTU_EXCEEDED);
     }
-    h[7] -= 1;
+    ip.set_hop_limit(hops - 1);
     Ok(len)
 }
 
@@ -144,7 +136,11 @@ impl Node<ForwardingState> for Ip6L3xc {
                 let at = headroom.len() - hl;
                 let h = &mut headroom[at..];
                 h.copy_from_slice(&a.header[..hl]);
-                h[hl - 2..].copy_from_slice(&wire::ETHERTYPE_IP6.to_be_bytes());
+                // The adjacency's header is for IPv4 (an interface without one has no
+                // EtherType to set).
+                if let Ok(mut eth) = Ethernet::new_checked(h) {
+                    eth.set_payload_ethertype(wire::ETHERTYPE_IP6);
+                }
                 meta.tx_interface = a.tx;
                 meta.l2_offset = meta.data_offset();
                 if cut {
@@ -173,7 +169,7 @@ mod tests {
     use super::*;
 
     fn header(src: [u8; 2], dst: [u8; 2], hop: u8, payload: u16) -> Vec<u8> {
-        let mut h = vec![0u8; IP6_HEADER + payload as usize];
+        let mut h = vec![0u8; ipv6::HEADER_LEN + payload as usize];
         h[0] = 0x60;
         h[4..6].copy_from_slice(&payload.to_be_bytes());
         h[6] = 17;

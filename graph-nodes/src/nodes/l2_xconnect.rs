@@ -12,7 +12,7 @@ use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FR
 
 use super::names;
 use crate::state::{ForwardingState, MAX_INTERFACES};
-use crate::wire;
+use crate::wire::{self, Ethernet};
 
 next_arcs! {
     OUTPUT => names::INTERFACE_OUTPUT,
@@ -170,6 +170,6 @@ fn exceeds(meta: &BufferMeta, d: &[u8], limit: u32) -> bool {
     if meta.offload().is_some_and(|o| o.gso != Gso::None) {
         return false;
     }
-    let tagged = d.len() >= 14 && wire::be16(d, 12) == wire::ETHERTYPE_VLAN;
-    meta.total_length() > limit + if tagged { 4 } else { 0 }
+    let tagged = Ethernet::new_checked(d).is_ok_and(|e| e.ethertype() == wire::ETHERTYPE_VLAN);
+    meta.total_length() > limit + if tagged { wire::VLAN_TAG as u32 } else { 0 }
 }
