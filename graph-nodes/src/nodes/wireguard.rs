@@ -15,28 +15,34 @@ use wireguard::wire::TRANSPORT_HEADER_LEN;
 
 use super::{names, LOCALLY_ORIGINATED};
 use crate::state::ForwardingState;
-use crate::wire::{self, be16, be32, ip4};
+use crate::wire::{self, Ipv4, Udp, WireError};
 use crate::wireguard::{WgDatagram, WgPeerCounters, WgReceiver, WG_DATAGRAM_MAX};
 
 /// Outer IPv4 + UDP.
 const OUTER: u16 = (wire::IP4_HEADER + wire::UDP_HEADER) as u16;
 
-/// Writes an outer IPv4 + UDP header (no options, UDP checksum 0) for `payload` bytes.
-fn write_outer(h: &mut [u8], src: u32, sport: u16, dst: u32, dport: u16, payload: u16) {
-    let total = payload + OUTER;
-    h[..OUTER as usize].fill(0);
-    h[ip4::VER_IHL] = 0x45;
-    wire::put16(h, ip4::TOTAL_LEN, total);
-    h[ip4::TTL] = 64;
-    h[ip4::PROTO] = wire::PROTO_UDP;
-    wire::put32(h, ip4::SRC, src);
-    wire::put32(h, ip4::DST, dst);
-    let c = wire::checksum(&h[..wire::IP4_HEADER]);
-    wire::put16(h, ip4::CHECKSUM, c);
-    let u = wire::IP4_HEADER;
-    wire::put16(h, u, sport);
-    wire::put16(h, u + 2, dport);
-    wire::put16(h, u + 4, payload + wire::UDP_HEADER as u16);
+/// Writes an outer IPv4 + UDP header (no options, UDP checksum 0) for `payload` bytes at the
+/// start of `h` (`Truncated` when it has no room for them).
+fn write_outer(
+    h: &mut [u8],
+    (src, sport): (u32, u16),
+    (dst, dport): (u32, u16),
+    payload: u16,
+) -> Result<(), WireError> {
+    let mut ip = Ipv4::new_checked(h)?;
+    ip.reset_header();
+    ip.set_total_len(payload + OUTER);
+    ip.set_ttl(64);
+    ip.set_protocol(wire::PROTO_UDP);
+    ip.set_src(src);
+    ip.set_dst(dst);
+    ip.fill_checksum();
+    let mut udp = Udp::new_checked(ip.payload_mut())?;
+    udp.set_src_port(sport);
+    udp.set_dst_port(dport);
+    udp.set_len(payload + wire::UDP_HEADER as u16);
+    udp.set_checksum(0);
+    Ok(())
 }
 
 /// `wg4-encrypt`'s arcs and errors.
@@ -101,10 +107,11 @@ impl Node<ForwardingState> for Wg4Encrypt {
                     return Err(CHAINED);
                 }
                 let d = cx.buffers.data(bi);
-                if d.len() < wire::IP4_HEADER || d[0] >> 4 != 4 {
-                    return Err(NOT_IP4);
-                }
-                let peer = t.peer_for(be32(d, ip4::DST)).ok_or(NO_PEER)?;
+                let ip = Ipv4::new_checked(d)
+                    .ok()
+                    .filter(|ip| ip.version() == 4)
+                    .ok_or(NOT_IP4)?;
+                let peer = t.peer_for(ip.dst()).ok_or(NO_PEER)?;
                 let counters = &t.shared.peers[peer];
                 let p = &t.peers[peer];
                 let Some(session) = p.send.as_ref() else {
@@ -139,14 +146,8 @@ impl Node<ForwardingState> for Wg4Encrypt {
                 let sealed = transport::seal(&session.keys, counter, cx.buffers.data_mut(bi), len)
                     .map_err(|_| NO_ROOM)?;
                 let h = cx.buffers.prepend(bi, OUTER).ok_or(NO_ROOM)?;
-                write_outer(
-                    h,
-                    t.local,
-                    t.port,
-                    p.endpoint.0,
-                    p.endpoint.1,
-                    sealed as u16,
-                );
+                write_outer(h, (t.local, t.port), p.endpoint, sealed as u16)
+                    .map_err(|_| NO_ROOM)?;
                 WgPeerCounters::bump(&counters.tx_packets, 1);
                 WgPeerCounters::bump(&counters.tx_bytes, len as u64);
                 Ok(p.endpoint.0)
@@ -241,24 +242,23 @@ impl Node<ForwardingState> for Wg4Decrypt {
         for (&bi, next) in bis.iter().zip(&mut self.nexts[..n]) {
             let verdict = (|| {
                 let d = cx.buffers.data(bi);
-                let ihl = usize::from(d.first().ok_or(TRUNCATED)? & 0xf) * 4;
-                let msg_at = ihl + wire::UDP_HEADER;
-                if d.len() < msg_at + 4 || cx.buffers.meta(bi).next().is_some() {
+                let ip = Ipv4::new_checked(d).map_err(|_| TRUNCATED)?;
+                let udp = Udp::new_checked(ip.payload()).map_err(|_| TRUNCATED)?;
+                let msg_at = ip.header_len() + wire::UDP_HEADER;
+                if udp.payload().len() < 4 || cx.buffers.meta(bi).next().is_some() {
                     return Err(TRUNCATED);
                 }
-                let (src, dst) = (be32(d, ip4::SRC), be32(d, ip4::DST));
-                let (sport, dport) = (be16(d, ihl), be16(d, ihl + 2));
-                let udp_len = usize::from(be16(d, ihl + 4));
-                let len = udp_len
+                let (src, dst) = (ip.src(), ip.dst());
+                let (sport, dport) = (udp.src_port(), udp.dst_port());
+                let msg = usize::from(udp.len())
                     .checked_sub(wire::UDP_HEADER)
-                    .filter(|&l| l >= 4 && msg_at + l <= d.len())
+                    .filter(|&l| l >= 4)
+                    .and_then(|l| udp.payload().get(..l))
                     .ok_or(TRUNCATED)?;
                 let tunnel = state.wireguard_at(dst, dport).ok_or(NO_TUNNEL)?;
                 let t = state.wireguard[tunnel as usize].as_ref().ok_or(NO_TUNNEL)?;
-                let msg = &d[msg_at..msg_at + len];
-                if msg[1..4] != [0, 0, 0] {
-                    return Err(UNKNOWN_TYPE);
-                }
+                let kind = wireguard::wire::message_type(msg).map_err(|_| UNKNOWN_TYPE)?;
+                let len = msg.len();
                 let punt = Verdict::Punt {
                     tunnel,
                     src,
@@ -266,10 +266,8 @@ impl Node<ForwardingState> for Wg4Decrypt {
                     at: msg_at as u16,
                     len: len as u16,
                 };
-                match msg[0] {
-                    1..=3 => return Ok(punt),
-                    4 => {}
-                    _ => return Err(UNKNOWN_TYPE),
+                if kind != wireguard::wire::TYPE_TRANSPORT {
+                    return Ok(punt);
                 }
                 let (receiver, counter) = transport::peek(msg).map_err(|_| TRUNCATED)?;
                 let (peer, session) = match t.receivers.get(&receiver) {
@@ -306,14 +304,15 @@ impl Node<ForwardingState> for Wg4Decrypt {
                     return Err(KEEPALIVE);
                 }
                 let plain = &cx.buffers.data(bi)[range.clone()];
-                if plain.len() < wire::IP4_HEADER || plain[0] >> 4 != 4 {
-                    return Err(NOT_IP4);
-                }
-                let inner_len = usize::from(be16(plain, ip4::TOTAL_LEN));
+                let inner = Ipv4::new_checked(plain)
+                    .ok()
+                    .filter(|ip| ip.version() == 4)
+                    .ok_or(NOT_IP4)?;
+                let inner_len = usize::from(inner.total_len());
                 if !(wire::IP4_HEADER..=plain.len()).contains(&inner_len) {
                     return Err(NOT_IP4);
                 }
-                if !t.allows(peer, be32(plain, ip4::SRC)) {
+                if !t.allows(peer, inner.src()) {
                     return Err(SOURCE_NOT_ALLOWED);
                 }
                 WgPeerCounters::bump(&counters.rx_bytes, inner_len as u64);
@@ -443,7 +442,8 @@ impl Node<ForwardingState> for Wg4ControlInput {
             let d = cx.buffers.data_mut(bi);
             d[usize::from(at)..].copy_from_slice(data);
             if !dg.inner {
-                write_outer(d, t.local, t.port, dg.addr, dg.port, data.len() as u16);
+                // Never fails: the buffer was sized for the outer headers.
+                let _ = write_outer(d, (t.local, t.port), (dg.addr, dg.port), data.len() as u16);
             }
             let meta = cx.buffers.meta_mut(bi);
             meta.l3_offset = meta.data_offset();
