@@ -1,6 +1,7 @@
 //! Interfaces: ports, VLAN sub-interfaces, VXLAN tunnels, and their removal.
 
 use super::*;
+use crate::wire::{Ipv4, Udp, Vxlan};
 
 impl Forwarding {
     /// The interface called `name`.
@@ -127,16 +128,7 @@ impl Forwarding {
                 tunnel: slot as u32,
             },
         )?;
-        let mut header = [0u8; 36];
-        header[0] = 0x45;
-        header[8] = 64;
-        header[9] = wire::PROTO_UDP;
-        wire::put32(&mut header, 12, src);
-        wire::put32(&mut header, 16, dst);
-        wire::put16(&mut header, 22, dst_port);
-        header[28] = 0x08;
-        wire::put32(&mut header, 32, vni << 8);
-        let ip_sum = wire::sum16(&header[..20]);
+        let (header, ip_sum) = vxlan_template(src, dst, vni, dst_port);
         let t = VxlanTunnel {
             interface,
             src,
@@ -196,5 +188,47 @@ impl Forwarding {
         self.l3_disconnect(i);
         self.interfaces[i as usize] = None;
         Ok(())
+    }
+}
+
+/// A VXLAN tunnel's outer IPv4 + UDP + VXLAN header from `src` to `dst:dst_port` for `vni`,
+/// with what changes per packet (IPv4 total length and checksum, UDP source port and length)
+/// zero, and the ones'-complement sum of its IPv4 part.
+fn vxlan_template(src: u32, dst: u32, vni: u32, dst_port: u16) -> ([u8; 36], u32) {
+    let mut header = [0u8; 36];
+    let (ip, rest) = header.split_at_mut(wire::IP4_HEADER);
+    let (udp, vx) = rest.split_at_mut(wire::UDP_HEADER);
+    if let (Ok(mut ip), Ok(mut udp), Ok(mut vx)) = (
+        Ipv4::new_checked(ip),
+        Udp::new_checked(udp),
+        Vxlan::new_checked(vx),
+    ) {
+        ip.reset_header();
+        ip.set_ttl(64);
+        ip.set_protocol(wire::PROTO_UDP);
+        ip.set_src(src);
+        ip.set_dst(dst);
+        udp.set_dst_port(dst_port);
+        vx.set_flags(wire::vxlan::FLAG_I);
+        vx.set_vni(vni);
+    }
+    let ip_sum = wire::sum16(&header[..wire::IP4_HEADER]);
+    (header, ip_sum)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_vxlan_template_is_the_headers_bytes() {
+        let (header, sum) = vxlan_template(0x0a00_0001, 0x0a00_0002, 0x12_3456, 4789);
+        let want: [u8; 36] = [
+            0x45, 0, 0, 0, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2, // IPv4
+            0, 0, 0x12, 0xb5, 0, 0, 0, 0, // UDP
+            0x08, 0, 0, 0, 0x12, 0x34, 0x56, 0, // VXLAN
+        ];
+        assert_eq!(header, want);
+        assert_eq!(sum, wire::sum16(&want[..20]));
     }
 }

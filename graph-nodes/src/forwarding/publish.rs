@@ -2,6 +2,7 @@
 //! module docs of `forwarding` for the order).
 
 use super::*;
+use crate::wire::ethernet;
 
 /// Where commits go: a running data plane, or a [`LocalState`] for graphs driven by hand.
 pub trait Publisher {
@@ -101,18 +102,18 @@ impl Forwarding {
             };
         }
         let mut header = [0u8; 18];
-        let mut header_len = 14u8;
+        let mut header_len = wire::ETHERNET_HEADER as u8;
         if kind == AdjacencyKind::Rewrite {
             let mac = self.neighbors[&(tx, next_hop)];
-            header[..6].copy_from_slice(&mac);
-            header[6..12].copy_from_slice(&iface.mac);
-            if let InterfaceKind::Vlan { vlan, .. } = iface.kind {
-                wire::put16(&mut header, 12, wire::ETHERTYPE_VLAN);
-                wire::put16(&mut header, 14, vlan);
-                wire::put16(&mut header, 16, wire::ETHERTYPE_IP4);
-                header_len = 18;
-            } else {
-                wire::put16(&mut header, 12, wire::ETHERTYPE_IP4);
+            let tci = match iface.kind {
+                InterfaceKind::Vlan { vlan, .. } => Some(vlan),
+                _ => None,
+            };
+            // 18 bytes hold a tagged header: this does not fail.
+            if let Ok(len) =
+                ethernet::write_header(&mut header, &mac, &iface.mac, tci, wire::ETHERTYPE_IP4)
+            {
+                header_len = len as u8;
             }
         }
         Adjacency {
