@@ -244,7 +244,7 @@ fn run_ports(
     metrics: Option<std::net::TcpListener>,
 ) -> Result<(), String> {
     let owner = ConfigOwner::start(
-        Forwarder::start(cfg, workers, pool.clone())?,
+        Forwarder::start(cfg, workers, pool.clone()).map_err(|e| e.to_string())?,
         quiver::control::owner::HOUSEKEEPING_PERIOD,
     );
     let control = owner.control();

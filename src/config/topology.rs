@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 
-use super::values;
+use super::values::{self, ValueError};
 
 /// One `[[port]]` entry: the driver is chosen by its `type` key.
 #[derive(Debug, Clone, Deserialize)]
@@ -316,21 +316,19 @@ pub struct NeighborSection {
     pub mac: String,
 }
 
-/// Parses `a.b.c.d`, the error as text ([`values::ipv4`] says what is wrong as a type).
-pub fn parse_ip(s: &str) -> Result<u32, String> {
-    values::ipv4(s).map(u32::from).map_err(|e| e.to_string())
+/// Parses `a.b.c.d` as a host-order `u32` (see [`values::ipv4`]).
+pub fn parse_ip(s: &str) -> Result<u32, ValueError> {
+    values::ipv4(s).map(u32::from)
 }
 
-/// Parses `a.b.c.d/len`, the error as text (see [`values::prefix`]).
-pub fn parse_prefix(s: &str) -> Result<(u32, u8), String> {
-    values::prefix(s)
-        .map(|(ip, len)| (u32::from(ip), len))
-        .map_err(|e| e.to_string())
+/// Parses `a.b.c.d/len` as a host-order `u32` and the length (see [`values::prefix`]).
+pub fn parse_prefix(s: &str) -> Result<(u32, u8), ValueError> {
+    values::prefix(s).map(|(ip, len)| (u32::from(ip), len))
 }
 
-/// Parses `aa:bb:cc:dd:ee:ff`, the error as text (see [`values::mac`]).
-pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
-    values::mac(s).map_err(|e| e.to_string())
+/// Parses `aa:bb:cc:dd:ee:ff` (see [`values::mac`]).
+pub fn parse_mac(s: &str) -> Result<[u8; 6], ValueError> {
+    values::mac(s)
 }
 
 #[cfg(test)]

@@ -14,6 +14,9 @@ mod imp {
 
     pub use drivers::dpdk::PREFIX_SIZE;
 
+    /// Why the EAL or its mempool could not start.
+    pub type StartError = DpdkError;
+
     /// The EAL and the mempool over Quiver's buffers.
     pub struct Dpdk {
         mempool: Arc<DpdkMempool>,
@@ -66,6 +69,9 @@ mod imp {
     #[error("this quiver was built without the `dpdk` feature (cargo build --features dpdk)")]
     pub struct NotBuilt;
 
+    /// Why DPDK could not start: this build has none.
+    pub type StartError = NotBuilt;
+
     impl Dpdk {
         /// Always an error: this build has no DPDK.
         pub fn start(_: &Config, _: Arc<BufferPool>) -> Result<Dpdk, NotBuilt> {
@@ -79,4 +85,4 @@ mod imp {
     }
 }
 
-pub use imp::{Dpdk, PREFIX_SIZE};
+pub use imp::{Dpdk, StartError as DpdkStartError, PREFIX_SIZE};

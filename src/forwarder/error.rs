@@ -1,6 +1,9 @@
-//! What a runtime change can fail with, and what an owner can own.
+//! What a runtime change can fail with, what starting the forwarder can fail with, and what
+//! an owner can own.
 
 use super::*;
+use crate::config::values::ValueError;
+use crate::config::ConfigError;
 
 /// Why a runtime change was refused. Each variant maps to one gRPC status code.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -44,6 +47,155 @@ impl From<ForwardingError> for ForwarderError {
                 ForwarderError::Internal(e.to_string())
             }
         }
+    }
+}
+
+/// Why [`Forwarder::start`] failed: what of `quiver.toml` could not be set up, and the error
+/// underneath.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The configuration does not check ([`Config::topology`]).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// DPDK's EAL or mempool did not start.
+    #[error(transparent)]
+    Dpdk(#[from] DpdkStartError),
+    /// The FIB could not be made.
+    #[error(transparent)]
+    Fib(ForwardingError),
+    /// Two ports have the same name.
+    #[error("two ports are named {name}")]
+    DuplicatePort {
+        /// The name.
+        name: String,
+    },
+    /// A port did not open.
+    #[error("port {name}: {source}")]
+    OpenPort {
+        /// The port.
+        name: String,
+        /// Why.
+        #[source]
+        source: OpenError,
+    },
+    /// A port opened but the forwarding state refused it as an interface.
+    #[error("port {name}: {source}")]
+    AddPort {
+        /// The port.
+        name: String,
+        /// Why.
+        #[source]
+        source: ForwardingError,
+    },
+    /// A cross-connect, address, neighbour or route names a port that is not open.
+    #[error("no port named `{name}`")]
+    UnknownPort {
+        /// The name.
+        name: String,
+    },
+    /// A port cross-connected to itself.
+    #[error("xconnect {port} to itself")]
+    XconnectToItself {
+        /// The port.
+        port: String,
+    },
+    /// An `[[xconnect]]` was refused.
+    #[error("{source}")]
+    Xconnect {
+        /// One port.
+        a: String,
+        /// The other.
+        b: String,
+        /// Why.
+        #[source]
+        source: ForwardingError,
+    },
+    /// An `[[address]]` was refused.
+    #[error("address {ip}: {source}")]
+    Address {
+        /// The address as written (`10.0.0.1/24`).
+        ip: String,
+        /// Why.
+        #[source]
+        source: ForwardingError,
+    },
+    /// A `[[neighbor]]` was refused.
+    #[error("neighbor {ip}: {source}")]
+    Neighbor {
+        /// The neighbour's address as written.
+        ip: String,
+        /// Why.
+        #[source]
+        source: ForwardingError,
+    },
+    /// A `[[route]]` without next hops (a drop route) was refused.
+    #[error("{source}")]
+    DropRoute {
+        /// The prefix as written.
+        prefix: String,
+        /// Why.
+        #[source]
+        source: ForwardingError,
+    },
+    /// A `[[route]]` was refused.
+    #[error("route {prefix}: {source}")]
+    Route {
+        /// The prefix as written.
+        prefix: String,
+        /// Why.
+        #[source]
+        source: ForwardingError,
+    },
+    /// The first commit of the forwarding state failed.
+    #[error(transparent)]
+    Commit(ForwardingError),
+    /// The workers did not start.
+    #[error(transparent)]
+    Workers(#[from] dataplane::StartError),
+    /// The configured cross-connects' cut-throughs could not be committed.
+    #[error(transparent)]
+    CutThroughs(ForwarderError),
+    /// A `[[wireguard]]` tunnel was refused.
+    #[error("{source}")]
+    Wireguard {
+        /// The tunnel.
+        name: String,
+        /// Why.
+        #[source]
+        source: ForwarderError,
+    },
+    /// A value of a `[[route]]` through a WireGuard tunnel does not parse.
+    #[error("{source}")]
+    RouteValue {
+        /// The route's prefix as written.
+        prefix: String,
+        /// What is wrong.
+        #[source]
+        source: ValueError,
+    },
+    /// A next hop of a `[[route]]` through a WireGuard tunnel is not `address@port`.
+    #[error("route {prefix}: via `{via}` is not address@port")]
+    Via {
+        /// The route's prefix as written.
+        prefix: String,
+        /// The next hop as written.
+        via: String,
+    },
+    /// A `[[route]]` through a WireGuard tunnel was refused.
+    #[error("route {prefix}: {source}")]
+    WireguardRoute {
+        /// The prefix as written.
+        prefix: String,
+        /// Why.
+        #[source]
+        source: ForwarderError,
+    },
+}
+
+/// For callers whose errors are text (the benchmarks' scenarios): the message.
+impl From<StartError> for String {
+    fn from(e: StartError) -> String {
+        e.to_string()
     }
 }
 

@@ -45,9 +45,11 @@ use memif::{Mode, Role, SocketAddress};
 use crate::config::topology::{parse_ip, parse_prefix};
 use crate::config::{Config, MemifMode, MemifRole, MemifSection, PortSection};
 
+pub use dpdk_ports::DpdkStartError;
 use error::port_error;
-pub use error::{ForwarderError, Owned};
-use open::{open_port, OpenError};
+pub use error::{ForwarderError, Owned, StartError};
+use open::open_port;
+pub use open::OpenError;
 pub use vxlan::TunnelEntry;
 pub use wg_tunnels::{WgPeerStatus, WgTunnelStatus};
 
@@ -114,7 +116,7 @@ impl Forwarder {
         cfg: &Config,
         workers: &dataplane::WorkerConfig,
         pool: Arc<BufferPool>,
-    ) -> Result<Forwarder, String> {
+    ) -> Result<Forwarder, StartError> {
         let nworkers = workers.cores.len();
         // This thread is the control plane: it and every thread it starts from here on (the
         // memif control thread, the admin and NSM services, housekeeping) run off the workers'
@@ -128,7 +130,7 @@ impl Forwarder {
         }
         let mut memif: Option<MemifControl> = None;
         let dpdk = if uses_dpdk(cfg) {
-            Some(dpdk_ports::Dpdk::start(cfg, pool.clone()).map_err(|e| e.to_string())?)
+            Some(dpdk_ports::Dpdk::start(cfg, pool.clone())?)
         } else {
             None
         };
@@ -136,19 +138,25 @@ impl Forwarder {
             hugepages: cfg.buffers.pool_config().hugepages,
             ..FibConfig::default()
         })
-        .map_err(|e| e.to_string())?;
+        .map_err(StartError::Fib)?;
         let mut ports = Vec::new();
         for p in &cfg.port {
             let common = p.common();
             let name = common.name;
             if ports.iter().any(|e: &PortEntry| e.name == name) {
-                return Err(format!("two ports are named {name}"));
+                return Err(StartError::DuplicatePort { name: name.into() });
             }
-            let port = open_port(p, nworkers, &mut memif, dpdk.as_ref())
-                .map_err(|e| format!("port {name}: {e}"))?;
-            let interface = forwarding
-                .add_port(name, port.mac(), common.mtu)
-                .map_err(|e| format!("port {name}: {e}"))?;
+            let port = open_port(p, nworkers, &mut memif, dpdk.as_ref()).map_err(|source| {
+                StartError::OpenPort {
+                    name: name.into(),
+                    source,
+                }
+            })?;
+            let added = forwarding.add_port(name, port.mac(), common.mtu);
+            let interface = added.map_err(|source| StartError::AddPort {
+                name: name.into(),
+                source,
+            })?;
             ports.push(PortEntry {
                 name: name.to_string(),
                 interface,
@@ -158,7 +166,7 @@ impl Forwarder {
         configure(cfg, &ports, &mut forwarding)?;
         forwarding
             .commit(&LocalState::default())
-            .map_err(|e| e.to_string())?;
+            .map_err(StartError::Commit)?;
 
         let graph_ports: Vec<(IfIndex, Arc<dyn Port>)> = ports
             .iter()
@@ -176,8 +184,7 @@ impl Forwarder {
             b.add(input);
             add_forwarding_nodes(&mut b, tx);
             b.build().map_err(WorkerError::from)
-        })
-        .map_err(|e| e.to_string())?;
+        })?;
         let mut forwarder = Forwarder {
             dataplane,
             forwarding,
@@ -194,7 +201,7 @@ impl Forwarder {
             cut_throughs: Vec::new(),
         };
         // The configured cross-connects' cut-throughs.
-        forwarder.commit().map_err(|e| e.to_string())?;
+        forwarder.commit().map_err(StartError::CutThroughs)?;
         wg_tunnels::configure(cfg, &mut forwarder)?;
         Ok(forwarder)
     }
@@ -345,30 +352,43 @@ pub fn format_interfaces(ports: &[PortEntry]) -> String {
 
 /// Applies the cross-connects, addresses, routes and neighbours, as the file's typed
 /// [`Topology`](crate::config::Topology) (checked when the file was read).
-fn configure(cfg: &Config, ports: &[PortEntry], f: &mut Forwarding) -> Result<(), String> {
+fn configure(cfg: &Config, ports: &[PortEntry], f: &mut Forwarding) -> Result<(), StartError> {
     let port = |name: &str| {
         ports
             .iter()
             .find(|e| e.name == name)
             .map(|e| e.interface)
-            .ok_or_else(|| format!("no port named `{name}`"))
+            .ok_or_else(|| StartError::UnknownPort { name: name.into() })
     };
-    let topology = cfg.topology().map_err(|e| e.to_string())?;
+    let topology = cfg.topology()?;
     for x in &topology.xconnects {
         let (a, b) = (port(&x.a)?, port(&x.b)?);
         if a == b {
-            return Err(format!("xconnect {} to itself", x.a));
+            return Err(StartError::XconnectToItself {
+                port: x.a.to_string(),
+            });
         }
-        f.cross_connect(a, b).map_err(|e| e.to_string())?;
-        f.cross_connect(b, a).map_err(|e| e.to_string())?;
+        let refused = |source| StartError::Xconnect {
+            a: x.a.to_string(),
+            b: x.b.to_string(),
+            source,
+        };
+        f.cross_connect(a, b).map_err(refused)?;
+        f.cross_connect(b, a).map_err(refused)?;
     }
     for a in &topology.addresses {
         f.add_address(port(&a.section.port)?, u32::from(a.ip), a.len)
-            .map_err(|e| format!("address {}: {e}", a.section.ip))?;
+            .map_err(|source| StartError::Address {
+                ip: a.section.ip.clone(),
+                source,
+            })?;
     }
     for n in &topology.neighbors {
         f.add_neighbor(port(&n.section.port)?, u32::from(n.ip), n.mac)
-            .map_err(|e| format!("neighbor {}: {e}", n.section.ip))?;
+            .map_err(|source| StartError::Neighbor {
+                ip: n.section.ip.clone(),
+                source,
+            })?;
     }
     for r in &topology.routes {
         if wg_tunnels::through_wireguard(cfg, r.section) {
@@ -377,7 +397,11 @@ fn configure(cfg: &Config, ports: &[PortEntry], f: &mut Forwarding) -> Result<()
         }
         let (prefix, len) = (u32::from(r.prefix), r.len);
         if r.via.is_empty() {
-            f.add_drop_route(prefix, len).map_err(|e| e.to_string())?;
+            f.add_drop_route(prefix, len)
+                .map_err(|source| StartError::DropRoute {
+                    prefix: r.section.prefix.clone(),
+                    source,
+                })?;
             continue;
         }
         let paths = r
@@ -389,9 +413,12 @@ fn configure(cfg: &Config, ports: &[PortEntry], f: &mut Forwarding) -> Result<()
                     interface: port(p)?,
                 })
             })
-            .collect::<Result<Vec<Path>, String>>()?;
+            .collect::<Result<Vec<Path>, StartError>>()?;
         f.add_route(prefix, len, &paths)
-            .map_err(|e| format!("route {}: {e}", r.section.prefix))?;
+            .map_err(|source| StartError::Route {
+                prefix: r.section.prefix.clone(),
+                source,
+            })?;
     }
     Ok(())
 }

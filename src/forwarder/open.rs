@@ -8,7 +8,7 @@ use drivers::af_xdp::{AfXdpConfig, AfXdpPort, XdpAttach, XdpCopyMode};
 
 /// Why a port could not be opened.
 #[derive(Debug, thiserror::Error)]
-pub(super) enum OpenError {
+pub enum OpenError {
     /// `mac` is not a MAC address.
     #[error(transparent)]
     Mac(ValueError),

@@ -343,21 +343,33 @@ pub(super) fn through_wireguard(cfg: &Config, r: &RouteSection) -> bool {
 }
 
 /// Adds `cfg`'s `[[wireguard]]` tunnels and the routes through them.
-pub(super) fn configure(cfg: &Config, f: &mut Forwarder) -> Result<(), String> {
+pub(super) fn configure(cfg: &Config, f: &mut Forwarder) -> Result<(), StartError> {
     for w in &cfg.wireguard {
-        f.add_wireguard(w, None).map_err(|e| e.to_string())?;
+        f.add_wireguard(w, None)
+            .map_err(|source| StartError::Wireguard {
+                name: w.name.clone(),
+                source,
+            })?;
     }
     for r in cfg.route.iter().filter(|r| through_wireguard(cfg, r)) {
-        let (prefix, len) = parse_prefix(&r.prefix)?;
+        let value = |source| StartError::RouteValue {
+            prefix: r.prefix.clone(),
+            source,
+        };
+        let (prefix, len) = parse_prefix(&r.prefix).map_err(value)?;
         let mut via = Vec::new();
         for v in &r.via {
-            let (ip, p) = v
-                .split_once('@')
-                .ok_or_else(|| format!("route {}: via `{v}` is not address@port", r.prefix))?;
-            via.push((Ipv4Addr::from(parse_ip(ip)?), p));
+            let (ip, p) = v.split_once('@').ok_or_else(|| StartError::Via {
+                prefix: r.prefix.clone(),
+                via: v.clone(),
+            })?;
+            via.push((Ipv4Addr::from(parse_ip(ip).map_err(value)?), p));
         }
         f.add_route(Ipv4Addr::from(prefix), len, &via, None)
-            .map_err(|e| format!("route {}: {e}", r.prefix))?;
+            .map_err(|source| StartError::WireguardRoute {
+                prefix: r.prefix.clone(),
+                source,
+            })?;
     }
     Ok(())
 }
