@@ -260,7 +260,8 @@ fn run_ports(
     });
     let nsm = nsm
         .map(|c| quiver::control::nsm::start(&control, c))
-        .transpose()?;
+        .transpose()
+        .map_err(|e| e.to_string())?;
     if let Some(nsm) = &nsm {
         connections.set(quiver::control::admin::nsm_connections(nsm));
     }

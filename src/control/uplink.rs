@@ -16,10 +16,11 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use drivers::uplink::{self, find_uplink, KernelUplink, Neighbour, NeighbourWatch};
+use drivers::uplink::{self, find_uplink, KernelUplink, Neighbour, NeighbourWatch, UplinkError};
 
 use super::owner::{Change, Control};
 use crate::config::{AfXdpSection, PortSection, XdpAttachKey, XdpCopyKey};
+use crate::forwarder::ForwarderError;
 
 /// The uplink port's name.
 pub const UPLINK_PORT: &str = "uplink";
@@ -33,6 +34,35 @@ const RETRY: Duration = Duration::from_secs(1);
 const WG_EVERY: Duration = Duration::from_secs(1);
 /// The largest MTU an AF_XDP port takes without multi-buffer frames.
 const MAX_XDP_MTU: u32 = 3822;
+
+/// Why the node uplink could not be attached.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeUplinkError {
+    /// The kernel's links could not be read, or its neighbour changes not watched.
+    #[error(transparent)]
+    Kernel(#[from] UplinkError),
+    /// The forwarder refused the uplink port, its address or its default route.
+    #[error("the uplink on {interface}: {source}")]
+    Forwarder {
+        /// The kernel interface.
+        interface: String,
+        /// Why.
+        #[source]
+        source: ForwarderError,
+    },
+    /// The kernel's neighbour table of the interface could not be read.
+    #[error("the uplink on {interface}: {source}")]
+    Neighbours {
+        /// The kernel interface.
+        interface: String,
+        /// Why.
+        #[source]
+        source: UplinkError,
+    },
+    /// The thread mirroring the kernel's neighbours could not be started.
+    #[error("the uplink's neighbour watch: {0}")]
+    Thread(#[source] std::io::Error),
+}
 
 /// A running node uplink: the port, and the thread mirroring the kernel's neighbours into it.
 /// Dropping it stops the thread; the port stays with the forwarder until it stops.
@@ -51,12 +81,12 @@ impl NodeUplink {
         control: &Control,
         ip: Ipv4Addr,
         tunnel_ports: Vec<u16>,
-    ) -> Result<Option<NodeUplink>, String> {
-        let Some(link) = find_uplink(ip).map_err(|e| e.to_string())? else {
+    ) -> Result<Option<NodeUplink>, NodeUplinkError> {
+        let Some(link) = find_uplink(ip)? else {
             return Ok(None);
         };
         // Subscribed before the port exists: no change falls between the table and the watch.
-        let mut watch = NeighbourWatch::open(link.index, POLL).map_err(|e| e.to_string())?;
+        let mut watch = NeighbourWatch::open(link.index, POLL)?;
         let port = PortSection::AfXdp(AfXdpSection {
             name: UPLINK_PORT.into(),
             mac: None,
@@ -70,7 +100,10 @@ impl NodeUplink {
         });
         control
             .apply(Change::AddPort { port, owner: None })
-            .map_err(|e| format!("the uplink on {}: {e}", link.interface))?;
+            .map_err(|source| NodeUplinkError::Forwarder {
+                interface: link.interface.clone(),
+                source,
+            })?;
         let next_hops = Arc::new(NextHops {
             link: link.clone(),
             known: Mutex::new(HashSet::new()),
@@ -89,14 +122,14 @@ impl NodeUplink {
             let _ = control.apply(Change::RemoveInterface {
                 name: UPLINK_PORT.into(),
             });
-            return Err(format!("the uplink on {}: {e}", link.interface));
+            return Err(e);
         }
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
             .name("quiver-uplink".into())
             .spawn(move || mirror.run(&mut watch, &flag))
-            .map_err(|e| format!("the uplink's neighbour watch: {e}"))?;
+            .map_err(NodeUplinkError::Thread)?;
         Ok(Some(NodeUplink {
             link,
             next_hops,
@@ -185,38 +218,46 @@ struct Mirror {
 
 impl Mirror {
     /// The address, the default route and the table as it is now.
-    fn configure(&mut self, watch: &mut NeighbourWatch) -> Result<(), String> {
+    fn configure(&mut self, watch: &mut NeighbourWatch) -> Result<(), NodeUplinkError> {
+        let refused = |source| NodeUplinkError::Forwarder {
+            interface: self.link.interface.clone(),
+            source,
+        };
         let (ip, len) = (self.link.ip, self.link.prefix_len);
         self.apply(Change::AddAddress {
             port: UPLINK_PORT.into(),
             ip,
             len,
             owner: None,
-        })?;
+        })
+        .map_err(refused)?;
         if let Some(gw) = self.link.gateway {
             let has_default = self
                 .control
                 .inspect(|f| f.default_route_address().is_some())
-                .map_err(|e| e.to_string())?;
+                .map_err(refused)?;
             if !has_default {
                 self.apply(Change::AddRoute {
                     prefix: Ipv4Addr::UNSPECIFIED,
                     len: 0,
                     via: vec![(gw, UPLINK_PORT.into())],
                     owner: None,
-                })?;
+                })
+                .map_err(refused)?;
             }
         }
-        let table = watch.table().map_err(|e| e.to_string())?;
+        let table = watch
+            .table()
+            .map_err(|source| NodeUplinkError::Neighbours {
+                interface: self.link.interface.clone(),
+                source,
+            })?;
         self.reconcile(&table);
         Ok(())
     }
 
-    fn apply(&self, change: Change) -> Result<(), String> {
-        self.control
-            .apply(change)
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+    fn apply(&self, change: Change) -> Result<(), ForwarderError> {
+        self.control.apply(change).map(|_| ())
     }
 
     fn run(mut self, watch: &mut NeighbourWatch, stop: &AtomicBool) {

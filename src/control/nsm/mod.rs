@@ -35,15 +35,18 @@ use nsm_forwarder::dataplane::{
 use nsm_forwarder::wg_ports;
 use nsm_forwarder::{
     BackendError, LinkEvent, LinkEvents, NsmBackend, NsmConfig, NsmHandle, PortCounters, PortName,
+    ServeError,
 };
 
-use super::uplink::{NextHops, NodeUplink};
+use super::uplink::{NextHops, NodeUplink, NodeUplinkError};
 use crate::config::{MemifMode, MemifRole, MemifSection, PortSection};
 use crate::control::owner::{Change, Control, ForwarderView};
 use crate::forwarder::ForwarderError;
 
 mod kernel;
 mod wireguard;
+
+pub use wireguard::KeyFileError;
 
 pub use nsm_forwarder::config::KernelBackend;
 
@@ -559,26 +562,46 @@ impl NsmBackend for ForwarderDataplane {
     }
 }
 
+/// Why the NSM services did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum NsmStartError {
+    /// The forwarder refused `NSM_VXLAN_PORT`.
+    #[error("NSM_VXLAN_PORT: {0}")]
+    VxlanPort(#[source] ForwarderError),
+    /// The node uplink (`NSM_UPLINK`) could not be attached.
+    #[error("NSM_UPLINK: {0}")]
+    Uplink(#[source] NodeUplinkError),
+    /// The forwarder could not be asked for its default route (its owner stopped).
+    #[error(transparent)]
+    DefaultRoute(ForwarderError),
+    /// `NSM_WIREGUARD_PRIVATE_KEY_FILE` gave no key.
+    #[error(transparent)]
+    WireguardKey(#[from] KeyFileError),
+    /// The services (gRPC server, registration) did not start.
+    #[error("NSM: {0}")]
+    Serve(#[source] ServeError),
+}
+
 /// Starts the NSM services for `forwarder` (the SPIFFE identity from
 /// `SPIFFE_ENDPOINT_SOCKET`, endpoints found through the registry at `NSM_CONNECT_TO`); they
 /// run until the handle is dropped.
-pub fn start(control: &Control, mut cfg: NsmConfig) -> Result<NsmService, String> {
+pub fn start(control: &Control, mut cfg: NsmConfig) -> Result<NsmService, NsmStartError> {
     control
         .apply(Change::SetVxlanPort(cfg.vxlan_port))
-        .map_err(|e| format!("NSM_VXLAN_PORT: {e}"))?;
+        .map_err(NsmStartError::VxlanPort)?;
     let uplink = match cfg.tunnel_ip {
         Some(IpAddr::V4(ip)) if cfg.node_uplink && !control.view().is_own_address(ip) => {
             let ports = std::iter::once(cfg.vxlan_port)
                 .chain(wg_ports::FIRST..wg_ports::FIRST + wg_ports::COUNT)
                 .collect();
-            NodeUplink::attach(control, ip, ports).map_err(|e| format!("NSM_UPLINK: {e}"))?
+            NodeUplink::attach(control, ip, ports).map_err(NsmStartError::Uplink)?
         }
         _ => None,
     };
     if cfg.tunnel_ip.is_none() {
         cfg.tunnel_ip = control
             .inspect(|f| f.default_route_address())
-            .map_err(|e| e.to_string())?
+            .map_err(NsmStartError::DefaultRoute)?
             .map(IpAddr::V4);
     }
     if let Some(IpAddr::V4(ip)) = cfg.tunnel_ip {
@@ -616,7 +639,7 @@ pub fn start(control: &Control, mut cfg: NsmConfig) -> Result<NsmService, String
     if let Some(u) = &uplink {
         dp.set_uplink(u.next_hops());
     }
-    let handle = NsmHandle::spawn_with_registry(cfg, dp, 2).map_err(|e| format!("NSM: {e}"))?;
+    let handle = NsmHandle::spawn_with_registry(cfg, dp, 2).map_err(NsmStartError::Serve)?;
     Ok(NsmService {
         handle,
         _uplink: uplink,

@@ -5,10 +5,12 @@
 //! cmd-forwarder-vpp has.
 
 use std::net::Ipv4Addr;
+use std::path::PathBuf;
 
 use nsm_forwarder::dataplane::WireguardSpec;
 use nsm_forwarder::mechanism::encode_key;
 use nsm_forwarder::NsmConfig;
+use wireguard::keys::KeyParseError;
 use wireguard::PrivateKey;
 
 use crate::config::{WireguardPeerSection, WireguardSection};
@@ -16,15 +18,42 @@ use crate::config::{WireguardPeerSection, WireguardSection};
 /// Seconds between keepalives on a connection's tunnel (sdk-vpp's).
 pub const KEEPALIVE_SECS: u16 = 10;
 
+/// Why `NSM_WIREGUARD_PRIVATE_KEY_FILE` gave no key.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyFileError {
+    /// The file could not be read.
+    #[error("NSM_WIREGUARD_PRIVATE_KEY_FILE {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file does not hold a WireGuard key.
+    #[error("NSM_WIREGUARD_PRIVATE_KEY_FILE {}: {source}", path.display())]
+    NotAKey {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        #[source]
+        source: KeyParseError,
+    },
+}
+
 /// Quiver's WireGuard private key for NSM: read from `cfg.wireguard_key_file`, else a new one.
 /// Sets `cfg.wireguard_public_key`; returns the private key as `[[wireguard]]` takes it.
-pub fn load_key(cfg: &mut NsmConfig) -> Result<String, String> {
+pub fn load_key(cfg: &mut NsmConfig) -> Result<String, KeyFileError> {
     let key = match &cfg.wireguard_key_file {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("NSM_WIREGUARD_PRIVATE_KEY_FILE {}: {e}", path.display()))?;
-            PrivateKey::from_base64(text.trim())
-                .map_err(|e| format!("NSM_WIREGUARD_PRIVATE_KEY_FILE {}: {e}", path.display()))?
+            let text = std::fs::read_to_string(path).map_err(|source| KeyFileError::Read {
+                path: path.clone(),
+                source,
+            })?;
+            PrivateKey::from_base64(text.trim()).map_err(|source| KeyFileError::NotAKey {
+                path: path.clone(),
+                source,
+            })?
         }
         None => PrivateKey::random(),
     };
@@ -71,7 +100,9 @@ mod tests {
         assert_eq!(load_key(&mut cfg).unwrap(), key.to_base64());
         assert_eq!(cfg.wireguard_public_key, Some(key.public_key().0));
         std::fs::write(&path, "not a key").unwrap();
-        assert!(load_key(&mut cfg).unwrap_err().contains("wg.key"));
+        let refused = load_key(&mut cfg).unwrap_err();
+        assert!(matches!(refused, KeyFileError::NotAKey { .. }), "{refused}");
+        assert!(refused.to_string().contains("wg.key"));
         cfg.wireguard_key_file = None;
         let made = load_key(&mut cfg).unwrap();
         assert_ne!(made, key.to_base64());
