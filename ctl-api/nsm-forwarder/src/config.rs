@@ -305,7 +305,7 @@ impl NsmConfig {
         }
         if let Some(v) = var("NSM_OPEN_TELEMETRY_ENDPOINT") {
             crate::telemetry::endpoint_url(&v)
-                .map_err(|why| err("NSM_OPEN_TELEMETRY_ENDPOINT", &v, &why))?;
+                .map_err(|why| err("NSM_OPEN_TELEMETRY_ENDPOINT", &v, &why.to_string()))?;
             c.open_telemetry_endpoint = v.trim().to_string();
         }
         Ok(c)

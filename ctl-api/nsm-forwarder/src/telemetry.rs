@@ -39,30 +39,63 @@ pub struct TelemetryError {
     /// `NSM_OPEN_TELEMETRY_ENDPOINT`.
     pub endpoint: String,
     /// What went wrong.
-    pub why: String,
+    #[source]
+    pub why: TelemetryFailure,
+}
+
+/// What went wrong setting telemetry up ([`TelemetryError`] names the endpoint).
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryFailure {
+    /// The endpoint is not a plaintext `host:port`.
+    #[error(transparent)]
+    Endpoint(#[from] EndpointError),
+    /// The OTLP exporter could not be made.
+    #[error(transparent)]
+    Exporter(#[from] opentelemetry_otlp::ExporterBuildError),
+}
+
+/// Why an endpoint is not Go's plaintext `host:port`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EndpointError {
+    /// A scheme other than `http://` (`https://`: TLS is not supported).
+    #[error("expected host:port (plaintext gRPC)")]
+    Scheme,
+    /// No `:port`.
+    #[error("expected host:port, e.g. otel-collector:4317")]
+    NoPort,
+    /// The host is empty or has characters no host name has.
+    #[error("{host:?} is not a host")]
+    Host {
+        /// The host as given.
+        host: String,
+    },
+    /// The port is not a number from 0 to 65535.
+    #[error("{port:?} is not a port")]
+    Port {
+        /// The port as given.
+        port: String,
+    },
 }
 
 /// The gRPC URL of a Go `host:port` endpoint (`http://host:port`; an `http://` URL is kept).
 /// Plaintext only: `https://` and anything without a port are refused.
-pub fn endpoint_url(endpoint: &str) -> Result<String, String> {
+pub fn endpoint_url(endpoint: &str) -> Result<String, EndpointError> {
     let e = endpoint.trim();
     let hostport = e.strip_prefix("http://").unwrap_or(e);
     if hostport.contains("://") {
-        return Err("expected host:port (plaintext gRPC)".into());
+        return Err(EndpointError::Scheme);
     }
-    let (host, port) = hostport
-        .rsplit_once(':')
-        .ok_or("expected host:port, e.g. otel-collector:4317")?;
+    let (host, port) = hostport.rsplit_once(':').ok_or(EndpointError::NoPort)?;
     let host_ok = !host.is_empty()
         && (host.starts_with('[') && host.ends_with(']')
             || host
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || "-._".contains(c)));
     if !host_ok {
-        return Err(format!("{host:?} is not a host"));
+        return Err(EndpointError::Host { host: host.into() });
     }
     port.parse::<u16>()
-        .map_err(|_| format!("{port:?} is not a port"))?;
+        .map_err(|_| EndpointError::Port { port: port.into() })?;
     Ok(format!("http://{hostport}"))
 }
 
@@ -77,16 +110,16 @@ impl Telemetry {
     /// tokio runtime, which must run until [`Telemetry::shutdown`]: the gRPC channel's tasks
     /// run on it (it connects at the first export, and again after failures).
     pub fn start(endpoint: &str, name: &str) -> Result<Telemetry, TelemetryError> {
-        let err = |why: String| TelemetryError {
+        let err = |why: TelemetryFailure| TelemetryError {
             endpoint: endpoint.to_string(),
             why,
         };
-        let url = endpoint_url(endpoint).map_err(err)?;
+        let url = endpoint_url(endpoint).map_err(|e| err(e.into()))?;
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_tonic()
             .with_endpoint(url.clone())
             .build()
-            .map_err(|e| err(e.to_string()))?;
+            .map_err(|e| err(e.into()))?;
         let provider = SdkTracerProvider::builder()
             .with_batch_exporter(Logged {
                 inner: exporter,
@@ -218,6 +251,10 @@ mod tests {
     async fn a_bad_endpoint_is_refused_at_start() {
         let e = Telemetry::start("collector", "q").err().expect("accepted");
         assert_eq!(e.endpoint, "collector");
+        assert!(
+            matches!(e.why, TelemetryFailure::Endpoint(EndpointError::NoPort)),
+            "{e}"
+        );
         let t = Telemetry::start("127.0.0.1:4317", "q").unwrap();
         drop(t.span(REQUEST, "c1"));
         tokio::task::spawn_blocking(move || t.shutdown())
