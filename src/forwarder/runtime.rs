@@ -601,7 +601,7 @@ mod tests {
             b.add(input);
             let tx: Vec<(IfIndex, Box<dyn TxQueue>)> = vec![(interface, Box::new(Tx(d.clone())))];
             add_forwarding_nodes(&mut b, tx);
-            b.build().map_err(|e| e.to_string())
+            b.build()
         })
         .unwrap();
         detach_everywhere(&dp, interface).unwrap();
