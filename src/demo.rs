@@ -125,7 +125,7 @@ pub fn build(
     src.sequence_offset = Some(SEQUENCE_OFFSET);
     src.first_sequence = (init.index as u64) << 48;
     src.rate_pps = (rate_pps > 0).then_some(rate_pps);
-    src.rx_interface = ingress;
+    src.rx_interface = ingress.get();
     let mut b = GraphBuilder::new();
     b.add(PacketSource::new(src));
     add_forwarding_nodes(

@@ -9,7 +9,7 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use dataplane::buffer::{BufferPool, BufferPoolConfig};
 use dataplane::{Context, Frame, GraphBuilder, Next, Node, NodeSpec, TxQueue, WorkerBuffers};
 use graph_nodes::nodes::*;
-use graph_nodes::{FibConfig, Forwarding, ForwardingState, LocalState, Path};
+use graph_nodes::{FibConfig, Forwarding, ForwardingState, IfIndex, LocalState, Path};
 
 const MAC0: [u8; 6] = [2, 0, 0, 0, 0, 1];
 const MAC1: [u8; 6] = [2, 0, 0, 0, 0, 2];
@@ -21,7 +21,7 @@ fn ip(a: u8, b: u8, c: u8, d: u8) -> u32 {
 /// 256 copies of one frame per pass, received on interface `rx`.
 struct Source {
     frame: Vec<u8>,
-    rx: u32,
+    rx: IfIndex,
     next: &'static str,
 }
 
@@ -35,7 +35,7 @@ impl Node<ForwardingState> for Source {
             let bi = frame.spare_mut()[i];
             cx.buffers.set_length(bi, self.frame.len() as u16);
             cx.buffers.data_mut(bi).copy_from_slice(&self.frame);
-            cx.buffers.meta_mut(bi).rx_interface = self.rx;
+            cx.buffers.meta_mut(bi).rx_interface = self.rx.get();
         }
         frame.set_len(n);
         cx.enqueue_frame(Next::declared(0), frame);
@@ -113,7 +113,7 @@ fn nodes(c: &mut Criterion) {
     // Each case: (name, source's next node, the nodes after it, where the stop goes).
     type Build = fn(&mut GraphBuilder<ForwardingState>);
     let ip4 = udp_to(ip(198, 51, 7, 9));
-    let cases: Vec<(&str, Vec<u8>, u32, &str, Build)> = vec![
+    let cases: Vec<(&str, Vec<u8>, IfIndex, &str, Build)> = vec![
         ("ethernet-input", ip4.clone(), eth0, "ethernet-input", |b| {
             b.add(EthernetInput::new())
                 .add(Stop("ip4-input"))
@@ -166,7 +166,10 @@ fn nodes(c: &mut Criterion) {
             eth0,
             "ethernet-input",
             |b| {
-                add_forwarding_nodes(b, vec![(1, Box::new(NullTx) as Box<dyn TxQueue>)]);
+                add_forwarding_nodes(
+                    b,
+                    vec![(IfIndex::new(1), Box::new(NullTx) as Box<dyn TxQueue>)],
+                );
             },
         ),
         (
@@ -175,7 +178,10 @@ fn nodes(c: &mut Criterion) {
             l2a,
             "ethernet-input",
             |b| {
-                add_forwarding_nodes(b, vec![(3, Box::new(NullTx) as Box<dyn TxQueue>)]);
+                add_forwarding_nodes(
+                    b,
+                    vec![(IfIndex::new(3), Box::new(NullTx) as Box<dyn TxQueue>)],
+                );
             },
         ),
     ];
@@ -191,7 +197,8 @@ fn nodes(c: &mut Criterion) {
     }
     g.finish();
     assert_eq!(
-        eth1, 1,
+        eth1,
+        IfIndex::new(1),
         "the benches' transmit queues assume eth1 is interface 1"
     );
 }

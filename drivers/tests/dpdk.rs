@@ -186,7 +186,7 @@ fn start_on(
             b.add(PortInput::new(
                 &format!("{}-input", port.name()),
                 names::ETHERNET_INPUT,
-                *index,
+                index.get(),
                 qp.rx,
             ));
             tx.push((*index, qp.tx));

@@ -17,7 +17,7 @@ use dataplane::{Context, Dataplane, Frame, GraphBuilder, Node, NodeSpec, PortInp
 use drivers::af_packet::{AfPacketConfig, AfPacketPort};
 use drivers::tap::{TapConfig, TapPort};
 use drivers::{LinkStatus, Port};
-use graph_nodes::{names, IfIndex};
+use graph_nodes::names;
 
 fn ip(s: &str) -> u32 {
     u32::from(s.parse::<std::net::Ipv4Addr>().unwrap())
@@ -432,7 +432,7 @@ fn fanout_spreads_flows_over_two_workers_each_frame_exactly_once() {
         move |init| {
             let q = p.queue_pair(init.index).map_err(|e| e.to_string())?;
             let mut b = GraphBuilder::new();
-            b.add(PortInput::new("afp-rx", "seen-once", 0 as IfIndex, q.rx));
+            b.add(PortInput::new("afp-rx", "seen-once", 0, q.rx));
             b.add(SeenOnce {
                 seen: s.clone(),
                 duplicates: d.clone(),

@@ -199,7 +199,7 @@ impl Rig {
             b.add(PortInput::new(
                 &format!("eth{i}-input"),
                 "ethernet-input",
-                index,
+                index.get(),
                 rxq,
             ));
             tx.push((index, Box::new(txq)));

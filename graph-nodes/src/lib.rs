@@ -8,11 +8,13 @@
 
 pub mod fib;
 pub mod forwarding;
+pub mod index;
 pub mod nodes;
 pub mod state;
 pub mod wire;
 pub mod wireguard;
 
 pub use forwarding::{FibConfig, Forwarding, ForwardingError, LocalState, Path, Publisher};
+pub use index::{AdjIndex, IfIndex};
 pub use nodes::{add_forwarding_nodes, names, ForwardingHandles};
-pub use state::{ForwardingState, IfIndex, InterfaceMode};
+pub use state::{ForwardingState, InterfaceMode};

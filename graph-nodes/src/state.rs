@@ -39,8 +39,7 @@ pub type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<WordHasher>
 /// Most interfaces Quiver handles (interface indices are below this).
 pub const MAX_INTERFACES: usize = 4096;
 
-/// An interface's index (like VPP's sw_if_index).
-pub type IfIndex = u32;
+pub use crate::index::{AdjIndex, IfIndex};
 
 /// How an interface's received frames are handled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,7 +141,7 @@ impl Adjacency {
     /// An adjacency that drops.
     pub const DROP: Adjacency = Adjacency {
         kind: AdjacencyKind::Drop,
-        tx: u32::MAX,
+        tx: IfIndex::NONE,
         mtu: 0,
         next_hop: 0,
         header: [0; 18],
@@ -162,7 +161,8 @@ impl SinglePath {
     pub const NONE: SinglePath = SinglePath(u32::MAX);
 
     /// The single path through adjacency `index` of kind `kind`.
-    pub fn new(index: u32, kind: AdjacencyKind) -> SinglePath {
+    pub fn new(index: AdjIndex, kind: AdjacencyKind) -> SinglePath {
+        let index = index.get();
         let code = match kind {
             AdjacencyKind::Rewrite => 0,
             AdjacencyKind::Local => 1,
@@ -179,13 +179,13 @@ impl SinglePath {
     /// The adjacency's index when it is a [`AdjacencyKind::Rewrite`] (the common case, in one
     /// comparison).
     #[inline(always)]
-    pub fn rewrite(self) -> Option<u32> {
-        (self.0 >> 28 == 0).then_some(self.0 & Self::INDEX)
+    pub fn rewrite(self) -> Option<AdjIndex> {
+        (self.0 >> 28 == 0).then_some(AdjIndex::new(self.0 & Self::INDEX))
     }
 
     /// The adjacency's index and kind, unless this is [`SinglePath::NONE`].
     #[inline(always)]
-    pub fn get(self) -> Option<(u32, AdjacencyKind)> {
+    pub fn get(self) -> Option<(AdjIndex, AdjacencyKind)> {
         let kind = match self.0 >> 28 {
             0 => AdjacencyKind::Rewrite,
             1 => AdjacencyKind::Local,
@@ -194,7 +194,7 @@ impl SinglePath {
             4 => AdjacencyKind::Drop,
             _ => return None,
         };
-        Some((self.0 & Self::INDEX, kind))
+        Some((AdjIndex::new(self.0 & Self::INDEX), kind))
     }
 }
 
@@ -202,7 +202,7 @@ impl SinglePath {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LoadBalance {
     /// Adjacency indices; never empty.
-    pub buckets: Box<[u32]>,
+    pub buckets: Box<[AdjIndex]>,
 }
 
 /// A VXLAN tunnel (RFC 7348) over IPv4. The header the data path copies comes first, so that
@@ -239,11 +239,11 @@ impl TxClass {
 
     /// A port: transmit on its own queue.
     pub fn port(i: IfIndex) -> TxClass {
-        TxClass(i & Self::INDEX)
+        TxClass(i.get() & Self::INDEX)
     }
     /// A VLAN sub-interface: transmit on its parent port's queue.
     pub fn vlan(parent: IfIndex) -> TxClass {
-        TxClass(1 << 30 | (parent & Self::INDEX))
+        TxClass(1 << 30 | (parent.get() & Self::INDEX))
     }
     /// A VXLAN tunnel: encapsulate with tunnel `t`.
     pub fn vxlan(t: u32) -> TxClass {
@@ -264,7 +264,7 @@ impl TxClass {
     /// The port whose queue sends for this interface, if it is a port or a VLAN.
     #[inline(always)]
     pub fn queue(self) -> Option<IfIndex> {
-        (self.0 >> 30 <= 1).then_some(self.0 & Self::INDEX)
+        (self.0 >> 30 <= 1).then_some(IfIndex::new(self.0 & Self::INDEX))
     }
 
     /// The tunnel, if this is a VXLAN interface.
@@ -294,11 +294,11 @@ pub struct ForwardingState {
     pub interfaces: Vec<Option<Interface>>,
     /// How to transmit on each interface (by index).
     pub tx_class: Vec<TxClass>,
-    /// L2 cross-connects: `xconnect[rx] = tx` (`u32::MAX`: none).
+    /// L2 cross-connects: `xconnect[rx] = tx` ([`IfIndex::NONE`]: none).
     pub xconnect: Vec<IfIndex>,
     /// L3 cross-connects: `l3xconnect[rx]` is the adjacency every IPv4 packet received on `rx`
-    /// leaves by, whatever its destination (`u32::MAX`: none; the FIB decides).
-    pub l3xconnect: Vec<u32>,
+    /// leaves by, whatever its destination ([`AdjIndex::NONE`]: none; the FIB decides).
+    pub l3xconnect: Vec<AdjIndex>,
     /// Whether any interface is L3 cross-connected (so `ip4-input` checks `l3xconnect` only
     /// then).
     pub any_l3xconnect: bool,
@@ -330,18 +330,18 @@ impl ForwardingState {
     #[inline(always)]
     pub fn tx_class(&self, i: IfIndex) -> TxClass {
         self.tx_class
-            .get(i as usize)
+            .get(i.as_usize())
             .copied()
             .unwrap_or(TxClass::NONE)
     }
 
     /// The adjacency of interface `rx`'s L3 cross-connect, if it has one.
     #[inline(always)]
-    pub fn l3xconnect(&self, rx: IfIndex) -> Option<u32> {
+    pub fn l3xconnect(&self, rx: IfIndex) -> Option<AdjIndex> {
         self.l3xconnect
-            .get(rx as usize)
+            .get(rx.as_usize())
             .copied()
-            .filter(|&a| a != u32::MAX)
+            .filter(|&a| !a.is_none())
     }
 
     /// The WireGuard tunnel listening on `local:port`, if any.
@@ -359,6 +359,6 @@ impl ForwardingState {
     /// The interface `i`, if it exists.
     #[inline(always)]
     pub fn interface(&self, i: IfIndex) -> Option<&Interface> {
-        self.interfaces.get(i as usize)?.as_ref()
+        self.interfaces.get(i.as_usize())?.as_ref()
     }
 }

@@ -512,7 +512,7 @@ impl graph_nodes::Publisher for Spy {
                 .lookup(*dst)
                 .expect("route still in the FIB during publish");
             let adj = state.load_balances[lb as usize].buckets[0];
-            let got = state.adjacencies.get(adj as usize).map(|a| a.next_hop);
+            let got = state.adjacencies.get(adj.as_usize()).map(|a| a.next_hop);
             assert_eq!(
                 got, *want,
                 "in the window before the FIB write, {dst:#x} resolves as before"

@@ -105,7 +105,7 @@ impl Bench {
         gb.add(PortInput::new(
             "eth0-input",
             "ethernet-input",
-            a,
+            a.get(),
             OffloadRx {
                 inner,
                 offload,

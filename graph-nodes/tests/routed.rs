@@ -221,7 +221,7 @@ fn routes_change_under_traffic_without_losing_a_packet() {
         src.first_sequence = first;
         src.limit = Some(PER_WORKER);
         src.rate_pps = Some(150_000);
-        src.rx_interface = eth0;
+        src.rx_interface = eth0.get();
         let tx = SeqTx {
             seen: s.clone(),
             bitmap: vec![0; PER_WORKER.div_ceil(64) as usize],

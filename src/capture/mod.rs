@@ -16,6 +16,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
 use dataplane::capture::{CaptureRecord, CaptureSession};
+use graph_nodes::IfIndex;
 
 /// Snap length when none is given: whole frames up to 2 KiB.
 pub const DEFAULT_SNAPLEN: u32 = 2048;
@@ -107,7 +108,7 @@ impl CaptureWatch {
 /// One running capture's control side; dropping it stops it and closes its file.
 pub struct Capture {
     request: CaptureRequest,
-    interface: u32,
+    interface: IfIndex,
     session: Arc<CaptureSession>,
     raw: bool,
     progress: Arc<Progress>,
@@ -146,7 +147,7 @@ impl Capture {
     /// Ethernet header the driver adds left out). The session is not yet in any worker's tap.
     pub fn start(
         request: CaptureRequest,
-        interface: u32,
+        interface: IfIndex,
         session: Arc<CaptureSession>,
         raw_ip: bool,
     ) -> Result<Capture, CaptureError> {
@@ -208,7 +209,7 @@ impl Capture {
     }
 
     /// The interface index it captures.
-    pub fn interface(&self) -> u32 {
+    pub fn interface(&self) -> IfIndex {
         self.interface
     }
 

@@ -91,7 +91,7 @@ impl Forwarder {
             Some(PortSection::Memif(m)) if m.mode == MemifMode::Ip
         );
         let session = CaptureSession::new(
-            interface,
+            interface.get(),
             request.rx,
             request.tx,
             request.snaplen,

@@ -178,7 +178,7 @@ impl Forwarder {
             let mut tx: Vec<(IfIndex, Box<dyn TxQueue>)> = Vec::new();
             for (interface, port) in &graph_ports {
                 let qp = port.queue_pair(init.index).map_err(WorkerError::other)?;
-                input.attach(*interface, qp.rx);
+                input.attach(interface.get(), qp.rx);
                 tx.push((*interface, qp.tx));
             }
             b.add(input);

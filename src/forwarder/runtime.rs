@@ -17,8 +17,10 @@ fn attach_command(port: Arc<dyn Port>, interface: IfIndex) -> WorkerCommand<Forw
             .graph
             .node_mut::<PortsInput>(PORT_INPUT)
             .ok_or_else(|| WorkerError::no_node(PORT_INPUT))?;
-        if !input.attach(interface, qp.rx) {
-            return Err(WorkerError::AttachedAlready { interface });
+        if !input.attach(interface.get(), qp.rx) {
+            return Err(WorkerError::AttachedAlready {
+                interface: interface.get(),
+            });
         }
         let output = w
             .graph
@@ -44,7 +46,7 @@ fn detach_command(
         let rx = w
             .graph
             .node_mut::<PortsInput>(PORT_INPUT)
-            .and_then(|n| n.detach(interface));
+            .and_then(|n| n.detach(interface.get()));
         // A receive queue cut through to this port lets go once its transmit queue is dropped.
         w.graph.drain(w.buffers, w.state, 64);
         let tx = w
@@ -145,7 +147,12 @@ impl Forwarder {
             self.close(section, port);
             return Err(e);
         }
-        tracing::info!(port = name, interface, owner, "port added");
+        tracing::info!(
+            port = name,
+            interface = interface.get(),
+            owner,
+            "port added"
+        );
         self.ports.push(PortEntry {
             name: name.to_string(),
             interface,
@@ -190,7 +197,7 @@ impl Forwarder {
             Owned::Route(p, l) => routes.contains(&(*p, *l)),
             o => !o.uses_port(name),
         });
-        tracing::info!(port = name, interface, "port removed");
+        tracing::info!(port = name, interface = interface.get(), "port removed");
         Ok(())
     }
 
@@ -597,7 +604,7 @@ mod tests {
         let dp = Dataplane::start(&workers, pool.clone(), forwarding.snapshot(), move |_| {
             let mut b = GraphBuilder::new();
             let mut input = PortsInput::new(PORT_INPUT, names::ETHERNET_INPUT);
-            input.attach(interface, Box::new(Rx(d.clone())));
+            input.attach(interface.get(), Box::new(Rx(d.clone())));
             b.add(input);
             let tx: Vec<(IfIndex, Box<dyn TxQueue>)> = vec![(interface, Box::new(Tx(d.clone())))];
             add_forwarding_nodes(&mut b, tx);

@@ -7,6 +7,7 @@ use dataplane::buffer::BufferPool;
 use dataplane::{
     Context, Frame, Graph, Next, Node, NodeSpec, TxQueue, WorkerBuffers, WorkerRuntime,
 };
+use graph_nodes::IfIndex;
 
 /// xorshift64*: deterministic and cheap.
 pub struct Rng(pub u64);
@@ -56,7 +57,7 @@ pub fn routes_and_destinations(n: usize, lookups: usize, seed: u64) -> (Vec<(u32
 /// An input node making packets from templates (each with the interface it arrives on),
 /// optionally writing a new IPv4 destination into each (checksum fixed incrementally).
 pub struct BenchSource {
-    templates: Vec<(Vec<u8>, u32)>,
+    templates: Vec<(Vec<u8>, IfIndex)>,
     next_template: usize,
     destinations: Arc<Vec<u32>>,
     next_destination: usize,
@@ -65,7 +66,7 @@ pub struct BenchSource {
 impl BenchSource {
     /// Cycles through `templates`; with `destinations`, writes one into each packet's IPv4
     /// header (at byte 30, after a 14-byte Ethernet header).
-    pub fn new(templates: Vec<(Vec<u8>, u32)>, destinations: Arc<Vec<u32>>) -> Self {
+    pub fn new(templates: Vec<(Vec<u8>, IfIndex)>, destinations: Arc<Vec<u32>>) -> Self {
         BenchSource {
             templates,
             next_template: 0,
@@ -102,7 +103,7 @@ impl<S> Node<S> for BenchSource {
                 c = graph_nodes::wire::checksum_update(c, old[1], dst as u16);
                 d[24..26].copy_from_slice(&c.to_be_bytes());
             }
-            cx.buffers.meta_mut(bi).rx_interface = *rx;
+            cx.buffers.meta_mut(bi).rx_interface = rx.get();
         }
         frame.set_len(n);
         cx.enqueue_frame(Next::declared(0), frame);

@@ -27,7 +27,7 @@ use drivers::dpdk::{
     DpdkMempool, DpdkPort, DpdkPortConfig, Eal, EalConfig, EalMemory, PREFIX_SIZE,
 };
 use drivers::Port;
-use graph_nodes::{add_forwarding_nodes, names, FibConfig, Forwarding, ForwardingState};
+use graph_nodes::{add_forwarding_nodes, names, FibConfig, Forwarding, ForwardingState, IfIndex};
 use serde_json::json;
 
 use super::common::{node_clocks, udp_frame};
@@ -39,7 +39,7 @@ const HUGEPAGES_WANTED: u64 = 128;
 
 /// Puts `per_port` frames into the graph once for each port, as if received on it; then nothing.
 struct Seed {
-    templates: Vec<(Vec<u8>, u32)>,
+    templates: Vec<(Vec<u8>, IfIndex)>,
     per_port: usize,
     next: usize,
 }
@@ -61,7 +61,7 @@ impl<S> Node<S> for Seed {
             let bi = frame.spare_mut()[i];
             cx.buffers.set_length(bi, template.len() as u16);
             cx.buffers.data_mut(bi).copy_from_slice(template);
-            cx.buffers.meta_mut(bi).rx_interface = *rx;
+            cx.buffers.meta_mut(bi).rx_interface = rx.get();
         }
         frame.set_len(n);
         cx.enqueue_frame(Next::declared(0), frame);
@@ -152,7 +152,7 @@ fn quiver(
         (udp_frame(opened[1].mac(), 0x0a00_0102), a),
         (udp_frame(opened[0].mac(), 0x0a00_0101), b),
     ];
-    let graph_ports: Vec<(Arc<dyn Port>, u32)> =
+    let graph_ports: Vec<(Arc<dyn Port>, IfIndex)> =
         vec![(opened[0].clone(), a), (opened[1].clone(), b)];
     let dp = Dataplane::start(
         &WorkerConfig {
@@ -174,7 +174,7 @@ fn quiver(
                 g.add(PortInput::new(
                     &format!("{}-input", port.name()),
                     names::ETHERNET_INPUT,
-                    *index,
+                    index.get(),
                     qp.rx,
                 ));
                 tx.push((*index, qp.tx));

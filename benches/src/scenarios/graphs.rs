@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use dataplane::memory::HugepagePolicy;
 use dataplane::{cycles, GraphBuilder, TxQueue};
-use graph_nodes::{add_forwarding_nodes, names, FibConfig, Forwarding, LocalState, Path};
+use graph_nodes::{add_forwarding_nodes, names, FibConfig, Forwarding, IfIndex, LocalState, Path};
 use serde_json::json;
 
 use super::common::*;
@@ -31,7 +31,7 @@ fn fib() -> Result<Forwarding, String> {
 /// was dropped or leaked.
 fn run_measured(
     source: BenchSource,
-    tx: Vec<(u32, Box<dyn TxQueue>)>,
+    tx: Vec<(IfIndex, Box<dyn TxQueue>)>,
     state: &graph_nodes::ForwardingState,
     packets: u64,
 ) -> Result<(dataplane::WorkerRuntime, f64), String> {
@@ -94,7 +94,7 @@ pub fn ip4(quick: bool) -> Result<String, String> {
     );
     let state = local.current();
     let source = BenchSource::new(vec![(udp_frame(MAC_IN, 0), eth0)], Arc::new(dsts));
-    let tx: Vec<(u32, Box<dyn TxQueue>)> = vec![(eth1, Box::new(NullTx))];
+    let tx: Vec<(IfIndex, Box<dyn TxQueue>)> = vec![(eth1, Box::new(NullTx))];
     let (rt, secs) = run_measured(source, tx, &state, packets)?;
     let nodes = [
         names::ETHERNET_INPUT,
@@ -142,7 +142,7 @@ pub fn l2xc(quick: bool) -> Result<String, String> {
         vec![(udp_frame(NEXT_HOP, ip(10, 0, 1, 1)), eth0)],
         Arc::new(Vec::new()),
     );
-    let tx: Vec<(u32, Box<dyn TxQueue>)> = vec![(eth1, Box::new(NullTx))];
+    let tx: Vec<(IfIndex, Box<dyn TxQueue>)> = vec![(eth1, Box::new(NullTx))];
     let (rt, secs) = run_measured(source, tx, &state, packets)?;
     let (per_node, sum) = node_clocks(
         &rt,
@@ -206,7 +206,7 @@ pub fn vxlan(quick: bool) -> Result<String, String> {
     fwd.commit(&local).map_err(|e| e.to_string())?;
     let state = local.current();
     let tx = || {
-        let mut v: Vec<(u32, Box<dyn TxQueue>)> = vec![(uplink, Box::new(NullTx))];
+        let mut v: Vec<(IfIndex, Box<dyn TxQueue>)> = vec![(uplink, Box::new(NullTx))];
         v.extend(
             ports
                 .iter()
@@ -217,7 +217,7 @@ pub fn vxlan(quick: bool) -> Result<String, String> {
     eprintln!("vxlan: {TUNNELS} tunnels, {packets} packets each way, core {core}");
 
     // Encapsulation.
-    let inner: Vec<(Vec<u8>, u32)> = ports
+    let inner: Vec<(Vec<u8>, IfIndex)> = ports
         .iter()
         .enumerate()
         .map(|(k, &(p, _, _))| {
@@ -236,7 +236,7 @@ pub fn vxlan(quick: bool) -> Result<String, String> {
     eprintln!("encap:\n{}", enc.format_runtime(cycles::tsc_hz()));
 
     // Decapsulation: what each far end would send us.
-    let outer: Vec<(Vec<u8>, u32)> = ports
+    let outer: Vec<(Vec<u8>, IfIndex)> = ports
         .iter()
         .map(|&(_, far, vni)| {
             let inner = udp_frame([2, 8, 8, 8, 8, 8], ip(172, 17, 0, 1));

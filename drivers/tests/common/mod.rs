@@ -317,7 +317,12 @@ impl Quiver {
                         .queue_pair(init.index)
                         .map_err(|e| format!("{}: {e}", port.name()))?;
                     let node = format!("{}-rx", port.name());
-                    b.add(PortInput::new(&node, names::ETHERNET_INPUT, *index, q.rx));
+                    b.add(PortInput::new(
+                        &node,
+                        names::ETHERNET_INPUT,
+                        index.get(),
+                        q.rx,
+                    ));
                     tx.push((*index, q.tx));
                 }
                 let handles = add_forwarding_nodes(&mut b, tx);

@@ -121,7 +121,7 @@ impl Quiver {
                 for (p, &i) in graph_ports.iter().zip(&ifs) {
                     let qp = p.queue_pair(init.index).map_err(|e| e.to_string())?;
                     let name = format!("{}-input", p.name());
-                    b.add(PortInput::new(&name, names::ETHERNET_INPUT, i, qp.rx));
+                    b.add(PortInput::new(&name, names::ETHERNET_INPUT, i.get(), qp.rx));
                     tx.push((i, qp.tx));
                 }
                 add_forwarding_nodes(&mut b, tx);

@@ -32,8 +32,9 @@ impl Forwarding {
                 self.interfaces.len() - 1
             }
             None => return Err(ForwardingError::TooManyInterfaces),
-        } as IfIndex;
-        self.interfaces[index as usize] = Some(Interface {
+        };
+        let index = IfIndex::new(index as u32);
+        self.interfaces[index.as_usize()] = Some(Interface {
             index,
             name: name.into(),
             mac,
@@ -43,8 +44,8 @@ impl Forwarding {
             addresses: Vec::new(),
             vlans: Vec::new(),
         });
-        if self.xconnect.len() <= index as usize {
-            self.xconnect.resize(index as usize + 1, u32::MAX);
+        if self.xconnect.len() <= index.as_usize() {
+            self.xconnect.resize(index.as_usize() + 1, IfIndex::NONE);
         }
         Ok(index)
     }
@@ -186,7 +187,7 @@ impl Forwarding {
         self.neighbors.retain(|(ifx, _), _| *ifx != i);
         self.disconnect(i);
         self.l3_disconnect(i);
-        self.interfaces[i as usize] = None;
+        self.interfaces[i.as_usize()] = None;
         Ok(())
     }
 }

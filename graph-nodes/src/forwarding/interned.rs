@@ -2,18 +2,44 @@
 
 use std::collections::HashMap;
 
-/// Slots with reference counts, interned by key. A slot whose last reference goes keeps its
-/// content (the FIB may still point at it until the commit's FIB writes are done) and becomes
-/// reusable only when the commit recycles it.
-pub(super) struct Interned<K> {
-    pub(super) keys: Vec<Option<K>>,
-    pub(super) index: HashMap<K, u32>,
-    pub(super) refs: Vec<u32>,
-    free: Vec<u32>,
-    freed_uncommitted: Vec<u32>,
+use crate::index::AdjIndex;
+
+/// What indexes an [`Interned`] table: a `u32` slot number, typed or not.
+pub(super) trait Slot: Copy {
+    fn from_slot(i: u32) -> Self;
+    fn slot(self) -> usize;
 }
 
-impl<K: Clone + Eq + std::hash::Hash> Interned<K> {
+impl Slot for u32 {
+    fn from_slot(i: u32) -> Self {
+        i
+    }
+    fn slot(self) -> usize {
+        self as usize
+    }
+}
+
+impl Slot for AdjIndex {
+    fn from_slot(i: u32) -> Self {
+        AdjIndex::new(i)
+    }
+    fn slot(self) -> usize {
+        self.as_usize()
+    }
+}
+
+/// Slots with reference counts, interned by key. A slot whose last reference goes keeps its
+/// content (the FIB may still point at it until the commit's FIB writes are done) and becomes
+/// reusable only when the commit recycles it. Slots are numbered by `I`.
+pub(super) struct Interned<K, I = u32> {
+    pub(super) keys: Vec<Option<K>>,
+    pub(super) index: HashMap<K, I>,
+    pub(super) refs: Vec<u32>,
+    free: Vec<I>,
+    freed_uncommitted: Vec<I>,
+}
+
+impl<K: Clone + Eq + std::hash::Hash, I: Slot> Interned<K, I> {
     pub(super) fn new() -> Self {
         Interned {
             keys: Vec::new(),
@@ -25,21 +51,21 @@ impl<K: Clone + Eq + std::hash::Hash> Interned<K> {
     }
 
     /// Takes a reference to `key`'s slot (creating it); returns the index and whether it is new.
-    pub(super) fn acquire(&mut self, key: K) -> (u32, bool) {
+    pub(super) fn acquire(&mut self, key: K) -> (I, bool) {
         if let Some(&i) = self.index.get(&key) {
-            self.refs[i as usize] += 1;
+            self.refs[i.slot()] += 1;
             return (i, false);
         }
         let i = match self.free.pop() {
             Some(i) => {
-                self.keys[i as usize] = Some(key.clone());
-                self.refs[i as usize] = 1;
+                self.keys[i.slot()] = Some(key.clone());
+                self.refs[i.slot()] = 1;
                 i
             }
             None => {
                 self.keys.push(Some(key.clone()));
                 self.refs.push(1);
-                (self.keys.len() - 1) as u32
+                I::from_slot((self.keys.len() - 1) as u32)
             }
         };
         self.index.insert(key, i);
@@ -48,15 +74,15 @@ impl<K: Clone + Eq + std::hash::Hash> Interned<K> {
 
     /// Drops a reference; returns the key when it was the last. The slot keeps its content
     /// until [`Interned::recycle`].
-    pub(super) fn release(&mut self, i: u32) -> Option<K> {
-        let r = &mut self.refs[i as usize];
+    pub(super) fn release(&mut self, i: I) -> Option<K> {
+        let r = &mut self.refs[i.slot()];
         *r = r
             .checked_sub(1)
             .expect("released an object with no references");
         if *r > 0 {
             return None;
         }
-        let key = self.keys[i as usize].clone()?;
+        let key = self.keys[i.slot()].clone()?;
         self.index.remove(&key);
         self.freed_uncommitted.push(i);
         Some(key)
@@ -66,7 +92,7 @@ impl<K: Clone + Eq + std::hash::Hash> Interned<K> {
     /// FIB no longer points at them and every worker has moved on).
     pub(super) fn recycle(&mut self) {
         for &i in &self.freed_uncommitted {
-            self.keys[i as usize] = None;
+            self.keys[i.slot()] = None;
         }
         self.free.append(&mut self.freed_uncommitted);
     }

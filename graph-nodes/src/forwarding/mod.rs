@@ -115,14 +115,14 @@ pub struct Forwarding {
     lpm: Lpm,
     interfaces: Vec<Option<Interface>>,
     neighbors: HashMap<(IfIndex, u32), Mac>,
-    adjacencies: Interned<AdjKey>,
-    load_balances: Interned<Vec<u32>>,
+    adjacencies: Interned<AdjKey, AdjIndex>,
+    load_balances: Interned<Vec<AdjIndex>>,
     routes: HashMap<(u32, u8), (u32, RouteSource)>,
     /// Changes to `routes` so far, so readers can tell when a copy of the list is stale.
     route_changes: u64,
     xconnect: Vec<IfIndex>,
     /// L3 cross-connects: receiving interface → (sending interface, next hop, adjacency held).
-    l3xconnect: HashMap<IfIndex, (IfIndex, u32, u32)>,
+    l3xconnect: HashMap<IfIndex, (IfIndex, u32, AdjIndex)>,
     tunnels: Vec<Option<VxlanTunnel>>,
     vxlan_port: u16,
     events: Arc<ArrayQueue<DataplaneEvent>>,
@@ -173,14 +173,14 @@ impl Forwarding {
 
     fn iface(&self, i: IfIndex) -> Result<&Interface, ForwardingError> {
         self.interfaces
-            .get(i as usize)
+            .get(i.as_usize())
             .and_then(Option::as_ref)
             .ok_or(ForwardingError::NoSuchInterface(i))
     }
 
     fn iface_mut(&mut self, i: IfIndex) -> Result<&mut Interface, ForwardingError> {
         self.interfaces
-            .get_mut(i as usize)
+            .get_mut(i.as_usize())
             .and_then(Option::as_mut)
             .ok_or(ForwardingError::NoSuchInterface(i))
     }

@@ -154,7 +154,7 @@ impl Forwarding {
                 // A recycled slot: no FIB entry points here; make any use of it a drop.
                 buckets: k
                     .clone()
-                    .unwrap_or_else(|| vec![u32::MAX])
+                    .unwrap_or_else(|| vec![AdjIndex::NONE])
                     .into_boxed_slice(),
             })
             .collect();
@@ -168,7 +168,7 @@ impl Forwarding {
             .iter()
             .map(|lb| match *lb.buckets {
                 [a] => adjacencies
-                    .get(a as usize)
+                    .get(a.as_usize())
                     .map_or(SinglePath::NONE, |adj| SinglePath::new(a, adj.kind)),
                 _ => SinglePath::NONE,
             })
@@ -178,9 +178,9 @@ impl Forwarding {
             interfaces: self.interfaces.clone(),
             xconnect: self.xconnect.clone(),
             l3xconnect: {
-                let mut v = vec![u32::MAX; self.interfaces.len()];
+                let mut v = vec![AdjIndex::NONE; self.interfaces.len()];
                 for (&rx, &(_, _, adj)) in &self.l3xconnect {
-                    if let Some(slot) = v.get_mut(rx as usize) {
+                    if let Some(slot) = v.get_mut(rx.as_usize()) {
                         *slot = adj;
                     }
                 }
@@ -196,7 +196,7 @@ impl Forwarding {
                 .iter()
                 .map(|t| {
                     t.clone().unwrap_or(VxlanTunnel {
-                        interface: u32::MAX,
+                        interface: IfIndex::NONE,
                         src: 0,
                         dst: 0,
                         vni: 0,

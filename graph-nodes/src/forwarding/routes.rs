@@ -12,7 +12,7 @@ impl Forwarding {
         let mut out = Vec::new();
         for &a in adjs.iter() {
             if let Some(AdjKey::Neighbor(x, _)) | Some(AdjKey::Glean(x)) =
-                self.adjacencies.keys.get(a as usize).cloned().flatten()
+                self.adjacencies.keys.get(a.as_usize()).cloned().flatten()
             {
                 if !out.contains(&x) {
                     out.push(x);
@@ -27,7 +27,7 @@ impl Forwarding {
             .as_ref()
             .is_some_and(|adjs| {
                 adjs.iter()
-                    .any(|&a| match self.adjacencies.keys[a as usize] {
+                    .any(|&a| match self.adjacencies.keys[a.as_usize()] {
                         Some(AdjKey::Neighbor(x, _)) | Some(AdjKey::Glean(x)) => x == i,
                         _ => false,
                     })
@@ -35,7 +35,7 @@ impl Forwarding {
     }
 
     pub(super) fn lb_for(&mut self, keys: &[AdjKey]) -> u32 {
-        let adjs: Vec<u32> = keys
+        let adjs: Vec<AdjIndex> = keys
             .iter()
             .map(|&k| self.adjacencies.acquire(k).0)
             .collect();

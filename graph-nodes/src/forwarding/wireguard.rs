@@ -74,7 +74,7 @@ impl Forwarding {
             .wireguard
             .get_mut(t as usize)
             .and_then(Option::as_mut)
-            .ok_or(ForwardingError::NoSuchInterface(u32::MAX))?;
+            .ok_or(ForwardingError::NoSuchInterface(IfIndex::NONE))?;
         if peers.len() != tunnel.shared.peers.len() {
             return Err(ForwardingError::NoPaths);
         }

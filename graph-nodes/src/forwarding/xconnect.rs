@@ -9,25 +9,25 @@ impl Forwarding {
         self.iface(b)?;
         self.iface_mut(a)?.mode = InterfaceMode::L2;
         self.iface_mut(b)?.mode = InterfaceMode::L2;
-        self.xconnect[a as usize] = b;
-        self.xconnect[b as usize] = a;
+        self.xconnect[a.as_usize()] = b;
+        self.xconnect[b.as_usize()] = a;
         Ok(())
     }
 
     /// Removes the cross-connect of `a` (both ways). Ports go back to L3 mode.
     pub fn disconnect(&mut self, a: IfIndex) {
-        if let Some(&b) = self.xconnect.get(a as usize) {
-            if b != u32::MAX {
-                self.xconnect[b as usize] = u32::MAX;
-                if let Some(Some(i)) = self.interfaces.get_mut(b as usize) {
+        if let Some(&b) = self.xconnect.get(a.as_usize()) {
+            if !b.is_none() {
+                self.xconnect[b.as_usize()] = IfIndex::NONE;
+                if let Some(Some(i)) = self.interfaces.get_mut(b.as_usize()) {
                     if i.kind == InterfaceKind::Port {
                         i.mode = InterfaceMode::L3;
                     }
                 }
             }
-            self.xconnect[a as usize] = u32::MAX;
+            self.xconnect[a.as_usize()] = IfIndex::NONE;
         }
-        if let Some(Some(i)) = self.interfaces.get_mut(a as usize) {
+        if let Some(Some(i)) = self.interfaces.get_mut(a.as_usize()) {
             if i.kind == InterfaceKind::Port {
                 i.mode = InterfaceMode::L3;
             }
@@ -86,8 +86,8 @@ impl Forwarding {
     /// The cross-connect peer of `a`.
     pub fn cross_connect_of(&self, a: IfIndex) -> Option<IfIndex> {
         self.xconnect
-            .get(a as usize)
+            .get(a.as_usize())
             .copied()
-            .filter(|&b| b != u32::MAX)
+            .filter(|&b| !b.is_none())
     }
 }

@@ -5,7 +5,9 @@ use dataplane::buffer::INVALID_INDEX;
 use dataplane::{cycles, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
 use super::{names, LOCALLY_ORIGINATED};
-use crate::state::{AdjacencyKind, DataplaneEvent, ForwardingState, Interface, InterfaceKind};
+use crate::state::{
+    AdjacencyKind, DataplaneEvent, ForwardingState, IfIndex, Interface, InterfaceKind,
+};
 use crate::wire::{self, arp, ethernet, Arp, Ipv4, Mac, WireError};
 
 /// `arp-input`'s arcs and errors.
@@ -118,7 +120,7 @@ impl Node<ForwardingState> for ArpInput {
         let bis = frame.as_slice();
         for (i, &bi) in bis.iter().enumerate() {
             let meta = cx.buffers.meta(bi);
-            let rx = meta.rx_interface;
+            let rx = IfIndex::new(meta.rx_interface);
             let l2_len = meta.data_offset().saturating_sub(meta.l2_offset);
             let verdict = (|| {
                 let arp = Arp::new_checked(cx.buffers.data(bi)).map_err(|_| MALFORMED)?;
@@ -162,7 +164,7 @@ impl Node<ForwardingState> for ArpInput {
                         cx.buffers.unchain(bi);
                         cx.buffers.set_length(bi, len as u16);
                         let m = cx.buffers.meta_mut(bi);
-                        m.tx_interface = rx;
+                        m.tx_interface = rx.get();
                         m.flags |= LOCALLY_ORIGINATED;
                         answered += 1;
                         Ok(OUTPUT)
@@ -244,7 +246,7 @@ impl Node<ForwardingState> for Ip4Arp {
                 _ => adj.next_hop,
             };
             let slot = &mut self.throttle
-                [(wire::flow_hash(target, adj.tx, 0, 0) as usize) % THROTTLE_SLOTS];
+                [(wire::flow_hash(target, adj.tx.get(), 0, 0) as usize) % THROTTLE_SLOTS];
             if slot.0 == target && now.wrapping_sub(slot.1) < self.interval {
                 continue;
             }
@@ -267,7 +269,7 @@ impl Node<ForwardingState> for Ip4Arp {
             cx.buffers.set_length(req, len as u16);
             cx.buffers.data_mut(req).copy_from_slice(&pkt[..len]);
             let m = cx.buffers.meta_mut(req);
-            m.tx_interface = adj.tx;
+            m.tx_interface = adj.tx.get();
             m.rx_interface = INVALID_INDEX;
             m.flags |= LOCALLY_ORIGINATED;
             self.requests[made] = req;

@@ -7,7 +7,7 @@ use dataplane::buffer::{flags, BufferMeta};
 use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
 use super::{names, Arcs};
-use crate::state::{ForwardingState, Interface, InterfaceMode};
+use crate::state::{ForwardingState, IfIndex, Interface, InterfaceMode};
 use crate::wire::{self, Ethernet, Vlan};
 
 next_arcs! {
@@ -51,7 +51,7 @@ impl Default for EthernetInput {
 
 /// The interface frames last came from, resolved once per run of frames from it.
 struct RxCache<'s> {
-    rx: u32,
+    rx: IfIndex,
     iface: Option<&'s Interface>,
     /// For the fast path: the interface's MAC as [`mac48`] reads it, when it is an L3 interface
     /// (`u64::MAX`, which no 48-bit value equals, otherwise).
@@ -63,7 +63,7 @@ struct RxCache<'s> {
 impl<'s> RxCache<'s> {
     fn new() -> Self {
         RxCache {
-            rx: u32::MAX,
+            rx: IfIndex::NONE,
             iface: None,
             l3_mac: u64::MAX,
             l2: false,
@@ -71,7 +71,7 @@ impl<'s> RxCache<'s> {
     }
 
     #[inline(always)]
-    fn update(&mut self, state: &'s ForwardingState, rx: u32) {
+    fn update(&mut self, state: &'s ForwardingState, rx: IfIndex) {
         if rx != self.rx {
             self.rx = rx;
             self.iface = state.interface(rx);
@@ -112,7 +112,7 @@ fn classify<'s>(
     d: &[u8],
 ) -> Result<(Next, u16), u16> {
     let eth = Ethernet::new_checked(d).map_err(|_| RUNT)?;
-    cache.update(state, meta.rx_interface);
+    cache.update(state, IfIndex::new(meta.rx_interface));
     let mut iface = cache.iface.ok_or(UNKNOWN_INTERFACE)?;
     meta.l2_offset = meta.data_offset();
     meta.flags |= flags::L2_VALID;
@@ -130,7 +130,7 @@ fn classify<'s>(
             .find(|(v, _)| *v == vlan)
             .ok_or(UNKNOWN_VLAN)?;
         iface = state.interface(sub).ok_or(UNKNOWN_VLAN)?;
-        meta.rx_interface = sub;
+        meta.rx_interface = sub.get();
         ethertype = tag.ethertype();
         header += wire::VLAN_TAG as u16;
     }
@@ -140,7 +140,9 @@ fn classify<'s>(
     match ethertype {
         wire::ETHERTYPE_IP4 => Ok((IP4, header)),
         wire::ETHERTYPE_ARP => Ok((ARP, header)),
-        wire::ETHERTYPE_IP6 if state.l3xconnect(meta.rx_interface).is_some() => Ok((IP6, header)),
+        wire::ETHERTYPE_IP6 if state.l3xconnect(IfIndex::new(meta.rx_interface)).is_some() => {
+            Ok((IP6, header))
+        }
         _ => Err(UNKNOWN_ETHERTYPE),
     }
 }
@@ -174,7 +176,7 @@ impl Node<ForwardingState> for EthernetInput {
                     buffers.prefetch(ahead);
                 }
             }
-            let rx = buffers.meta_mut(bi).rx_interface;
+            let rx = IfIndex::new(buffers.meta_mut(bi).rx_interface);
             cache.update(state, rx);
             if cache.l2 && buffers.data_len(bi) >= wire::ETHERNET_HEADER {
                 // The frame goes to the cross-connect untouched: its bytes are not read, so a

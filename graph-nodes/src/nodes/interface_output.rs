@@ -59,7 +59,7 @@ impl InterfaceOutput {
     /// Transmits interface `i`'s packets through `queue` from now on; returns the queue it
     /// replaces, if any (to be dropped by the caller).
     pub fn attach(&mut self, i: IfIndex, queue: Box<dyn TxQueue>) -> Option<Box<dyn TxQueue>> {
-        let i = i as usize;
+        let i = i.as_usize();
         if self.queues.len() <= i {
             self.queues.resize_with(i + 1, || None);
         }
@@ -68,7 +68,7 @@ impl InterfaceOutput {
 
     /// Takes interface `i`'s queue away: its packets are dropped as `no-queue` from now on.
     pub fn detach(&mut self, i: IfIndex) -> Option<Box<dyn TxQueue>> {
-        self.queues.get_mut(i as usize)?.take()
+        self.queues.get_mut(i.as_usize())?.take()
     }
 
     /// The packet captures of sent packets this node serves (see [`dataplane::capture`]).
@@ -78,7 +78,7 @@ impl InterfaceOutput {
 
     /// Whether interface `i` has a transmit queue here.
     pub fn has_queue(&self, i: IfIndex) -> bool {
-        self.queues.get(i as usize).is_some_and(Option::is_some)
+        self.queues.get(i.as_usize()).is_some_and(Option::is_some)
     }
 }
 
@@ -106,9 +106,9 @@ impl Node<ForwardingState> for InterfaceOutput {
             let tx = meta.tx_interface;
             if tx != last_tx {
                 last_tx = tx;
-                let class = state.tx_class(tx);
+                let class = state.tx_class(IfIndex::new(tx));
                 let p = match (class.queue(), class.tunnel()) {
-                    (Some(port), _) => port,
+                    (Some(port), _) => port.get(),
                     (None, Some(_)) => TO_ENCAP,
                     (None, None) if class.wireguard_tunnel().is_some() => TO_ENCRYPT,
                     (None, None) => TO_DROP,

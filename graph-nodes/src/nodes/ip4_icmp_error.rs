@@ -18,7 +18,7 @@ use dataplane::buffer::WorkerBuffers;
 use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
 use super::{names, LOCALLY_ORIGINATED};
-use crate::state::ForwardingState;
+use crate::state::{ForwardingState, IfIndex};
 use crate::wire::{self, icmp, Icmp4, Ipv4};
 
 next_arcs! {
@@ -86,7 +86,7 @@ impl Node<ForwardingState> for Ip4IcmpError {
         let mut sent = 0;
         for (i, &bi) in bis.iter().enumerate() {
             let meta = cx.buffers.meta_mut(bi);
-            let (rx, adjacency) = (meta.rx_interface, meta.adjacency);
+            let (rx, adjacency) = (IfIndex::new(meta.rx_interface), meta.adjacency);
             let adj = state.adjacencies.get(adjacency as usize).copied();
             let verdict = match adj {
                 Some(adj) if self.tokens >= 1.0 => {
@@ -95,7 +95,7 @@ impl Node<ForwardingState> for Ip4IcmpError {
                         Ok((src, dst, quote)) => {
                             let from = state
                                 .interfaces
-                                .get(rx as usize)
+                                .get(rx.as_usize())
                                 .and_then(Option::as_ref)
                                 .and_then(|iface| {
                                     iface
@@ -109,7 +109,7 @@ impl Node<ForwardingState> for Ip4IcmpError {
                                 let meta = cx.buffers.meta_mut(bi);
                                 meta.flags |= LOCALLY_ORIGINATED;
                                 if state.l3xconnect(rx).is_some() {
-                                    meta.rx_interface = adj.tx;
+                                    meta.rx_interface = adj.tx.get();
                                     L3XC
                                 } else {
                                     meta.rx_interface = u32::MAX;

@@ -4,7 +4,7 @@ use dataplane::buffer::flags;
 use dataplane::{next_arcs, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
 use super::{names, Arcs};
-use crate::state::ForwardingState;
+use crate::state::{ForwardingState, IfIndex};
 use crate::wire::{self, Ipv4};
 
 next_arcs! {
@@ -162,7 +162,7 @@ impl Node<ForwardingState> for Ip4Input {
             meta.flags |= flags::IP4_CHECKSUM_OK | flags::L3_VALID;
             meta.l3_offset = meta.data_offset();
             // L3 cross-connected interfaces bypass the FIB (one branch while there are none).
-            if any_l3xconnect && state.l3xconnect(meta.rx_interface).is_some() {
+            if any_l3xconnect && state.l3xconnect(IfIndex::new(meta.rx_interface)).is_some() {
                 arcs.set(i, L3XC);
             }
             // Trim Ethernet padding. A chain has none, but may carry anything after the IPv4

@@ -7,7 +7,7 @@
 use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
 use super::{names, Arcs};
-use crate::state::{AdjacencyKind, ForwardingState};
+use crate::state::{AdjIndex, AdjacencyKind, ForwardingState, IfIndex};
 
 next_arcs! {
     REWRITE => names::IP4_REWRITE,
@@ -54,21 +54,22 @@ impl Node<ForwardingState> for Ip4L3xc {
         let mut arcs = Arcs::new(&mut self.nexts[..n], REWRITE);
         let mut buffers = cx.buffers.view();
         // Packets of a frame usually come from one interface: resolve it once per run.
-        let (mut last_rx, mut arc, mut adj, mut code) = (u32::MAX, Next::DROP, u32::MAX, NO_L3XC);
+        let (mut last_rx, mut arc, mut adj, mut code) =
+            (u32::MAX, Next::DROP, AdjIndex::NONE, NO_L3XC);
         for (i, &bi) in bis.iter().enumerate() {
             let meta = buffers.meta_mut(bi);
             if meta.rx_interface != last_rx {
                 last_rx = meta.rx_interface;
-                (arc, adj, code) = match state.l3xconnect(last_rx) {
-                    None => (Next::DROP, u32::MAX, NO_L3XC),
-                    Some(a) => match state.adjacencies.get(a as usize).map(|a| a.kind) {
+                (arc, adj, code) = match state.l3xconnect(IfIndex::new(last_rx)) {
+                    None => (Next::DROP, AdjIndex::NONE, NO_L3XC),
+                    Some(a) => match state.adjacencies.get(a.as_usize()).map(|a| a.kind) {
                         Some(AdjacencyKind::Rewrite) => (REWRITE, a, 0),
                         Some(AdjacencyKind::Arp) => (ARP, a, 0),
                         _ => (Next::DROP, a, NOT_READY),
                     },
                 };
             }
-            meta.adjacency = adj;
+            meta.adjacency = adj.get();
             if arc == Next::DROP {
                 meta.error = base + code;
             }

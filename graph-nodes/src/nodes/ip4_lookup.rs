@@ -5,7 +5,7 @@ use dataplane::buffer::{flags, BufferMeta, BufferView};
 use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
 use super::{names, Arcs};
-use crate::state::{AdjacencyKind, ForwardingState, SinglePath};
+use crate::state::{AdjIndex, AdjacencyKind, ForwardingState, SinglePath};
 use crate::wire::Ipv4;
 
 next_arcs! {
@@ -78,7 +78,7 @@ impl Node<ForwardingState> for Ip4Lookup {
             // Most routes have one path to a rewrite adjacency: one load and one comparison.
             let path = single_paths.get(lb as usize).copied();
             if let Some(adj) = path.and_then(SinglePath::rewrite) {
-                buffers.meta_mut(bi).adjacency = adj;
+                buffers.meta_mut(bi).adjacency = adj.get();
                 continue;
             }
             arcs.set(i, other(state, &mut buffers, bi, path, lb, &errors));
@@ -105,7 +105,7 @@ fn other(
     };
     match verdict {
         Ok((to, adj)) => {
-            meta.adjacency = adj;
+            meta.adjacency = adj.get();
             to
         }
         Err(code) => {
@@ -117,7 +117,7 @@ fn other(
 
 /// Where a packet for adjacency `adj` of kind `kind` goes.
 #[inline(always)]
-fn route(adj: u32, kind: AdjacencyKind) -> Result<(Next, u32), u16> {
+fn route(adj: AdjIndex, kind: AdjacencyKind) -> Result<(Next, AdjIndex), u16> {
     let next = match kind {
         AdjacencyKind::Rewrite => REWRITE,
         AdjacencyKind::Local => LOCAL,
@@ -134,7 +134,7 @@ fn general(
     meta: &BufferMeta,
     d: &[u8],
     lb: u32,
-) -> Result<(Next, u32), u16> {
+) -> Result<(Next, AdjIndex), u16> {
     let lb = state.load_balances.get(lb as usize).ok_or(NO_ROUTE)?;
     let adj_index = if lb.buckets.len() == 1 {
         lb.buckets[0]
@@ -148,7 +148,7 @@ fn general(
     };
     let adj = state
         .adjacencies
-        .get(adj_index as usize)
+        .get(adj_index.as_usize())
         .ok_or(BAD_OBJECT)?;
     route(adj_index, adj.kind)
 }

@@ -87,7 +87,7 @@ impl Node<ForwardingState> for Ip4Rewrite {
                         if !ours {
                             ip.decrement_ttl();
                         }
-                        meta.tx_interface = a.tx;
+                        meta.tx_interface = a.tx.get();
                         meta.l2_offset = meta.data_offset();
                         *room = *a.header.first_chunk().expect("14 of 18 bytes");
                         continue;
@@ -160,7 +160,7 @@ fn rewrite<'a>(
         }
         ip.decrement_ttl();
     }
-    meta.tx_interface = adj.tx;
+    meta.tx_interface = adj.tx.get();
     // Where the L2 header starts once written (a packet without the headroom is dropped).
     meta.l2_offset = meta.data_offset().wrapping_sub(adj.header_len as u16);
     Ok(adj)

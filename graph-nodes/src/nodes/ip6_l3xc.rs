@@ -9,7 +9,7 @@
 use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
 use super::{names, Arcs};
-use crate::state::{Adjacency, AdjacencyKind, ForwardingState};
+use crate::state::{AdjIndex, Adjacency, AdjacencyKind, ForwardingState, IfIndex};
 use crate::wire::{self, ipv6, Ethernet, Ipv6};
 
 next_arcs! {
@@ -90,14 +90,14 @@ impl Node<ForwardingState> for Ip6L3xc {
         let mut buffers = cx.buffers.view();
         // Packets of a frame usually come from one interface: resolve it once per run.
         let mut last_rx = u32::MAX;
-        let mut adj: Result<(u32, &Adjacency), u16> = Err(NO_L3XC);
+        let mut adj: Result<(AdjIndex, &Adjacency), u16> = Err(NO_L3XC);
         for (i, &bi) in bis.iter().enumerate() {
             let (meta, d) = buffers.meta_and_data_mut(bi);
             if meta.rx_interface != last_rx {
                 last_rx = meta.rx_interface;
-                adj = match state.l3xconnect(last_rx) {
+                adj = match state.l3xconnect(IfIndex::new(last_rx)) {
                     None => Err(NO_L3XC),
-                    Some(a) => match state.adjacencies.get(a as usize) {
+                    Some(a) => match state.adjacencies.get(a.as_usize()) {
                         Some(x)
                             if matches!(x.kind, AdjacencyKind::Rewrite | AdjacencyKind::Arp) =>
                         {
@@ -109,7 +109,7 @@ impl Node<ForwardingState> for Ip6L3xc {
             }
             let checked = adj.and_then(|(index, a)| {
                 let len = check(d, meta.total_length(), a.mtu)?;
-                meta.adjacency = index;
+                meta.adjacency = index.get();
                 Ok((a, len, len < meta.total_length(), meta.next().is_some()))
             });
             let trim = &mut self.trim;
@@ -141,7 +141,7 @@ impl Node<ForwardingState> for Ip6L3xc {
                 if let Ok(mut eth) = Ethernet::new_checked(h) {
                     eth.set_payload_ethertype(wire::ETHERTYPE_IP6);
                 }
-                meta.tx_interface = a.tx;
+                meta.tx_interface = a.tx.get();
                 meta.l2_offset = meta.data_offset();
                 if cut {
                     trim.push((bi, len + hl as u32));

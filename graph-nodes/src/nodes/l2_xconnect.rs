@@ -11,7 +11,7 @@ use dataplane::offload::Gso;
 use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
 use super::names;
-use crate::state::{ForwardingState, MAX_INTERFACES};
+use crate::state::{ForwardingState, IfIndex, MAX_INTERFACES};
 use crate::wire::{self, Ethernet};
 
 next_arcs! {
@@ -32,8 +32,8 @@ pub struct XconnectStats {
 
 impl XconnectStats {
     /// Packets and bytes cross-connected from interface `rx`.
-    pub fn get(&self, rx: u32) -> (u64, u64) {
-        match self.counts.get(rx as usize) {
+    pub fn get(&self, rx: IfIndex) -> (u64, u64) {
+        match self.counts.get(rx.as_usize()) {
             Some([p, b]) => (p.load(Ordering::Relaxed), b.load(Ordering::Relaxed)),
             None => (0, 0),
         }
@@ -41,8 +41,8 @@ impl XconnectStats {
 
     /// Counts `packets` (of `bytes`) cross-connected from interface `rx`. Only the worker
     /// owning these counters calls it (its `l2-xconnect`, or a cut-through on its behalf).
-    pub fn add(&self, rx: u32, packets: u64, bytes: u64) {
-        if let Some([p, b]) = self.counts.get(rx as usize) {
+    pub fn add(&self, rx: IfIndex, packets: u64, bytes: u64) {
+        if let Some([p, b]) = self.counts.get(rx.as_usize()) {
             bump(p, packets);
             bump(b, bytes);
         }
@@ -101,17 +101,17 @@ impl Node<ForwardingState> for L2Xconnect {
         let bis = frame.as_slice();
         let mut dropped = false;
         // Counters are added once per run of packets from one interface (usually a frame).
-        let (mut run_rx, mut run_packets, mut run_bytes) = (u32::MAX, 0u64, 0u64);
-        let (mut tx_of_run, mut limit) = (u32::MAX, u32::MAX);
+        let (mut run_rx, mut run_packets, mut run_bytes) = (IfIndex::NONE, 0u64, 0u64);
+        let (mut tx_of_run, mut limit) = (IfIndex::NONE, u32::MAX);
         for (i, &bi) in bis.iter().enumerate() {
             let meta = cx.buffers.meta_mut(bi);
-            let rx = meta.rx_interface;
+            let rx = IfIndex::new(meta.rx_interface);
             if rx != run_rx {
                 if run_packets > 0 {
                     self.stats.add(run_rx, run_packets, run_bytes);
                 }
                 (run_rx, run_packets, run_bytes) = (rx, 0, 0);
-                tx_of_run = xc.get(rx as usize).copied().unwrap_or(u32::MAX);
+                tx_of_run = xc.get(rx.as_usize()).copied().unwrap_or(IfIndex::NONE);
                 limit = frame_limit(state, tx_of_run);
             }
             let len = meta.total_length();
@@ -128,8 +128,8 @@ impl Node<ForwardingState> for L2Xconnect {
             } else {
                 meta
             };
-            if tx_of_run != u32::MAX {
-                meta.tx_interface = tx_of_run;
+            if !tx_of_run.is_none() {
+                meta.tx_interface = tx_of_run.get();
                 self.nexts[i] = OUTPUT;
                 run_packets += 1;
                 run_bytes += len as u64;
@@ -155,8 +155,8 @@ impl Node<ForwardingState> for L2Xconnect {
 /// The longest untagged frame interface `tx` sends: its MTU and an Ethernet header
 /// (`u32::MAX`, no limit, for no interface or an MTU of 0).
 #[inline]
-fn frame_limit(state: &ForwardingState, tx: u32) -> u32 {
-    match state.interfaces.get(tx as usize).and_then(Option::as_ref) {
+fn frame_limit(state: &ForwardingState, tx: IfIndex) -> u32 {
+    match state.interfaces.get(tx.as_usize()).and_then(Option::as_ref) {
         Some(i) if i.mtu > 0 => u32::from(i.mtu) + wire::ETHERNET_HEADER as u32,
         _ => u32::MAX,
     }

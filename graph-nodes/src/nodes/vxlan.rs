@@ -231,7 +231,7 @@ impl Node<ForwardingState> for Vxlan4Input {
                 Ok(iface) => {
                     cx.buffers.advance(bi, ENCAP_LEN);
                     let m = cx.buffers.meta_mut(bi);
-                    m.rx_interface = iface;
+                    m.rx_interface = iface.get();
                     m.flags &=
                         !(flags::IP4_CHECKSUM_OK | flags::FLOW_HASH_VALID | LOCALLY_ORIGINATED);
                     m.l2_offset = m.data_offset();

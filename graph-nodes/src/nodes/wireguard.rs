@@ -14,7 +14,7 @@ use wireguard::transport::{self, sealed_len};
 use wireguard::wire::TRANSPORT_HEADER_LEN;
 
 use super::{names, LOCALLY_ORIGINATED};
-use crate::state::ForwardingState;
+use crate::state::{ForwardingState, IfIndex};
 use crate::wire::{self, Ipv4, Udp, WireError};
 use crate::wireguard::{WgDatagram, WgPeerCounters, WgReceiver, WG_DATAGRAM_MAX};
 
@@ -99,7 +99,7 @@ impl Node<ForwardingState> for Wg4Encrypt {
             let verdict = (|| {
                 let meta = cx.buffers.meta(bi);
                 let t = state
-                    .tx_class(meta.tx_interface)
+                    .tx_class(IfIndex::new(meta.tx_interface))
                     .wireguard_tunnel()
                     .and_then(|t| state.wireguard.get(t as usize)?.as_ref())
                     .ok_or(NO_TUNNEL)?;
@@ -319,7 +319,7 @@ impl Node<ForwardingState> for Wg4Decrypt {
                 cx.buffers.advance(bi, range.start as u16);
                 cx.buffers.set_length(bi, inner_len as u16);
                 let meta = cx.buffers.meta_mut(bi);
-                meta.rx_interface = t.interface;
+                meta.rx_interface = t.interface.get();
                 meta.flags &=
                     !(flags::IP4_CHECKSUM_OK | flags::FLOW_HASH_VALID | LOCALLY_ORIGINATED);
                 meta.l3_offset = meta.data_offset();
@@ -448,7 +448,7 @@ impl Node<ForwardingState> for Wg4ControlInput {
             let meta = cx.buffers.meta_mut(bi);
             meta.l3_offset = meta.data_offset();
             if dg.inner {
-                meta.rx_interface = t.interface;
+                meta.rx_interface = t.interface.get();
             } else {
                 meta.rx_interface = u32::MAX;
                 meta.flags |= flags::IP4_CHECKSUM_OK | LOCALLY_ORIGINATED;

@@ -80,7 +80,7 @@ impl Rig {
             b.add(PortInput::new(
                 &format!("eth{i}-input"),
                 "ethernet-input",
-                index,
+                index.get(),
                 rxq,
             ));
             tx.push((index, wrap(i, txq)));

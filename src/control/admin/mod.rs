@@ -54,7 +54,7 @@ impl ForwarderAdmin {
     /// Applies a change that makes an interface; its index.
     fn add_interface(&self, change: Change) -> AdminResult<u32> {
         match self.apply(change)? {
-            Applied::Interface(i) => Ok(i),
+            Applied::Interface(i) => Ok(i.get()),
             other => Err(AdminError::Internal(format!(
                 "made {other:?}, not an interface"
             ))),

@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 use dataplane::{NodeKind, WorkerRuntime};
 use drivers::{LinkStatus, PortStats};
 use graph_nodes::state::{AdjacencyKind, InterfaceKind};
-use graph_nodes::InterfaceMode;
+use graph_nodes::{IfIndex, InterfaceMode};
 use quiver_admin_api::format_mac;
 use quiver_admin_api::proto as pb;
 
@@ -22,7 +22,7 @@ pub(super) fn interfaces(
     let mut out = Vec::new();
     for i in &f.interfaces {
         let mut x = pb::Interface {
-            index: i.index,
+            index: i.index.get(),
             name: i.name.clone(),
             mac: format_mac(i.mac),
             mtu: u32::from(i.mtu),
@@ -66,7 +66,7 @@ pub(super) fn interfaces(
 /// The routes of `f`, each with its distinct paths.
 pub(super) fn fib(f: &ForwarderView) -> Vec<pb::Route> {
     let state = &f.state;
-    let name = |i: u32| {
+    let name = |i: IfIndex| {
         state
             .interface(i)
             .map(|x| x.name.clone())
@@ -82,7 +82,7 @@ pub(super) fn fib(f: &ForwarderView) -> Vec<pb::Route> {
                 .unwrap_or_default();
             let mut paths: Vec<pb::RoutePath> = Vec::new();
             for a in buckets {
-                let Some(adj) = state.adjacencies.get(a as usize) else {
+                let Some(adj) = state.adjacencies.get(a.as_usize()) else {
                     continue;
                 };
                 let (kind, next_hop, interface) = match adj.kind {
@@ -129,7 +129,7 @@ pub(super) fn neighbors(f: &ForwarderView) -> Vec<pb::Neighbor> {
 
 /// The L2 and L3 cross-connects of `f`, each once (from its lower interface index).
 pub(super) fn cross_connects(f: &ForwarderView) -> Vec<pb::CrossConnect> {
-    let name = |i: u32| f.interface_name(i).unwrap_or_default().to_string();
+    let name = |i: IfIndex| f.interface_name(i).unwrap_or_default().to_string();
     let cut = &f.cut_throughs;
     let mut out = Vec::new();
     for i in &f.interfaces {
@@ -176,7 +176,7 @@ pub(super) fn memifs(f: &ForwarderView, stats: impl Fn(&PortEntry) -> PortStats)
         let (link_up, link_reason) = link(p.port.link());
         out.push(pb::Memif {
             name: p.name.clone(),
-            index: p.interface,
+            index: p.interface.get(),
             role: match m.role {
                 MemifRole::Master => "master",
                 MemifRole::Slave => "slave",

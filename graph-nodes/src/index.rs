@@ -1,0 +1,85 @@
+//! Typed indices into the forwarding tables: [`IfIndex`] (interfaces) and [`AdjIndex`]
+//! (adjacencies), so that one cannot be passed where the other is meant.
+//!
+//! Both are a `u32` at run time (`repr(transparent)`, accessors `#[inline(always)]`), so the
+//! data path pays nothing for them. The engine's buffer metadata (`rx_interface`,
+//! `tx_interface`, `adjacency` in `dataplane::buffer::BufferMeta`) stays `u32`, as `dataplane`
+//! knows nothing of ours: nodes convert where they read and write it, which is free.
+
+use std::fmt;
+
+macro_rules! index_type {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[repr(transparent)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(u32);
+
+        impl $name {
+            /// None: `u32::MAX`, as in the tables and buffer metadata that mark "none" so.
+            pub const NONE: $name = $name(u32::MAX);
+
+            /// The index `i`.
+            #[inline(always)]
+            pub const fn new(i: u32) -> $name {
+                $name(i)
+            }
+
+            /// The index as a `u32` (for buffer metadata and the wire).
+            #[inline(always)]
+            pub const fn get(self) -> u32 {
+                self.0
+            }
+
+            /// The index as a `usize`, for indexing a table.
+            #[inline(always)]
+            pub const fn as_usize(self) -> usize {
+                self.0 as usize
+            }
+
+            /// Whether this is [`Self::NONE`].
+            #[inline(always)]
+            pub const fn is_none(self) -> bool {
+                self.0 == u32::MAX
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Display::fmt(&self.0, f)
+            }
+        }
+    };
+}
+
+index_type! {
+    /// An interface's index (like VPP's sw_if_index): its slot in
+    /// [`ForwardingState::interfaces`](crate::ForwardingState::interfaces) and the tables kept
+    /// per interface.
+    IfIndex
+}
+
+index_type! {
+    /// An adjacency's index: its slot in
+    /// [`ForwardingState::adjacencies`](crate::ForwardingState::adjacencies), what load-balance
+    /// buckets and L3 cross-connects hold and `ip4-rewrite` reads.
+    AdjIndex
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_index_is_its_u32() {
+        assert_eq!(std::mem::size_of::<IfIndex>(), 4);
+        assert_eq!(std::mem::size_of::<Option<AdjIndex>>(), 8);
+        let i = IfIndex::new(7);
+        assert_eq!(
+            (i.get(), i.as_usize(), i.to_string()),
+            (7, 7, "7".to_string())
+        );
+        assert!(IfIndex::NONE.is_none() && !i.is_none());
+        assert!(AdjIndex::new(1) < AdjIndex::new(2));
+    }
+}
