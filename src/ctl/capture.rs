@@ -3,9 +3,28 @@
 
 use clap::Subcommand;
 use quiver_admin_api::proto as pb;
+use quiver_admin_api::AdminClient;
 use serde_json::{json, Value};
 
 use super::render::Table;
+use super::reply::{print_json, status};
+
+/// Runs `capture start|stop` and prints the reply.
+pub fn run(client: &AdminClient, cmd: CaptureCmd, as_json: bool) -> Result<(), String> {
+    let mut s = client.stub();
+    let reply = match cmd.request()? {
+        Request::Start(r) => client.block_on(s.capture_start(r)),
+        Request::Stop(r) => client.block_on(s.capture_stop(r)),
+    }
+    .map_err(status)?
+    .into_inner();
+    if as_json {
+        print_json(&json(&reply));
+    } else {
+        print!("{}", line(&reply));
+    }
+    Ok(())
+}
 
 /// `quiver ctl capture …`.
 #[derive(Subcommand)]

@@ -1,0 +1,173 @@
+//! `quiver ctl trace|clear|route|neighbor|xconnect …`: changes to the forwarding tables and
+//! the counters, each one admin call answered with nothing but success.
+
+use clap::Subcommand;
+use quiver_admin_api::proto as pb;
+use quiver_admin_api::AdminClient;
+
+use super::reply::change;
+
+#[derive(Subcommand)]
+pub enum Trace {
+    /// Trace the next COUNT packets input node NODE produces (`port-input` for the ports).
+    Add { node: String, count: u32 },
+}
+
+#[derive(Subcommand)]
+pub enum Clear {
+    /// Zero runtime, error and interface counters.
+    Counters,
+    /// Forget traced packets and stop tracing.
+    Trace,
+}
+
+#[derive(Subcommand)]
+pub enum Route {
+    /// Add (or replace) a route: `route add 10.2.0.0/16 --via 10.0.1.2@memif1` (several
+    /// `--via`: ECMP; none: drop).
+    Add {
+        /// Destination prefix, a.b.c.d/len.
+        prefix: String,
+        /// Next hop as address@interface.
+        #[arg(long)]
+        via: Vec<String>,
+    },
+    /// Delete the route to a prefix.
+    #[command(alias = "delete")]
+    Del { prefix: String },
+}
+
+#[derive(Subcommand)]
+pub enum Neighbor {
+    /// `neighbor add <interface> <ip> <mac>`.
+    Add {
+        interface: String,
+        ip: String,
+        mac: String,
+    },
+    /// `neighbor del <interface> <ip>`.
+    #[command(alias = "delete")]
+    Del { interface: String, ip: String },
+}
+
+#[derive(Subcommand)]
+pub enum Xconnect {
+    /// Cross-connect two interfaces: L2 (every frame, untouched), or L3 with both peers.
+    Add {
+        a: String,
+        b: String,
+        /// L3: where packets from B leave A to.
+        #[arg(long, requires = "peer_b")]
+        peer_a: Option<String>,
+        /// L3: where packets from A leave B to.
+        #[arg(long, requires = "peer_a")]
+        peer_b: Option<String>,
+    },
+    /// Remove the cross-connect of an interface (either end).
+    #[command(alias = "delete")]
+    Del { interface: String },
+}
+
+/// `trace add NODE COUNT`.
+pub fn trace(client: &AdminClient, cmd: Trace, json: bool) -> Result<(), String> {
+    let mut s = client.stub();
+    match cmd {
+        Trace::Add { node, count } => {
+            change!(
+                client,
+                json,
+                s.trace_add(pb::TraceAddRequest { node, count })
+            )
+        }
+    }
+    Ok(())
+}
+
+/// `clear counters|trace`.
+pub fn clear(client: &AdminClient, cmd: Clear, json: bool) -> Result<(), String> {
+    let mut s = client.stub();
+    match cmd {
+        Clear::Counters => change!(client, json, s.clear_counters(pb::Empty {})),
+        Clear::Trace => change!(client, json, s.trace_clear(pb::Empty {})),
+    }
+    Ok(())
+}
+
+/// `route add|del`.
+pub fn route(client: &AdminClient, cmd: Route, json: bool) -> Result<(), String> {
+    let mut s = client.stub();
+    match cmd {
+        Route::Add { prefix, via } => {
+            let via = via
+                .iter()
+                .map(|v| {
+                    v.split_once('@')
+                        .map(|(ip, i)| pb::NextHop {
+                            next_hop: ip.into(),
+                            interface: i.into(),
+                        })
+                        .ok_or_else(|| format!("--via `{v}` is not address@interface"))
+                })
+                .collect::<Result<Vec<_>, String>>()?;
+            change!(
+                client,
+                json,
+                s.add_route(pb::AddRouteRequest { prefix, via })
+            )
+        }
+        Route::Del { prefix } => {
+            change!(
+                client,
+                json,
+                s.delete_route(pb::DeleteRouteRequest { prefix })
+            )
+        }
+    }
+    Ok(())
+}
+
+/// `neighbor add|del`.
+pub fn neighbor(client: &AdminClient, cmd: Neighbor, json: bool) -> Result<(), String> {
+    let mut s = client.stub();
+    match cmd {
+        Neighbor::Add { interface, ip, mac } => change!(
+            client,
+            json,
+            s.add_neighbor(pb::AddNeighborRequest { interface, ip, mac })
+        ),
+        Neighbor::Del { interface, ip } => change!(
+            client,
+            json,
+            s.delete_neighbor(pb::DeleteNeighborRequest { interface, ip })
+        ),
+    }
+    Ok(())
+}
+
+/// `xconnect add|del`.
+pub fn xconnect(client: &AdminClient, cmd: Xconnect, json: bool) -> Result<(), String> {
+    let mut s = client.stub();
+    match cmd {
+        Xconnect::Add {
+            a,
+            b,
+            peer_a,
+            peer_b,
+        } => change!(
+            client,
+            json,
+            s.add_cross_connect(pb::AddCrossConnectRequest {
+                a,
+                b,
+                peer_a: peer_a.unwrap_or_default(),
+                peer_b: peer_b.unwrap_or_default(),
+            })
+        ),
+        Xconnect::Del { interface } => change!(
+            client,
+            json,
+            s.delete_cross_connect(pb::DeleteCrossConnectRequest { interface })
+        ),
+    }
+    Ok(())
+}
