@@ -10,6 +10,7 @@
 //! - [`nsm`]: NSM's connection counters, named as cmd-forwarder-vpp names them;
 //! - [`http`]: the endpoint.
 
+mod exposition;
 pub mod http;
 pub mod nsm;
 pub mod render;

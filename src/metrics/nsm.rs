@@ -13,7 +13,7 @@ use std::sync::{Arc, Weak};
 use nsm_forwarder::connect::metrics::{CLIENT, FIELDS, SERVER};
 use nsm_forwarder::{ConnectionSummary, Core, NsmHandle, PortCounters};
 
-use super::render::Out;
+use super::exposition::Out;
 use crate::control::nsm::port_counters;
 use crate::control::owner::ForwarderView;
 

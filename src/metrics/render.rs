@@ -2,9 +2,11 @@
 //! one `# TYPE` line per family, then its samples, label values escaped.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 use quiver_admin_api::proto as pb;
+
+pub use super::exposition::escape_label;
+use super::exposition::Out;
 
 /// The buffer pool's usage.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -38,50 +40,6 @@ pub struct Scrape {
 
 /// The content type of what [`render`] writes.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-
-/// Escapes a label value: backslash, double quote and line feed.
-pub fn escape_label(v: &str) -> String {
-    let mut s = String::with_capacity(v.len());
-    for c in v.chars() {
-        match c {
-            '\\' => s.push_str("\\\\"),
-            '"' => s.push_str("\\\""),
-            '\n' => s.push_str("\\n"),
-            c => s.push(c),
-        }
-    }
-    s
-}
-
-/// Escapes help text: backslash and line feed.
-fn escape_help(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('\n', "\\n")
-}
-
-/// The text being written.
-pub(super) struct Out(pub(super) String);
-
-impl Out {
-    pub(super) fn family(&mut self, name: &str, kind: &str, help: &str) {
-        let _ = writeln!(self.0, "# HELP {name} {}", escape_help(help));
-        let _ = writeln!(self.0, "# TYPE {name} {kind}");
-    }
-
-    pub(super) fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: u64) {
-        self.0.push_str(name);
-        if !labels.is_empty() {
-            self.0.push('{');
-            for (i, (k, v)) in labels.iter().enumerate() {
-                if i > 0 {
-                    self.0.push(',');
-                }
-                let _ = write!(self.0, "{k}=\"{}\"", escape_label(v));
-            }
-            self.0.push('}');
-        }
-        let _ = writeln!(self.0, " {value}");
-    }
-}
 
 /// A counter family: (metric name suffix, help, how to read it from `T`).
 type Field<T> = (&'static str, &'static str, fn(&T) -> u64);
@@ -176,7 +134,15 @@ fn summed_nodes(workers: &[pb::WorkerRuntime]) -> Vec<(String, [u64; 4])> {
 /// Renders a scrape.
 pub fn render(s: &Scrape) -> String {
     let mut o = Out(String::with_capacity(16 * 1024));
+    interfaces(&mut o, s);
+    runtime(&mut o, &s.runtime);
+    errors_and_nsm(&mut o, s);
+    pool(&mut o, &s.pool);
+    o.0
+}
 
+/// Interface counters, port links and memif links.
+fn interfaces(o: &mut Out, s: &Scrape) {
     for (suffix, help, f) in INTERFACE_COUNTERS {
         let name = format!("quiver_interface_{suffix}");
         o.family(&name, "counter", help);
@@ -216,14 +182,17 @@ pub fn render(s: &Scrape) -> String {
             u64::from(m.link_up),
         );
     }
+}
 
+/// The TSC rate, node counters (summed and per worker) and worker loop counters.
+fn runtime(o: &mut Out, runtime: &pb::ShowRuntimeReply) {
     o.family(
         "quiver_tsc_hz",
         "gauge",
         "TSC cycles per second: divide the clocks counters by it for seconds.",
     );
-    o.sample("quiver_tsc_hz", &[], s.runtime.tsc_hz);
-    let nodes = summed_nodes(&s.runtime.workers);
+    o.sample("quiver_tsc_hz", &[], runtime.tsc_hz);
+    let nodes = summed_nodes(&runtime.workers);
     for (k, (suffix, help, _)) in NODE_COUNTERS.iter().enumerate() {
         let name = format!("quiver_node_{suffix}");
         o.family(&name, "counter", &format!("{help} Summed over workers."));
@@ -240,7 +209,7 @@ pub fn render(s: &Scrape) -> String {
     for (suffix, help, f) in NODE_COUNTERS {
         let name = format!("quiver_worker_node_{suffix}");
         o.family(&name, "counter", &format!("{help} Per worker."));
-        for w in &s.runtime.workers {
+        for w in &runtime.workers {
             let (worker, core) = worker_labels(w);
             for n in &w.nodes {
                 o.sample(
@@ -254,12 +223,15 @@ pub fn render(s: &Scrape) -> String {
     for (suffix, help, f) in LOOP_COUNTERS {
         let name = format!("quiver_worker_{suffix}");
         o.family(&name, "counter", help);
-        for w in &s.runtime.workers {
+        for w in &runtime.workers {
             let (worker, core) = worker_labels(w);
             o.sample(&name, &[("worker", &worker), ("core", &core)], f(w));
         }
     }
+}
 
+/// Error counters, and NSM's connections and counters when the NSM service runs.
+fn errors_and_nsm(o: &mut Out, s: &Scrape) {
     o.family(
         "quiver_errors_total",
         "counter",
@@ -285,40 +257,35 @@ pub fn render(s: &Scrape) -> String {
         }
     }
     if let Some(nsm) = &s.nsm {
-        super::nsm::render(&mut o, nsm);
+        super::nsm::render(o, nsm);
     }
+}
 
+/// The buffer pool's usage.
+fn pool(o: &mut Out, pool: &PoolUsage) {
     o.family(
         "quiver_buffer_pool_capacity",
         "gauge",
         "Buffers in the pool.",
     );
-    o.sample("quiver_buffer_pool_capacity", &[], s.pool.capacity);
+    o.sample("quiver_buffer_pool_capacity", &[], pool.capacity);
     o.family(
         "quiver_buffer_pool_free",
         "gauge",
         "Buffers free: on the pool's stack or in a worker's cache.",
     );
-    o.sample("quiver_buffer_pool_free", &[], s.pool.free);
+    o.sample("quiver_buffer_pool_free", &[], pool.free);
     o.family(
         "quiver_buffer_pool_in_use",
         "gauge",
         "Buffers held by packets, frames and rings.",
     );
-    o.sample("quiver_buffer_pool_in_use", &[], s.pool.in_use);
-    o.0
+    o.sample("quiver_buffer_pool_in_use", &[], pool.in_use);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn label_values_and_help_are_escaped() {
-        assert_eq!(escape_label(r#"a\b"c"#), r#"a\\b\"c"#);
-        assert_eq!(escape_label("x\ny"), "x\\ny");
-        assert_eq!(escape_help("a\\b\nc \"d\""), "a\\\\b\\nc \"d\"");
-    }
 
     #[test]
     fn every_family_has_help_and_type_before_its_samples_and_workers_are_summed() {
