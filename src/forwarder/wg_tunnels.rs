@@ -28,7 +28,7 @@ use graph_nodes::wireguard::{
 };
 
 use super::*;
-use crate::config::{RouteSection, WireguardSection};
+use crate::config::{RouteSection, WireguardPeerSection, WireguardSection};
 
 /// Punted datagrams one housekeeping pass handles per tunnel at most.
 pub const PUNTS_PER_PASS: usize = 256;
@@ -131,6 +131,58 @@ fn parse_v4_prefix(name: &str, s: &str) -> Result<(Ipv4Addr, u8), ForwarderError
     Ok((a, l))
 }
 
+/// Tunnel `name`'s `Device` with its peers, what the data path gets of each, and each one's
+/// allowed IPs as (masked address, length).
+fn wireguard_peers(
+    name: &str,
+    key: PrivateKey,
+    peers: &[WireguardPeerSection],
+) -> Result<WireguardPeers, ForwarderError> {
+    let mut device = Device::new(key);
+    let now = Instant::now();
+    let mut wg_peers = Vec::new();
+    let mut allowed_all = Vec::new();
+    for p in peers {
+        let public = PublicKey::from_base64(p.public_key.trim()).map_err(|e| invalid(name, e))?;
+        let endpoint = match p.endpoint.as_str() {
+            "" => None,
+            e => Some(
+                e.parse::<SocketAddrV4>()
+                    .map_err(|_| invalid(name, format!("endpoint {e:?}: not IPv4:port")))?,
+            ),
+        };
+        let id = device.add_peer(
+            public,
+            PresharedKey::default(),
+            endpoint.map(SocketAddr::V4),
+        );
+        let mut allowed = Vec::new();
+        for a in &p.allowed_ips {
+            let (ip, len) = parse_v4_prefix(name, a)?;
+            let prefix = Prefix::new(ip.into(), len).map_err(|e| invalid(name, e.0))?;
+            device.peer_mut(id).allowed_ips.insert(prefix);
+            allowed.push((u32::from(ip) & graph_nodes::fib::lpm::mask(len), len));
+        }
+        if p.persistent_keepalive > 0 {
+            let every = Duration::from_secs(p.persistent_keepalive.into());
+            device
+                .peer_mut(id)
+                .timers
+                .set_persistent_keepalive(Some(every), now);
+        }
+        wg_peers.push(WgPeer {
+            endpoint: endpoint.map_or((0, 0), |e| (u32::from(*e.ip()), e.port())),
+            allowed: allowed.clone(),
+            send: None,
+        });
+        allowed_all.push(allowed);
+    }
+    Ok((device, wg_peers, allowed_all))
+}
+
+/// What [`wireguard_peers`] builds.
+type WireguardPeers = (Device, Vec<WgPeer>, Vec<Vec<(u32, u8)>>);
+
 impl Forwarder {
     /// Adds WireGuard tunnel `cfg` (see `config::wireguard`); returns its interface. On error
     /// nothing is left.
@@ -140,74 +192,8 @@ impl Forwarder {
         owner: Option<&str>,
     ) -> Result<IfIndex, ForwarderError> {
         let name = cfg.name.as_str();
-        if name.is_empty() || name.len() > 64 || name.chars().any(char::is_whitespace) {
-            return Err(invalid(name, "name: 1 to 64 characters, no spaces"));
-        }
-        if self.interface(name).is_ok() {
-            return Err(ForwarderError::AlreadyExists(format!(
-                "an interface named `{name}` exists"
-            )));
-        }
-        let key = match (cfg.private_key.is_empty(), cfg.private_key_file.is_empty()) {
-            (false, true) => cfg.private_key.clone(),
-            (true, false) => std::fs::read_to_string(&cfg.private_key_file)
-                .map_err(|e| invalid(name, format!("{}: {e}", cfg.private_key_file)))?,
-            _ => return Err(invalid(name, "give one of private_key, private_key_file")),
-        };
-        let key = PrivateKey::from_base64(key.trim()).map_err(|e| invalid(name, e))?;
-        let local: Ipv4Addr = cfg
-            .address
-            .parse()
-            .map_err(|_| invalid(name, format!("address {:?} is not IPv4", cfg.address)))?;
-        if !self.is_own_address(local) {
-            return Err(invalid(
-                name,
-                format!("{local} is not an address of Quiver's (add it to a port first)"),
-            ));
-        }
-        if cfg.listen_port == 0 {
-            return Err(invalid(name, "listen_port 0"));
-        }
-        let mut device = Device::new(key);
-        let now = Instant::now();
-        let mut peers = Vec::new();
-        let mut allowed_all = Vec::new();
-        for p in &cfg.peers {
-            let public =
-                PublicKey::from_base64(p.public_key.trim()).map_err(|e| invalid(name, e))?;
-            let endpoint = match p.endpoint.as_str() {
-                "" => None,
-                e => Some(
-                    e.parse::<SocketAddrV4>()
-                        .map_err(|_| invalid(name, format!("endpoint {e:?}: not IPv4:port")))?,
-                ),
-            };
-            let id = device.add_peer(
-                public,
-                PresharedKey::default(),
-                endpoint.map(SocketAddr::V4),
-            );
-            let mut allowed = Vec::new();
-            for a in &p.allowed_ips {
-                let (ip, len) = parse_v4_prefix(name, a)?;
-                let prefix = Prefix::new(ip.into(), len).map_err(|e| invalid(name, e.0))?;
-                device.peer_mut(id).allowed_ips.insert(prefix);
-                allowed.push((u32::from(ip) & graph_nodes::fib::lpm::mask(len), len));
-            }
-            if p.persistent_keepalive > 0 {
-                let every = Duration::from_secs(p.persistent_keepalive.into());
-                device
-                    .peer_mut(id)
-                    .timers
-                    .set_persistent_keepalive(Some(every), now);
-            }
-            peers.push(WgPeer {
-                endpoint: endpoint.map_or((0, 0), |e| (u32::from(*e.ip()), e.port())),
-                allowed: allowed.clone(),
-                send: None,
-            });
-            allowed_all.push(allowed);
-        }
+        let (key, local) = self.check_new_wireguard(cfg)?;
+        let (device, peers, allowed_all) = wireguard_peers(name, key, &cfg.peers)?;
         let mtu = if cfg.underlay_mtu == 0 {
             1500
         } else {
@@ -251,6 +237,43 @@ impl Forwarder {
         });
         self.record(owner, Owned::Tunnel(name.into()));
         Ok(interface)
+    }
+
+    /// Checks a new tunnel's name, key, address and port; returns its key and address.
+    fn check_new_wireguard(
+        &self,
+        cfg: &WireguardSection,
+    ) -> Result<(PrivateKey, Ipv4Addr), ForwarderError> {
+        let name = cfg.name.as_str();
+        if name.is_empty() || name.len() > 64 || name.chars().any(char::is_whitespace) {
+            return Err(invalid(name, "name: 1 to 64 characters, no spaces"));
+        }
+        if self.interface(name).is_ok() {
+            return Err(ForwarderError::AlreadyExists(format!(
+                "an interface named `{name}` exists"
+            )));
+        }
+        let key = match (cfg.private_key.is_empty(), cfg.private_key_file.is_empty()) {
+            (false, true) => cfg.private_key.clone(),
+            (true, false) => std::fs::read_to_string(&cfg.private_key_file)
+                .map_err(|e| invalid(name, format!("{}: {e}", cfg.private_key_file)))?,
+            _ => return Err(invalid(name, "give one of private_key, private_key_file")),
+        };
+        let key = PrivateKey::from_base64(key.trim()).map_err(|e| invalid(name, e))?;
+        let local: Ipv4Addr = cfg
+            .address
+            .parse()
+            .map_err(|_| invalid(name, format!("address {:?} is not IPv4", cfg.address)))?;
+        if !self.is_own_address(local) {
+            return Err(invalid(
+                name,
+                format!("{local} is not an address of Quiver's (add it to a port first)"),
+            ));
+        }
+        if cfg.listen_port == 0 {
+            return Err(invalid(name, "listen_port 0"));
+        }
+        Ok((key, local))
     }
 
     /// Removes WireGuard tunnel `name` (its interface, routes and cross-connects).
@@ -393,6 +416,26 @@ impl WgEntry {
 
     fn run(&mut self, out: &ArrayQueue<WgDatagram>) {
         let now = Instant::now();
+        self.receive_punts(out, now);
+        self.drive_peers(out, now);
+        let mut buf = [0u8; 256];
+        while let Some((id, n)) = self.device.poll(now, &mut buf) {
+            if let Some(to) = self.endpoint(id) {
+                let b = buf;
+                self.send(out, to, &b[..n]);
+            }
+        }
+        for i in 0..self.last_handshake.len() {
+            let h = self.device.peer(PeerId(i)).stats.handshakes;
+            if h != self.last_handshake[i].0 {
+                self.last_handshake[i] = (h, Some(SystemTime::now()));
+            }
+        }
+    }
+
+    /// Hands what the workers punted to the `Device` (cookies when the punt queue is over half
+    /// full); sends its replies, hands decrypted data to the graph.
+    fn receive_punts(&mut self, out: &ArrayQueue<WgDatagram>, now: Instant) {
         self.device
             .set_under_load(self.shared.punts.len() > PUNT_QUEUE_LEN / 2);
         let mut reply = [0u8; 256];
@@ -433,6 +476,11 @@ impl WgEntry {
                 }
             }
         }
+    }
+
+    /// Tells each peer's timers what the data path sent and received since the last pass, and
+    /// starts the handshakes the data path asked for or a session's age calls for.
+    fn drive_peers(&mut self, out: &ArrayQueue<WgDatagram>, now: Instant) {
         let mut buf = [0u8; 256];
         for i in 0..self.shared.peers.len() {
             let id = PeerId(i);
@@ -477,18 +525,6 @@ impl WgEntry {
                     let b = buf;
                     self.send(out, to, &b[..n]);
                 }
-            }
-        }
-        while let Some((id, n)) = self.device.poll(now, &mut buf) {
-            if let Some(to) = self.endpoint(id) {
-                let b = buf;
-                self.send(out, to, &b[..n]);
-            }
-        }
-        for i in 0..self.last_handshake.len() {
-            let h = self.device.peer(PeerId(i)).stats.handshakes;
-            if h != self.last_handshake[i].0 {
-                self.last_handshake[i] = (h, Some(SystemTime::now()));
             }
         }
     }
