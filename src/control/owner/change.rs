@@ -179,39 +179,19 @@ impl Change {
     /// Applies the change; on error nothing of it is left (for [`Change::All`]: of the change
     /// that failed).
     pub fn apply(self, f: &mut Forwarder) -> Result<Applied, ForwarderError> {
-        use Applied::Done;
-        Ok(match self {
-            Change::AddPort { port, owner } => {
-                Applied::Interface(f.add_port(&port, owner.as_deref())?)
-            }
-            Change::RemoveInterface { name } => {
-                if f.tunnels().iter().any(|t| t.name == name) {
-                    f.remove_vxlan_tunnel(&name)?;
-                } else if f.wireguard_status().iter().any(|t| t.name == name) {
-                    f.remove_wireguard(&name)?;
-                } else {
-                    f.remove_port(&name)?;
-                }
-                Done
-            }
-            Change::CrossConnect { a, b, owner } => {
-                f.cross_connect(&a, &b, owner.as_deref())?;
-                Done
-            }
+        let interface = |r: Result<IfIndex, ForwarderError>| r.map(Applied::Interface);
+        match self {
+            Change::AddPort { port, owner } => interface(f.add_port(&port, owner.as_deref())),
+            Change::RemoveInterface { name } => done(remove_interface(f, &name)),
+            Change::CrossConnect { a, b, owner } => done(f.cross_connect(&a, &b, owner.as_deref())),
             Change::L3CrossConnect {
                 a,
                 b,
                 peer_b,
                 peer_a,
                 owner,
-            } => {
-                f.l3_cross_connect(&a, &b, peer_b, peer_a, owner.as_deref())?;
-                Done
-            }
-            Change::Disconnect { port } => {
-                f.disconnect(&port)?;
-                Done
-            }
+            } => done(f.l3_cross_connect(&a, &b, peer_b, peer_a, owner.as_deref())),
+            Change::Disconnect { port } => done(f.disconnect(&port)),
             Change::AddRoute {
                 prefix,
                 len,
@@ -220,39 +200,23 @@ impl Change {
             } => {
                 let via: Vec<(Ipv4Addr, &str)> =
                     via.iter().map(|(ip, port)| (*ip, port.as_str())).collect();
-                f.add_route(prefix, len, &via, owner.as_deref())?;
-                Done
+                done(f.add_route(prefix, len, &via, owner.as_deref()))
             }
-            Change::RemoveRoute { prefix, len } => {
-                f.remove_route(prefix, len)?;
-                Done
-            }
+            Change::RemoveRoute { prefix, len } => done(f.remove_route(prefix, len)),
             Change::AddNeighbor {
                 port,
                 ip,
                 mac,
                 owner,
-            } => {
-                f.add_neighbor(&port, ip, mac, owner.as_deref())?;
-                Done
-            }
-            Change::RemoveNeighbor { port, ip } => {
-                f.remove_neighbor(&port, ip)?;
-                Done
-            }
+            } => done(f.add_neighbor(&port, ip, mac, owner.as_deref())),
+            Change::RemoveNeighbor { port, ip } => done(f.remove_neighbor(&port, ip)),
             Change::AddAddress {
                 port,
                 ip,
                 len,
                 owner,
-            } => {
-                f.add_address(&port, ip, len, owner.as_deref())?;
-                Done
-            }
-            Change::RemoveAddress { port, ip, len } => {
-                f.remove_address(&port, ip, len)?;
-                Done
-            }
+            } => done(f.add_address(&port, ip, len, owner.as_deref())),
+            Change::RemoveAddress { port, ip, len } => done(f.remove_address(&port, ip, len)),
             Change::AddVxlanTunnel {
                 name,
                 local,
@@ -260,39 +224,41 @@ impl Change {
                 vni,
                 dst_port,
                 owner,
-            } => Applied::Interface(f.add_vxlan_tunnel(
-                &name,
-                local,
-                remote,
-                vni,
-                dst_port,
-                owner.as_deref(),
-            )?),
-            Change::SetVxlanPort(port) => {
-                f.set_vxlan_port(port)?;
-                Done
+            } => {
+                interface(f.add_vxlan_tunnel(&name, local, remote, vni, dst_port, owner.as_deref()))
             }
+            Change::SetVxlanPort(port) => done(f.set_vxlan_port(port)),
             Change::AddWireguard { tunnel, owner } => {
-                Applied::Interface(f.add_wireguard(&tunnel, owner.as_deref())?)
+                interface(f.add_wireguard(&tunnel, owner.as_deref()))
             }
-            Change::RemoveWireguard { name } => {
-                f.remove_wireguard(&name)?;
-                Done
-            }
-            Change::RekeyWireguard { name } => {
-                f.rekey_wireguard(&name)?;
-                Done
-            }
-            Change::RemoveOwned { owner } => Applied::Removed(f.remove_owned(&owner)?),
-            Change::CaptureStart(request) => Applied::Capture(f.capture_start(request)?),
-            Change::CaptureStop { interface } => Applied::Capture(f.capture_stop(&interface)?),
+            Change::RemoveWireguard { name } => done(f.remove_wireguard(&name)),
+            Change::RekeyWireguard { name } => done(f.rekey_wireguard(&name)),
+            Change::RemoveOwned { owner } => f.remove_owned(&owner).map(Applied::Removed),
+            Change::CaptureStart(request) => f.capture_start(request).map(Applied::Capture),
+            Change::CaptureStop { interface } => f.capture_stop(&interface).map(Applied::Capture),
             Change::All(changes) => {
                 let mut applied = Vec::with_capacity(changes.len());
                 for c in changes {
                     applied.push(c.apply(f)?);
                 }
-                Applied::All(applied)
+                Ok(Applied::All(applied))
             }
-        })
+        }
+    }
+}
+
+/// A change that made nothing to report (what the call returns is not): [`Applied::Done`].
+fn done<T>(r: Result<T, ForwarderError>) -> Result<Applied, ForwarderError> {
+    r.map(|_| Applied::Done)
+}
+
+/// Removes a port, a VXLAN or a WireGuard tunnel by name.
+fn remove_interface(f: &mut Forwarder, name: &str) -> Result<(), ForwarderError> {
+    if f.tunnels().iter().any(|t| t.name == name) {
+        f.remove_vxlan_tunnel(name)
+    } else if f.wireguard_status().iter().any(|t| t.name == name) {
+        f.remove_wireguard(name)
+    } else {
+        f.remove_port(name)
     }
 }
