@@ -15,7 +15,8 @@ use nsm_proto::connectioncontext::IpContext;
 use nsm_proto::networkservice::NetworkServiceRequest;
 use tonic::Status;
 
-pub use crate::connect::MAX_ID_LEN;
+/// The longest connection id Quiver accepts (it names sockets and ports; NSM's are UUIDs).
+pub const MAX_ID_LEN: usize = 48;
 
 /// The largest message the NSM server decodes or sends (4 MiB, gRPC's default, as nsmgr and
 /// cmd-forwarder-vpp use).

@@ -8,13 +8,11 @@ use nsm_proto::networkservice::NetworkServiceRequest;
 use tonic::Status;
 
 use crate::config::NsmConfig;
+use crate::limits::MAX_ID_LEN;
 use crate::mechanism::{self, ClientMechanism, Remote, TunnelEnd};
 use crate::mtu;
 use crate::path::{self, Position};
 use crate::validate::{self, Payload};
-
-/// The longest connection id Quiver accepts (it names sockets and ports; NSM's are UUIDs).
-pub const MAX_ID_LEN: usize = 48;
 
 /// What a Request asks for, checked, before anything is touched.
 pub(super) struct Checked {

@@ -52,7 +52,7 @@ use crate::table::Table;
 use crate::vni::VniTable;
 use crate::wg_ports::WgPorts;
 
-pub use check::MAX_ID_LEN;
+pub use crate::limits::MAX_ID_LEN;
 #[doc(hidden)]
 pub use check::{check_request, RequestPlan};
 pub use endpoint_client::ENDPOINT_TIMEOUT;

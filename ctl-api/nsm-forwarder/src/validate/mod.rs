@@ -13,6 +13,7 @@ use tonic::Status;
 
 use crate::addr::{IpPrefix, MacError, PrefixError};
 use crate::dataplane::{IpConfig, NeighborSpec, PolicySpec, RouteSpec};
+use crate::mechanism::names::{MEMIF, SOCKETFILE};
 
 /// The longest Linux interface name (IFNAMSIZ - 1).
 pub const MAX_IFNAME: usize = 15;
@@ -226,8 +227,8 @@ pub fn caller_mechanisms(req: &NetworkServiceRequest) -> Result<(), Status> {
                 )));
             }
         }
-        let socket = m.parameters.get(crate::mechanism::SOCKETFILE);
-        if let Some(s) = socket.filter(|s| m.r#type == crate::mechanism::MEMIF && !s.is_empty()) {
+        let socket = m.parameters.get(SOCKETFILE);
+        if let Some(s) = socket.filter(|s| m.r#type == MEMIF && !s.is_empty()) {
             if !s.starts_with('@') {
                 return Err(Status::invalid_argument(format!(
                     "{what}.socketfile: {s:?} is a path: Quiver makes the client's memif \
