@@ -174,6 +174,18 @@ impl Default for NsmConfig {
     }
 }
 
+/// An environment lookup that treats empty values as unset.
+type Vars<'a> = dyn Fn(&str) -> Option<String> + 'a;
+
+/// `var`'s `value` refused: `why`.
+fn invalid(var: &str, value: &str, why: &str) -> ConfigError {
+    ConfigError {
+        var: var.into(),
+        value: value.into(),
+        why: why.into(),
+    }
+}
+
 impl NsmConfig {
     /// True when the environment asks for the NSM forwarder (`NSM_LISTEN_ON` is set).
     pub fn requested_by_env() -> bool {
@@ -193,89 +205,112 @@ impl NsmConfig {
             ..NsmConfig::default()
         };
         let var = |k: &str| get(k).filter(|v| !v.trim().is_empty());
-        let err = |var: &str, value: &str, why: &str| ConfigError {
-            var: var.into(),
-            value: value.into(),
-            why: why.into(),
-        };
+        c.service_vars(&var)?;
+        c.dataplane_vars(&var)?;
+        c.duration_vars(&var)?;
+        c.observability_vars(&var)?;
+        Ok(c)
+    }
+
+    /// The service: its names, labels, mechanism priority, sockets, registration and SPIFFE.
+    fn service_vars(&mut self, var: &Vars) -> Result<(), ConfigError> {
         if let Some(v) = var("NSM_NAME") {
-            c.name = v;
+            self.name = v;
         }
         if let Some(v) = var("NSM_NSNAME") {
-            c.nsname = v.trim().to_string();
+            self.nsname = v.trim().to_string();
         }
         if let Some(v) = var("NSM_MECHANISM_PRIORITY") {
-            c.mechanism_priority =
-                env::mechanism_list(&v).map_err(|why| err("NSM_MECHANISM_PRIORITY", &v, &why))?;
+            self.mechanism_priority = env::mechanism_list(&v)
+                .map_err(|why| invalid("NSM_MECHANISM_PRIORITY", &v, &why))?;
         }
         if let Some(v) = var("NSM_LABELS") {
             for kv in v.split(',').filter(|s| !s.is_empty()) {
                 let (k, val) = kv
                     .split_once(['=', ':'])
-                    .ok_or_else(|| err("NSM_LABELS", &v, "expected key=value,…"))?;
-                c.labels.insert(k.trim().into(), val.trim().into());
+                    .ok_or_else(|| invalid("NSM_LABELS", &v, "expected key=value,…"))?;
+                self.labels.insert(k.trim().into(), val.trim().into());
             }
         }
         for (name, slot) in [
-            ("NSM_CONNECT_TO", &mut c.connect_to),
-            ("NSM_LISTEN_ON", &mut c.listen_on),
+            ("NSM_CONNECT_TO", &mut self.connect_to),
+            ("NSM_LISTEN_ON", &mut self.listen_on),
         ] {
             if let Some(v) = var(name) {
                 if !v.starts_with("unix://") && !v.starts_with("tcp://") {
-                    return Err(err(name, &v, "expected unix:///path or tcp://host:port"));
+                    return Err(invalid(
+                        name,
+                        &v,
+                        "expected unix:///path or tcp://host:port",
+                    ));
                 }
                 *slot = v;
             }
         }
-        c.register = var("NSM_CONNECT_TO").is_some();
-        c.spiffe_endpoint = var(ENDPOINT_ENV);
+        self.register = var("NSM_CONNECT_TO").is_some();
+        self.spiffe_endpoint = var(ENDPOINT_ENV);
+        Ok(())
+    }
+
+    /// The data plane: the tunnel address, kernel backend, uplink, WireGuard key, VXLAN port.
+    fn dataplane_vars(&mut self, var: &Vars) -> Result<(), ConfigError> {
         if let Some(v) = var("NSM_TUNNEL_IP") {
-            c.tunnel_ip = Some(
+            self.tunnel_ip = Some(
                 v.parse()
-                    .map_err(|_| err("NSM_TUNNEL_IP", &v, "not an IP address"))?,
+                    .map_err(|_| invalid("NSM_TUNNEL_IP", &v, "not an IP address"))?,
             );
         }
         if let Some(v) = var("NSM_KERNEL_BACKEND") {
-            c.kernel_backend = match v.to_ascii_lowercase().as_str() {
+            self.kernel_backend = match v.to_ascii_lowercase().as_str() {
                 "veth" => KernelBackend::Veth,
                 "tap" => KernelBackend::Tap,
-                _ => return Err(err("NSM_KERNEL_BACKEND", &v, "expected veth or tap")),
+                _ => return Err(invalid("NSM_KERNEL_BACKEND", &v, "expected veth or tap")),
             };
         }
         if let Some(v) = var("NSM_UPLINK") {
-            c.node_uplink = match v.to_ascii_lowercase().as_str() {
+            self.node_uplink = match v.to_ascii_lowercase().as_str() {
                 "af_xdp" => true,
                 "none" => false,
-                _ => return Err(err("NSM_UPLINK", &v, "expected af_xdp or none")),
+                _ => return Err(invalid("NSM_UPLINK", &v, "expected af_xdp or none")),
             };
         }
         if let Some(v) = var("NSM_WIREGUARD_PRIVATE_KEY_FILE") {
-            c.wireguard_key_file = Some(PathBuf::from(v));
+            self.wireguard_key_file = Some(PathBuf::from(v));
         }
         if let Some(v) = var("NSM_VXLAN_PORT") {
-            c.vxlan_port = match v.parse() {
+            self.vxlan_port = match v.parse() {
                 // cmd-forwarder-vpp's default: 0 means VXLAN's own port.
                 Ok(0) => 4789,
                 Ok(port) => port,
-                Err(_) => return Err(err("NSM_VXLAN_PORT", &v, "not a UDP port")),
+                Err(_) => return Err(invalid("NSM_VXLAN_PORT", &v, "not a UDP port")),
             };
         }
+        Ok(())
+    }
+
+    /// Lifetimes, timeouts and intervals (Go durations).
+    fn duration_vars(&mut self, var: &Vars) -> Result<(), ConfigError> {
         for (name, slot) in [
-            ("NSM_MAX_TOKEN_LIFETIME", &mut c.max_token_lifetime),
-            ("NSM_DIAL_TIMEOUT", &mut c.dial_timeout),
+            ("NSM_MAX_TOKEN_LIFETIME", &mut self.max_token_lifetime),
+            ("NSM_DIAL_TIMEOUT", &mut self.dial_timeout),
             (
                 "NSM_METRICS_EXPORT_INTERVAL",
-                &mut c.metrics_export_interval,
+                &mut self.metrics_export_interval,
             ),
             (
                 "NSM_PROMETHEUS_SERVER_HEADER_TIMEOUT",
-                &mut c.prometheus_server_header_timeout,
+                &mut self.prometheus_server_header_timeout,
             ),
         ] {
             if let Some(v) = var(name) {
-                *slot = parse_go_duration(&v).map_err(|why| err(name, &v, &why.to_string()))?;
+                *slot = parse_go_duration(&v).map_err(|why| invalid(name, &v, &why.to_string()))?;
             }
         }
+        Ok(())
+    }
+
+    /// Logging, Prometheus and OpenTelemetry.
+    fn observability_vars(&mut self, var: &Vars) -> Result<(), ConfigError> {
         if let Some(v) = var("NSM_LOG_LEVEL") {
             let up = v.to_ascii_uppercase();
             if ![
@@ -283,32 +318,32 @@ impl NsmConfig {
             ]
             .contains(&up.as_str())
             {
-                return Err(err("NSM_LOG_LEVEL", &v, "not a log level"));
+                return Err(invalid("NSM_LOG_LEVEL", &v, "not a log level"));
             }
-            c.log_level = up;
+            self.log_level = up;
         }
         if let Some(v) = var("PROMETHEUS") {
-            c.prometheus =
-                parse_go_bool(&v).ok_or_else(|| err("PROMETHEUS", &v, "expected true or false"))?;
+            self.prometheus = parse_go_bool(&v)
+                .ok_or_else(|| invalid("PROMETHEUS", &v, "expected true or false"))?;
         }
         if let Some(v) = var("NSM_PROMETHEUS_LISTEN_ON") {
-            env::listen_addr(&v).map_err(|why| err("NSM_PROMETHEUS_LISTEN_ON", &v, &why))?;
-            c.prometheus_listen_on = v.trim().to_string();
+            env::listen_addr(&v).map_err(|why| invalid("NSM_PROMETHEUS_LISTEN_ON", &v, &why))?;
+            self.prometheus_listen_on = v.trim().to_string();
         }
         if let Some(v) = var("PROMETHEUS_METRICS_PREFIX") {
-            env::metric_prefix(&v).map_err(|why| err("PROMETHEUS_METRICS_PREFIX", &v, &why))?;
-            c.prometheus_metrics_prefix = v.trim().to_string();
+            env::metric_prefix(&v).map_err(|why| invalid("PROMETHEUS_METRICS_PREFIX", &v, &why))?;
+            self.prometheus_metrics_prefix = v.trim().to_string();
         }
         if let Some(v) = var("TELEMETRY") {
-            c.telemetry =
-                parse_go_bool(&v).ok_or_else(|| err("TELEMETRY", &v, "expected true or false"))?;
+            self.telemetry = parse_go_bool(&v)
+                .ok_or_else(|| invalid("TELEMETRY", &v, "expected true or false"))?;
         }
         if let Some(v) = var("NSM_OPEN_TELEMETRY_ENDPOINT") {
             crate::telemetry::endpoint_url(&v)
-                .map_err(|why| err("NSM_OPEN_TELEMETRY_ENDPOINT", &v, &why.to_string()))?;
-            c.open_telemetry_endpoint = v.trim().to_string();
+                .map_err(|why| invalid("NSM_OPEN_TELEMETRY_ENDPOINT", &v, &why.to_string()))?;
+            self.open_telemetry_endpoint = v.trim().to_string();
         }
-        Ok(c)
+        Ok(())
     }
 
     /// Where to serve Prometheus metrics (`IP:PORT`), when `PROMETHEUS` is true:
