@@ -77,6 +77,22 @@ pub(super) struct Build<'a> {
 }
 
 /// The client side's port, as its mechanism and the IP context make it.
+/// What the endpoint answered, read ([`Build::endpoint`]).
+struct Answered {
+    /// The endpoint that answered.
+    chosen: Candidate,
+    /// Its answer.
+    answer: Connection,
+    /// The addresses on both sides.
+    ip: SidesIp,
+    /// Its mechanism.
+    ep: EndpointMechanism,
+    /// The fds its answer passed, resolved.
+    answer_fds: Resolved,
+    /// The WireGuard port claimed for the endpoint side (0: none).
+    wg_port: u16,
+}
+
 struct ClientSide<'a> {
     owner: &'a str,
     mechanism: &'a ClientMechanism,
@@ -180,14 +196,8 @@ impl<'a> Build<'a> {
             mtu: requested_mtu,
         } = c;
         let own_short = short(&position.own_id);
-        // The tunnel to other nodes this payload travels in (VXLAN for ETHERNET, WireGuard
-        // for IP), if Quiver has one.
-        let remote = self
-            .parts
-            .tunnel_end
-            .and_then(|t| Some((t, t.remote_for(payload == Payload::Ip)?)));
+        let remote = self.remote(payload);
         let tunnel = remote.map(|(t, _)| t);
-        let kind = remote.map(|(_, k)| k);
         // The MTU: a tunnel on either side lowers it (toward the endpoint when every
         // candidate is on another node); the endpoint may lower it in its answer.
         let tunnelled = |through: bool| match remote {
@@ -201,16 +211,7 @@ impl<'a> Build<'a> {
         );
         let mtu = tunnelled(client_remote || all_remote);
         mtu::set(&mut conn, mtu);
-        let mut side = ClientSide {
-            owner: self.owner,
-            mechanism: &client,
-            payload,
-            own_short: &own_short,
-            tunnel,
-            vni: self.claim_client_vni(&client)?,
-            wg_port: self.claim_client_wg_port(&client)?,
-            mtu,
-        };
+        let mut side = self.client_side(&client, payload, &own_short, tunnel, mtu)?;
 
         // 1. The client side.
         let caller_ip = validate::context(conn.context.as_ref()).unwrap_or_default();
@@ -218,54 +219,157 @@ impl<'a> Build<'a> {
         self.client_port(&want_client).await?;
 
         // 2. The endpoint: Quiver Requests it as a client.
-        let suggested = format!("nse-{own_short}");
-        let endpoint_wg_port = self.claim_endpoint_wg_port(kind)?;
-        let remote_offer = remote.map(|(t, k)| t.offer(k, endpoint_wg_port));
-        let offers = |url: &str| {
-            mechanism::offers(
+        let answered = self
+            .endpoint(
+                &mut conn,
+                path,
+                &position,
+                endpoints,
                 &client_mech.r#type,
-                &suggested,
-                remote_offer.clone(),
-                is_remote(url),
+                remote,
             )
-        };
-        let (chosen, answer, passed) = self
-            .request_endpoint(&conn, path, &position, endpoints, offers)
             .await?;
-        if !chosen.name.is_empty() {
-            // Answered and published: a refresh comes back to this endpoint.
-            conn.network_service_endpoint_name = chosen.name.clone();
-        }
-        let (ip, ep, answer_fds) = self.read_answer(&answer, &passed, &suggested, kind)?;
         let endpoint_remote = matches!(
-            ep,
+            answered.ep,
             EndpointMechanism::Vxlan { .. } | EndpointMechanism::Wireguard { .. }
         );
-        if endpoint_wg_port != 0 && !matches!(ep, EndpointMechanism::Wireguard { .. }) {
-            // The port offered is not used: free it for other connections.
-            self.parts.wg_ports.release_key(&side_key(self.owner, true));
-        }
         let mtu = mtu::answered(
             tunnelled(client_remote || endpoint_remote).min(mtu),
-            &answer,
+            &answered.answer,
         );
         mtu::set(&mut conn, mtu);
         side.mtu = mtu;
 
         // 3. The client side again, if the endpoint's context changed its addresses (or its
         // tunnel the MTU).
-        let with_answer = side.spec(&ip);
+        let with_answer = side.spec(&answered.ip);
         if with_answer != want_client {
             self.replace_client_port(&want_client, &with_answer).await?;
             want_client = with_answer;
         }
 
         // 4. The endpoint side (made with the cross-connect, in one data-path call).
-        let want_endpoint =
-            endpoint_spec(self.owner, ep, payload, tunnel, &ip, mtu, endpoint_wg_port);
-        let create_endpoint = self.endpoint_port(&want_endpoint).await?;
-
+        let want_endpoint = endpoint_spec(
+            self.owner,
+            answered.ep,
+            payload,
+            tunnel,
+            &answered.ip,
+            mtu,
+            answered.wg_port,
+        );
         // 5. The cross-connect.
+        let xc = self
+            .endpoint_side_and_cross_connect(&want_client, &want_endpoint, payload, &answered.ip)
+            .await?;
+
+        // 6. The answer.
+        let client_answer = client_answer(client_mech, &want_client, tunnel);
+        let published = published(&answered.answer, &position, client_answer, &conn);
+        Ok(Built {
+            own_id: position.own_id.clone(),
+            client: want_client,
+            endpoint: want_endpoint,
+            cross_connect: xc,
+            endpoint_url: answered.chosen.url,
+            endpoint_name: answered.chosen.name,
+            endpoint_conn: answered.answer,
+            published,
+            caller: (position.prev_id, position.prev_index),
+            expires: position.expires,
+            answer_fds: answered.answer_fds,
+        })
+    }
+
+    /// The tunnel to other nodes `payload` travels in (VXLAN for ETHERNET, WireGuard for IP),
+    /// if Quiver has one.
+    fn remote(&self, payload: Payload) -> Option<(TunnelEnd, Remote)> {
+        self.parts
+            .tunnel_end
+            .and_then(|t| Some((t, t.remote_for(payload == Payload::Ip)?)))
+    }
+
+    /// The client side as first asked for, with the VNI or WireGuard port Quiver chooses as
+    /// a tunnel's answering end.
+    fn client_side<'c>(
+        &self,
+        client: &'c ClientMechanism,
+        payload: Payload,
+        own_short: &'c str,
+        tunnel: Option<TunnelEnd>,
+        mtu: u32,
+    ) -> Result<ClientSide<'c>, Status>
+    where
+        'a: 'c,
+    {
+        Ok(ClientSide {
+            owner: self.owner,
+            mechanism: client,
+            payload,
+            own_short,
+            tunnel,
+            vni: self.claim_client_vni(client)?,
+            wg_port: self.claim_client_wg_port(client)?,
+            mtu,
+        })
+    }
+
+    /// Step 2: Requests the endpoint as a client, offering what reaches it (with a WireGuard
+    /// port claimed for a WireGuard tunnel, freed again if the endpoint answers otherwise), and
+    /// reads its answer.
+    async fn endpoint(
+        &mut self,
+        conn: &mut Connection,
+        path: Path,
+        position: &Position,
+        endpoints: Vec<Candidate>,
+        client_type: &str,
+        remote: Option<(TunnelEnd, Remote)>,
+    ) -> Result<Answered, Status> {
+        let kind = remote.map(|(_, k)| k);
+        let suggested = format!("nse-{}", short(&position.own_id));
+        let endpoint_wg_port = self.claim_endpoint_wg_port(kind)?;
+        let remote_offer = remote.map(|(t, k)| t.offer(k, endpoint_wg_port));
+        let offers = |url: &str| {
+            mechanism::offers(
+                client_type,
+                &suggested,
+                remote_offer.clone(),
+                is_remote(url),
+            )
+        };
+        let (chosen, answer, passed) = self
+            .request_endpoint(conn, path, position, endpoints, offers)
+            .await?;
+        if !chosen.name.is_empty() {
+            // Answered and published: a refresh comes back to this endpoint.
+            conn.network_service_endpoint_name = chosen.name.clone();
+        }
+        let (ip, ep, answer_fds) = self.read_answer(&answer, &passed, &suggested, kind)?;
+        if endpoint_wg_port != 0 && !matches!(ep, EndpointMechanism::Wireguard { .. }) {
+            // The port offered is not used: free it for other connections.
+            self.parts.wg_ports.release_key(&side_key(self.owner, true));
+        }
+        Ok(Answered {
+            chosen,
+            answer,
+            ip,
+            ep,
+            answer_fds,
+            wg_port: endpoint_wg_port,
+        })
+    }
+
+    /// Steps 4 and 5: the endpoint side's port (made with the cross-connect, in one data-path
+    /// call) and the cross-connect, L2 or L3 by payload.
+    async fn endpoint_side_and_cross_connect(
+        &mut self,
+        want_client: &PortSpec,
+        want_endpoint: &PortSpec,
+        payload: Payload,
+        ip: &SidesIp,
+    ) -> Result<CrossConnect, Status> {
+        let create_endpoint = self.endpoint_port(want_endpoint).await?;
         let xc = match payload {
             Payload::Ethernet => CrossConnect::L2,
             Payload::Ip => CrossConnect::L3 {
@@ -273,25 +377,9 @@ impl<'a> Build<'a> {
                 to_client: ip.client_hop(),
             },
         };
-        self.cross_connect(&want_client, &want_endpoint, &xc, create_endpoint)
+        self.cross_connect(want_client, want_endpoint, &xc, create_endpoint)
             .await?;
-
-        // 6. The answer.
-        let client_answer = client_answer(client_mech, &want_client, tunnel);
-        let published = published(&answer, &position, client_answer, &conn);
-        Ok(Built {
-            own_id: position.own_id.clone(),
-            client: want_client,
-            endpoint: want_endpoint,
-            cross_connect: xc,
-            endpoint_url: chosen.url,
-            endpoint_name: chosen.name,
-            endpoint_conn: answer,
-            published,
-            caller: (position.prev_id, position.prev_index),
-            expires: position.expires,
-            answer_fds,
-        })
+        Ok(xc)
     }
 
     /// As the answering end of a VXLAN tunnel, Quiver chooses the VNI (kept on refresh).
