@@ -8,7 +8,7 @@
 //! what it sends comes back through the input node `wg4-control-input`. See
 //! `crate::wireguard` for the state and who writes what. Nothing here allocates or blocks.
 
-use dataplane::buffer::flags;
+use dataplane::buffer::{flags, WorkerBuffers};
 use dataplane::{Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 use wireguard::transport::{self, sealed_len};
 use wireguard::wire::TRANSPORT_HEADER_LEN;
@@ -226,6 +226,100 @@ enum Verdict {
     },
 }
 
+/// `wg4-decrypt`'s work on one datagram: what it is, and for a transport message of a
+/// published session, decrypted in place (the buffer then holds the inner packet). Inlined
+/// into the node's loop; `Err` is the error to count.
+#[inline(always)]
+fn decrypt_one(
+    state: &ForwardingState,
+    buffers: &mut WorkerBuffers,
+    bi: u32,
+) -> Result<Verdict, u16> {
+    use decrypt::*;
+    let d = buffers.data(bi);
+    let ip = Ipv4::new_checked(d).map_err(|_| TRUNCATED)?;
+    let udp = Udp::new_checked(ip.payload()).map_err(|_| TRUNCATED)?;
+    let msg_at = ip.header_len() + wire::UDP_HEADER;
+    if udp.payload().len() < 4 || buffers.meta(bi).next().is_some() {
+        return Err(TRUNCATED);
+    }
+    let (src, dst) = (ip.src(), ip.dst());
+    let (sport, dport) = (udp.src_port(), udp.dst_port());
+    let msg = usize::from(udp.len())
+        .checked_sub(wire::UDP_HEADER)
+        .filter(|&l| l >= 4)
+        .and_then(|l| udp.payload().get(..l))
+        .ok_or(TRUNCATED)?;
+    let tunnel = state.wireguard_at(dst, dport).ok_or(NO_TUNNEL)?;
+    let t = state.wireguard[tunnel as usize].as_ref().ok_or(NO_TUNNEL)?;
+    let kind = wireguard::wire::message_type(msg).map_err(|_| UNKNOWN_TYPE)?;
+    let len = msg.len();
+    let punt = Verdict::Punt {
+        tunnel,
+        src,
+        sport,
+        at: msg_at as u16,
+        len: len as u16,
+    };
+    if kind != wireguard::wire::TYPE_TRANSPORT {
+        return Ok(punt);
+    }
+    let (receiver, counter) = transport::peek(msg).map_err(|_| TRUNCATED)?;
+    let (peer, session) = match t.receivers.get(&receiver) {
+        None => return Err(UNKNOWN_INDEX),
+        Some(WgReceiver::Pending) => return Ok(punt),
+        Some(WgReceiver::Session { peer, session }) => (usize::from(*peer), session),
+    };
+    let counters = &t.shared.peers[peer];
+    let Ok(window) = session.window.try_lock() else {
+        return Err(WINDOW_BUSY);
+    };
+    if window.check(counter).is_err() {
+        WgPeerCounters::bump(&counters.replays, 1);
+        return Err(REPLAY);
+    }
+    drop(window);
+    buffers.advance(bi, msg_at as u16);
+    buffers.set_length(bi, len as u16);
+    let opened = transport::open(&session.keys, buffers.data_mut(bi));
+    let Ok((_, range)) = opened else {
+        WgPeerCounters::bump(&counters.bad_tags, 1);
+        return Err(BAD_TAG);
+    };
+    let Ok(mut window) = session.window.try_lock() else {
+        return Err(WINDOW_BUSY);
+    };
+    if window.accept(counter).is_err() {
+        WgPeerCounters::bump(&counters.replays, 1);
+        return Err(REPLAY);
+    }
+    drop(window);
+    WgPeerCounters::bump(&counters.rx_packets, 1);
+    if range.is_empty() {
+        return Err(KEEPALIVE);
+    }
+    let plain = &buffers.data(bi)[range.clone()];
+    let inner = Ipv4::new_checked(plain)
+        .ok()
+        .filter(|ip| ip.version() == 4)
+        .ok_or(NOT_IP4)?;
+    let inner_len = usize::from(inner.total_len());
+    if !(wire::IP4_HEADER..=plain.len()).contains(&inner_len) {
+        return Err(NOT_IP4);
+    }
+    if !t.allows(peer, inner.src()) {
+        return Err(SOURCE_NOT_ALLOWED);
+    }
+    WgPeerCounters::bump(&counters.rx_bytes, inner_len as u64);
+    buffers.advance(bi, range.start as u16);
+    buffers.set_length(bi, inner_len as u16);
+    let meta = buffers.meta_mut(bi);
+    meta.rx_interface = t.interface.get();
+    meta.flags &= !(flags::IP4_CHECKSUM_OK | flags::FLOW_HASH_VALID | LOCALLY_ORIGINATED);
+    meta.l3_offset = meta.data_offset();
+    Ok(Verdict::Inner)
+}
+
 impl Node<ForwardingState> for Wg4Decrypt {
     fn spec(&self) -> NodeSpec {
         NodeSpec::internal(names::WG4_DECRYPT)
@@ -240,91 +334,7 @@ impl Node<ForwardingState> for Wg4Decrypt {
         let bis = frame.as_slice();
         let n = bis.len();
         for (&bi, next) in bis.iter().zip(&mut self.nexts[..n]) {
-            let verdict = (|| {
-                let d = cx.buffers.data(bi);
-                let ip = Ipv4::new_checked(d).map_err(|_| TRUNCATED)?;
-                let udp = Udp::new_checked(ip.payload()).map_err(|_| TRUNCATED)?;
-                let msg_at = ip.header_len() + wire::UDP_HEADER;
-                if udp.payload().len() < 4 || cx.buffers.meta(bi).next().is_some() {
-                    return Err(TRUNCATED);
-                }
-                let (src, dst) = (ip.src(), ip.dst());
-                let (sport, dport) = (udp.src_port(), udp.dst_port());
-                let msg = usize::from(udp.len())
-                    .checked_sub(wire::UDP_HEADER)
-                    .filter(|&l| l >= 4)
-                    .and_then(|l| udp.payload().get(..l))
-                    .ok_or(TRUNCATED)?;
-                let tunnel = state.wireguard_at(dst, dport).ok_or(NO_TUNNEL)?;
-                let t = state.wireguard[tunnel as usize].as_ref().ok_or(NO_TUNNEL)?;
-                let kind = wireguard::wire::message_type(msg).map_err(|_| UNKNOWN_TYPE)?;
-                let len = msg.len();
-                let punt = Verdict::Punt {
-                    tunnel,
-                    src,
-                    sport,
-                    at: msg_at as u16,
-                    len: len as u16,
-                };
-                if kind != wireguard::wire::TYPE_TRANSPORT {
-                    return Ok(punt);
-                }
-                let (receiver, counter) = transport::peek(msg).map_err(|_| TRUNCATED)?;
-                let (peer, session) = match t.receivers.get(&receiver) {
-                    None => return Err(UNKNOWN_INDEX),
-                    Some(WgReceiver::Pending) => return Ok(punt),
-                    Some(WgReceiver::Session { peer, session }) => (usize::from(*peer), session),
-                };
-                let counters = &t.shared.peers[peer];
-                let Ok(window) = session.window.try_lock() else {
-                    return Err(WINDOW_BUSY);
-                };
-                if window.check(counter).is_err() {
-                    WgPeerCounters::bump(&counters.replays, 1);
-                    return Err(REPLAY);
-                }
-                drop(window);
-                cx.buffers.advance(bi, msg_at as u16);
-                cx.buffers.set_length(bi, len as u16);
-                let opened = transport::open(&session.keys, cx.buffers.data_mut(bi));
-                let Ok((_, range)) = opened else {
-                    WgPeerCounters::bump(&counters.bad_tags, 1);
-                    return Err(BAD_TAG);
-                };
-                let Ok(mut window) = session.window.try_lock() else {
-                    return Err(WINDOW_BUSY);
-                };
-                if window.accept(counter).is_err() {
-                    WgPeerCounters::bump(&counters.replays, 1);
-                    return Err(REPLAY);
-                }
-                drop(window);
-                WgPeerCounters::bump(&counters.rx_packets, 1);
-                if range.is_empty() {
-                    return Err(KEEPALIVE);
-                }
-                let plain = &cx.buffers.data(bi)[range.clone()];
-                let inner = Ipv4::new_checked(plain)
-                    .ok()
-                    .filter(|ip| ip.version() == 4)
-                    .ok_or(NOT_IP4)?;
-                let inner_len = usize::from(inner.total_len());
-                if !(wire::IP4_HEADER..=plain.len()).contains(&inner_len) {
-                    return Err(NOT_IP4);
-                }
-                if !t.allows(peer, inner.src()) {
-                    return Err(SOURCE_NOT_ALLOWED);
-                }
-                WgPeerCounters::bump(&counters.rx_bytes, inner_len as u64);
-                cx.buffers.advance(bi, range.start as u16);
-                cx.buffers.set_length(bi, inner_len as u16);
-                let meta = cx.buffers.meta_mut(bi);
-                meta.rx_interface = t.interface.get();
-                meta.flags &=
-                    !(flags::IP4_CHECKSUM_OK | flags::FLOW_HASH_VALID | LOCALLY_ORIGINATED);
-                meta.l3_offset = meta.data_offset();
-                Ok(Verdict::Inner)
-            })();
+            let verdict = decrypt_one(state, cx.buffers, bi);
             match verdict {
                 Ok(Verdict::Inner) => *next = INPUT,
                 Ok(Verdict::Punt {
