@@ -6,6 +6,7 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod fast_map;
 pub mod fib;
 pub mod forwarding;
 pub mod index;

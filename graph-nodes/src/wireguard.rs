@@ -32,7 +32,8 @@ pub use crossbeam_queue::ArrayQueue;
 use wireguard::replay::ReplayWindow;
 use wireguard::transport::{SendCounter, TransportKeys};
 
-use crate::state::{FastMap, IfIndex};
+use crate::fast_map::FastMap;
+use crate::index::IfIndex;
 
 /// The largest datagram the punt and output queues carry (a buffer's data).
 pub const WG_DATAGRAM_MAX: usize = 2048;
