@@ -157,111 +157,128 @@ fn busy(r: &pb::ShowRuntimeReply) -> (u64, u64) {
         .fold((0, 0), |(c, p), w| (c + w.busy_clocks, p + w.busy_packets))
 }
 
+/// A counter's increase per second over `dt` (per 1 s when there is no interval).
+fn rate(c: u64, p: u64, dt: Option<f64>) -> f64 {
+    delta(c, p) as f64 / dt.unwrap_or(1.0)
+}
+
+/// Each interface's rates since `prev` (none for one `prev` did not list) and totals.
+fn interface_rates(
+    prev: Option<&Snapshot>,
+    cur: &Snapshot,
+    dt: Option<f64>,
+) -> Vec<InterfaceRates> {
+    let rate = |c: u64, p: u64| rate(c, p, dt);
+    let old_ifs: HashMap<&str, &pb::Interface> = prev
+        .map(|p| {
+            p.interfaces
+                .interfaces
+                .iter()
+                .map(|i| (i.name.as_str(), i))
+                .collect()
+        })
+        .unwrap_or_default();
+    cur.interfaces
+        .interfaces
+        .iter()
+        .map(|i| InterfaceRates {
+            name: i.name.clone(),
+            r#type: i.r#type.clone(),
+            link_up: i.link_up,
+            rates: old_ifs.get(i.name.as_str()).map(|o| {
+                [
+                    rate(i.rx_packets, o.rx_packets),
+                    rate(i.tx_packets, o.tx_packets),
+                    rate(i.rx_bytes, o.rx_bytes) * 8.0,
+                    rate(i.tx_bytes, o.tx_bytes) * 8.0,
+                    rate(i.rx_dropped + i.tx_dropped, o.rx_dropped + o.tx_dropped),
+                ]
+            }),
+            rx_packets: i.rx_packets,
+            tx_packets: i.tx_packets,
+            dropped: i.rx_dropped + i.tx_dropped,
+        })
+        .collect()
+}
+
+/// The nodes that handled packets since `prev` (ever, without one), with their rates.
+fn node_rates(prev: Option<&Snapshot>, cur: &Snapshot, dt: Option<f64>) -> Vec<NodeRates> {
+    let old_nodes: HashMap<String, pb::NodeRuntime> = prev
+        .map(|p| {
+            nodes_by_name(&p.runtime)
+                .into_iter()
+                .map(|n| (n.name.clone(), n))
+                .collect()
+        })
+        .unwrap_or_default();
+    nodes_by_name(&cur.runtime)
+        .into_iter()
+        .filter_map(|n| {
+            let o = old_nodes.get(&n.name).cloned().unwrap_or_default();
+            let (calls, packets, clocks) = match prev {
+                Some(_) => (
+                    delta(n.calls, o.calls),
+                    delta(n.packets, o.packets),
+                    delta(n.clocks, o.clocks),
+                ),
+                None => (n.calls, n.packets, n.clocks),
+            };
+            (packets > 0).then(|| NodeRates {
+                name: n.name,
+                packets_per_sec: dt.map(|dt| packets as f64 / dt),
+                clocks_per_packet: per(clocks, packets),
+                vectors_per_call: per(packets, calls),
+            })
+        })
+        .collect()
+}
+
+/// The drop reasons with a non-zero count, with their rates since `prev`.
+fn drop_rates(prev: Option<&Snapshot>, cur: &Snapshot, dt: Option<f64>) -> Vec<DropRates> {
+    let rate = |c: u64, p: u64| rate(c, p, dt);
+    let old_errors: HashMap<(&str, &str), u64> = prev
+        .map(|p| {
+            p.errors
+                .errors
+                .iter()
+                .map(|e| ((e.node.as_str(), e.reason.as_str()), e.count))
+                .collect()
+        })
+        .unwrap_or_default();
+    cur.errors
+        .errors
+        .iter()
+        .filter(|e| e.count > 0)
+        .map(|e| DropRates {
+            node: e.node.clone(),
+            reason: e.reason.clone(),
+            description: e.description.clone(),
+            count: e.count,
+            per_sec: dt.map(|_| {
+                let old = old_errors
+                    .get(&(e.node.as_str(), e.reason.as_str()))
+                    .copied()
+                    .unwrap_or(0);
+                rate(e.count, old)
+            }),
+        })
+        .collect()
+}
+
 impl Frame {
     /// The frame between `prev` (the previous snapshot, if any) and `cur`.
     pub fn between(prev: Option<&Snapshot>, cur: &Snapshot) -> Frame {
         let dt = prev.map(|p| cur.secs - p.secs).filter(|dt| *dt > 0.0);
         let prev = prev.filter(|_| dt.is_some());
-        let rate = |c: u64, p: u64| delta(c, p) as f64 / dt.unwrap_or(1.0);
-
-        let old_ifs: HashMap<&str, &pb::Interface> = prev
-            .map(|p| {
-                p.interfaces
-                    .interfaces
-                    .iter()
-                    .map(|i| (i.name.as_str(), i))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let interfaces = cur
-            .interfaces
-            .interfaces
-            .iter()
-            .map(|i| InterfaceRates {
-                name: i.name.clone(),
-                r#type: i.r#type.clone(),
-                link_up: i.link_up,
-                rates: old_ifs.get(i.name.as_str()).map(|o| {
-                    [
-                        rate(i.rx_packets, o.rx_packets),
-                        rate(i.tx_packets, o.tx_packets),
-                        rate(i.rx_bytes, o.rx_bytes) * 8.0,
-                        rate(i.tx_bytes, o.tx_bytes) * 8.0,
-                        rate(i.rx_dropped + i.tx_dropped, o.rx_dropped + o.tx_dropped),
-                    ]
-                }),
-                rx_packets: i.rx_packets,
-                tx_packets: i.tx_packets,
-                dropped: i.rx_dropped + i.tx_dropped,
-            })
-            .collect();
-
-        let old_nodes: HashMap<String, pb::NodeRuntime> = prev
-            .map(|p| {
-                nodes_by_name(&p.runtime)
-                    .into_iter()
-                    .map(|n| (n.name.clone(), n))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let nodes = nodes_by_name(&cur.runtime)
-            .into_iter()
-            .filter_map(|n| {
-                let o = old_nodes.get(&n.name).cloned().unwrap_or_default();
-                let (calls, packets, clocks) = match prev {
-                    Some(_) => (
-                        delta(n.calls, o.calls),
-                        delta(n.packets, o.packets),
-                        delta(n.clocks, o.clocks),
-                    ),
-                    None => (n.calls, n.packets, n.clocks),
-                };
-                (packets > 0).then(|| NodeRates {
-                    name: n.name,
-                    packets_per_sec: dt.map(|dt| packets as f64 / dt),
-                    clocks_per_packet: per(clocks, packets),
-                    vectors_per_call: per(packets, calls),
-                })
-            })
-            .collect();
         let (clocks, packets) = busy(&cur.runtime);
         let (old_clocks, old_packets) = prev.map(|p| busy(&p.runtime)).unwrap_or((0, 0));
         let busy_clocks_per_packet = per(delta(clocks, old_clocks), delta(packets, old_packets));
-
-        let old_errors: HashMap<(&str, &str), u64> = prev
-            .map(|p| {
-                p.errors
-                    .errors
-                    .iter()
-                    .map(|e| ((e.node.as_str(), e.reason.as_str()), e.count))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let drops = cur
-            .errors
-            .errors
-            .iter()
-            .filter(|e| e.count > 0)
-            .map(|e| DropRates {
-                node: e.node.clone(),
-                reason: e.reason.clone(),
-                description: e.description.clone(),
-                count: e.count,
-                per_sec: dt.map(|_| {
-                    let old = old_errors
-                        .get(&(e.node.as_str(), e.reason.as_str()))
-                        .copied()
-                        .unwrap_or(0);
-                    rate(e.count, old)
-                }),
-            })
-            .collect();
         Frame {
             interval: dt,
-            interfaces,
-            nodes,
+            interfaces: interface_rates(prev, cur, dt),
+            nodes: node_rates(prev, cur, dt),
             busy_clocks_per_packet,
-            drops,
+            drops: drop_rates(prev, cur, dt),
         }
     }
 
