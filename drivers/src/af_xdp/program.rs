@@ -8,7 +8,7 @@ use aya::maps::{Array, MapData, XskMap};
 use aya::programs::{Xdp, XdpMode};
 use aya::Ebpf;
 
-use super::XdpAttach;
+use super::config::XdpAttach;
 use crate::port::PortError;
 
 /// The compiled program (an ELF object for the BPF target).

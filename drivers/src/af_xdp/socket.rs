@@ -4,8 +4,8 @@
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 
+use super::config::XdpCopyMode;
 use super::ring::{Consumer, Producer};
-use super::XdpCopyMode;
 use crate::port::PortError;
 
 fn sys(what: &str) -> PortError {
