@@ -1,7 +1,14 @@
 //! What a runtime change can fail with, what starting the forwarder can fail with, and what
 //! an owner can own.
 
-use super::*;
+use std::net::Ipv4Addr;
+
+use dataplane::CommandError;
+use drivers::PortError;
+use graph_nodes::ForwardingError;
+
+use super::dpdk_ports::DpdkStartError;
+use super::open::OpenError;
 use crate::config::values::ValueError;
 use crate::config::ConfigError;
 

@@ -29,21 +29,16 @@ use dataplane::{
     BufferPool, CommandError, Dataplane, GraphBuilder, PortsInput, RuntimeSnapshot, TxQueue,
     WorkerCommand, WorkerError, PORT_INPUT,
 };
-use drivers::af_packet::{AfPacketConfig, AfPacketPort};
-use drivers::memif_port::{MemifControl, MemifPortConfig};
-use drivers::netns::{NetNs, NetNsError};
-use drivers::tap::{TapConfig, TapPort};
-use drivers::{LinkStatus, Port, PortError};
+use drivers::memif_port::MemifControl;
+use drivers::{LinkStatus, Port};
 use graph_nodes::nodes::InterfaceOutput;
 use graph_nodes::{
-    add_forwarding_nodes, names, FibConfig, Forwarding, ForwardingError, ForwardingState, IfIndex,
-    LocalState, Path,
+    add_forwarding_nodes, names, FibConfig, Forwarding, ForwardingState, IfIndex, LocalState, Path,
 };
-use memif::{Mode, Role, SocketAddress};
 
 // `wg_tunnels` still reads its routes from their strings.
 use crate::config::topology::{parse_ip, parse_prefix};
-use crate::config::{Config, MemifMode, MemifRole, MemifSection, PortSection};
+use crate::config::{Config, MemifMode, PortSection};
 
 pub use dpdk_ports::DpdkStartError;
 use error::port_error;

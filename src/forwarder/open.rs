@@ -1,6 +1,16 @@
 //! Opening a port of any type from its configuration section.
 
-use super::*;
+use std::sync::Arc;
+
+use drivers::af_packet::{AfPacketConfig, AfPacketPort};
+use drivers::memif_port::{MemifControl, MemifPortConfig};
+use drivers::netns::{NetNs, NetNsError};
+use drivers::tap::{TapConfig, TapPort};
+use drivers::{Port, PortError};
+use memif::{Mode, Role, SocketAddress};
+
+use super::dpdk_ports;
+use crate::config::{MemifMode, MemifRole, MemifSection, PortSection};
 
 use crate::config::values::{self, ValueError};
 use crate::config::{AfXdpSection, XdpAttachKey, XdpCopyKey};
