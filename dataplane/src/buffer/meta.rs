@@ -69,7 +69,7 @@ pub struct BufferMeta {
     pub trace_index: u32,
     /// Checksum or segmentation work left on the packet, valid while [`flags::OFFLOAD`] is
     /// set (see [`BufferMeta::offload`]).
-    pub(crate) offload: crate::offload::Offload,
+    pub(crate) offload: crate::offload::work::Offload,
     /// Scratch space for the node that owns the packet (a tunnel index, a loop count, …).
     pub opaque: [u32; 3],
 }
@@ -94,11 +94,11 @@ impl BufferMeta {
             flow_hash: 0,
             adjacency: INVALID_INDEX,
             trace_index: 0,
-            offload: crate::offload::Offload {
+            offload: crate::offload::work::Offload {
                 csum_start: 0,
                 csum_offset: 0,
                 gso_size: 0,
-                gso: crate::offload::Gso::None,
+                gso: crate::offload::work::Gso::None,
                 bits: 0,
             },
             opaque: [0; 3],
