@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::node::NodeKind;
+use crate::spec::NodeKind;
 
 /// Adds to a counter that only the calling thread writes.
 #[inline(always)]

@@ -21,6 +21,7 @@ pub mod observer;
 pub mod offload;
 pub mod port;
 pub mod snapshot;
+pub mod spec;
 pub mod trace;
 pub mod worker;
 

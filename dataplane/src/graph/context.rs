@@ -4,7 +4,7 @@ use super::runtime::{GraphShared, Runtime};
 use crate::buffer::WorkerBuffers;
 use crate::counters::bump;
 use crate::frame::Frame;
-use crate::node::Next;
+use crate::spec::Next;
 use crate::trace::TraceFormatter;
 
 /// A node's view of its worker during one call.

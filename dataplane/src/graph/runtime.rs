@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use crate::counters::{ErrorCount, GraphCells, LoopRuntime, NodeRuntime, RawCounts, WorkerRuntime};
 use crate::frame::Frame;
-use crate::node::{ErrorSpec, NodeKind, NodeSpec};
+use crate::spec::{ErrorSpec, NodeKind, NodeSpec};
 use crate::trace::{TraceArm, TraceLocal, TraceShared, TracedPacket};
 
 /// Frames waiting for each node, and the order nodes become ready in.
