@@ -1,4 +1,5 @@
 use super::*;
+use crate::kernel_interface::route::masked;
 use std::net::{IpAddr, Ipv4Addr};
 
 #[test]

@@ -17,8 +17,9 @@ use netlink_packet_route::route::{
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use nix::errno::Errno;
 
-use super::config::{Plan, PlannedRoute};
+use super::config::Plan;
 use super::error::{netlink, Result};
+use super::route::PlannedRoute;
 use crate::netlink::Rtnl;
 
 /// A link as `find_link` finds it.

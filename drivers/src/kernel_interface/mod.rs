@@ -26,13 +26,17 @@
 //!
 //! Files: `config` (what to create, checked into a plan first), `veth` ([`KernelInterface`]),
 //! `tap` (the TAP form),
-//! `links` (the netlink requests), `policy` (policy routes: rules and their tables), `owned` (finding what Quiver made), `error`.
+//! `links` (the netlink requests), `route` (routes and addresses parsed), `policy` (policy routes:
+//! rules and their tables, checked), `rules` (their rules and tables made and removed), `owned`
+//! (finding what Quiver made), `error`.
 
 mod config;
 mod error;
 mod links;
 mod owned;
 mod policy;
+mod route;
+mod rules;
 mod tap;
 mod veth;
 

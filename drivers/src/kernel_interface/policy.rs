@@ -7,20 +7,16 @@
 //! interface goes (a TAP with Quiver's descriptors, a veth when the next Quiver reaps it) and
 //! its routes with it, but the rule stays. Quiver's rules carry [`RULE_PROTOCOL`], so the next
 //! interface Quiver makes in that namespace (a healed connection's, say) first removes those of
-//! its rules whose table has no route left ([`remove_orphan_rules`]).
+//! its rules whose table has no route left (`rules::remove_orphan_rules`).
 
 use std::net::IpAddr;
 
-use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
-use netlink_packet_route::route::{RouteAttribute, RouteMessage, RouteProtocol};
+use netlink_packet_route::route::RouteProtocol;
 use netlink_packet_route::rule::{RuleAction, RuleAttribute, RuleMessage, RulePortRange};
-use netlink_packet_route::{AddressFamily, IpProtocol, RouteNetlinkMessage};
-use nix::errno::Errno;
+use netlink_packet_route::{AddressFamily, IpProtocol};
 
-use super::config::{masked, parse_cidr, plan_route, PlannedRoute, RouteConfig};
-use super::error::{netlink, KernelInterfaceError, Result};
-use super::links::add_route;
-use crate::netlink::Rtnl;
+use super::error::{KernelInterfaceError, Result};
+use super::route::{masked, parse_cidr, plan_route, PlannedRoute, RouteConfig};
 
 /// The protocol of the rules Quiver makes (`ip rule` shows `proto 81`): how it tells its own
 /// rules from others' (no routing daemon is registered with this number).
@@ -139,6 +135,11 @@ impl PlannedPolicy {
         self.v6
     }
 
+    /// The routes of its table.
+    pub(super) fn routes(&self) -> &[PlannedRoute] {
+        &self.routes
+    }
+
     fn selects_as(&self, other: &PlannedPolicy) -> bool {
         (self.v6, self.from, self.proto, self.src_port, self.dst_port)
             == (
@@ -150,7 +151,8 @@ impl PlannedPolicy {
             )
     }
 
-    fn rule(&self, table: u32) -> RuleMessage {
+    /// Its rule, sending what it selects to `table`.
+    pub(super) fn rule(&self, table: u32) -> RuleMessage {
         let mut rule = RuleMessage::default();
         rule.header.family = family(self.v6);
         rule.header.action = RuleAction::ToTable;
@@ -181,184 +183,11 @@ impl PlannedPolicy {
     }
 }
 
-/// The table a rule sends to.
-fn rule_table(r: &RuleMessage) -> u32 {
-    r.attributes
-        .iter()
-        .find_map(|a| match a {
-            RuleAttribute::Table(t) => Some(*t),
-            _ => None,
-        })
-        .unwrap_or(u32::from(r.header.table))
-}
-
-/// Whether Quiver made the rule (it carries [`RULE_PROTOCOL`]).
-fn is_ours(r: &RuleMessage) -> bool {
-    r.attributes
-        .iter()
-        .any(|a| matches!(a, RuleAttribute::Protocol(p) if u8::from(*p) == RULE_PROTOCOL))
-}
-
-/// The rules of one family in the namespace.
-fn rules_of(rtnl: &mut Rtnl, v6: bool) -> Result<Vec<RuleMessage>> {
-    let mut rule = RuleMessage::default();
-    rule.header.family = family(v6);
-    Ok(rtnl
-        .dump(RouteNetlinkMessage::GetRule(rule))
-        .map_err(netlink("list rules"))?
-        .into_iter()
-        .filter_map(|m| match m {
-            RouteNetlinkMessage::NewRule(r) => Some(r),
-            _ => None,
-        })
-        .collect())
-}
-
-/// The tables that hold at least one route of one family.
-fn tables_with_routes(rtnl: &mut Rtnl, v6: bool) -> Result<Vec<u32>> {
-    let mut route = RouteMessage::default();
-    route.header.address_family = family(v6);
-    let routes = rtnl
-        .dump(RouteNetlinkMessage::GetRoute(route))
-        .map_err(netlink("list routes"))?;
-    Ok(routes
-        .into_iter()
-        .filter_map(|m| match m {
-            RouteNetlinkMessage::NewRoute(r) => Some(
-                r.attributes
-                    .iter()
-                    .find_map(|a| match a {
-                        RouteAttribute::Table(t) => Some(*t),
-                        _ => None,
-                    })
-                    .unwrap_or(u32::from(r.header.table)),
-            ),
-            _ => None,
-        })
-        .collect())
-}
-
-/// Removes Quiver's rules (see [`RULE_PROTOCOL`]) whose table holds no route: their interface
-/// is gone, so nothing removes them otherwise (a Quiver killed before its Close). Returns how
-/// many it removed. Others' rules are left alone, and so are Quiver's whose table still routes
-/// (a live interface's). A rule of a policy without routes selects into an empty table: such
-/// a rule does nothing, and removing it changes nothing.
-pub(super) fn remove_orphan_rules(rtnl: &mut Rtnl) -> Result<usize> {
-    let mut removed = 0;
-    for v6 in [false, true] {
-        let ours: Vec<RuleMessage> = rules_of(rtnl, v6)?.into_iter().filter(is_ours).collect();
-        if ours.is_empty() {
-            continue;
-        }
-        let routed = tables_with_routes(rtnl, v6)?;
-        for rule in ours.iter().filter(|r| !routed.contains(&rule_table(r))) {
-            match rtnl.request(RouteNetlinkMessage::DelRule(rule.clone()), 0) {
-                Ok(()) => {
-                    tracing::info!(table = rule_table(rule), "removed an orphaned policy rule");
-                    removed += 1;
-                }
-                Err(Errno::ENOENT) => {}
-                Err(e) => return Err(netlink("remove an orphaned policy rule")(e)),
-            }
-        }
-    }
-    Ok(removed)
-}
-
-fn family(v6: bool) -> AddressFamily {
+pub(super) fn family(v6: bool) -> AddressFamily {
     if v6 {
         AddressFamily::Inet6
     } else {
         AddressFamily::Inet
-    }
-}
-
-/// Table ids no rule or route in the namespace uses, lowest first (1 to 252, then from 256).
-fn free_tables(rtnl: &mut Rtnl, count: usize) -> Result<Vec<u32>> {
-    let mut used = Vec::new();
-    for v6 in [false, true] {
-        let mut rule = RuleMessage::default();
-        rule.header.family = family(v6);
-        let rules = rtnl
-            .dump(RouteNetlinkMessage::GetRule(rule))
-            .map_err(netlink("list rules"))?;
-        for m in rules {
-            if let RouteNetlinkMessage::NewRule(r) = m {
-                used.push(u32::from(r.header.table));
-                used.extend(r.attributes.iter().filter_map(|a| match a {
-                    RuleAttribute::Table(t) => Some(*t),
-                    _ => None,
-                }));
-            }
-        }
-        let mut route = RouteMessage::default();
-        route.header.address_family = family(v6);
-        let routes = rtnl
-            .dump(RouteNetlinkMessage::GetRoute(route))
-            .map_err(netlink("list routes"))?;
-        for m in routes {
-            if let RouteNetlinkMessage::NewRoute(r) = m {
-                used.push(u32::from(r.header.table));
-                used.extend(r.attributes.iter().filter_map(|a| match a {
-                    RouteAttribute::Table(t) => Some(*t),
-                    _ => None,
-                }));
-            }
-        }
-    }
-    Ok((1..253)
-        .chain(256..)
-        .filter(|t| !used.contains(t))
-        .take(count)
-        .collect())
-}
-
-/// Adds each policy's table (its routes through interface `index`) and then its rule; returns
-/// the rules added, for [`remove_rules`]. On an error, the rules added so far are removed (the
-/// routes go with the interface).
-pub(super) fn apply_policies(
-    rtnl: &mut Rtnl,
-    index: u32,
-    policies: &[PlannedPolicy],
-    name: &str,
-) -> Result<Vec<RuleMessage>> {
-    if policies.is_empty() {
-        return Ok(Vec::new());
-    }
-    let tables = free_tables(rtnl, policies.len())?;
-    let mut added = Vec::with_capacity(policies.len());
-    for (policy, &table) in policies.iter().zip(&tables) {
-        let result = policy
-            .routes
-            .iter()
-            .try_for_each(|&route| add_route(rtnl, index, route, table, name))
-            .and_then(|()| {
-                let rule = policy.rule(table);
-                rtnl.request(
-                    RouteNetlinkMessage::NewRule(rule.clone()),
-                    NLM_F_CREATE | NLM_F_EXCL,
-                )
-                .map_err(netlink(format!("add rule to table {table} for {name}")))?;
-                Ok(rule)
-            });
-        match result {
-            Ok(rule) => added.push(rule),
-            Err(e) => {
-                remove_rules(rtnl, &added);
-                return Err(e);
-            }
-        }
-    }
-    Ok(added)
-}
-
-/// Removes `rules`; one already gone is fine, and so is any other refusal (logged).
-pub(super) fn remove_rules(rtnl: &mut Rtnl, rules: &[RuleMessage]) {
-    for rule in rules {
-        match rtnl.request(RouteNetlinkMessage::DelRule(rule.clone()), 0) {
-            Ok(()) | Err(Errno::ENOENT) => {}
-            Err(e) => tracing::warn!(error = %e, ?rule, "cannot remove a policy rule"),
-        }
     }
 }
 

@@ -17,7 +17,7 @@ use super::config::{host_name_for, KernelInterfaceConfig, Plan, ALIAS_PREFIX};
 use super::error::{netlink, KernelInterfaceError, Result};
 use super::links::{add_neighbor, apply_ip_context, delete_link, find_link, set_link, FoundLink};
 use super::owned::delete_for_connection;
-use super::policy::{apply_policies, remove_orphan_rules, remove_rules};
+use super::rules::{apply_policies, remove_orphan_rules, remove_rules};
 use crate::netlink::Rtnl;
 use crate::netns::NetNs;
 
