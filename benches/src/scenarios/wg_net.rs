@@ -217,6 +217,13 @@ impl Net {
             &[IPERF3, "-s", "-B", B_ADDR, "-p", &IPERF_PORT.to_string()],
         );
         let server = Proc::spawn("iperf3 server", &args, log)?;
+        self.wait_server_listening()?;
+        Ok(server)
+    }
+
+    /// Waits until iperf3's server in B listens: after a test it opens its listening socket
+    /// anew, and a client that comes first is refused.
+    pub fn wait_server_listening(&self) -> Result<(), String> {
         let port = format!(":{IPERF_PORT:04X} ");
         wait_until("iperf3's server to listen", 10, || {
             self.exec(&self.ns[3], &["cat", "/proc/net/tcp"])
@@ -224,8 +231,7 @@ impl Net {
                     t.lines()
                         .any(|l| l.contains(&port) && l.split_whitespace().nth(3) == Some("0A"))
                 })
-        })?;
-        Ok(server)
+        })
     }
 
     /// One iperf3 test from A to B on `cpu` for `secs`: TCP, or with `udp_rate` UDP with

@@ -390,6 +390,7 @@ fn round(
                 ctl(bin, sock, &["clear", "counters"])?;
             }
         }
+        net.wait_server_listening()?;
         let before = (Instant::now(), worker_sched(&pids));
         let report = net.iperf_client(cpus[0], secs, udp_rate);
         let after = (Instant::now(), worker_sched(&pids));
