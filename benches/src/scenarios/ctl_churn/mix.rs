@@ -8,7 +8,8 @@ use drivers::kernel_interface::host_name_for;
 use serde_json::{json, Value};
 
 use super::super::procs::{run, IP};
-use super::util::{quantile_ms, round3};
+use super::options::Options;
+use super::util::{quantile_ms, round3, wait_until};
 
 /// The interface the churn's NSC asks for on every KERNEL Request, as NSM's clients name
 /// theirs: each pair's is made again under the name the last one's Close freed.
@@ -231,6 +232,37 @@ pub(super) fn table_header() -> String {
         "", "pairs", "failed", "Request p50/p99/max ms", "Close p50/p99/max ms", "pairs/s"
     )
 }
+
+/// The KERNEL pairs' links left once the Closes are done: in the client's namespace, in the
+/// endpoint's, and veth ends of churned connections in this process's namespace.
+pub(super) fn links_left(
+    ends: Option<&KernelEnds>,
+    ids: &[String],
+    opts: &Options,
+) -> Result<LinksLeft, String> {
+    // None beyond `lo` in either namespace once the Closes are done
+    // (nor the probes' TAP devices), no veth end of a churned connection in this process's
+    // namespace (the veth backend puts Quiver's ends there).
+    let kernel_ids: Vec<&String> = ids
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| ends.is_some() && is_kernel(*i, opts.kernel_share))
+        .map(|(_, id)| id)
+        .collect();
+    let (mut nsc_left, mut nse_left, mut host_ends_left) = (Vec::new(), Vec::new(), Vec::new());
+    if let Some(e) = ends {
+        wait_until(5, || {
+            e.extra().is_ok_and(|(c, s)| c.is_empty() && s.is_empty())
+                && host_ends_present(&kernel_ids).is_ok_and(|v| v.is_empty())
+        });
+        (nsc_left, nse_left) = e.extra()?;
+        host_ends_left = host_ends_present(&kernel_ids)?;
+    }
+    Ok((nsc_left, nse_left, host_ends_left))
+}
+
+/// Names of links left: in the client's namespace, in the endpoint's, veth ends here.
+pub(super) type LinksLeft = (Vec<String>, Vec<String>, Vec<String>);
 
 #[cfg(test)]
 mod tests {

@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 use memif::{InterfaceConfig, Master, MasterConfig, Slave, SocketAddress};
 
+use super::util::wait_until;
+
 /// Frames per second the steady connection's NSC sends.
 pub(super) const RATE: u64 = 20_000;
 /// Bytes per frame.
@@ -53,6 +55,26 @@ fn frame(seq: u64) -> [u8; FRAME] {
     f[14..22].copy_from_slice(&seq.to_le_bytes());
     f[22..26].copy_from_slice(&MAGIC.to_le_bytes());
     f
+}
+
+impl PeerStats {
+    /// Stops the traffic and waits for the last frames to arrive (at most 5 s, or 500 ms
+    /// without progress).
+    pub(super) fn drain(&self) {
+        self.sending.store(false, Ordering::Relaxed);
+        let mut last = (u64::MAX, Instant::now());
+        wait_until(5, || {
+            let u = self.unique.load(Ordering::Relaxed);
+            if u == self.sent.load(Ordering::Relaxed) - self.sender_dropped.load(Ordering::Relaxed)
+            {
+                return true;
+            }
+            if u != last.0 {
+                last = (u, Instant::now());
+            }
+            last.1.elapsed() > Duration::from_millis(500)
+        });
+    }
 }
 
 /// The memif peers: the steady connection's NSC (slave, sending) and NSE (master, checking),
