@@ -410,65 +410,8 @@ pub fn run(quick: bool) -> Result<String, String> {
     );
     let load_before = load_average();
     let started = Instant::now();
-    let mut results: BTreeMap<(Via, Test), Vec<Outcome>> = BTreeMap::new();
-    for r in 0..rounds {
-        // Each round starts with the next path, so none is always first.
-        for k in 0..Via::ALL.len() {
-            let via = Via::ALL[(r + k) % Via::ALL.len()];
-            eprintln!("  round {}: {}", r + 1, via.name());
-            let tests = measure(via, &quiver, cpus, secs).unwrap_or_else(|e| {
-                Test::ALL
-                    .iter()
-                    .map(|&t| (t, Err(format!("setup: {e}"))))
-                    .collect()
-            });
-            for (test, res) in tests {
-                match &res {
-                    Ok(s) => eprintln!(
-                        "    {} {}: {:.3} {}",
-                        via.name(),
-                        test.name(),
-                        s.figure,
-                        if test == Test::Tcp {
-                            "Gbit/s"
-                        } else {
-                            "Mpps received"
-                        }
-                    ),
-                    Err(e) => eprintln!("    {} {}: failed: {e}", via.name(), test.name()),
-                }
-                results.entry((via, test)).or_default().push(res);
-            }
-        }
-    }
-    eprintln!(
-        "  idle ports: {} and {} TAP ports in a namespace, one polling worker on CPU {}",
-        idle::FEW,
-        idle::MANY,
-        cpus.1
-    );
-    let (windows, window) = if quick {
-        (3, Duration::from_millis(300))
-    } else {
-        (5, Duration::from_secs(1))
-    };
-    let idle = idle::measure(cpus.1, windows, window);
-    match &idle {
-        Ok(f) => eprintln!(
-            "    empty pass: {:.0} clocks with {} idle ports, {:.0} with {} ({:.2}x, goal <= {}x); \
-             opening a port: p50 {:.2} ms, p99 {:.2} ms (goal <= {} ms)",
-            f.clocks_few,
-            idle::FEW,
-            f.clocks_many,
-            idle::MANY,
-            f.ratio(),
-            idle::GOAL_EMPTY_PASS_RATIO,
-            f.detail["port_open_ms"]["p50"].as_f64().unwrap_or(0.0),
-            f.open_p99(),
-            idle::GOAL_PORT_OPEN_MS_P99
-        ),
-        Err(e) => eprintln!("    idle ports: failed: {e}"),
-    }
+    let results = run_rounds(rounds, &quiver, cpus, secs);
+    let idle = measure_idle(quick, cpus.1);
     let summary = |via: Via, test: Test| {
         summarize(
             test,
@@ -486,53 +429,13 @@ pub fn run(quick: bool) -> Result<String, String> {
         ));
     };
     let ratio = |x: f64, r: f64| if r > 0.0 { round3(x / r) } else { 0.0 };
-    let mut backends = serde_json::Map::new();
-    // Best backend per test: (figure, name).
-    let mut best: BTreeMap<Test, (f64, &str)> = BTreeMap::new();
-    for via in [Via::AfPacket, Via::Tap, Via::AfXdp] {
-        let mut b = serde_json::Map::new();
-        let mut clocks = serde_json::Map::new();
-        for test in Test::ALL {
-            let (figure, detail) = summary(via, test);
-            let reference = if test == Test::Tcp { ref_tcp } else { ref_udp };
-            let ratio_key = format!("{}_ratio", test.name());
-            b.insert(test.key().into(), json!(figure.map(round3)));
-            b.insert(ratio_key, json!(figure.map(|x| ratio(x, reference))));
-            if let Some(c) = detail["quiver"].get("busy_clocks_per_packet") {
-                clocks.insert(test.name().into(), c.clone());
-            }
-            b.insert(test.name().into(), detail);
-            if let Some(x) = figure {
-                let e = best.entry(test).or_insert((x, via.name()));
-                if x > e.0 {
-                    *e = (x, via.name());
-                }
-            }
-        }
-        b.insert("busy_clocks_per_packet".into(), Value::Object(clocks));
-        backends.insert(via.name().into(), Value::Object(b));
-    }
+    let (backends, best) = backends_json(&results, ref_tcp, ref_udp);
     let pick = |t: Test| best.get(&t).copied().unwrap_or((0.0, "none"));
     let (tcp, tcp_backend) = pick(Test::Tcp);
     let (udp, udp_backend) = pick(Test::Udp64);
     let (tcp_ratio, udp_ratio) = (ratio(tcp, ref_tcp), ratio(udp, ref_udp));
     let failed: usize = results.values().flatten().filter(|r| r.is_err()).count();
-    let (clocks_2, clocks_500, open_p99, scaling_met, idle_json) = match &idle {
-        Ok(f) => (
-            json!(round1(f.clocks_few)),
-            json!(round1(f.clocks_many)),
-            json!(round3(f.open_p99())),
-            f.ratio() <= idle::GOAL_EMPTY_PASS_RATIO && f.open_p99() <= idle::GOAL_PORT_OPEN_MS_P99,
-            f.detail.clone(),
-        ),
-        Err(e) => (
-            Value::Null,
-            Value::Null,
-            Value::Null,
-            false,
-            json!({ "error": e }),
-        ),
-    };
+    let (clocks_2, clocks_500, open_p99, scaling_met, idle_json) = idle_json(&idle);
     Ok(json!({
         "scenario": "kernel",
         "cpus": {
@@ -580,4 +483,149 @@ pub fn run(quick: bool) -> Result<String, String> {
         },
     })
     .to_string())
+}
+
+/// `rounds` rounds over every path, each round starting with the next path (so none is
+/// always first); every test's outcome by path.
+fn run_rounds(
+    rounds: usize,
+    quiver: &Path,
+    cpus: (usize, usize),
+    secs: u64,
+) -> BTreeMap<(Via, Test), Vec<Outcome>> {
+    let mut results: BTreeMap<(Via, Test), Vec<Outcome>> = BTreeMap::new();
+    for r in 0..rounds {
+        // Each round starts with the next path, so none is always first.
+        for k in 0..Via::ALL.len() {
+            let via = Via::ALL[(r + k) % Via::ALL.len()];
+            eprintln!("  round {}: {}", r + 1, via.name());
+            let tests = measure(via, quiver, cpus, secs).unwrap_or_else(|e| {
+                Test::ALL
+                    .iter()
+                    .map(|&t| (t, Err(format!("setup: {e}"))))
+                    .collect()
+            });
+            for (test, res) in tests {
+                match &res {
+                    Ok(s) => eprintln!(
+                        "    {} {}: {:.3} {}",
+                        via.name(),
+                        test.name(),
+                        s.figure,
+                        if test == Test::Tcp {
+                            "Gbit/s"
+                        } else {
+                            "Mpps received"
+                        }
+                    ),
+                    Err(e) => eprintln!("    {} {}: failed: {e}", via.name(), test.name()),
+                }
+                results.entry((via, test)).or_default().push(res);
+            }
+        }
+    }
+    results
+}
+
+/// The idle-port figures: empty passes with few and many idle TAP ports, port opening, one
+/// polling worker on `cpu`.
+fn measure_idle(quick: bool, cpu: usize) -> Result<idle::IdleFigures, String> {
+    eprintln!(
+        "  idle ports: {} and {} TAP ports in a namespace, one polling worker on CPU {}",
+        idle::FEW,
+        idle::MANY,
+        cpu
+    );
+    let (windows, window) = if quick {
+        (3, Duration::from_millis(300))
+    } else {
+        (5, Duration::from_secs(1))
+    };
+    let idle = idle::measure(cpu, windows, window);
+    match &idle {
+        Ok(f) => eprintln!(
+            "    empty pass: {:.0} clocks with {} idle ports, {:.0} with {} ({:.2}x, goal <= {}x); \
+             opening a port: p50 {:.2} ms, p99 {:.2} ms (goal <= {} ms)",
+            f.clocks_few,
+            idle::FEW,
+            f.clocks_many,
+            idle::MANY,
+            f.ratio(),
+            idle::GOAL_EMPTY_PASS_RATIO,
+            f.detail["port_open_ms"]["p50"].as_f64().unwrap_or(0.0),
+            f.open_p99(),
+            idle::GOAL_PORT_OPEN_MS_P99
+        ),
+        Err(e) => eprintln!("    idle ports: failed: {e}"),
+    }
+    idle
+}
+
+/// `backends` of the JSON line, and the best backend per test: (figure, name).
+fn backends_json(
+    results: &BTreeMap<(Via, Test), Vec<Outcome>>,
+    ref_tcp: f64,
+    ref_udp: f64,
+) -> (serde_json::Map<String, Value>, Best) {
+    let summary = |via: Via, test: Test| {
+        summarize(
+            test,
+            results
+                .get(&(via, test))
+                .map(Vec::as_slice)
+                .unwrap_or_default(),
+        )
+    };
+    let ratio = |x: f64, r: f64| if r > 0.0 { round3(x / r) } else { 0.0 };
+    let mut backends = serde_json::Map::new();
+    // Best backend per test: (figure, name).
+    let mut best: Best = BTreeMap::new();
+    for via in [Via::AfPacket, Via::Tap, Via::AfXdp] {
+        let mut b = serde_json::Map::new();
+        let mut clocks = serde_json::Map::new();
+        for test in Test::ALL {
+            let (figure, detail) = summary(via, test);
+            let reference = if test == Test::Tcp { ref_tcp } else { ref_udp };
+            let ratio_key = format!("{}_ratio", test.name());
+            b.insert(test.key().into(), json!(figure.map(round3)));
+            b.insert(ratio_key, json!(figure.map(|x| ratio(x, reference))));
+            if let Some(c) = detail["quiver"].get("busy_clocks_per_packet") {
+                clocks.insert(test.name().into(), c.clone());
+            }
+            b.insert(test.name().into(), detail);
+            if let Some(x) = figure {
+                let e = best.entry(test).or_insert((x, via.name()));
+                if x > e.0 {
+                    *e = (x, via.name());
+                }
+            }
+        }
+        b.insert("busy_clocks_per_packet".into(), Value::Object(clocks));
+        backends.insert(via.name().into(), Value::Object(b));
+    }
+    (backends, best)
+}
+
+/// The best backend per test: (figure, name).
+type Best = BTreeMap<Test, (f64, &'static str)>;
+
+/// The idle-port figures as the JSON line has them: empty-pass clocks with few and many
+/// ports, port opening's p99, whether the goals were met, the detail.
+fn idle_json(idle: &Result<idle::IdleFigures, String>) -> (Value, Value, Value, bool, Value) {
+    match idle {
+        Ok(f) => (
+            json!(round1(f.clocks_few)),
+            json!(round1(f.clocks_many)),
+            json!(round3(f.open_p99())),
+            f.ratio() <= idle::GOAL_EMPTY_PASS_RATIO && f.open_p99() <= idle::GOAL_PORT_OPEN_MS_P99,
+            f.detail.clone(),
+        ),
+        Err(e) => (
+            Value::Null,
+            Value::Null,
+            Value::Null,
+            false,
+            json!({ "error": e }),
+        ),
+    }
 }
