@@ -24,6 +24,41 @@ fn quantiles(ms: &[f64]) -> (f64, f64, f64) {
 /// Tears the world down and returns the JSON line (or the error that stopped the run, with
 /// what it had measured printed first).
 pub fn finish(mut w: World, out: Outcome, minutes: u64) -> Result<String, String> {
+    let f = figures(&mut w, &out);
+    print_summary(&mut w, &out, &f);
+    let json = json_line(&w, out, minutes, f);
+    w.stable.stop_peers();
+    drop(w);
+    Ok(json.to_string())
+}
+
+/// What the soak measured, summed up for the summary and the JSON line.
+struct Figures {
+    req_p50: f64,
+    req_p99: f64,
+    req_max: f64,
+    by_backend: serde_json::Map<String, Value>,
+    ref_p50: f64,
+    ref_p99: f64,
+    close_p50: f64,
+    close_p99: f64,
+    flows: Vec<Value>,
+    lost: u64,
+    at_kill: u64,
+    bad: u64,
+    rss_growth: Option<f64>,
+    rss: Value,
+    ep_requests: u64,
+    ep_closes: u64,
+    requests: u64,
+    closes: u64,
+    by_fault: serde_json::Map<String, Value>,
+    leaked_total: i64,
+    objects: Vec<String>,
+}
+
+/// The figures (the RSS sampler stops here).
+fn figures(w: &mut World, out: &Outcome) -> Figures {
     let c = &out.churn;
     let (req_p50, req_p99, req_max) = quantiles(&c.request_ms);
     let by_backend: serde_json::Map<String, Value> = c
@@ -76,7 +111,51 @@ pub fn finish(mut w: World, out: Outcome, minutes: u64) -> Result<String, String
         .iter()
         .flat_map(|(k, m)| m.iter().map(move |(i, n)| format!("{k}: {i} ×{n}")))
         .collect();
+    Figures {
+        req_p50,
+        req_p99,
+        req_max,
+        by_backend,
+        ref_p50,
+        ref_p99,
+        close_p50,
+        close_p99,
+        flows,
+        lost,
+        at_kill,
+        bad,
+        rss_growth,
+        rss,
+        ep_requests,
+        ep_closes,
+        requests,
+        closes,
+        by_fault,
+        leaked_total,
+        objects,
+    }
+}
 
+/// The summary on stderr, every leaked object named; in trouble, the run's directory is kept.
+fn print_summary(w: &mut World, out: &Outcome, f: &Figures) {
+    let c = &out.churn;
+    let Figures {
+        req_p50,
+        req_p99,
+        req_max,
+        by_backend,
+        ref_p99,
+        close_p99,
+        flows,
+        lost,
+        at_kill,
+        rss_growth,
+        rss,
+        leaked_total,
+        objects,
+        ..
+    } = f;
+    let (lost, leaked_total) = (*lost, *leaked_total);
     eprintln!(
         "soak: {:.0} s, {} faults, quiver incarnations {}, crashes {}",
         out.seconds,
@@ -106,7 +185,7 @@ pub fn finish(mut w: World, out: Outcome, minutes: u64) -> Result<String, String
     for f in &w.stable.failures {
         eprintln!("  stable connection: {f}");
     }
-    for (s, r) in w.stable.conns.iter().zip(&flows) {
+    for (s, r) in w.stable.conns.iter().zip(flows) {
         eprintln!("  stable {}: {r}", s.flow.name);
     }
     eprintln!("  frames lost on the stable connections: {lost} (and {at_kill} in flight when Quiver was killed)");
@@ -115,7 +194,7 @@ pub fn finish(mut w: World, out: Outcome, minutes: u64) -> Result<String, String
         eprintln!("  leaked: nothing");
     } else {
         eprintln!("  leaked: {leaked_total} objects:");
-        for o in &objects {
+        for o in objects {
             eprintln!("    {o}");
         }
     }
@@ -134,7 +213,36 @@ pub fn finish(mut w: World, out: Outcome, minutes: u64) -> Result<String, String
             w.dir.path.display()
         );
     }
-    let json = json!({
+}
+
+/// The JSON line.
+fn json_line(w: &World, out: Outcome, minutes: u64, f: Figures) -> Value {
+    let c = &out.churn;
+    let Figures {
+        req_p50,
+        req_p99,
+        req_max,
+        by_backend,
+        ref_p50,
+        ref_p99,
+        close_p50,
+        close_p99,
+        flows,
+        lost,
+        at_kill,
+        bad,
+        rss_growth,
+        rss,
+        ep_requests,
+        ep_closes,
+        requests,
+        closes,
+        by_fault,
+        leaked_total,
+        objects,
+        ..
+    } = f;
+    json!({
         "scenario": "soak",
         "quick": w.quick,
         "minutes": minutes,
@@ -187,8 +295,5 @@ pub fn finish(mut w: World, out: Outcome, minutes: u64) -> Result<String, String
         "fault_records": out.faults,
         "checkpoints": out.checkpoints,
         "error": out.error,
-    });
-    w.stable.stop_peers();
-    drop(w);
-    Ok(json.to_string())
+    })
 }
