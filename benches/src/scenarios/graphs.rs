@@ -181,27 +181,7 @@ pub fn vxlan(quick: bool) -> Result<String, String> {
     let our_ip = ip(192, 168, 0, 1);
     fwd.add_address(uplink, our_ip, 16)
         .map_err(|e| e.to_string())?;
-    let mut ports = Vec::new();
-    for t in 0..TUNNELS {
-        let far = ip(192, 168, 1 + (t / 250) as u8, 1 + (t % 250) as u8);
-        let mut mac = NEXT_HOP;
-        mac[3] = (t >> 8) as u8;
-        mac[4] = t as u8;
-        fwd.add_neighbor(uplink, far, mac)
-            .map_err(|e| e.to_string())?;
-        let port = fwd
-            .add_port(
-                &format!("l2-{t}"),
-                [2, 1, 0, 0, (t >> 8) as u8, t as u8],
-                1500,
-            )
-            .map_err(|e| e.to_string())?;
-        let tun = fwd
-            .add_vxlan_tunnel(&format!("vxlan{t}"), our_ip, far, 1000 + t, 4789)
-            .map_err(|e| e.to_string())?;
-        fwd.cross_connect(port, tun).map_err(|e| e.to_string())?;
-        ports.push((port, far, 1000 + t));
-    }
+    let ports = add_vxlan_tunnels(&mut fwd, uplink, our_ip, TUNNELS)?;
     let local = LocalState::default();
     fwd.commit(&local).map_err(|e| e.to_string())?;
     let state = local.current();
@@ -238,29 +218,7 @@ pub fn vxlan(quick: bool) -> Result<String, String> {
     // Decapsulation: what each far end would send us.
     let outer: Vec<(Vec<u8>, IfIndex)> = ports
         .iter()
-        .map(|&(_, far, vni)| {
-            let inner = udp_frame([2, 8, 8, 8, 8, 8], ip(172, 17, 0, 1));
-            let mut f = vec![0u8; 14 + 36];
-            f[..6].copy_from_slice(&MAC_OUT);
-            f[6..12].copy_from_slice(&NEXT_HOP);
-            f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
-            let ipl = (36 + inner.len()) as u16;
-            f[14] = 0x45;
-            f[16..18].copy_from_slice(&ipl.to_be_bytes());
-            f[22] = 64;
-            f[23] = 17;
-            f[26..30].copy_from_slice(&far.to_be_bytes());
-            f[30..34].copy_from_slice(&our_ip.to_be_bytes());
-            let c = graph_nodes::wire::checksum(&f[14..34]);
-            f[24..26].copy_from_slice(&c.to_be_bytes());
-            f[34..36].copy_from_slice(&50000u16.to_be_bytes());
-            f[36..38].copy_from_slice(&4789u16.to_be_bytes());
-            f[38..40].copy_from_slice(&(ipl - 20).to_be_bytes());
-            f[42] = 0x08;
-            f[46..49].copy_from_slice(&vni.to_be_bytes()[1..]);
-            f.extend_from_slice(&inner);
-            (f, uplink)
-        })
+        .map(|&(_, far, vni)| (vxlan_frame(far, our_ip, vni), uplink))
         .collect();
     let (dec, dec_secs) = run_measured(
         BenchSource::new(outer, Arc::new(Vec::new())),
@@ -289,16 +247,7 @@ pub fn vxlan(quick: bool) -> Result<String, String> {
     ];
     let (enc_per_node, enc_sum) = node_clocks(&enc, &enc_nodes);
     let (dec_per_node, dec_sum) = node_clocks(&dec, &dec_nodes);
-    // interface-output runs twice per encapsulated packet (tunnel, then uplink): per-node clocks
-    // divide by the packets it saw, so count its share per original packet.
-    let io = enc.node(names::INTERFACE_OUTPUT).map_or(0.0, |n| {
-        n.cycles as f64 / enc.worker_loop.busy_packets as f64
-    });
-    let enc_total = enc_sum
-        - enc
-            .node(names::INTERFACE_OUTPUT)
-            .map_or(0.0, |n| n.clocks_per_packet())
-        + io;
+    let enc_total = encap_path_clocks(&enc, enc_sum);
     let encap = enc
         .node(names::VXLAN4_ENCAP)
         .map_or(0.0, |n| n.clocks_per_packet());
@@ -320,4 +269,78 @@ pub fn vxlan(quick: bool) -> Result<String, String> {
         "ratio": enc_total / 323.0,
     })
     .to_string())
+}
+
+/// `tunnels` L2 ports, each cross-connected to a VXLAN tunnel of its own to a far end behind
+/// `uplink`; (port, far end, VNI) of each.
+fn add_vxlan_tunnels(
+    fwd: &mut Forwarding,
+    uplink: IfIndex,
+    our_ip: u32,
+    tunnels: u32,
+) -> Result<Vec<(IfIndex, u32, u32)>, String> {
+    let mut ports = Vec::new();
+    for t in 0..tunnels {
+        let far = ip(192, 168, 1 + (t / 250) as u8, 1 + (t % 250) as u8);
+        let mut mac = NEXT_HOP;
+        mac[3] = (t >> 8) as u8;
+        mac[4] = t as u8;
+        fwd.add_neighbor(uplink, far, mac)
+            .map_err(|e| e.to_string())?;
+        let port = fwd
+            .add_port(
+                &format!("l2-{t}"),
+                [2, 1, 0, 0, (t >> 8) as u8, t as u8],
+                1500,
+            )
+            .map_err(|e| e.to_string())?;
+        let tun = fwd
+            .add_vxlan_tunnel(&format!("vxlan{t}"), our_ip, far, 1000 + t, 4789)
+            .map_err(|e| e.to_string())?;
+        fwd.cross_connect(port, tun).map_err(|e| e.to_string())?;
+        ports.push((port, far, 1000 + t));
+    }
+    Ok(ports)
+}
+
+/// What far end `far` would send us on tunnel `vni`: Ethernet, IPv4, UDP to 4789, VXLAN, and
+/// an inner UDP frame.
+fn vxlan_frame(far: u32, our_ip: u32, vni: u32) -> Vec<u8> {
+    let inner = udp_frame([2, 8, 8, 8, 8, 8], ip(172, 17, 0, 1));
+    let mut f = vec![0u8; 14 + 36];
+    f[..6].copy_from_slice(&MAC_OUT);
+    f[6..12].copy_from_slice(&NEXT_HOP);
+    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+    let ipl = (36 + inner.len()) as u16;
+    f[14] = 0x45;
+    f[16..18].copy_from_slice(&ipl.to_be_bytes());
+    f[22] = 64;
+    f[23] = 17;
+    f[26..30].copy_from_slice(&far.to_be_bytes());
+    f[30..34].copy_from_slice(&our_ip.to_be_bytes());
+    let c = graph_nodes::wire::checksum(&f[14..34]);
+    f[24..26].copy_from_slice(&c.to_be_bytes());
+    f[34..36].copy_from_slice(&50000u16.to_be_bytes());
+    f[36..38].copy_from_slice(&4789u16.to_be_bytes());
+    f[38..40].copy_from_slice(&(ipl - 20).to_be_bytes());
+    f[42] = 0x08;
+    f[46..49].copy_from_slice(&vni.to_be_bytes()[1..]);
+    f.extend_from_slice(&inner);
+    f
+}
+
+/// The encapsulation path's clocks per packet: `enc_sum` with interface-output's share per
+/// original packet (it runs twice per encapsulated packet, tunnel then uplink, and per-node
+/// clocks divide by the packets it saw).
+fn encap_path_clocks(enc: &dataplane::WorkerRuntime, enc_sum: f64) -> f64 {
+    // interface-output runs twice per encapsulated packet (tunnel, then uplink): per-node clocks
+    // divide by the packets it saw, so count its share per original packet.
+    let io = enc.node(names::INTERFACE_OUTPUT).map_or(0.0, |n| {
+        n.cycles as f64 / enc.worker_loop.busy_packets as f64
+    });
+    enc_sum
+        - enc
+            .node(names::INTERFACE_OUTPUT)
+            .map_or(0.0, |n| n.clocks_per_packet())
+        + io
 }
