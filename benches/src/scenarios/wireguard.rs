@@ -546,27 +546,7 @@ fn figures(
     unavailable: serde_json::Map<String, Value>,
     started: Instant,
 ) -> Result<String, String> {
-    let med = |v: &[RoundResult], f: fn(&RoundResult) -> f64| {
-        median(&v.iter().map(f).collect::<Vec<_>>())
-    };
-    let mut per_imp = serde_json::Map::new();
-    for (name, v) in results {
-        per_imp.insert(
-            name.to_string(),
-            json!({
-                "tcp_gbps": round3(med(v, |r| r.tcp_gbps)),
-                "udp_gbps": round3(med(v, |r| r.udp_gbps)),
-                "udp_lost_percent": round1(med(v, |r| r.udp_lost_percent)),
-                "tcp_retransmits": med(v, |r| r.tcp_retransmits as f64),
-                "samples": v.iter().map(|r| json!({
-                    "tcp_gbps": round3(r.tcp_gbps),
-                    "tcp_retransmits": r.tcp_retransmits,
-                    "udp_gbps": round3(r.udp_gbps),
-                    "udp_lost_percent": round1(r.udp_lost_percent),
-                })).collect::<Vec<_>>(),
-            }),
-        );
-    }
+    let mut per_imp = implementations_json(results);
     let tcp = |name: &str| results.get(name).map_or(0.0, |v| med(v, |r| r.tcp_gbps));
     let udp = |name: &str| results.get(name).map_or(0.0, |v| med(v, |r| r.udp_gbps));
     let reference = ["wireguard-go", "boringtun"]
@@ -595,35 +575,9 @@ fn figures(
         .unwrap_or(0.0);
     // The last round's node tables and workers' CPU shares, both ends, every test: where the
     // rest of the time goes.
-    let last = ours.last().and_then(|r| r.quiver.as_ref());
-    let tables = last.map_or(Value::Null, |p| {
-        json!(p
-            .iter()
-            .map(|(phase, q)| (
-                phase.to_string(),
-                json!({
-                    "end1": nodes_json(&q.nodes[0]),
-                    "end2": nodes_json(&q.nodes[1]),
-                    "end1_worker": q.workers[0],
-                    "end2_worker": q.workers[1],
-                })
-            ))
-            .collect::<serde_json::Map<_, _>>())
-    });
-    let paced = |f: fn(&(f64, f64)) -> f64| {
-        median(
-            &ours
-                .iter()
-                .filter_map(|r| r.paced.as_ref().map(f))
-                .collect::<Vec<_>>(),
-        )
-    };
+    let tables = last_tables(ours);
     if let Some(q) = per_imp.get_mut("quiver") {
-        q["udp_paced"] = json!({
-            "rate": PACED_RATE,
-            "gbps": round3(paced(|p| p.0)),
-            "lost_percent": round1(paced(|p| p.1)),
-        });
+        q["udp_paced"] = paced_json(ours);
     }
     Ok(json!({
         "scenario": "wireguard",
@@ -670,6 +624,72 @@ fn figures(
         "seconds": round1(started.elapsed().as_secs_f64()),
     })
     .to_string())
+}
+
+/// The median of `f` over rounds.
+fn med(v: &[RoundResult], f: fn(&RoundResult) -> f64) -> f64 {
+    median(&v.iter().map(f).collect::<Vec<_>>())
+}
+
+/// `implementations` of the JSON line: each one's medians and samples.
+fn implementations_json(
+    results: &BTreeMap<&'static str, Vec<RoundResult>>,
+) -> serde_json::Map<String, Value> {
+    let mut per_imp = serde_json::Map::new();
+    for (name, v) in results {
+        per_imp.insert(
+            name.to_string(),
+            json!({
+                "tcp_gbps": round3(med(v, |r| r.tcp_gbps)),
+                "udp_gbps": round3(med(v, |r| r.udp_gbps)),
+                "udp_lost_percent": round1(med(v, |r| r.udp_lost_percent)),
+                "tcp_retransmits": med(v, |r| r.tcp_retransmits as f64),
+                "samples": v.iter().map(|r| json!({
+                    "tcp_gbps": round3(r.tcp_gbps),
+                    "tcp_retransmits": r.tcp_retransmits,
+                    "udp_gbps": round3(r.udp_gbps),
+                    "udp_lost_percent": round1(r.udp_lost_percent),
+                })).collect::<Vec<_>>(),
+            }),
+        );
+    }
+    per_imp
+}
+
+/// The last round's node tables and workers' CPU shares, both ends, every test.
+fn last_tables(ours: &[RoundResult]) -> Value {
+    let last = ours.last().and_then(|r| r.quiver.as_ref());
+    last.map_or(Value::Null, |p| {
+        json!(p
+            .iter()
+            .map(|(phase, q)| (
+                phase.to_string(),
+                json!({
+                    "end1": nodes_json(&q.nodes[0]),
+                    "end2": nodes_json(&q.nodes[1]),
+                    "end1_worker": q.workers[0],
+                    "end2_worker": q.workers[1],
+                })
+            ))
+            .collect::<serde_json::Map<_, _>>())
+    })
+}
+
+/// Quiver's paced UDP test: its rate, and the medians of its throughput and loss.
+fn paced_json(ours: &[RoundResult]) -> Value {
+    let paced = |f: fn(&(f64, f64)) -> f64| {
+        median(
+            &ours
+                .iter()
+                .filter_map(|r| r.paced.as_ref().map(f))
+                .collect::<Vec<_>>(),
+        )
+    };
+    json!({
+        "rate": PACED_RATE,
+        "gbps": round3(paced(|p| p.0)),
+        "lost_percent": round1(paced(|p| p.1)),
+    })
 }
 
 fn round3(x: f64) -> f64 {
