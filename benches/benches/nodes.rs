@@ -80,12 +80,10 @@ fn udp_to(dst: u32) -> Vec<u8> {
     f
 }
 
-fn nodes(c: &mut Criterion) {
-    let pool = BufferPool::new(&BufferPoolConfig {
-        buffers: 8192,
-        ..Default::default()
-    })
-    .expect("pool");
+/// The forwarding state the cases run on: two routed ports (eth0, eth1, a route through eth1)
+/// and a cross-connected pair (l2a, l2b). Returns the state's writer (kept alive while the
+/// cases run), eth0, eth1 and l2a.
+fn forwarding() -> (Forwarding, LocalState, IfIndex, IfIndex, IfIndex) {
     let mut fwd = Forwarding::new(FibConfig::default()).expect("fib");
     let eth0 = fwd.add_port("eth0", MAC0, 1500).unwrap();
     let eth1 = fwd.add_port("eth1", MAC1, 1500).unwrap();
@@ -107,13 +105,19 @@ fn nodes(c: &mut Criterion) {
     fwd.cross_connect(l2a, l2b).unwrap();
     let local = LocalState::default();
     fwd.commit(&local).unwrap();
-    let state: Arc<ForwardingState> = local.current();
-    let mut w = pool.worker_buffers();
+    (fwd, local, eth0, eth1, l2a)
+}
 
-    // Each case: (name, source's next node, the nodes after it, where the stop goes).
-    type Build = fn(&mut GraphBuilder<ForwardingState>);
-    let ip4 = udp_to(ip(198, 51, 7, 9));
-    let cases: Vec<(&str, Vec<u8>, IfIndex, &str, Build)> = vec![
+/// Builds the nodes a case runs after its source.
+type Build = fn(&mut GraphBuilder<ForwardingState>);
+
+/// Each case: (name, frame, the port it arrives on, the source's next node, the nodes after it).
+fn cases(
+    ip4: Vec<u8>,
+    eth0: IfIndex,
+    l2a: IfIndex,
+) -> Vec<(&'static str, Vec<u8>, IfIndex, &'static str, Build)> {
+    vec![
         ("ethernet-input", ip4.clone(), eth0, "ethernet-input", |b| {
             b.add(EthernetInput::new())
                 .add(Stop("ip4-input"))
@@ -184,7 +188,22 @@ fn nodes(c: &mut Criterion) {
                 );
             },
         ),
-    ];
+    ]
+}
+
+fn nodes(c: &mut Criterion) {
+    let pool = BufferPool::new(&BufferPoolConfig {
+        buffers: 8192,
+        ..Default::default()
+    })
+    .expect("pool");
+    // The writer stays alive while the cases run.
+    let (_fwd, local, eth0, eth1, l2a) = forwarding();
+    let state: Arc<ForwardingState> = local.current();
+    let mut w = pool.worker_buffers();
+
+    let ip4 = udp_to(ip(198, 51, 7, 9));
+    let cases = cases(ip4, eth0, l2a);
     let mut g = c.benchmark_group("nodes");
     g.throughput(Throughput::Elements(256));
     for (name, frame, rx, next, build) in cases {
