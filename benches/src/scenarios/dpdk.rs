@@ -148,61 +148,10 @@ fn quiver(
         .add_port("b", opened[1].mac(), 1500)
         .map_err(|e| e.to_string())?;
     fwd.cross_connect(a, b).map_err(|e| e.to_string())?;
-    let templates = vec![
-        (udp_frame(opened[1].mac(), 0x0a00_0102), a),
-        (udp_frame(opened[0].mac(), 0x0a00_0101), b),
-    ];
-    let graph_ports: Vec<(Arc<dyn Port>, IfIndex)> =
-        vec![(opened[0].clone(), a), (opened[1].clone(), b)];
-    let dp = Dataplane::start(
-        &WorkerConfig {
-            cores: vec![core],
-            idle: IdlePolicy::Poll,
-        },
-        pool.clone(),
-        fwd.snapshot(),
-        move |init| {
-            let mut g = GraphBuilder::<ForwardingState>::new();
-            g.add(Seed {
-                templates: templates.clone(),
-                per_port: burst,
-                next: 0,
-            });
-            let mut tx = Vec::new();
-            for (port, index) in &graph_ports {
-                let qp = port.queue_pair(init.index).map_err(|e| e.to_string())?;
-                g.add(PortInput::new(
-                    &format!("{}-input", port.name()),
-                    names::ETHERNET_INPUT,
-                    index.get(),
-                    qp.rx,
-                ));
-                tx.push((*index, qp.tx));
-            }
-            add_forwarding_nodes(&mut g, tx);
-            g.build().map_err(|e| e.to_string())
-        },
-    )
-    .map_err(|e| e.to_string())?;
+    let dp = start_dataplane(&pool, &fwd, &opened, [a, b], core, burst)?;
     fwd.commit(&dp).map_err(|e| e.to_string())?;
     std::thread::sleep(Duration::from_millis(300));
-    let mut figures = Figures {
-        cycles: Vec::new(),
-        mpps: Vec::new(),
-    };
-    let mut last = None;
-    for _ in 0..windows {
-        dp.clear_counters();
-        let t0 = Instant::now();
-        std::thread::sleep(window);
-        let rt = dp.runtime().summed();
-        let secs = t0.elapsed().as_secs_f64();
-        let l = rt.worker_loop;
-        figures.cycles.push(l.busy_cycles_per_packet());
-        figures.mpps.push(l.busy_packets as f64 / secs / 1e6);
-        last = Some(rt);
-    }
-    let rt = last.ok_or("no measurement window")?;
+    let (figures, rt) = measure_windows(&dp, windows, window)?;
     let nodes = [
         format!("{}-input", ports[0]),
         format!("{}-input", ports[1]),
@@ -232,6 +181,80 @@ fn quiver(
         ));
     }
     Ok((figures, per_node))
+}
+
+/// The worker on `core`: a seed of `burst` packets per port, the ports' inputs, the
+/// forwarding nodes; `a` and `b` are `opened`'s interfaces.
+fn start_dataplane(
+    pool: &Arc<BufferPool>,
+    fwd: &Forwarding,
+    opened: &[Arc<DpdkPort>],
+    [a, b]: [IfIndex; 2],
+    core: usize,
+    burst: usize,
+) -> Result<Dataplane<ForwardingState>, String> {
+    let templates = vec![
+        (udp_frame(opened[1].mac(), 0x0a00_0102), a),
+        (udp_frame(opened[0].mac(), 0x0a00_0101), b),
+    ];
+    let graph_ports: Vec<(Arc<dyn Port>, IfIndex)> =
+        vec![(opened[0].clone(), a), (opened[1].clone(), b)];
+    Dataplane::start(
+        &WorkerConfig {
+            cores: vec![core],
+            idle: IdlePolicy::Poll,
+        },
+        pool.clone(),
+        fwd.snapshot(),
+        move |init| {
+            let mut g = GraphBuilder::<ForwardingState>::new();
+            g.add(Seed {
+                templates: templates.clone(),
+                per_port: burst,
+                next: 0,
+            });
+            let mut tx = Vec::new();
+            for (port, index) in &graph_ports {
+                let qp = port.queue_pair(init.index).map_err(|e| e.to_string())?;
+                g.add(PortInput::new(
+                    &format!("{}-input", port.name()),
+                    names::ETHERNET_INPUT,
+                    index.get(),
+                    qp.rx,
+                ));
+                tx.push((*index, qp.tx));
+            }
+            add_forwarding_nodes(&mut g, tx);
+            g.build().map_err(|e| e.to_string())
+        },
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// `windows` measurement windows of `window` each; the figures, and the last window's runtime.
+fn measure_windows(
+    dp: &Dataplane<ForwardingState>,
+    windows: usize,
+    window: Duration,
+) -> Result<(Figures, dataplane::WorkerRuntime), String> {
+    let mut figures = Figures {
+        cycles: Vec::new(),
+        mpps: Vec::new(),
+    };
+    let mut last = None;
+    for _ in 0..windows {
+        dp.clear_counters();
+        let t0 = Instant::now();
+        std::thread::sleep(window);
+        let rt = dp.runtime().summed();
+        let secs = t0.elapsed().as_secs_f64();
+        let l = rt.worker_loop;
+        figures.cycles.push(l.busy_cycles_per_packet());
+        figures.mpps.push(l.busy_packets as f64 / secs / 1e6);
+        last = Some(rt);
+    }
+    let rt = last.ok_or("no measurement window")?;
+    Ok((figures, rt))
 }
 
 /// A running testpmd (interactive), killed and reaped on drop.
