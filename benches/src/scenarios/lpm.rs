@@ -11,7 +11,7 @@ use std::process::Command;
 
 use dataplane::cycles;
 use dataplane::memory::HugepagePolicy;
-use graph_nodes::fib::lpm::{Lpm, MAX_VALUE};
+use graph_nodes::fib::lpm::{Lpm, LpmTable, MAX_VALUE};
 use serde_json::json;
 
 const DEPTHS: &str = "16:5%,20:15%,22:20%,24:55%,28:3%,32:2%";
@@ -106,59 +106,14 @@ pub fn run(quick: bool) -> Result<String, String> {
         .filter_map(parse_ip)
         .collect();
 
-    let mut lpm = Lpm::new(65536, HugepagePolicy::Auto).map_err(|e| e.to_string())?;
-    let t0 = std::time::Instant::now();
-    // One batch, as a commit does it: each /17 is encoded once.
-    lpm.defer_updates();
-    for &(p, l, nh) in &routes {
-        lpm.insert(p, l, nh % (MAX_VALUE + 1))
-            .map_err(|e| e.to_string())?;
-    }
-    lpm.flush().map_err(|e| e.to_string())?;
-    // No reader has seen the table yet: every line can go in place now (a commit does this
-    // once the workers have moved on).
-    lpm.recycle_retired();
-    let load_s = t0.elapsed().as_secs_f64();
-    eprintln!(
-        "  quiver loaded {} routes in {load_s:.2} s ({} tbl8 groups, table {:.1} MiB, hugepages {})",
-        lpm.len(),
-        lpm.groups_in_use(),
-        lpm.table_bytes() as f64 / (1 << 20) as f64,
-        lpm.table().is_hugepage_backed()
-    );
+    let (lpm, load_s) = load(&routes)?;
     let table = lpm.table().clone();
     let mut out = vec![0u32; 256];
     let mut ours = Vec::new();
     let mut theirs = Vec::new();
     for round in 1..=rounds {
-        for chunk in ips.chunks(256).take(4096) {
-            table.lookup_batch(chunk, &mut out[..chunk.len()]);
-        }
-        let mut misses = 0u64;
-        let c0 = cycles::now();
-        for chunk in ips.chunks(256) {
-            table.lookup_batch(chunk, &mut out[..chunk.len()]);
-            misses += out[..chunk.len()]
-                .iter()
-                .filter(|&&v| v == u32::MAX)
-                .count() as u64;
-        }
-        let c = (cycles::now() - c0) as f64 / ips.len() as f64;
-        if misses > 0 {
-            return Err(format!(
-                "{misses} lookups of addresses drawn from the routes found nothing"
-            ));
-        }
-        let text = test_fib(core, &["-f", &rf, "-t", &ipf, "-c", "-g", "65536"])?;
-        let r = text
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix("AVG LPM lookup ")?
-                    .trim()
-                    .parse::<f64>()
-                    .ok()
-            })
-            .ok_or_else(|| format!("dpdk-test-fib printed no 'AVG LPM lookup' line:\n{text}"))?;
+        let c = quiver_cycles_per_lookup(&table, &ips, &mut out)?;
+        let r = rte_lpm_cycles_per_lookup(core, &rf, &ipf)?;
         eprintln!("  round {round}: quiver {c:.2}, rte_lpm {r:.2} cycles/lookup");
         ours.push(c);
         theirs.push(r);
@@ -186,4 +141,67 @@ pub fn run(quick: bool) -> Result<String, String> {
         "ratio": o / t,
     })
     .to_string())
+}
+
+/// Quiver's table loaded with `routes` in one batch, as a commit does it; the seconds it took.
+fn load(routes: &[(u32, u8, u32)]) -> Result<(Lpm, f64), String> {
+    let mut lpm = Lpm::new(65536, HugepagePolicy::Auto).map_err(|e| e.to_string())?;
+    let t0 = std::time::Instant::now();
+    // One batch, as a commit does it: each /17 is encoded once.
+    lpm.defer_updates();
+    for &(p, l, nh) in routes {
+        lpm.insert(p, l, nh % (MAX_VALUE + 1))
+            .map_err(|e| e.to_string())?;
+    }
+    lpm.flush().map_err(|e| e.to_string())?;
+    // No reader has seen the table yet: every line can go in place now (a commit does this
+    // once the workers have moved on).
+    lpm.recycle_retired();
+    let load_s = t0.elapsed().as_secs_f64();
+    eprintln!(
+        "  quiver loaded {} routes in {load_s:.2} s ({} tbl8 groups, table {:.1} MiB, hugepages {})",
+        lpm.len(),
+        lpm.groups_in_use(),
+        lpm.table_bytes() as f64 / (1 << 20) as f64,
+        lpm.table().is_hugepage_backed()
+    );
+    Ok((lpm, load_s))
+}
+
+/// Quiver's cycles per lookup of `ips` (after a warm-up), in batches of 256 into `out`; every
+/// address must be found.
+fn quiver_cycles_per_lookup(table: &LpmTable, ips: &[u32], out: &mut [u32]) -> Result<f64, String> {
+    for chunk in ips.chunks(256).take(4096) {
+        table.lookup_batch(chunk, &mut out[..chunk.len()]);
+    }
+    let mut misses = 0u64;
+    let c0 = cycles::now();
+    for chunk in ips.chunks(256) {
+        table.lookup_batch(chunk, &mut out[..chunk.len()]);
+        misses += out[..chunk.len()]
+            .iter()
+            .filter(|&&v| v == u32::MAX)
+            .count() as u64;
+    }
+    let c = (cycles::now() - c0) as f64 / ips.len() as f64;
+    if misses > 0 {
+        return Err(format!(
+            "{misses} lookups of addresses drawn from the routes found nothing"
+        ));
+    }
+    Ok(c)
+}
+
+/// rte_lpm's cycles per lookup, as dpdk-test-fib prints them for the same routes and addresses
+/// (`rf`, `ipf`).
+fn rte_lpm_cycles_per_lookup(core: usize, rf: &str, ipf: &str) -> Result<f64, String> {
+    let text = test_fib(core, &["-f", rf, "-t", ipf, "-c", "-g", "65536"])?;
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix("AVG LPM lookup ")?
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+        .ok_or_else(|| format!("dpdk-test-fib printed no 'AVG LPM lookup' line:\n{text}"))
 }
