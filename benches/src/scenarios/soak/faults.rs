@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use super::super::procs::IP;
 use super::churn::DEADLINE;
 use super::host::{wait_for, Netns};
-use super::nsm::{first_request, ip_context, ClientSide, Mech};
+use super::nsm::{first_request, ip_context, quiver_id, ClientSide, Mech};
 use super::quiver::Quiver;
 use super::World;
 
@@ -128,18 +128,6 @@ fn ports_of(q: &Quiver, id: &str) -> Option<(String, String)> {
         c["client_interface"].as_str()?.to_string(),
         c["endpoint_interface"].as_str()?.to_string(),
     ))
-}
-
-/// Quiver's own id of the connection answered as `answer` (the id of its path segment, named
-/// `name`): what `quiver ctl show connections` lists.
-pub fn quiver_id(answer: &Connection, name: &str) -> Option<String> {
-    answer
-        .path
-        .as_ref()?
-        .path_segments
-        .iter()
-        .find(|s| s.name == name)
-        .map(|s| s.id.clone())
 }
 
 /// Which of `ids` (Quiver's own) `show connections` lists.

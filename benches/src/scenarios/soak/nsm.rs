@@ -229,3 +229,15 @@ pub fn refresh_of(answer: &Connection, client: &ClientSide) -> NetworkServiceReq
         mechanism_preferences: vec![client.preference()],
     }
 }
+
+/// Quiver's own id of the connection answered as `answer` (the id of its path segment, named
+/// `name`): what `quiver ctl show connections` lists.
+pub fn quiver_id(answer: &Connection, name: &str) -> Option<String> {
+    answer
+        .path
+        .as_ref()?
+        .path_segments
+        .iter()
+        .find(|s| s.name == name)
+        .map(|s| s.id.clone())
+}

@@ -188,7 +188,7 @@ impl Stable {
         }
     }
 
-    /// Each connection's flow name and Quiver's own id of it (see `faults::quiver_id`).
+    /// Each connection's flow name and Quiver's own id of it (see `nsm::quiver_id`).
     pub fn quiver_ids(&self, name: &str) -> Vec<(&'static str, Option<String>)> {
         self.conns
             .iter()
@@ -196,7 +196,7 @@ impl Stable {
                 let id = c
                     .answer
                     .as_ref()
-                    .and_then(|a| super::faults::quiver_id(a, name));
+                    .and_then(|a| super::nsm::quiver_id(a, name));
                 (c.flow.name, id)
             })
             .collect()
