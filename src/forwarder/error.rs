@@ -57,11 +57,11 @@ impl From<ForwardingError> for ForwarderError {
     }
 }
 
-/// Why [`Forwarder::start`] failed: what of `quiver.toml` could not be set up, and the error
-/// underneath.
+/// Why [`Forwarder::start`](super::Forwarder::start) failed: what of `quiver.toml` could not
+/// be set up, and the error underneath.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    /// The configuration does not check ([`Config::topology`]).
+    /// The configuration does not check ([`Config::topology`](crate::config::Config::topology)).
     #[error(transparent)]
     Config(#[from] ConfigError),
     /// DPDK's EAL or mempool did not start.
@@ -218,7 +218,8 @@ pub(super) fn port_error(name: &str, e: PortError) -> ForwarderError {
     }
 }
 
-/// Something the control plane made, as [`Forwarder::owned_by`] lists it.
+/// Something the control plane made, as [`Forwarder::owned_by`](super::Forwarder::owned_by)
+/// lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Owned {
     /// A port, by name.
