@@ -4,7 +4,8 @@
 use dataplane::buffer::INVALID_INDEX;
 use dataplane::{cycles, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
-use super::{names, LOCALLY_ORIGINATED};
+use super::names;
+use super::origin::LOCALLY_ORIGINATED;
 use crate::state::{
     AdjacencyKind, DataplaneEvent, ForwardingState, IfIndex, Interface, InterfaceKind,
 };

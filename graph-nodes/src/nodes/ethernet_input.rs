@@ -6,7 +6,8 @@
 use dataplane::buffer::{flags, BufferMeta};
 use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
-use super::{names, Arcs};
+use super::arcs::Arcs;
+use super::names;
 use crate::state::{ForwardingState, IfIndex, Interface, InterfaceMode};
 use crate::wire::{self, Ethernet, Vlan};
 

@@ -17,7 +17,8 @@ use std::time::Instant;
 use dataplane::buffer::WorkerBuffers;
 use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
-use super::{names, LOCALLY_ORIGINATED};
+use super::names;
+use super::origin::LOCALLY_ORIGINATED;
 use crate::state::{ForwardingState, IfIndex};
 use crate::wire::{self, icmp, Icmp4, Ipv4};
 

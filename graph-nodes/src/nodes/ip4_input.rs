@@ -3,7 +3,8 @@
 use dataplane::buffer::flags;
 use dataplane::{next_arcs, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
-use super::{names, Arcs};
+use super::arcs::Arcs;
+use super::names;
 use crate::state::{ForwardingState, IfIndex};
 use crate::wire::{self, Ipv4};
 

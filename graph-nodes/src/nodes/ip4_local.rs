@@ -4,7 +4,8 @@
 
 use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
-use super::{names, LOCALLY_ORIGINATED};
+use super::names;
+use super::origin::LOCALLY_ORIGINATED;
 use crate::state::ForwardingState;
 use crate::wire::{self, icmp, Icmp4, Ipv4, Udp};
 

@@ -4,7 +4,8 @@
 use dataplane::buffer::{flags, BufferMeta, BufferView};
 use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
-use super::{names, Arcs};
+use super::arcs::Arcs;
+use super::names;
 use crate::state::{AdjIndex, AdjacencyKind, ForwardingState, SinglePath};
 use crate::wire::Ipv4;
 

@@ -5,7 +5,9 @@
 
 use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
-use super::{names, Arcs, LOCALLY_ORIGINATED};
+use super::arcs::Arcs;
+use super::names;
+use super::origin::LOCALLY_ORIGINATED;
 use dataplane::buffer::BufferMeta;
 
 use crate::state::{Adjacency, AdjacencyKind, ForwardingState};

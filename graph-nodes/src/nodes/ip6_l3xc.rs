@@ -8,7 +8,8 @@
 
 use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
-use super::{names, Arcs};
+use super::arcs::Arcs;
+use super::names;
 use crate::state::{AdjIndex, Adjacency, AdjacencyKind, ForwardingState, IfIndex};
 use crate::wire::{self, ipv6, Ethernet, Ipv6};
 

@@ -1,5 +1,6 @@
 //! The forwarding nodes, one per file, and the function that adds them all to a graph.
 
+mod arcs;
 mod arp;
 mod ethernet_input;
 mod interface_output;
@@ -12,6 +13,7 @@ mod ip4_rewrite;
 mod ip6_l3xc;
 mod l2_xconnect;
 mod offload_resolve;
+mod origin;
 mod vxlan;
 mod wireguard;
 
@@ -27,13 +29,13 @@ pub use ip4_rewrite::Ip4Rewrite;
 pub use ip6_l3xc::Ip6L3xc;
 pub use l2_xconnect::{L2Xconnect, XconnectStats};
 pub use offload_resolve::OffloadResolve;
+pub use origin::LOCALLY_ORIGINATED;
 pub use vxlan::{Vxlan4Encap, Vxlan4Input};
 pub use wireguard::{Wg4ControlInput, Wg4Decrypt, Wg4Encrypt};
 
 use std::sync::Arc;
 
-use dataplane::buffer::flags;
-use dataplane::{Context, Frame, GraphBuilder, Next, TxQueue};
+use dataplane::{GraphBuilder, TxQueue};
 
 use crate::state::{ForwardingState, IfIndex};
 
@@ -76,64 +78,6 @@ pub mod names {
     /// Checksums and segmentation left by a kernel, done in software.
     pub const OFFLOAD_RESOLVE: &str = "offload-resolve";
 }
-
-/// The next arcs of a frame's packets when most take one common arc: nothing is written for
-/// packets taking it until one takes another, and a frame whose packets all take it is handed on
-/// whole.
-pub(crate) struct Arcs<'a> {
-    arcs: &'a mut [Next],
-    common: Next,
-    mixed: bool,
-}
-
-impl<'a> Arcs<'a> {
-    /// Arcs for `arcs.len()` packets, all `common` so far.
-    #[inline(always)]
-    pub fn new(arcs: &'a mut [Next], common: Next) -> Self {
-        Arcs {
-            arcs,
-            common,
-            mixed: false,
-        }
-    }
-
-    /// Sends packet `i` along `arc` (only needed when it is not the common one).
-    #[inline(always)]
-    pub fn set(&mut self, i: usize, arc: Next) {
-        if !self.mixed {
-            if arc == self.common {
-                return;
-            }
-            self.arcs.fill(self.common);
-            self.mixed = true;
-        }
-        if let Some(a) = self.arcs.get_mut(i) {
-            *a = arc;
-        }
-    }
-
-    /// Hands the frame on along the arcs set: whole (a pointer swap when the next node has
-    /// nothing pending) when every packet takes one arc, the common one or another.
-    #[inline]
-    pub fn enqueue<S>(self, cx: &mut Context<'_, S>, frame: &mut Frame) {
-        if !self.mixed {
-            cx.enqueue_frame(self.common, frame);
-            return;
-        }
-        let arcs = &self.arcs[..frame.len().min(self.arcs.len())];
-        match arcs.first() {
-            // Checked without branches (vectorised).
-            Some(&first) if arcs.iter().fold(0u16, |acc, a| acc | (a.0 ^ first.0)) == 0 => {
-                cx.enqueue_frame(first, frame)
-            }
-            _ => cx.enqueue_to_nexts(self.arcs, frame.as_slice()),
-        }
-    }
-}
-
-/// Buffer flag: the packet was made by Quiver itself (ARP, ICMP replies, VXLAN outer headers):
-/// `ip4-rewrite` does not decrement its TTL.
-pub const LOCALLY_ORIGINATED: u32 = flags::USER_0;
 
 /// Handles on the nodes' own statistics.
 pub struct ForwardingHandles {

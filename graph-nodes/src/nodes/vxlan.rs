@@ -5,7 +5,8 @@
 use dataplane::buffer::flags;
 use dataplane::{Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
-use super::{names, LOCALLY_ORIGINATED};
+use super::names;
+use super::origin::LOCALLY_ORIGINATED;
 use crate::state::ForwardingState;
 use crate::wire::{self, ipv4, Ethernet, Ipv4, Udp, Vxlan};
 

@@ -13,7 +13,8 @@ use dataplane::{Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 use wireguard::transport::{self, sealed_len};
 use wireguard::wire::TRANSPORT_HEADER_LEN;
 
-use super::{names, LOCALLY_ORIGINATED};
+use super::names;
+use super::origin::LOCALLY_ORIGINATED;
 use crate::state::{ForwardingState, IfIndex};
 use crate::wire::{self, Ipv4, Udp, WireError};
 use crate::wireguard::{WgDatagram, WgPeerCounters, WgReceiver, WG_DATAGRAM_MAX};
