@@ -9,7 +9,9 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use tonic::Status;
 
-use super::{validate, ClientMechanism, EndpointMechanism, REMOTE};
+use super::checked::{ClientMechanism, EndpointMechanism};
+use super::names::{MTU, REMOTE};
+use crate::validate;
 use nsm_proto::connection::Mechanism;
 
 /// VXLAN between nodes (ETHERNET payload).
@@ -131,7 +133,7 @@ pub(super) fn check_syntax(what: &str, m: &Mechanism) -> Result<(), Status> {
             }
         }
     }
-    validate::mtu(what, p.get(super::MTU))?;
+    validate::mtu(what, p.get(MTU))?;
     Ok(())
 }
 

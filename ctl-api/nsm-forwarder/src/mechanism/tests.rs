@@ -1,5 +1,6 @@
 //! Mechanism choice, offers and answers.
 use super::*;
+use std::net::Ipv4Addr;
 use tonic::Code;
 
 fn mech(cls: &str, ty: &str, params: &[(&str, &str)]) -> Mechanism {
