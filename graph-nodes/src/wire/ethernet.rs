@@ -1,34 +1,19 @@
 //! Ethernet II headers ([`Ethernet`]) and 802.1Q tags ([`Vlan`]), and [`write_header`], which
 //! writes either.
 
-use super::{head, head_mut, tail, tail_mut, Mac, WireError, ETHERTYPE_VLAN};
+use super::{head, head_mut, tail, Mac, WireError, ETHERTYPE_VLAN};
 
 /// Ethernet header length without a VLAN tag.
 pub const HEADER_LEN: usize = 14;
 /// 802.1Q tag length (TCI and the inner EtherType).
 pub const TAG_LEN: usize = 4;
 
-/// A view of an Ethernet II header (destination, source, EtherType) and what follows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ethernet<T> {
-    buffer: T,
+header_view! {
+    /// A view of an Ethernet II header (destination, source, EtherType) and what follows it.
+    Ethernet, HEADER_LEN, "14-byte header"
 }
 
 impl<T: AsRef<[u8]>> Ethernet<T> {
-    /// A view of `buffer`, which must hold the 14-byte header.
-    #[inline(always)]
-    pub fn new_checked(buffer: T) -> Result<Self, WireError> {
-        if buffer.as_ref().len() < HEADER_LEN {
-            return Err(WireError::Truncated);
-        }
-        Ok(Ethernet { buffer })
-    }
-
-    #[inline(always)]
-    fn header(&self) -> &[u8; HEADER_LEN] {
-        head(self.buffer.as_ref())
-    }
-
     /// The destination MAC address.
     #[inline(always)]
     pub fn dst(&self) -> Mac {
@@ -64,26 +49,9 @@ impl<T: AsRef<[u8]>> Ethernet<T> {
             u32::from_be_bytes([h[4 * k], h[4 * k + 1], h[4 * k + 2], h[4 * k + 3]])
         })
     }
-
-    /// What follows the header (an 802.1Q tag, or the payload).
-    #[inline(always)]
-    pub fn payload(&self) -> &[u8] {
-        tail(self.buffer.as_ref(), HEADER_LEN)
-    }
-
-    /// The buffer.
-    #[inline(always)]
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Ethernet<T> {
-    #[inline(always)]
-    fn header_mut(&mut self) -> Option<&mut [u8; HEADER_LEN]> {
-        head_mut(self.buffer.as_mut())
-    }
-
     /// Sets the destination MAC address.
     #[inline(always)]
     pub fn set_dst(&mut self, mac: &Mac) {
@@ -118,12 +86,6 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ethernet<T> {
         } else {
             self.set_ethertype(ethertype);
         }
-    }
-
-    /// What follows the header, to write.
-    #[inline(always)]
-    pub fn payload_mut(&mut self) -> &mut [u8] {
-        tail_mut(self.buffer.as_mut(), HEADER_LEN)
     }
 }
 

@@ -1,7 +1,7 @@
 //! ICMP for IPv4 ([`Icmp4`]): the messages Quiver answers (echo) and sends (destination
 //! unreachable, fragmentation needed).
 
-use super::{checksum, head, head_mut, tail, WireError};
+use super::checksum;
 
 /// ICMP header length: type, code, checksum and the 4 bytes whose meaning the type gives.
 pub const HEADER_LEN: usize = 8;
@@ -14,28 +14,13 @@ pub const ECHO_REQUEST: u8 = 8;
 /// Code of [`DEST_UNREACHABLE`]: fragmentation needed and Don't Fragment set (RFC 1191).
 pub const FRAG_NEEDED: u8 = 4;
 
-/// A view of an ICMP message: its 8-byte header and the data after it. The checksum covers
-/// the whole buffer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Icmp4<T> {
-    buffer: T,
+header_view! {
+    /// A view of an ICMP message: its 8-byte header and the data after it. The checksum covers
+    /// the whole buffer.
+    Icmp4, HEADER_LEN, "8-byte header"
 }
 
 impl<T: AsRef<[u8]>> Icmp4<T> {
-    /// A view of `buffer`, which must hold the 8-byte header.
-    #[inline(always)]
-    pub fn new_checked(buffer: T) -> Result<Self, WireError> {
-        if buffer.as_ref().len() < HEADER_LEN {
-            return Err(WireError::Truncated);
-        }
-        Ok(Icmp4 { buffer })
-    }
-
-    #[inline(always)]
-    fn header(&self) -> &[u8; HEADER_LEN] {
-        head(self.buffer.as_ref())
-    }
-
     /// The message type.
     #[inline(always)]
     pub fn msg_type(&self) -> u8 {
@@ -73,26 +58,9 @@ impl<T: AsRef<[u8]>> Icmp4<T> {
         let h = self.header();
         u16::from_be_bytes([h[6], h[7]])
     }
-
-    /// What follows the header (an echo's data, an error's quoted packet).
-    #[inline(always)]
-    pub fn payload(&self) -> &[u8] {
-        tail(self.buffer.as_ref(), HEADER_LEN)
-    }
-
-    /// The buffer.
-    #[inline(always)]
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Icmp4<T> {
-    #[inline(always)]
-    fn header_mut(&mut self) -> Option<&mut [u8; HEADER_LEN]> {
-        head_mut(self.buffer.as_mut())
-    }
-
     /// Sets the message type.
     #[inline(always)]
     pub fn set_msg_type(&mut self, t: u8) {
@@ -146,6 +114,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Icmp4<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::WireError;
 
     #[test]
     fn an_echo_request_read_and_turned_into_a_reply() {

@@ -1,35 +1,18 @@
 //! IPv6 headers ([`Ipv6`]).
 
-use super::{head, head_mut, tail, tail_mut, WireError};
-
 /// The IPv6 header's length (extension headers are payload).
 pub const HEADER_LEN: usize = 40;
 
 /// An IPv6 address as it lies in a header.
 pub type Ip6Addr = [u8; 16];
 
-/// A view of an IPv6 header and what follows it. The buffer holds the 40-byte header; the
-/// version and payload length are fields for the caller to check.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ipv6<T> {
-    buffer: T,
+header_view! {
+    /// A view of an IPv6 header and what follows it. The buffer holds the 40-byte header; the
+    /// version and payload length are fields for the caller to check.
+    Ipv6, HEADER_LEN, "40-byte header"
 }
 
 impl<T: AsRef<[u8]>> Ipv6<T> {
-    /// A view of `buffer`, which must hold the 40-byte header.
-    #[inline(always)]
-    pub fn new_checked(buffer: T) -> Result<Self, WireError> {
-        if buffer.as_ref().len() < HEADER_LEN {
-            return Err(WireError::Truncated);
-        }
-        Ok(Ipv6 { buffer })
-    }
-
-    #[inline(always)]
-    fn header(&self) -> &[u8; HEADER_LEN] {
-        head(self.buffer.as_ref())
-    }
-
     /// The version (6 for IPv6).
     #[inline(always)]
     pub fn version(&self) -> u8 {
@@ -74,33 +57,15 @@ impl<T: AsRef<[u8]>> Ipv6<T> {
         let h = self.header();
         std::array::from_fn(|k| h[24 + k])
     }
-
-    /// What follows the header.
-    #[inline(always)]
-    pub fn payload(&self) -> &[u8] {
-        tail(self.buffer.as_ref(), HEADER_LEN)
-    }
-
-    /// The buffer.
-    #[inline(always)]
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6<T> {
     /// Sets the hop limit.
     #[inline(always)]
     pub fn set_hop_limit(&mut self, hops: u8) {
-        if let Some(h) = head_mut::<HEADER_LEN>(self.buffer.as_mut()) {
+        if let Some(h) = self.header_mut() {
             h[7] = hops;
         }
-    }
-
-    /// What follows the header, to write.
-    #[inline(always)]
-    pub fn payload_mut(&mut self) -> &mut [u8] {
-        tail_mut(self.buffer.as_mut(), HEADER_LEN)
     }
 }
 
@@ -114,6 +79,7 @@ pub fn is_link_scope(a: &Ip6Addr) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::WireError;
 
     fn packet() -> [u8; 44] {
         let mut p = [0u8; 44];

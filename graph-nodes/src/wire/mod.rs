@@ -18,6 +18,62 @@
 //! | [`udp`] | [`Udp`] |
 //! | [`vxlan`] | [`Vxlan`] |
 
+/// Declares a view of a fixed-length header and what follows it: the struct, its checked
+/// constructor (the buffer must hold the header), the private `header`/`header_mut` that give
+/// the header as a fixed-size array, and `payload`, `payload_mut` (the bytes after the header,
+/// as far as the buffer goes: no length field is applied) and `into_inner`. The view's own
+/// `impl` blocks add its fields.
+macro_rules! header_view {
+    ($(#[$doc:meta])* $name:ident, $len:expr, $what:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub struct $name<T> {
+            buffer: T,
+        }
+
+        impl<T: AsRef<[u8]>> $name<T> {
+            #[doc = concat!("A view of `buffer`, which must hold the ", $what, ".")]
+            #[inline(always)]
+            pub fn new_checked(buffer: T) -> Result<Self, $crate::wire::WireError> {
+                if buffer.as_ref().len() < $len {
+                    return Err($crate::wire::WireError::Truncated);
+                }
+                Ok($name { buffer })
+            }
+
+            #[inline(always)]
+            fn header(&self) -> &[u8; $len] {
+                $crate::wire::head(self.buffer.as_ref())
+            }
+
+            /// What follows the header, as far as the buffer goes.
+            #[inline(always)]
+            pub fn payload(&self) -> &[u8] {
+                $crate::wire::tail(self.buffer.as_ref(), $len)
+            }
+
+            /// The buffer.
+            #[inline(always)]
+            pub fn into_inner(self) -> T {
+                self.buffer
+            }
+        }
+
+        impl<T: AsRef<[u8]> + AsMut<[u8]>> $name<T> {
+            #[inline(always)]
+            fn header_mut(&mut self) -> Option<&mut [u8; $len]> {
+                $crate::wire::head_mut(self.buffer.as_mut())
+            }
+
+            /// What follows the header, to write.
+            #[inline(always)]
+            pub fn payload_mut(&mut self) -> &mut [u8] {
+                $crate::wire::tail_mut(self.buffer.as_mut(), $len)
+            }
+        }
+    };
+}
+
 pub mod arp;
 pub mod ethernet;
 pub mod icmp;

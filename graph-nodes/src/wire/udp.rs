@@ -1,32 +1,15 @@
 //! UDP headers ([`Udp`]).
 
-use super::{head, head_mut, tail, tail_mut, WireError};
-
 /// UDP header length.
 pub const HEADER_LEN: usize = 8;
 
-/// A view of a UDP header and what follows it. The buffer holds the 8-byte header; the length
-/// field is for the caller to check against the bytes it has.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Udp<T> {
-    buffer: T,
+header_view! {
+    /// A view of a UDP header and what follows it. The buffer holds the 8-byte header; the length
+    /// field is for the caller to check against the bytes it has.
+    Udp, HEADER_LEN, "8-byte header"
 }
 
 impl<T: AsRef<[u8]>> Udp<T> {
-    /// A view of `buffer`, which must hold the 8-byte header.
-    #[inline(always)]
-    pub fn new_checked(buffer: T) -> Result<Self, WireError> {
-        if buffer.as_ref().len() < HEADER_LEN {
-            return Err(WireError::Truncated);
-        }
-        Ok(Udp { buffer })
-    }
-
-    #[inline(always)]
-    fn header(&self) -> &[u8; HEADER_LEN] {
-        head(self.buffer.as_ref())
-    }
-
     /// The source port.
     #[inline(always)]
     pub fn src_port(&self) -> u16 {
@@ -60,26 +43,9 @@ impl<T: AsRef<[u8]>> Udp<T> {
         let h = self.header();
         u16::from_be_bytes([h[6], h[7]])
     }
-
-    /// What follows the header, as far as the buffer goes (the length field is not applied).
-    #[inline(always)]
-    pub fn payload(&self) -> &[u8] {
-        tail(self.buffer.as_ref(), HEADER_LEN)
-    }
-
-    /// The buffer.
-    #[inline(always)]
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Udp<T> {
-    #[inline(always)]
-    fn header_mut(&mut self) -> Option<&mut [u8; HEADER_LEN]> {
-        head_mut(self.buffer.as_mut())
-    }
-
     /// Sets the source port.
     #[inline(always)]
     pub fn set_src_port(&mut self, port: u16) {
@@ -111,17 +77,12 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Udp<T> {
             h[6..].copy_from_slice(&c.to_be_bytes());
         }
     }
-
-    /// What follows the header, to write.
-    #[inline(always)]
-    pub fn payload_mut(&mut self) -> &mut [u8] {
-        tail_mut(self.buffer.as_mut(), HEADER_LEN)
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::WireError;
 
     const DATAGRAM: [u8; 10] = [0xc0, 0x01, 0x12, 0xb5, 0x00, 0x0a, 0xab, 0xcd, 0x01, 0x02];
 

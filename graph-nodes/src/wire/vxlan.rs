@@ -1,33 +1,16 @@
 //! VXLAN headers ([`Vxlan`], RFC 7348).
 
-use super::{head, head_mut, tail, tail_mut, WireError};
-
 /// VXLAN header length.
 pub const HEADER_LEN: usize = 8;
 /// The I flag: the VNI is valid.
 pub const FLAG_I: u8 = 0x08;
 
-/// A view of a VXLAN header (flags, VNI) and the inner frame after it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Vxlan<T> {
-    buffer: T,
+header_view! {
+    /// A view of a VXLAN header (flags, VNI) and the inner frame after it.
+    Vxlan, HEADER_LEN, "8-byte header"
 }
 
 impl<T: AsRef<[u8]>> Vxlan<T> {
-    /// A view of `buffer`, which must hold the 8-byte header.
-    #[inline(always)]
-    pub fn new_checked(buffer: T) -> Result<Self, WireError> {
-        if buffer.as_ref().len() < HEADER_LEN {
-            return Err(WireError::Truncated);
-        }
-        Ok(Vxlan { buffer })
-    }
-
-    #[inline(always)]
-    fn header(&self) -> &[u8; HEADER_LEN] {
-        head(self.buffer.as_ref())
-    }
-
     /// The flags byte.
     #[inline(always)]
     pub fn flags(&self) -> u8 {
@@ -46,25 +29,13 @@ impl<T: AsRef<[u8]>> Vxlan<T> {
         let h = self.header();
         u32::from_be_bytes([h[4], h[5], h[6], h[7]]) >> 8
     }
-
-    /// The inner frame.
-    #[inline(always)]
-    pub fn payload(&self) -> &[u8] {
-        tail(self.buffer.as_ref(), HEADER_LEN)
-    }
-
-    /// The buffer.
-    #[inline(always)]
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Vxlan<T> {
     /// Sets the flags byte (the other reserved bytes stay as they are).
     #[inline(always)]
     pub fn set_flags(&mut self, flags: u8) {
-        if let Some(h) = head_mut::<HEADER_LEN>(self.buffer.as_mut()) {
+        if let Some(h) = self.header_mut() {
             h[0] = flags;
         }
     }
@@ -72,21 +43,16 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Vxlan<T> {
     /// Sets the VNI (its low 24 bits) and zeroes the reserved byte after it.
     #[inline(always)]
     pub fn set_vni(&mut self, vni: u32) {
-        if let Some(h) = head_mut::<HEADER_LEN>(self.buffer.as_mut()) {
+        if let Some(h) = self.header_mut() {
             h[4..].copy_from_slice(&(vni << 8).to_be_bytes());
         }
-    }
-
-    /// The inner frame, to write.
-    #[inline(always)]
-    pub fn payload_mut(&mut self) -> &mut [u8] {
-        tail_mut(self.buffer.as_mut(), HEADER_LEN)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::WireError;
 
     #[test]
     fn fields_written_read_back() {
