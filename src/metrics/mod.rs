@@ -6,7 +6,7 @@
 //! plus the buffer pool's usage, on the control side: the HTTP server runs on a tokio runtime
 //! of its own thread and never touches a worker.
 //!
-//! - [`render`]: the text format;
+//! - [`mod@render`]: the text format;
 //! - [`nsm`]: NSM's connection counters, named as cmd-forwarder-vpp names them;
 //! - [`http`]: the endpoint.
 

@@ -65,7 +65,7 @@ pub struct TunnelEnd {
     /// `NSM_VXLAN_PORT`.
     pub port: u16,
     /// The MTU of the uplink holding `ip` (a tunnel carries its overhead less:
-    /// [`crate::mtu::tunnelled`]).
+    /// [`crate::mtu::through`]).
     pub mtu: u32,
     /// Quiver's WireGuard public key (`None`: no WireGuard).
     pub wg_public_key: Option<[u8; 32]>,
