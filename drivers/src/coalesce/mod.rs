@@ -61,11 +61,23 @@ pub(crate) struct Run {
 }
 
 /// The first run of `packets` of a kind in `kinds`, if any: the packets before it are sent one
-/// by one.
-pub(crate) fn next_run(buffers: &WorkerBuffers, packets: &[u32], kinds: Kinds) -> Option<Run> {
+/// by one. Packets of a run are frames of at most `max_len` bytes (the egress device's MTU and
+/// Ethernet header): a longer one is for the caller to refuse, counted, not for the kernel to
+/// segment into pieces too long for the device.
+pub(crate) fn next_run(
+    buffers: &WorkerBuffers,
+    packets: &[u32],
+    kinds: Kinds,
+    max_len: usize,
+) -> Option<Run> {
     let mut start = 0;
     while start + MIN_RUN <= packets.len() {
         let rest = &packets[start..];
+        // Every packet of a run is at most as long as its first.
+        if buffers.data(rest[0]).len() > max_len {
+            start += 1;
+            continue;
+        }
         let mut len = 0;
         if kinds.udp {
             len = udp::run_len(buffers, rest);

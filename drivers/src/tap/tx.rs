@@ -140,7 +140,7 @@ impl TxQueue for TapTx {
         loop {
             let rest = &packets[done..];
             let run = if self.runs.any() {
-                coalesce::next_run(buffers, rest, self.runs)
+                coalesce::next_run(buffers, rest, self.runs, usize::MAX)
             } else {
                 None
             };

@@ -447,7 +447,12 @@ impl TxQueue for AfPacketTx {
         loop {
             let rest = &packets[done..];
             let run = if self.runs.any() {
-                coalesce::next_run(buffers, rest, self.runs)
+                coalesce::next_run(
+                    buffers,
+                    rest,
+                    self.runs,
+                    self.mtu as usize + ETHERNET_HEADER,
+                )
             } else {
                 None
             };

@@ -224,7 +224,7 @@ fn segments_that_cannot_start_a_run_are_sent_alone() {
     };
     // The third and fourth do follow each other.
     assert_eq!(
-        next_run(&buffers, &packets, kinds),
+        next_run(&buffers, &packets, kinds, usize::MAX),
         Some(Run {
             start: 2,
             len: 2,
@@ -235,7 +235,12 @@ fn segments_that_cannot_start_a_run_are_sent_alone() {
         udp: true,
         tcp: false,
     };
-    assert_eq!(next_run(&buffers, &packets, off), None);
+    assert_eq!(next_run(&buffers, &packets, off, usize::MAX), None);
+    // Frames longer than the device takes are not put in a run (they are refused, counted).
+    assert_eq!(
+        next_run(&buffers, &packets, kinds, 14 + 20 + 32 + 999),
+        None
+    );
     buffers.free(&packets);
 }
 
