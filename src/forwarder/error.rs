@@ -199,13 +199,6 @@ pub enum StartError {
     },
 }
 
-/// For callers whose errors are text (the benchmarks' scenarios): the message.
-impl From<StartError> for String {
-    fn from(e: StartError) -> String {
-        e.to_string()
-    }
-}
-
 pub(super) fn port_error(name: &str, e: PortError) -> ForwarderError {
     let msg = format!("port {name}: {e}");
     match e {

@@ -146,7 +146,7 @@ fn start_forwarder() -> Result<(Arc<BufferPool>, ConfigOwner), String> {
     };
     // Owned as in the daemon, housekeeping every millisecond.
     let owner = ConfigOwner::start(
-        Forwarder::start(&cfg, &workers, pool.clone())?,
+        Forwarder::start(&cfg, &workers, pool.clone()).map_err(|e| e.to_string())?,
         Duration::from_millis(1),
     );
     Ok((pool, owner))

@@ -133,7 +133,8 @@ fn measure_here(cpu: usize, windows: usize, window: Duration) -> Result<IdleFigu
         cores: vec![cpu],
         idle: IdlePolicy::Poll,
     };
-    let owner = ConfigOwner::start(Forwarder::start(&cfg, &workers, pool)?, HOUSEKEEPING_PERIOD);
+    let forwarder = Forwarder::start(&cfg, &workers, pool).map_err(|e| e.to_string())?;
+    let owner = ConfigOwner::start(forwarder, HOUSEKEEPING_PERIOD);
     let fwd = owner.control();
     let result = measure_with(&fwd, &ns, windows, window);
     // Stopping: the owner, then the workers (each drops its queues), then the ports close.
