@@ -16,6 +16,7 @@
 //! `data_path` (data-path calls from async code), `endpoint_client`, `build`, [`metrics`] (the
 //! ports' counters in Quiver's path segment); [`Core`] here uses them all.
 
+mod answer;
 mod build;
 mod check;
 mod data_path;
