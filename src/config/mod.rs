@@ -48,6 +48,17 @@ pub struct Config {
     pub wireguard: Vec<WireguardSection>,
 }
 
+impl Config {
+    /// Whether `[[route]]` `r` goes through one of the `[[wireguard]]` tunnels (a `via` of
+    /// `<address>@<tunnel>`): such a route is added once its tunnel exists.
+    pub fn route_through_wireguard(&self, r: &RouteSection) -> bool {
+        r.via.iter().any(|v| {
+            v.split_once('@')
+                .is_some_and(|(_, p)| self.wireguard.iter().any(|w| w.name == p))
+        })
+    }
+}
+
 /// `[metrics]`: the Prometheus endpoint.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]

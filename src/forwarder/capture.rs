@@ -7,10 +7,6 @@ use dataplane::capture::{CaptureSession, MAX_SNAPLEN};
 use super::*;
 use crate::capture::{Capture, CaptureInfo, CaptureRequest, CaptureWatch};
 
-/// The forwarder's captures.
-#[derive(Default)]
-pub struct Captures(Vec<Capture>);
-
 /// Worker command: `session` in (or out of) this worker's capture taps.
 fn tap_command(session: Arc<CaptureSession>, add: bool) -> WorkerCommand<ForwardingState> {
     Box::new(move |w| {
@@ -62,7 +58,7 @@ impl Forwarder {
                 request.snaplen
             )));
         }
-        if let Some(c) = self.captures.0.iter().find(|c| c.name() == name) {
+        if let Some(c) = self.captures.iter().find(|c| c.name() == name) {
             if !c.is_finished() {
                 return Err(ForwarderError::AlreadyExists(format!(
                     "{name} is being captured already (into {}): `quiver ctl capture stop {name}` first",
@@ -72,7 +68,6 @@ impl Forwarder {
         }
         if let Some(c) = self
             .captures
-            .0
             .iter()
             .find(|c| c.name() != name && c.file() == request.file && !c.is_finished())
         {
@@ -83,7 +78,7 @@ impl Forwarder {
             )));
         }
         // A finished capture of this port makes room.
-        if let Some(k) = self.captures.0.iter().position(|c| c.name() == name) {
+        if let Some(k) = self.captures.iter().position(|c| c.name() == name) {
             self.end_capture(k)?;
         }
         let raw_ip = matches!(
@@ -111,7 +106,7 @@ impl Forwarder {
             return Err(e.into());
         }
         let info = capture.info();
-        self.captures.0.push(capture);
+        self.captures.push(capture);
         Ok(info)
     }
 
@@ -120,7 +115,6 @@ impl Forwarder {
     pub fn capture_stop(&mut self, name: &str) -> Result<CaptureInfo, ForwarderError> {
         let k = self
             .captures
-            .0
             .iter()
             .position(|c| c.name() == name)
             .ok_or_else(|| ForwarderError::NotFound(format!("no capture of `{name}`")))?;
@@ -129,16 +123,16 @@ impl Forwarder {
 
     /// Every capture (running, or finished and not yet stopped).
     pub fn captures(&self) -> Vec<CaptureInfo> {
-        self.captures.0.iter().map(Capture::info).collect()
+        self.captures.iter().map(Capture::info).collect()
     }
 
     /// Readers' handles on every capture's progress.
     pub fn capture_watches(&self) -> Vec<CaptureWatch> {
-        self.captures.0.iter().map(Capture::watch).collect()
+        self.captures.iter().map(Capture::watch).collect()
     }
 
     fn end_capture(&mut self, k: usize) -> Result<CaptureInfo, ForwarderError> {
-        let capture = self.captures.0.remove(k);
+        let capture = self.captures.remove(k);
         capture.session().stop();
         let session = capture.session().clone();
         let detached = self

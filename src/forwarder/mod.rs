@@ -45,8 +45,7 @@ use error::port_error;
 pub use error::{ForwarderError, Owned, StartError};
 use open::open_port;
 pub use open::OpenError;
-pub use vxlan::TunnelEntry;
-pub use wg_tunnels::{WgPeerStatus, WgTunnelStatus};
+pub use wg_tunnels::tunnel::{WgPeerStatus, WgTunnelStatus};
 
 /// One port and the interface it is in the forwarding state.
 #[derive(Clone)]
@@ -57,6 +56,23 @@ pub struct PortEntry {
     pub interface: IfIndex,
     /// The driver's port.
     pub port: Arc<dyn Port>,
+}
+
+/// One VXLAN tunnel of the forwarder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TunnelEntry {
+    /// The tunnel's name (an interface name, like a port's).
+    pub name: String,
+    /// Its interface index.
+    pub interface: IfIndex,
+    /// Quiver's address the tunnel's packets come from.
+    pub local: Ipv4Addr,
+    /// The remote VTEP.
+    pub remote: Ipv4Addr,
+    /// The VXLAN network identifier (24 bits).
+    pub vni: u32,
+    /// The UDP port packets are sent to.
+    pub dst_port: u16,
 }
 
 /// The forwarder: ports, forwarding state, workers. Every method that changes something blocks
@@ -74,7 +90,7 @@ pub struct Forwarder {
     /// VXLAN tunnels (interfaces without a port).
     tunnels: Vec<TunnelEntry>,
     /// WireGuard tunnels and their handshakes (`wg_tunnels`).
-    wireguard: Vec<wg_tunnels::WgEntry>,
+    wireguard: Vec<wg_tunnels::tunnel::WgEntry>,
     /// Neighbours made for L3 cross-connects out of IP-mode memif ports (point to point: no
     /// ARP, any destination MAC), by interface, removed with the cross-connect.
     p2p_peers: Vec<(IfIndex, u32)>,
@@ -85,7 +101,7 @@ pub struct Forwarder {
     /// The EAL and the mempool, when DPDK ports were configured at start.
     dpdk: Option<dpdk_ports::Dpdk>,
     /// Packet captures (`quiver ctl capture`), their files closed when the forwarder stops.
-    captures: capture::Captures,
+    captures: Vec<crate::capture::Capture>,
     /// Cut-throughs on (receiving, transmitting interface), each with the flag that ends it:
     /// see `cut_through`.
     cut_throughs: Vec<((IfIndex, IfIndex), Arc<std::sync::atomic::AtomicBool>)>,
@@ -192,12 +208,12 @@ impl Forwarder {
             workers: nworkers,
             memif,
             dpdk,
-            captures: capture::Captures::default(),
+            captures: Vec::new(),
             cut_throughs: Vec::new(),
         };
         // The configured cross-connects' cut-throughs.
         forwarder.commit().map_err(StartError::CutThroughs)?;
-        wg_tunnels::configure(cfg, &mut forwarder)?;
+        forwarder.configure_wireguard(cfg)?;
         Ok(forwarder)
     }
 
@@ -386,8 +402,8 @@ fn configure(cfg: &Config, ports: &[PortEntry], f: &mut Forwarding) -> Result<()
             })?;
     }
     for r in &topology.routes {
-        if wg_tunnels::through_wireguard(cfg, r.section) {
-            // Added once the tunnel exists (`wg_tunnels::configure`).
+        if cfg.route_through_wireguard(r.section) {
+            // Added once the tunnel exists (`Forwarder::configure_wireguard`).
             continue;
         }
         let (prefix, len) = (u32::from(r.prefix), r.len);

@@ -9,23 +9,6 @@
 
 use super::*;
 
-/// One VXLAN tunnel of the forwarder.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TunnelEntry {
-    /// The tunnel's name (an interface name, like a port's).
-    pub name: String,
-    /// Its interface index.
-    pub interface: IfIndex,
-    /// Quiver's address the tunnel's packets come from.
-    pub local: Ipv4Addr,
-    /// The remote VTEP.
-    pub remote: Ipv4Addr,
-    /// The VXLAN network identifier (24 bits).
-    pub vni: u32,
-    /// The UDP port packets are sent to.
-    pub dst_port: u16,
-}
-
 impl Forwarder {
     /// Adds a VXLAN tunnel `name` from `local` (an address of one of Quiver's interfaces) to
     /// `remote` with `vni`, sending to UDP port `dst_port`; returns its interface. When this

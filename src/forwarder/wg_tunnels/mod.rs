@@ -1,0 +1,308 @@
+//! WireGuard tunnels at run time (issue 23): the control side of `wg4-encrypt`/`wg4-decrypt`.
+//!
+//! Each tunnel's handshakes, cookies and timers run in a `wireguard::Device` here, on the
+//! configuration owner's thread, in [`Forwarder::housekeeping`] (every few milliseconds): it
+//! takes what the workers punted (handshake messages, transport messages of sessions not yet
+//! confirmed; at most [`PUNTS_PER_PASS`](tunnel::PUNTS_PER_PASS) a pass, and under load — the punt queue over half full —
+//! the `Device` answers with cookies), starts the handshakes the data path asked for, runs the
+//! timers, and sends what the `Device` writes through the graph (`wg4-control-input`). When a
+//! peer's sessions or endpoint change it publishes the tunnel's new data-path state with an
+//! ordinary commit: workers read the new keys at their next pass, none stops. A session's
+//! replay window moves to the data path when it is first published (a copy of the `Device`'s),
+//! and from then on only the data path opens that session's messages (a late punt of one is
+//! dropped, so no message is accepted by both windows).
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, SocketAddrV4};
+use std::time::{Duration, Instant};
+
+use ::wireguard::allowed_ips::Prefix;
+use ::wireguard::{Device, PeerId, PresharedKey, PrivateKey, PublicKey};
+use graph_nodes::wireguard::WgPeer;
+
+pub(super) mod tunnel;
+
+use tunnel::WgEntry;
+
+use super::*;
+use crate::config::{WireguardPeerSection, WireguardSection};
+
+fn invalid(name: &str, what: impl std::fmt::Display) -> ForwarderError {
+    ForwarderError::InvalidArgument(format!("wireguard {name}: {what}"))
+}
+
+fn parse_v4_prefix(name: &str, s: &str) -> Result<(Ipv4Addr, u8), ForwarderError> {
+    let (a, l) = s.split_once('/').unwrap_or((s, "32"));
+    let a: Ipv4Addr = a
+        .trim()
+        .parse()
+        .map_err(|_| invalid(name, format!("allowed IP {s:?} is not an IPv4 prefix")))?;
+    let l: u8 = l
+        .trim()
+        .parse()
+        .ok()
+        .filter(|&l| l <= 32)
+        .ok_or_else(|| invalid(name, format!("allowed IP {s:?}: bad length")))?;
+    Ok((a, l))
+}
+
+/// Tunnel `name`'s `Device` with its peers, what the data path gets of each, and each one's
+/// allowed IPs as (masked address, length).
+fn wireguard_peers(
+    name: &str,
+    key: PrivateKey,
+    peers: &[WireguardPeerSection],
+) -> Result<WireguardPeers, ForwarderError> {
+    let mut device = Device::new(key);
+    let now = Instant::now();
+    let mut wg_peers = Vec::new();
+    let mut allowed_all = Vec::new();
+    for p in peers {
+        let public = PublicKey::from_base64(p.public_key.trim()).map_err(|e| invalid(name, e))?;
+        let endpoint = match p.endpoint.as_str() {
+            "" => None,
+            e => Some(
+                e.parse::<SocketAddrV4>()
+                    .map_err(|_| invalid(name, format!("endpoint {e:?}: not IPv4:port")))?,
+            ),
+        };
+        let id = device.add_peer(
+            public,
+            PresharedKey::default(),
+            endpoint.map(SocketAddr::V4),
+        );
+        let mut allowed = Vec::new();
+        for a in &p.allowed_ips {
+            let (ip, len) = parse_v4_prefix(name, a)?;
+            let prefix = Prefix::new(ip.into(), len).map_err(|e| invalid(name, e.0))?;
+            device.peer_mut(id).allowed_ips.insert(prefix);
+            allowed.push((u32::from(ip) & graph_nodes::fib::lpm::mask(len), len));
+        }
+        if p.persistent_keepalive > 0 {
+            let every = Duration::from_secs(p.persistent_keepalive.into());
+            device
+                .peer_mut(id)
+                .timers
+                .set_persistent_keepalive(Some(every), now);
+        }
+        wg_peers.push(WgPeer {
+            endpoint: endpoint.map_or((0, 0), |e| (u32::from(*e.ip()), e.port())),
+            allowed: allowed.clone(),
+            send: None,
+        });
+        allowed_all.push(allowed);
+    }
+    Ok((device, wg_peers, allowed_all))
+}
+
+/// What [`wireguard_peers`] builds.
+type WireguardPeers = (Device, Vec<WgPeer>, Vec<Vec<(u32, u8)>>);
+
+impl Forwarder {
+    /// Adds WireGuard tunnel `cfg` (see `config::wireguard`); returns its interface. On error
+    /// nothing is left.
+    pub fn add_wireguard(
+        &mut self,
+        cfg: &WireguardSection,
+        owner: Option<&str>,
+    ) -> Result<IfIndex, ForwarderError> {
+        let name = cfg.name.as_str();
+        let (key, local) = self.check_new_wireguard(cfg)?;
+        let (device, peers, allowed_all) = wireguard_peers(name, key, &cfg.peers)?;
+        let mtu = if cfg.underlay_mtu == 0 {
+            1500
+        } else {
+            cfg.underlay_mtu
+        };
+        let n = peers.len();
+        let (interface, tunnel) = self.forwarding.add_wireguard_tunnel(
+            name,
+            u32::from(local),
+            cfg.listen_port,
+            peers,
+            mtu,
+        )?;
+        if let Err(e) = self.commit() {
+            let _ = self.forwarding.remove_interface(interface);
+            return Err(e);
+        }
+        let shared = self
+            .forwarding
+            .wireguard_tunnel(tunnel)
+            .map(|t| t.shared.clone())
+            .ok_or_else(|| ForwarderError::Internal("tunnel vanished".into()))?;
+        self.wireguard.push(WgEntry {
+            name: name.into(),
+            interface,
+            tunnel,
+            local,
+            port: cfg.listen_port,
+            device,
+            allowed: allowed_all,
+            shared,
+            recv: HashMap::new(),
+            published: Vec::new(),
+            published_rx: Vec::new(),
+            seen: vec![(0, 0); n],
+            last_handshake: vec![(0, None); n],
+            bad_macs: 0,
+            refused: 0,
+            punts: 0,
+            output_full: 0,
+        });
+        self.record(owner, Owned::Tunnel(name.into()));
+        Ok(interface)
+    }
+
+    /// Checks a new tunnel's name, key, address and port; returns its key and address.
+    fn check_new_wireguard(
+        &self,
+        cfg: &WireguardSection,
+    ) -> Result<(PrivateKey, Ipv4Addr), ForwarderError> {
+        let name = cfg.name.as_str();
+        if name.is_empty() || name.len() > 64 || name.chars().any(char::is_whitespace) {
+            return Err(invalid(name, "name: 1 to 64 characters, no spaces"));
+        }
+        if self.interface(name).is_ok() {
+            return Err(ForwarderError::AlreadyExists(format!(
+                "an interface named `{name}` exists"
+            )));
+        }
+        let key = match (cfg.private_key.is_empty(), cfg.private_key_file.is_empty()) {
+            (false, true) => cfg.private_key.clone(),
+            (true, false) => std::fs::read_to_string(&cfg.private_key_file)
+                .map_err(|e| invalid(name, format!("{}: {e}", cfg.private_key_file)))?,
+            _ => return Err(invalid(name, "give one of private_key, private_key_file")),
+        };
+        let key = PrivateKey::from_base64(key.trim()).map_err(|e| invalid(name, e))?;
+        let local: Ipv4Addr = cfg
+            .address
+            .parse()
+            .map_err(|_| invalid(name, format!("address {:?} is not IPv4", cfg.address)))?;
+        if !self.is_own_address(local) {
+            return Err(invalid(
+                name,
+                format!("{local} is not an address of Quiver's (add it to a port first)"),
+            ));
+        }
+        if cfg.listen_port == 0 {
+            return Err(invalid(name, "listen_port 0"));
+        }
+        Ok((key, local))
+    }
+
+    /// Removes WireGuard tunnel `name` (its interface, routes and cross-connects).
+    pub fn remove_wireguard(&mut self, name: &str) -> Result<(), ForwarderError> {
+        let at = self
+            .wireguard
+            .iter()
+            .position(|t| t.name == name)
+            .ok_or_else(|| ForwarderError::NotFound(format!("no WireGuard tunnel `{name}`")))?;
+        self.forwarding
+            .remove_interface(self.wireguard[at].interface)?;
+        self.commit()?;
+        self.wireguard.remove(at);
+        self.forget(|o| !o.uses_port(name));
+        Ok(())
+    }
+
+    /// Starts a handshake with every peer of tunnel `name` that has an endpoint, whatever the
+    /// timers say (a rekey on demand); the new keys reach the workers once it completes.
+    pub fn rekey_wireguard(&mut self, name: &str) -> Result<usize, ForwarderError> {
+        let out = self.forwarding.wireguard_output().clone();
+        let e = self
+            .wireguard
+            .iter_mut()
+            .find(|t| t.name == name)
+            .ok_or_else(|| ForwarderError::NotFound(format!("no WireGuard tunnel `{name}`")))?;
+        let now = Instant::now();
+        let mut buf = [0u8; 256];
+        let mut sent = 0;
+        for i in 0..e.allowed.len() {
+            let Some(to) = e.endpoint(PeerId(i)) else {
+                continue;
+            };
+            let n = e
+                .device
+                .initiate(PeerId(i), now, &mut buf)
+                .map_err(|err| ForwarderError::Internal(format!("wireguard {name}: {err}")))?;
+            let b = buf;
+            e.send(&out, to, &b[..n]);
+            sent += 1;
+        }
+        Ok(sent)
+    }
+
+    /// The WireGuard tunnel called `name`'s interface.
+    pub(super) fn wireguard_interface(&self, name: &str) -> Option<IfIndex> {
+        self.wireguard
+            .iter()
+            .find(|t| t.name == name)
+            .map(|t| t.interface)
+    }
+
+    /// The name of WireGuard tunnel interface `i`.
+    pub(super) fn wireguard_name(&self, i: IfIndex) -> Option<&str> {
+        self.wireguard
+            .iter()
+            .find(|t| t.interface == i)
+            .map(|t| t.name.as_str())
+    }
+
+    /// `show wireguard`.
+    pub fn wireguard_status(&self) -> Vec<WgTunnelStatus> {
+        self.wireguard.iter().map(WgEntry::status).collect()
+    }
+
+    /// The WireGuard half of housekeeping: punts, handshakes asked for, timers, publication.
+    /// True when the data path's state changed (commit).
+    pub(super) fn wireguard_housekeeping(&mut self) -> bool {
+        let out = self.forwarding.wireguard_output().clone();
+        let mut changed = false;
+        for e in &mut self.wireguard {
+            e.run(&out);
+            if let Some((peers, receivers)) = e.changed_state() {
+                changed |= self
+                    .forwarding
+                    .set_wireguard_sessions(e.tunnel, peers, receivers)
+                    .is_ok();
+            }
+        }
+        changed
+    }
+}
+
+impl Forwarder {
+    /// Adds `cfg`'s `[[wireguard]]` tunnels and the routes through them.
+    pub(super) fn configure_wireguard(&mut self, cfg: &Config) -> Result<(), StartError> {
+        let f = self;
+        for w in &cfg.wireguard {
+            f.add_wireguard(w, None)
+                .map_err(|source| StartError::Wireguard {
+                    name: w.name.clone(),
+                    source,
+                })?;
+        }
+        for r in cfg.route.iter().filter(|r| cfg.route_through_wireguard(r)) {
+            let value = |source| StartError::RouteValue {
+                prefix: r.prefix.clone(),
+                source,
+            };
+            let (prefix, len) = parse_prefix(&r.prefix).map_err(value)?;
+            let mut via = Vec::new();
+            for v in &r.via {
+                let (ip, p) = v.split_once('@').ok_or_else(|| StartError::Via {
+                    prefix: r.prefix.clone(),
+                    via: v.clone(),
+                })?;
+                via.push((Ipv4Addr::from(parse_ip(ip).map_err(value)?), p));
+            }
+            f.add_route(Ipv4Addr::from(prefix), len, &via, None)
+                .map_err(|source| StartError::WireguardRoute {
+                    prefix: r.prefix.clone(),
+                    source,
+                })?;
+        }
+        Ok(())
+    }
+}
