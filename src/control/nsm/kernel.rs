@@ -18,73 +18,76 @@ use nsm_forwarder::config::KernelBackend;
 use nsm_forwarder::dataplane::KernelSpec;
 use nsm_forwarder::BackendError;
 
-use super::{
+use super::owned::{
     allow_ping_sockets, kernel_error, kernel_tag, mtu16, nsm_alias, policy_config, route_config,
-    ForwarderDataplane, InsideNeighbors, OwnedPort,
+    InsideNeighbors, OwnedPort,
 };
+use super::ForwarderDataplane;
 use crate::config::topology::DEFAULT_AF_PACKET_RING_KB;
 use crate::config::{AfPacketSection, PortSection, TapSection};
 use crate::control::owner::Change;
 
-/// Creates `spec`'s interface for `owner` with `dp`'s backend and records it.
-pub(super) fn create(
-    dp: &ForwarderDataplane,
-    owner: &str,
-    spec: &KernelSpec,
-) -> Result<(), BackendError> {
-    let netns = NetNs::open_path(&spec.netns).map_err(|e| {
-        let m = e.to_string();
-        if e.is_not_found() {
-            BackendError::NotFound(m)
-        } else {
-            BackendError::Failed(m)
-        }
-    })?;
-    let config = KernelInterfaceConfig {
-        connection_id: kernel_tag(owner, &spec.name),
-        name: spec.ifname.clone(),
-        mtu: spec.mtu.unwrap_or(0),
-        addresses: spec.ip.addresses.iter().map(|a| a.to_string()).collect(),
-        routes: spec.ip.routes.iter().map(route_config).collect(),
-        neighbors: spec
-            .ip
-            .neighbors
-            .iter()
-            .map(|n| NeighborConfig {
-                ip: n.ip.to_string(),
-                mac: n.mac.to_string(),
-            })
-            .collect(),
-        policies: spec.ip.policies.iter().map(policy_config).collect(),
-        alias: nsm_alias(owner, &spec.name),
-    };
-    let iface = match dp.kernel_backend() {
-        KernelBackend::Veth => veth(dp, owner, spec, &netns, &config)?,
-        KernelBackend::Tap => tap(dp, owner, spec, &netns, &config)?,
-    };
-    allow_ping_sockets(&netns);
-    let inside = InsideNeighbors {
-        route_hops: spec
-            .ip
-            .routes
-            .iter()
-            .filter_map(|r| r.via)
-            .chain(spec.ip.peers.iter().copied().filter(IpAddr::is_ipv6))
-            .collect(),
-        configured: spec.ip.neighbors.iter().map(|n| (n.ip, n.mac.0)).collect(),
-        added: Vec::new(),
-        with: None,
-    };
-    dp.ports().insert(
-        spec.name.0.clone(),
-        OwnedPort {
-            owner: owner.into(),
-            kernel: Some(iface),
-            inside,
-            seen_up: None,
-        },
-    );
-    Ok(())
+impl ForwarderDataplane {
+    /// Creates `spec`'s interface for `owner` with this data path's backend and records it.
+    pub(super) fn create_kernel_port(
+        &self,
+        owner: &str,
+        spec: &KernelSpec,
+    ) -> Result<(), BackendError> {
+        let netns = NetNs::open_path(&spec.netns).map_err(|e| {
+            let m = e.to_string();
+            if e.is_not_found() {
+                BackendError::NotFound(m)
+            } else {
+                BackendError::Failed(m)
+            }
+        })?;
+        let config = KernelInterfaceConfig {
+            connection_id: kernel_tag(owner, &spec.name),
+            name: spec.ifname.clone(),
+            mtu: spec.mtu.unwrap_or(0),
+            addresses: spec.ip.addresses.iter().map(|a| a.to_string()).collect(),
+            routes: spec.ip.routes.iter().map(route_config).collect(),
+            neighbors: spec
+                .ip
+                .neighbors
+                .iter()
+                .map(|n| NeighborConfig {
+                    ip: n.ip.to_string(),
+                    mac: n.mac.to_string(),
+                })
+                .collect(),
+            policies: spec.ip.policies.iter().map(policy_config).collect(),
+            alias: nsm_alias(owner, &spec.name),
+        };
+        let iface = match self.kernel_backend() {
+            KernelBackend::Veth => veth(self, owner, spec, &netns, &config)?,
+            KernelBackend::Tap => tap(self, owner, spec, &netns, &config)?,
+        };
+        allow_ping_sockets(&netns);
+        let inside = InsideNeighbors {
+            route_hops: spec
+                .ip
+                .routes
+                .iter()
+                .filter_map(|r| r.via)
+                .chain(spec.ip.peers.iter().copied().filter(IpAddr::is_ipv6))
+                .collect(),
+            configured: spec.ip.neighbors.iter().map(|n| (n.ip, n.mac.0)).collect(),
+            added: Vec::new(),
+            with: None,
+        };
+        self.ports().insert(
+            spec.name.0.clone(),
+            OwnedPort {
+                owner: owner.into(),
+                kernel: Some(iface),
+                inside,
+                seen_up: None,
+            },
+        );
+        Ok(())
+    }
 }
 
 /// The veth pair, then the AF_PACKET port on Quiver's end.

@@ -23,14 +23,10 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use drivers::kernel_interface::{
-    self, KernelInterface, KernelInterfaceError, PolicyConfig, RouteConfig,
-};
-use drivers::netns::NetNs;
+use drivers::kernel_interface::{self, KernelInterface};
 use drivers::LinkStatus;
 use nsm_forwarder::dataplane::{
-    FrameMode, KernelSpec, MemifRole as NsmRole, MemifSpec, PolicySpec, RouteSpec, VxlanSpec,
-    WireguardSpec,
+    FrameMode, KernelSpec, MemifRole as NsmRole, MemifSpec, VxlanSpec, WireguardSpec,
 };
 use nsm_forwarder::wg_ports;
 use nsm_forwarder::{
@@ -44,7 +40,10 @@ use crate::control::owner::{Change, Control, ForwarderView};
 use crate::forwarder::ForwarderError;
 
 mod kernel;
+mod owned;
 mod wireguard;
+
+use owned::{kernel_error, mtu16, tag_owner, InsideNeighbors, OwnedPort};
 
 pub use wireguard::KeyFileError;
 
@@ -54,31 +53,6 @@ pub use nsm_forwarder::config::KernelBackend;
 const LINK_POLL: Duration = Duration::from_millis(100);
 /// How long a tunnel's creation waits for its next hop on the node uplink.
 const NEXT_HOP_WAIT: Duration = Duration::from_millis(500);
-
-/// One port made for a connection.
-pub(super) struct OwnedPort {
-    owner: String,
-    /// The veth behind an AF_PACKET port.
-    kernel: Option<KernelInterface>,
-    /// The neighbours inside the veth's namespace (unused for memif).
-    inside: InsideNeighbors,
-    /// The link as last seen by the watcher: `Some(true)` once up.
-    seen_up: Option<bool>,
-}
-
-/// What an L3 cross-connect needs of a veth's IP context, and what it added in the namespace.
-#[derive(Default)]
-pub(super) struct InsideNeighbors {
-    /// What the namespace reaches through the veth directly: the next hops of its routes and
-    /// the other side's IPv6 addresses (its IPv4 next hop comes with the cross-connect).
-    route_hops: Vec<IpAddr>,
-    /// The neighbours the IP context asked for (put back when the cross-connect goes).
-    configured: Vec<(IpAddr, [u8; 6])>,
-    /// The neighbours the L3 cross-connect added toward Quiver's end.
-    added: Vec<IpAddr>,
-    /// The other port of the port's L3 cross-connect.
-    with: Option<String>,
-}
 
 /// `nsm_forwarder::NsmBackend` over the configuration's owner.
 pub struct ForwarderDataplane {
@@ -102,22 +76,6 @@ fn fwd_error(e: ForwarderError) -> BackendError {
     }
 }
 
-pub(super) fn kernel_error(e: KernelInterfaceError) -> BackendError {
-    let m = e.to_string();
-    match e {
-        KernelInterfaceError::NamespaceNotFound(_) => BackendError::NotFound(m),
-        KernelInterfaceError::InvalidName { .. }
-        | KernelInterfaceError::InvalidConnectionId { .. }
-        | KernelInterfaceError::InvalidAddress { .. }
-        | KernelInterfaceError::InvalidPolicy { .. }
-        | KernelInterfaceError::InvalidMtu(_) => BackendError::InvalidArgument(m),
-        KernelInterfaceError::AlreadyExists(_) => BackendError::AlreadyExists(m),
-        KernelInterfaceError::Namespace(_) | KernelInterfaceError::Netlink { .. } => {
-            BackendError::Failed(m)
-        }
-    }
-}
-
 /// The counters of port `name` in `view` as NSM's metrics report them: the driver's, never
 /// rewound by `clear counters`; drops are both ways'. `None` for an interface without a port
 /// (a VXLAN tunnel).
@@ -130,74 +88,6 @@ pub fn port_counters(view: &ForwarderView, name: &str) -> Option<PortCounters> {
         tx_packets: s.tx_packets,
         drops: s.rx_dropped.saturating_add(s.tx_dropped),
     })
-}
-
-/// Lets every group open unprivileged ICMP sockets in `netns` (`net.ipv4.ping_group_range`,
-/// which allows no group in a new namespace), as cmd-forwarder-vpp does for KERNEL interfaces:
-/// NSM's clients check the data path with such a ping and heal the connection when it fails.
-/// Where `/proc/sys` is read-only (an unprivileged container) it says so and goes on.
-pub(super) fn allow_ping_sockets(netns: &NetNs) {
-    const RANGE: &str = "/proc/sys/net/ipv4/ping_group_range";
-    let written = netns.run(|| std::fs::write(RANGE, "0 2147483647"));
-    match written {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::warn!(
-            netns = %netns.path().display(),
-            error = %e,
-            "cannot allow ping sockets ({RANGE}): NSM's liveness pings will fail there"
-        ),
-        Err(e) => tracing::warn!(error = %e, "cannot enter a namespace to allow ping sockets"),
-    }
-}
-
-/// The tag of a connection's veth: one per side, so that a connection may have two.
-pub(super) fn kernel_tag(owner: &str, port: &PortName) -> String {
-    let side = if port.0.ends_with("-endpoint") {
-        "endpoint"
-    } else {
-        "client"
-    };
-    format!("{owner}/{side}")
-}
-
-/// The alias NSM's tools expect on a connection's kernel interface (sdk-vpp's): `client-<id>`
-/// on the client's, `server-<id>` on the endpoint's.
-pub(super) fn nsm_alias(owner: &str, port: &PortName) -> String {
-    let side = if port.0.ends_with("-endpoint") {
-        "server"
-    } else {
-        "client"
-    };
-    format!("{side}-{owner}")
-}
-
-/// The connection a veth tag belongs to.
-fn tag_owner(tag: &str) -> &str {
-    tag.rsplit_once('/').map_or(tag, |(o, _)| o)
-}
-
-/// A checked NSM policy route as the kernel interface takes it.
-pub(super) fn policy_config(p: &PolicySpec) -> PolicyConfig {
-    let ports = |r: Option<(u16, u16)>| r.map_or(String::new(), |(a, b)| format!("{a}-{b}"));
-    PolicyConfig {
-        from: p.from.map_or(String::new(), |f| f.to_string()),
-        proto: p.proto.map_or(String::new(), |n| n.to_string()),
-        src_port: ports(p.src_port),
-        dst_port: ports(p.dst_port),
-        routes: p.routes.iter().map(route_config).collect(),
-    }
-}
-
-pub(super) fn route_config(r: &RouteSpec) -> RouteConfig {
-    RouteConfig {
-        prefix: r.prefix.to_string(),
-        next_hop: r.via.map(|v| v.to_string()),
-    }
-}
-
-pub(super) fn mtu16(mtu: Option<u32>) -> Result<u16, BackendError> {
-    u16::try_from(mtu.unwrap_or(1500))
-        .map_err(|_| BackendError::InvalidArgument(format!("MTU {mtu:?} is over 65535")))
 }
 
 fn v4(what: &str, ip: Option<IpAddr>) -> Result<Option<Ipv4Addr>, BackendError> {
@@ -229,7 +119,7 @@ impl ForwarderDataplane {
         let _ = self.wg_key.set(private_key);
     }
 
-    pub(super) fn ports(&self) -> std::sync::MutexGuard<'_, HashMap<String, OwnedPort>> {
+    fn ports(&self) -> std::sync::MutexGuard<'_, HashMap<String, OwnedPort>> {
         self.ports.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -353,7 +243,7 @@ impl NsmBackend for ForwarderDataplane {
     }
 
     fn create_kernel(&self, owner: &str, spec: &KernelSpec) -> Result<(), BackendError> {
-        kernel::create(self, owner, spec)
+        self.create_kernel_port(owner, spec)
     }
 
     fn create_vxlan(&self, owner: &str, spec: &VxlanSpec) -> Result<(), BackendError> {
@@ -664,15 +554,6 @@ impl std::ops::Deref for NsmService {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn veth_tags_name_the_side_and_the_owner() {
-        let c = kernel_tag("abc", &PortName("nsm-abc-client".into()));
-        let e = kernel_tag("abc", &PortName("nsm-abc-endpoint".into()));
-        assert_eq!((c.as_str(), e.as_str()), ("abc/client", "abc/endpoint"));
-        assert_eq!(tag_owner(&c), "abc");
-        assert_eq!(tag_owner("plain"), "plain");
-    }
 
     #[test]
     fn errors_keep_their_kind() {
