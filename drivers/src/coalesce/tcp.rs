@@ -16,7 +16,7 @@
 use dataplane::offload::{ones_sum, Gso, Offload};
 use dataplane::WorkerBuffers;
 
-use super::{fold, SuperHeaders, MAX_HEADERS, MAX_IP_LEN, MAX_RUN};
+use super::super_frame::{fold, SuperHeaders, MAX_HEADERS, MAX_IP_LEN, MAX_RUN};
 
 /// Ethernet header bytes.
 const ETHERNET: usize = 14;

@@ -11,7 +11,7 @@ use dataplane::buffer::flags;
 use dataplane::offload::{ones_sum, Gso, Offload};
 use dataplane::WorkerBuffers;
 
-use super::{fold, SuperHeaders, MAX_HEADERS, MAX_IP_LEN, MAX_RUN};
+use super::super_frame::{fold, SuperHeaders, MAX_HEADERS, MAX_IP_LEN, MAX_RUN};
 
 /// Ethernet, IPv4 without options, UDP: the headers of every datagram of a run.
 const HEADERS: usize = 42;

@@ -4,7 +4,8 @@ use dataplane::buffer::{BufferPool, BufferPoolConfig, HugepagePolicy};
 use dataplane::offload::{ones_sum, virtio, Gso, Offload};
 use dataplane::WorkerBuffers;
 
-use super::super::{fold, next_run, Kind, Kinds, Run};
+use super::super::super_frame::fold;
+use super::super::{next_run, Kind, Kinds, Run};
 use super::*;
 
 fn pool() -> Arc<BufferPool> {
