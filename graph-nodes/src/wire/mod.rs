@@ -85,13 +85,18 @@ pub mod vxlan;
 #[cfg(test)]
 mod proptests;
 
-pub use arp::Arp;
+pub use arp::{Arp, LEN as ARP_LEN};
+// The header lengths under the names the nodes use.
 pub use ethernet::{Ethernet, Vlan};
+pub use ethernet::{HEADER_LEN as ETHERNET_HEADER, TAG_LEN as VLAN_TAG};
 pub use icmp::Icmp4;
 pub use ipv4::Ipv4;
+pub use ipv4::HEADER_LEN as IP4_HEADER;
 pub use ipv6::Ipv6;
 pub use udp::Udp;
+pub use udp::HEADER_LEN as UDP_HEADER;
 pub use vxlan::Vxlan;
+pub use vxlan::HEADER_LEN as VXLAN_HEADER;
 
 /// Why bytes cannot be viewed as a header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -133,10 +138,6 @@ fn tail_mut(b: &mut [u8], at: usize) -> &mut [u8] {
     b.get_mut(at..).unwrap_or_default()
 }
 
-/// Ethernet header length without a VLAN tag.
-pub const ETHERNET_HEADER: usize = ethernet::HEADER_LEN;
-/// 802.1Q tag length.
-pub const VLAN_TAG: usize = ethernet::TAG_LEN;
 /// EtherType IPv4.
 pub const ETHERTYPE_IP4: u16 = 0x0800;
 /// EtherType ARP.
@@ -145,12 +146,6 @@ pub const ETHERTYPE_ARP: u16 = 0x0806;
 pub const ETHERTYPE_IP6: u16 = 0x86dd;
 /// EtherType 802.1Q.
 pub const ETHERTYPE_VLAN: u16 = 0x8100;
-/// IPv4 header length without options.
-pub const IP4_HEADER: usize = ipv4::HEADER_LEN;
-/// UDP header length.
-pub const UDP_HEADER: usize = udp::HEADER_LEN;
-/// VXLAN header length.
-pub const VXLAN_HEADER: usize = vxlan::HEADER_LEN;
 /// The IANA VXLAN port.
 pub const VXLAN_PORT: u16 = 4789;
 /// IP protocol ICMP.
@@ -159,8 +154,6 @@ pub const PROTO_ICMP: u8 = 1;
 pub const PROTO_UDP: u8 = 17;
 /// IP protocol TCP.
 pub const PROTO_TCP: u8 = 6;
-/// ARP packet length for IPv4 over Ethernet.
-pub const ARP_LEN: usize = arp::LEN;
 
 /// A MAC address.
 pub type Mac = [u8; 6];
