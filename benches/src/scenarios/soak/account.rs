@@ -11,35 +11,10 @@ use serde_json::{json, Value};
 
 use super::host::wait_for;
 use super::inventory::{Ns, Objects, Scope, Snapshot, HOST_KINDS, PROCESS_KINDS};
-use super::{Namespaces, World};
+use super::world::{Namespaces, World};
 
 /// How long the inventory may take to come back to the baseline.
 const SETTLE: Duration = Duration::from_secs(30);
-
-/// Every object found leaked at any accounting, by kind (the largest count seen of each).
-#[derive(Default)]
-pub struct Leaks(pub BTreeMap<&'static str, BTreeMap<String, i64>>);
-
-impl Leaks {
-    fn note(&mut self, kind: &'static str, item: String, n: i64) {
-        let e = self.0.entry(kind).or_default().entry(item).or_default();
-        *e = (*e).max(n);
-    }
-
-    /// Objects leaked, all kinds.
-    pub fn total(&self) -> i64 {
-        self.0.values().flat_map(|m| m.values()).sum()
-    }
-
-    /// Objects leaked per kind (every kind listed, 0 included).
-    pub fn per_kind(&self) -> BTreeMap<&'static str, i64> {
-        PROCESS_KINDS
-            .iter()
-            .chain(HOST_KINDS.iter())
-            .map(|k| (*k, self.0.get(k).map_or(0, |m| m.values().sum())))
-            .collect()
-    }
-}
 
 /// What a comparison found, per kind: (beyond the baseline, missing from it).
 type Found = BTreeMap<&'static str, (Objects, Objects)>;

@@ -17,7 +17,7 @@ use super::churn::DEADLINE;
 use super::host::{wait_for, Netns};
 use super::nsm::{first_request, ip_context, quiver_id, ClientSide, Mech};
 use super::quiver::Quiver;
-use super::World;
+use super::world::World;
 
 /// How long Quiver waits for an endpoint's answer (`ENDPOINT_TIMEOUT` in nsm-forwarder's
 /// endpoint client).

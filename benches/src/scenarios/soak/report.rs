@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use serde_json::{json, Value};
 
 use super::super::ctl_churn::util::{quantile_ms, round3};
-use super::{Outcome, World};
+use super::world::{Outcome, World};
 
 /// p50, p99 and max of `ms` (ms).
 fn quantiles(ms: &[f64]) -> (f64, f64, f64) {
@@ -267,7 +267,7 @@ fn json_line(w: &World, out: Outcome, minutes: u64, f: Figures) -> Value {
         "close_p50_ms": close_p50,
         "close_p99_ms": close_p99,
         "churn": {
-            "clients": super::CLIENTS,
+            "clients": super::world::CLIENTS,
             "requests": c.requests,
             "made": c.made,
             "refreshes": c.refreshes,
