@@ -3,6 +3,7 @@
 //! between two in-memory ports, over 1,024 routes with two-way ECMP. One frame in a hundred is
 //! bad on purpose (no route, TTL 1, a broken checksum), so the drop counters show their reasons.
 
+use dataplane::BufferIndex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -100,7 +101,7 @@ pub fn traffic(size: usize) -> Vec<Vec<u8>> {
 pub struct CountingTx(pub Arc<AtomicU64>);
 
 impl TxQueue for CountingTx {
-    fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[u32]) -> usize {
+    fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[BufferIndex]) -> usize {
         self.0.fetch_add(packets.len() as u64, Ordering::Relaxed);
         buffers.free(packets);
         packets.len()

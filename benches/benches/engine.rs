@@ -4,6 +4,7 @@
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use dataplane::buffer::{BufferPool, BufferPoolConfig};
 use dataplane::harness::{MacSwap, PacketSink, PacketSource, PassThrough, SourceConfig};
+use dataplane::BufferIndex;
 use dataplane::GraphBuilder;
 
 fn pool() -> std::sync::Arc<BufferPool> {
@@ -17,7 +18,7 @@ fn pool() -> std::sync::Arc<BufferPool> {
 fn buffers(c: &mut Criterion) {
     let pool = pool();
     let mut w = pool.worker_buffers();
-    let mut bis = [0u32; 256];
+    let mut bis = [BufferIndex::NONE; 256];
     let mut g = c.benchmark_group("buffers");
     g.throughput(Throughput::Elements(256));
     g.bench_function("alloc+free burst of 256", |b| {

@@ -3,6 +3,7 @@
 //! graph that adds one node to the one before it, so differences between benches are that
 //! node's cost (the bench runner's per-node clocks give the same from the runtime counters).
 
+use dataplane::BufferIndex;
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -58,7 +59,7 @@ impl Node<ForwardingState> for Stop {
 
 struct NullTx;
 impl TxQueue for NullTx {
-    fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[u32]) -> usize {
+    fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[BufferIndex]) -> usize {
         buffers.free(packets);
         packets.len()
     }

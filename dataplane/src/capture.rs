@@ -11,6 +11,7 @@
 //! (`capture-dropped`). The control side's writer drains the queues into a file and gives the
 //! records back.
 
+use crate::BufferIndex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -159,7 +160,7 @@ impl CaptureSession {
         worker: usize,
         direction: Direction,
         buffers: &WorkerBuffers,
-        packets: &[u32],
+        packets: &[BufferIndex],
     ) -> u64 {
         let Some(q) = self.queues.get(worker) else {
             return 0;
@@ -237,7 +238,7 @@ impl CaptureTap {
 
     /// Captures `packets`, received on `interface`; returns how many were dropped.
     #[inline]
-    pub fn rx(&self, interface: u32, buffers: &WorkerBuffers, packets: &[u32]) -> u64 {
+    pub fn rx(&self, interface: u32, buffers: &WorkerBuffers, packets: &[BufferIndex]) -> u64 {
         self.sessions
             .iter()
             .filter(|s| s.rx && s.interface == interface)
@@ -247,7 +248,7 @@ impl CaptureTap {
 
     /// Captures `packets`, about to be sent on `interface`; returns how many were dropped.
     #[inline]
-    pub fn tx(&self, interface: u32, buffers: &WorkerBuffers, packets: &[u32]) -> u64 {
+    pub fn tx(&self, interface: u32, buffers: &WorkerBuffers, packets: &[BufferIndex]) -> u64 {
         self.sessions
             .iter()
             .filter(|s| s.tx && s.interface == interface)
@@ -270,7 +271,7 @@ mod tests {
         })
         .unwrap();
         let mut wb = pool.worker_buffers();
-        let mut bis = [0u32; 4];
+        let mut bis = [BufferIndex::NONE; 4];
         wb.alloc(&mut bis).unwrap();
         for (i, &bi) in bis.iter().enumerate() {
             assert!(wb.set_length(bi, 100));

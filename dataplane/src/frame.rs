@@ -1,5 +1,7 @@
 //! Frames: vectors of up to [`FRAME_SIZE`] buffer indices, the unit nodes are called with.
 
+use crate::buffer::BufferIndex;
+
 /// Most packets a frame holds.
 pub const FRAME_SIZE: usize = 256;
 
@@ -9,7 +11,7 @@ pub const FRAME_SIZE: usize = 256;
 /// of two pointers, not a copy.
 pub struct Frame {
     len: usize,
-    indices: Box<[u32; FRAME_SIZE]>,
+    indices: Box<[BufferIndex; FRAME_SIZE]>,
 }
 
 impl Default for Frame {
@@ -29,7 +31,7 @@ impl Frame {
     pub fn new() -> Frame {
         Frame {
             len: 0,
-            indices: Box::new([0; FRAME_SIZE]),
+            indices: Box::new([BufferIndex::NONE; FRAME_SIZE]),
         }
     }
 
@@ -59,19 +61,19 @@ impl Frame {
 
     /// The buffer indices.
     #[inline(always)]
-    pub fn as_slice(&self) -> &[u32] {
+    pub fn as_slice(&self) -> &[BufferIndex] {
         &self.indices[..self.len]
     }
 
     /// The buffer indices, for rewriting in place.
     #[inline(always)]
-    pub fn as_mut_slice(&mut self) -> &mut [u32] {
+    pub fn as_mut_slice(&mut self) -> &mut [BufferIndex] {
         &mut self.indices[..self.len]
     }
 
     /// Appends one index; `false` when the frame is full.
     #[inline(always)]
-    pub fn push(&mut self, bi: u32) -> bool {
+    pub fn push(&mut self, bi: BufferIndex) -> bool {
         if self.len < FRAME_SIZE {
             self.indices[self.len] = bi;
             self.len += 1;
@@ -83,7 +85,7 @@ impl Frame {
 
     /// Appends as many of `bis` as fit; returns how many.
     #[inline]
-    pub fn extend_from_slice(&mut self, bis: &[u32]) -> usize {
+    pub fn extend_from_slice(&mut self, bis: &[BufferIndex]) -> usize {
         let n = bis.len().min(self.room());
         self.indices[self.len..self.len + n].copy_from_slice(&bis[..n]);
         self.len += n;
@@ -92,7 +94,7 @@ impl Frame {
 
     /// The unused tail, for an input node to fill before [`Frame::set_len`].
     #[inline]
-    pub fn spare_mut(&mut self) -> &mut [u32] {
+    pub fn spare_mut(&mut self) -> &mut [BufferIndex] {
         &mut self.indices[self.len..]
     }
 

@@ -25,7 +25,9 @@ pub mod spec;
 pub mod trace;
 pub mod worker;
 
-pub use buffer::{BufferMeta, BufferPool, BufferPoolConfig, HugepagePolicy, WorkerBuffers};
+pub use buffer::{
+    BufferIndex, BufferMeta, BufferPool, BufferPoolConfig, HugepagePolicy, WorkerBuffers,
+};
 pub use counters::{NodeRuntime, RuntimeSnapshot, WorkerRuntime};
 pub use frame::{Frame, FRAME_SIZE};
 pub use graph::{Context, Graph, GraphBuilder, GraphError, GraphHandle, ERROR_DROP};

@@ -2,6 +2,7 @@
 //! every node they pass records a line. Records hold raw bytes and a formatting function, and are
 //! turned into text only when someone reads them.
 
+use crate::BufferIndex;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -254,7 +255,7 @@ impl TraceLocal {
         shared: &TraceShared,
         node: u32,
         buffers: &mut crate::buffer::WorkerBuffers,
-        packets: &[u32],
+        packets: &[BufferIndex],
     ) {
         let Some(arm) = &self.arm else { return };
         let n = arm.take(packets.len() as u32) as usize;
@@ -278,7 +279,7 @@ impl TraceLocal {
         shared: &TraceShared,
         node: u32,
         buffers: &crate::buffer::WorkerBuffers,
-        bi: u32,
+        bi: BufferIndex,
     ) {
         let meta = *buffers.meta(bi);
         let data = buffers.data(bi);

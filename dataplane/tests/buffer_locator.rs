@@ -2,6 +2,7 @@
 //! division, and all-or-nothing takes from / gives to the free stack with exact accounting.
 
 use dataplane::buffer::{BufferPool, BufferPoolConfig, HugepagePolicy, PoolExhausted};
+use dataplane::BufferIndex;
 
 fn pool(buffers: u32, prefix_size: u16, data_size: u16) -> std::sync::Arc<BufferPool> {
     BufferPool::new(&BufferPoolConfig {
@@ -23,9 +24,9 @@ fn every_address_of_every_stride_maps_back_to_its_buffer() {
         assert_eq!(loc.stride(), p.stride());
         assert_eq!(p.prefix_size(), prefix);
         let (base, len) = p.memory();
-        for bi in 0..p.capacity() {
+        for bi in (0..p.capacity()).map(BufferIndex::new) {
             let start = loc.buffer_start(bi).unwrap();
-            assert_eq!(start as usize, base as usize + bi as usize * p.stride());
+            assert_eq!(start as usize, base as usize + bi.as_usize() * p.stride());
             for off in [
                 0,
                 1,
@@ -44,7 +45,7 @@ fn every_address_of_every_stride_maps_back_to_its_buffer() {
                 );
             }
         }
-        assert_eq!(loc.buffer_start(p.capacity()), None);
+        assert_eq!(loc.buffer_start(BufferIndex::new(p.capacity())), None);
         let end = base as usize + p.capacity() as usize * p.stride();
         assert!(end <= base as usize + len);
         assert_eq!(loc.index_of(end as *const u8), None);
@@ -56,11 +57,11 @@ fn every_address_of_every_stride_maps_back_to_its_buffer() {
 #[test]
 fn take_free_is_all_or_nothing_and_put_free_restores_the_counts() {
     let p = pool(100, 0, 2048);
-    let mut a = [0u32; 60];
+    let mut a = [BufferIndex::NONE; 60];
     p.take_free(&mut a).unwrap();
     assert_eq!(p.free_count(), 40);
     assert_eq!(p.in_use_count(), 60);
-    let mut b = [0u32; 41];
+    let mut b = [BufferIndex::NONE; 41];
     assert_eq!(
         p.take_free(&mut b),
         Err(PoolExhausted {
@@ -84,7 +85,7 @@ fn take_free_is_all_or_nothing_and_put_free_restores_the_counts() {
     assert_eq!(p.free_count(), 100);
     // A buffer given back through put_free can be allocated by a worker again.
     let mut w = p.worker_buffers();
-    let mut all = [0u32; 100];
+    let mut all = [BufferIndex::NONE; 100];
     w.alloc(&mut all).unwrap();
     let mut sorted = all.to_vec();
     sorted.sort_unstable();
@@ -98,5 +99,5 @@ fn take_free_is_all_or_nothing_and_put_free_restores_the_counts() {
 #[test]
 #[should_panic(expected = "beyond the pool")]
 fn put_free_refuses_an_index_beyond_the_pool() {
-    pool(10, 0, 2048).put_free(&[10]);
+    pool(10, 0, 2048).put_free(&[BufferIndex::new(10)]);
 }

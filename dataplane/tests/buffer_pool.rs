@@ -1,6 +1,7 @@
 //! Buffer pool: exact accounting under random alloc/free/chain sequences, exhaustion, chains,
 //! headroom, double frees, and the hugepage fallback.
 
+use dataplane::BufferIndex;
 use std::collections::HashSet;
 
 use dataplane::buffer::{BufferPool, BufferPoolConfig, HugepagePolicy, PoolExhausted};
@@ -46,19 +47,19 @@ proptest! {
     fn counts_stay_exact(ops in proptest::collection::vec((op(), any::<bool>()), 1..200)) {
         let pool = pool(600);
         let mut workers = [pool.worker_buffers(), pool.worker_buffers()];
-        let mut live: Vec<u32> = Vec::new();
+        let mut live: Vec<BufferIndex> = Vec::new();
         for (op, second) in ops {
             let w = &mut workers[second as usize];
             match op {
                 Op::Alloc(n) => {
-                    let mut out = vec![0; n];
+                    let mut out = vec![BufferIndex::NONE; n];
                     match w.alloc(&mut out) {
                         Ok(()) => live.extend(out),
                         Err(PoolExhausted { wanted, .. }) => prop_assert_eq!(wanted, n),
                     }
                 }
                 Op::AllocUpTo(n) => {
-                    let mut out = vec![0; n];
+                    let mut out = vec![BufferIndex::NONE; n];
                     let got = w.alloc_up_to(&mut out);
                     live.extend(&out[..got]);
                 }
@@ -110,10 +111,10 @@ proptest! {
 fn exhaustion_is_an_error_and_allocates_nothing() {
     let pool = pool(100);
     let mut w = pool.worker_buffers();
-    let mut all = vec![0; 100];
+    let mut all = vec![BufferIndex::NONE; 100];
     w.alloc(&mut all).expect("the whole pool");
     assert_eq!(pool.free_count(), 0);
-    let mut more = [0u32; 1];
+    let mut more = [BufferIndex::NONE; 1];
     assert_eq!(
         w.alloc(&mut more),
         Err(PoolExhausted {
@@ -124,7 +125,7 @@ fn exhaustion_is_an_error_and_allocates_nothing() {
     assert_eq!(w.alloc_up_to(&mut more), 0);
     assert!(w.alloc_one().is_none());
     w.free(&all[..10]);
-    let mut eleven = [0u32; 11];
+    let mut eleven = [BufferIndex::NONE; 11];
     assert!(w.alloc(&mut eleven).is_err(), "all-or-nothing");
     assert_eq!(pool.free_count(), 10, "a failed alloc takes nothing");
     assert_eq!(w.alloc_up_to(&mut eleven), 10);
@@ -142,7 +143,7 @@ fn double_free_is_caught_and_ignored() {
     w.free_one(bi);
     assert_eq!(pool.double_free_count(), 1);
     assert_eq!(pool.free_count(), 8);
-    let mut all = [0u32; 8];
+    let mut all = [BufferIndex::NONE; 8];
     w.alloc(&mut all).unwrap();
     let distinct: HashSet<_> = all.iter().collect();
     assert_eq!(
@@ -179,16 +180,16 @@ fn headroom_prepend_and_advance() {
 fn buffers_are_named_by_index_and_do_not_overlap() {
     let pool = pool(64);
     let mut w = pool.worker_buffers();
-    let mut bis = [0u32; 64];
+    let mut bis = [BufferIndex::NONE; 64];
     w.alloc(&mut bis).unwrap();
     for &bi in &bis {
         let size = w.data_size();
         assert!(w.set_length(bi, size));
-        w.data_mut(bi).fill(bi as u8);
+        w.data_mut(bi).fill(bi.get() as u8);
     }
     for &bi in &bis {
         assert!(
-            w.data(bi).iter().all(|&b| b == bi as u8),
+            w.data(bi).iter().all(|&b| b == bi.get() as u8),
             "buffer {bi} was overwritten"
         );
         assert_eq!(w.meta(bi).flags & dataplane::buffer::flags::FREE, 0);
@@ -250,7 +251,7 @@ fn hugepage_backed_pool_when_hugepages_exist() {
     .expect("hugepage pool");
     assert!(p.is_hugepage_backed());
     let mut w = p.worker_buffers();
-    let mut bis = vec![0; 8192];
+    let mut bis = vec![BufferIndex::NONE; 8192];
     w.alloc(&mut bis).unwrap();
     w.free(&bis);
     assert_eq!(p.in_use_count(), 0);

@@ -2,6 +2,7 @@
 
 use dataplane::buffer::{BufferPool, BufferPoolConfig, HugepagePolicy};
 use dataplane::harness::{PacketSink, PacketSource, PassThrough, SourceConfig};
+use dataplane::BufferIndex;
 use dataplane::{Context, Frame, GraphBuilder, GraphError, Next, Node, NodeSpec, ERROR_DROP};
 
 fn pool() -> std::sync::Arc<BufferPool> {
@@ -268,7 +269,7 @@ fn a_traced_packet_names_every_node_it_passed_in_order() {
 
 /// Sends every packet back to itself, forever; holds every tenth packet it sees.
 struct Forever {
-    held: Vec<u32>,
+    held: Vec<BufferIndex>,
 }
 impl Node<()> for Forever {
     fn spec(&self) -> NodeSpec {
@@ -276,7 +277,7 @@ impl Node<()> for Forever {
     }
     fn process(&mut self, cx: &mut Context<'_, ()>, frame: &mut Frame) -> usize {
         for &bi in frame.as_slice() {
-            if bi % 10 == 0 && !self.held.contains(&bi) {
+            if bi.get() % 10 == 0 && !self.held.contains(&bi) {
                 self.held.push(bi);
             } else {
                 cx.enqueue(Next::declared(0), bi);

@@ -1,6 +1,7 @@
 //! `port-input`'s one hook for drivers: a queue may hand frames on itself, bypassing the graph
 //! (`RxQueue::receive_or_bypass`), but only while nothing needs to see every packet.
 
+use dataplane::BufferIndex;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,7 +22,7 @@ struct Shortcut {
 }
 
 impl RxQueue for Shortcut {
-    fn receive(&mut self, buffers: &mut WorkerBuffers, out: &mut [u32]) -> usize {
+    fn receive(&mut self, buffers: &mut WorkerBuffers, out: &mut [BufferIndex]) -> usize {
         let mut frames = self.frames.lock().unwrap();
         let mut n = 0;
         while n < out.len() {
@@ -35,7 +36,11 @@ impl RxQueue for Shortcut {
         n
     }
 
-    fn receive_or_bypass(&mut self, buffers: &mut WorkerBuffers, out: &mut [u32]) -> RxBurst {
+    fn receive_or_bypass(
+        &mut self,
+        buffers: &mut WorkerBuffers,
+        out: &mut [BufferIndex],
+    ) -> RxBurst {
         let bypassed = {
             let mut frames = self.frames.lock().unwrap();
             let k = self.direct.min(frames.len()).min(out.len());
@@ -116,7 +121,7 @@ struct Datagrams {
 }
 
 impl RxQueue for Datagrams {
-    fn receive(&mut self, buffers: &mut WorkerBuffers, out: &mut [u32]) -> usize {
+    fn receive(&mut self, buffers: &mut WorkerBuffers, out: &mut [BufferIndex]) -> usize {
         self.polls.fetch_add(1, Ordering::Relaxed);
         let mut n = 0;
         let mut frame = [0u8; 64];

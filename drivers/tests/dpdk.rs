@@ -11,6 +11,7 @@
 
 #![cfg(feature = "dpdk")]
 
+use dataplane::BufferIndex;
 use std::process::Command;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
@@ -243,7 +244,7 @@ fn pump_rings(
 ) -> Vec<Vec<u8>> {
     let mut got = Vec::new();
     let mut sent = 0;
-    let mut out = [0u32; 256];
+    let mut out = [BufferIndex::NONE; 256];
     let deadline = Instant::now() + Duration::from_secs(30);
     while got.len() < frames.len() && Instant::now() < deadline {
         if sent < frames.len() && sent - got.len() < window {
@@ -625,14 +626,14 @@ fn received_packets_are_the_very_buffers_that_were_sent() {
     buffers.write_packet(p1, &small).unwrap();
     let p2 = buffers.alloc_one().unwrap();
     buffers.write_packet(p2, &big).unwrap();
-    let chain: Vec<u32> = buffers.chain(p2).collect();
+    let chain: Vec<BufferIndex> = buffers.chain(p2).collect();
     assert_eq!(chain.len(), 3);
     let in_use = pool.in_use_count();
     assert_eq!(in_use, 4);
 
     assert_eq!(z_in.enqueue(&mempool, &mut buffers, &[p1, p2]), 2);
     assert_eq!(pool.in_use_count(), in_use, "in the ring, still in use");
-    let mut out = [0u32; 32];
+    let mut out = [BufferIndex::NONE; 32];
     let mut n = 0;
     wait_for("the two packets received", 10, || {
         n += qp.rx.receive(&mut buffers, &mut out[n..]);
@@ -678,7 +679,7 @@ fn received_packets_are_the_very_buffers_that_were_sent() {
         in_use,
         "handed to the device, still in use"
     );
-    let mut got = [0u32; 8];
+    let mut got = [BufferIndex::NONE; 8];
     assert_eq!(z_out.dequeue(&mempool, &mut buffers, &mut got), 2);
     assert_eq!(&got[..2], &[p1, p2], "transmitted as the same buffers");
     v.clear();

@@ -5,6 +5,7 @@
 //! capturing), after its flag is cleared, or once the other transmit queue is dropped, it
 //! receives into Quiver buffers as usual. Refused for IP-mode ports and queues not taken.
 
+use dataplane::BufferIndex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -60,11 +61,11 @@ fn send(a: &mut Slave, frames: &[Vec<u8>]) {
 
 /// Polls `q` the way `port-input` does when it allows a bypass, until `n` frames were
 /// bypassed or received; returns the total and the buffers received.
-fn bypass(q: &mut QueuePair, wb: &mut WorkerBuffers, n: usize) -> (RxBurst, Vec<u32>) {
+fn bypass(q: &mut QueuePair, wb: &mut WorkerBuffers, n: usize) -> (RxBurst, Vec<BufferIndex>) {
     let mut total = RxBurst::default();
     let mut got = Vec::new();
     wait_for("the frames at the receive queue", 10, || {
-        let mut out = [0u32; 256];
+        let mut out = [BufferIndex::NONE; 256];
         let b = q.rx.receive_or_bypass(wb, &mut out);
         got.extend_from_slice(&out[..b.received]);
         total.received += b.received;
@@ -166,7 +167,7 @@ fn a_cut_through_sends_peer_to_peer_until_its_flag_clears_or_the_other_queue_goe
     // Asked to receive (port-input traced or capturing): Quiver buffers, as usual.
     let sent: Vec<Vec<u8>> = (100..110).map(frame).collect();
     send(&mut a, &sent);
-    let mut out = [0u32; 256];
+    let mut out = [BufferIndex::NONE; 256];
     let mut n = 0;
     wait_for("received into buffers", 10, || {
         n += qa.rx.receive(&mut wb, &mut out[n..]);

@@ -5,6 +5,7 @@
 //! and in order, every buffer and every ring slot back; a sender that leaves while its frames
 //! are held; and a routed path, where ip4-rewrite changes the frame.
 
+use dataplane::BufferIndex;
 use std::sync::Arc;
 
 use dataplane::{BufferPool, BufferPoolConfig, HugepagePolicy, TxQueue};
@@ -353,7 +354,7 @@ fn frames_held_when_their_sender_leaves_are_still_sent_intact_and_all_released()
     let frames: Vec<Vec<u8>> = (0..8).map(|s| l2_frame(0, s, 100 + s as usize)).collect();
     let refs: Vec<&[u8]> = frames.iter().map(|f| &f[..]).collect();
     assert_eq!(a.interface_mut().tx_burst(0, &refs), 8);
-    let mut got = [0u32; 32];
+    let mut got = [BufferIndex::NONE; 32];
     let mut n = 0;
     wait_for("A's frames received", 10, || {
         n += q0.rx.receive(&mut wb, &mut got[n..]);

@@ -11,6 +11,7 @@ mod common;
 
 use common::*;
 use dataplane::buffer::flags;
+use dataplane::BufferIndex;
 use drivers::af_packet::{AfPacketConfig, AfPacketPort};
 use drivers::Port;
 
@@ -131,7 +132,7 @@ fn a_burst_of_one_flows_datagrams_leaves_as_one_super_frame_and_arrives_whole() 
             .collect();
         let burst3: Vec<Vec<u8>> = (70..80).map(|i| datagram(dst, i, 1000, 7100)).collect();
         for (burst, tunnel) in [(&burst1, true), (&burst2, true), (&burst3, false)] {
-            let mut packets = vec![0u32; burst.len()];
+            let mut packets = vec![BufferIndex::NONE; burst.len()];
             buffers.alloc(&mut packets).expect("buffers");
             for (bi, f) in packets.iter().zip(burst.iter()) {
                 buffers.write_packet(*bi, f).expect("fits");

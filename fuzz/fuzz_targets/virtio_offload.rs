@@ -10,7 +10,7 @@
 use std::cell::RefCell;
 use std::sync::Arc;
 
-use dataplane::buffer::{BufferPool, BufferPoolConfig, HugepagePolicy, WorkerBuffers};
+use dataplane::buffer::{BufferIndex, BufferPool, BufferPoolConfig, HugepagePolicy, WorkerBuffers};
 use dataplane::offload::{
     infer_partial_checksum, resolve, Gso, Offload, Resolved, VIRTIO_NET_HDR_LEN,
 };
@@ -49,7 +49,10 @@ fuzz_target!(|data: &[u8]| {
         Ok(None) => match infer_partial_checksum(frame) {
             Some(o) => {
                 let end = usize::from(o.csum_start) + usize::from(o.csum_offset) + 2;
-                assert!(end <= frame.len(), "an inferred checksum field outside the frame");
+                assert!(
+                    end <= frame.len(),
+                    "an inferred checksum field outside the frame"
+                );
                 o
             }
             None => return,
@@ -71,7 +74,7 @@ fuzz_target!(|data: &[u8]| {
         }
         b.meta_mut(bi).set_offload(o);
         let room = usize::from(sel[0] >> 2) % 64 + 1;
-        let mut out = vec![u32::MAX; room];
+        let mut out = vec![BufferIndex::NONE; room];
         match resolve(b, bi, &mut out) {
             Ok(Resolved::Untouched) | Ok(Resolved::ChecksumCompleted) => {
                 assert_eq!(out[0], bi);

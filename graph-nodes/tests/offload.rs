@@ -4,6 +4,7 @@
 
 mod common;
 
+use dataplane::BufferIndex;
 use std::sync::{Arc, Mutex};
 
 use common::*;
@@ -24,7 +25,7 @@ struct OffloadRx {
 }
 
 impl RxQueue for OffloadRx {
-    fn receive(&mut self, buffers: &mut WorkerBuffers, out: &mut [u32]) -> usize {
+    fn receive(&mut self, buffers: &mut WorkerBuffers, out: &mut [BufferIndex]) -> usize {
         let n = self.inner.receive(buffers, out);
         let marked = if self.first_only { n.min(1) } else { n };
         for &bi in &out[..marked] {
@@ -41,7 +42,7 @@ type Sent = Arc<Mutex<Vec<(Vec<u8>, Option<Offload>)>>>;
 struct OffloadTx(Sent);
 
 impl TxQueue for OffloadTx {
-    fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[u32]) -> usize {
+    fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[BufferIndex]) -> usize {
         for &bi in packets {
             let mut v = Vec::new();
             buffers.copy_packet(bi, &mut v);

@@ -4,6 +4,7 @@
 
 mod common;
 
+use dataplane::BufferIndex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -126,7 +127,7 @@ struct SeqTx {
 }
 
 impl TxQueue for SeqTx {
-    fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[u32]) -> usize {
+    fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[BufferIndex]) -> usize {
         for &bi in packets {
             self.scratch.clear();
             buffers.copy_packet(bi, &mut self.scratch);

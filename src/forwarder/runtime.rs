@@ -535,7 +535,9 @@ fn mask(len: u8) -> u32 {
 mod tests {
     use std::sync::Mutex;
 
-    use dataplane::{BufferPoolConfig, HugepagePolicy, IdlePolicy, WorkerBuffers, WorkerConfig};
+    use dataplane::{
+        BufferIndex, BufferPoolConfig, HugepagePolicy, IdlePolicy, WorkerBuffers, WorkerConfig,
+    };
 
     use super::*;
 
@@ -550,7 +552,7 @@ mod tests {
     struct Rx(Drops);
 
     impl RxQueue for Rx {
-        fn receive(&mut self, _: &mut WorkerBuffers, _: &mut [u32]) -> usize {
+        fn receive(&mut self, _: &mut WorkerBuffers, _: &mut [BufferIndex]) -> usize {
             0
         }
     }
@@ -564,7 +566,7 @@ mod tests {
     struct Tx(Drops);
 
     impl TxQueue for Tx {
-        fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[u32]) -> usize {
+        fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[BufferIndex]) -> usize {
             buffers.free(packets);
             packets.len()
         }

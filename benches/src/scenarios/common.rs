@@ -1,6 +1,7 @@
 //! Pieces the graph scenarios share: a bench packet source, a transmit queue that frees, route
 //! generation with the benchmarks' depth mix, and a measuring loop.
 
+use dataplane::BufferIndex;
 use std::sync::Arc;
 
 use dataplane::buffer::BufferPool;
@@ -115,7 +116,7 @@ impl<S> Node<S> for BenchSource {
 pub struct NullTx;
 
 impl TxQueue for NullTx {
-    fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[u32]) -> usize {
+    fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[BufferIndex]) -> usize {
         buffers.free(packets);
         packets.len()
     }

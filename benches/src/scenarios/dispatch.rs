@@ -9,6 +9,7 @@
 
 use dataplane::buffer::{BufferPool, BufferPoolConfig};
 use dataplane::harness::{MacSwap, PacketSink, PacketSource, PassThrough, SourceConfig};
+use dataplane::BufferIndex;
 use dataplane::{cycles, Context, Epochs, Frame, GraphBuilder, Next, Node, NodeSpec, Published};
 use serde_json::json;
 
@@ -122,7 +123,7 @@ fn run_chain(pool: &std::sync::Arc<BufferPool>, kind: Kind, packets: u64) -> Cha
 /// The same MAC swap over the same kind of buffers, as a plain loop: no frames, no dispatch.
 fn direct_mac_swap(pool: &std::sync::Arc<BufferPool>, packets: u64) -> f64 {
     let mut buffers = pool.worker_buffers();
-    let mut bis = [0u32; 256];
+    let mut bis = [BufferIndex::NONE; 256];
     buffers.alloc(&mut bis).expect("256 buffers");
     let f = frame64();
     for &bi in &bis {

@@ -25,6 +25,7 @@
 //! [`WorkerBuffers::external`]: super::WorkerBuffers::external
 //! [`WorkerBuffers::materialise`]: super::WorkerBuffers::materialise
 
+use super::index::BufferIndex;
 use std::any::Any;
 use std::cell::Cell;
 use std::sync::Arc;
@@ -126,21 +127,21 @@ impl ExternalState {
 
     /// Buffer `bi`'s frame, if it is external.
     #[inline(always)]
-    pub(crate) fn get(&self, bi: u32) -> Option<ExternalRef> {
-        ExternalRef::unpack(self.refs.get(bi as usize)?.get())
+    pub(crate) fn get(&self, bi: BufferIndex) -> Option<ExternalRef> {
+        ExternalRef::unpack(self.refs.get(bi.as_usize())?.get())
     }
 
     /// Whether buffer `bi` is external.
     #[inline(always)]
-    pub(crate) fn is_marked(&self, bi: u32) -> bool {
-        self.refs.get(bi as usize).is_some_and(|e| e.get() != 0)
+    pub(crate) fn is_marked(&self, bi: BufferIndex) -> bool {
+        self.refs.get(bi.as_usize()).is_some_and(|e| e.get() != 0)
     }
 
     /// Records `bi` (not external) as carrying frame `r`; false, changing nothing, when the
     /// table is not set up or the source id does not fit.
     #[inline]
-    pub(crate) fn attach(&self, bi: u32, r: ExternalRef) -> bool {
-        let (Some(e), Some(packed)) = (self.refs.get(bi as usize), r.pack()) else {
+    pub(crate) fn attach(&self, bi: BufferIndex, r: ExternalRef) -> bool {
+        let (Some(e), Some(packed)) = (self.refs.get(bi.as_usize()), r.pack()) else {
             return false;
         };
         if e.get() == 0 {
@@ -152,8 +153,8 @@ impl ExternalState {
 
     /// Forgets that `bi` is external and returns its frame (`None` if it was not external).
     #[inline(always)]
-    pub(crate) fn detach(&self, bi: u32) -> Option<ExternalRef> {
-        let e = self.refs.get(bi as usize)?;
+    pub(crate) fn detach(&self, bi: BufferIndex) -> Option<ExternalRef> {
+        let e = self.refs.get(bi.as_usize())?;
         let r = ExternalRef::unpack(e.replace(0))?;
         self.live.set(self.live.get() - 1);
         Some(r)
@@ -233,7 +234,7 @@ impl ExternalState {
 #[inline(never)]
 pub(crate) unsafe fn materialise(
     ext: &ExternalState,
-    bi: u32,
+    bi: BufferIndex,
     area: *mut u8,
     headroom: u16,
 ) -> bool {
@@ -328,7 +329,7 @@ mod tests {
         ));
         assert!(w.external_source_as::<Other>(src).is_none());
         assert!(w.external_source_as::<Fake>(src + 1).is_none());
-        let mut bufs = [0u32; 6];
+        let mut bufs = [BufferIndex::NONE; 6];
         w.alloc(&mut bufs).unwrap();
         let released = || fake.released.lock().unwrap().clone();
 
@@ -416,15 +417,15 @@ mod tests {
             },
         ];
         for (bi, r) in extremes.iter().enumerate() {
-            assert!(ext.attach(bi as u32, *r));
+            assert!(ext.attach(BufferIndex::new(bi as u32), *r));
         }
         assert_eq!(ext.live(), 3);
         for (bi, r) in extremes.iter().enumerate() {
-            assert_eq!(ext.get(bi as u32), Some(*r));
+            assert_eq!(ext.get(BufferIndex::new(bi as u32)), Some(*r));
         }
         // Attaching again replaces, without counting the buffer twice.
         assert!(ext.attach(
-            2,
+            BufferIndex::new(2),
             ExternalRef {
                 source: 1,
                 token: 5,
@@ -434,18 +435,29 @@ mod tests {
         assert_eq!(ext.live(), 3);
         // A source id the entry cannot hold, or a buffer beyond the pool: refused, unchanged.
         assert!(!ext.attach(
-            3,
+            BufferIndex::new(3),
             ExternalRef {
                 source: MAX_SOURCES,
                 token: 1,
                 len: 1
             }
         ));
-        assert!(!ext.attach(4, extremes[2]));
-        assert_eq!((ext.get(3), ext.get(4), ext.live()), (None, None, 3));
-        assert_eq!(ext.detach(1), Some(extremes[1]));
+        assert!(!ext.attach(BufferIndex::new(4), extremes[2]));
         assert_eq!(
-            (ext.detach(1), ext.is_marked(1), ext.live()),
+            (
+                ext.get(BufferIndex::new(3)),
+                ext.get(BufferIndex::new(4)),
+                ext.live()
+            ),
+            (None, None, 3)
+        );
+        assert_eq!(ext.detach(BufferIndex::new(1)), Some(extremes[1]));
+        assert_eq!(
+            (
+                ext.detach(BufferIndex::new(1)),
+                ext.is_marked(BufferIndex::new(1)),
+                ext.live()
+            ),
             (None, false, 2)
         );
     }

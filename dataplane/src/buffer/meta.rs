@@ -1,5 +1,7 @@
 //! The per-buffer metadata header: one cache line in front of each buffer's headroom.
 
+use super::index::BufferIndex;
+
 /// The index that names no buffer (end of a chain, an unset field).
 pub const INVALID_INDEX: u32 = u32::MAX;
 
@@ -45,8 +47,8 @@ pub struct BufferMeta {
     pub(crate) length: u16,
     /// [`flags`] bits.
     pub flags: u32,
-    /// The next buffer of a chained packet, or [`INVALID_INDEX`].
-    pub(crate) next: u32,
+    /// The next buffer of a chained packet, or [`BufferIndex::NONE`].
+    pub(crate) next: BufferIndex,
     /// In a chain's first buffer: the bytes in all the buffers after it.
     pub(crate) chain_rest: u32,
     /// The interface the packet arrived on.
@@ -83,7 +85,7 @@ impl BufferMeta {
             data_offset: headroom,
             length: 0,
             flags: 0,
-            next: INVALID_INDEX,
+            next: BufferIndex::NONE,
             chain_rest: 0,
             rx_interface: INVALID_INDEX,
             tx_interface: INVALID_INDEX,
@@ -125,7 +127,7 @@ impl BufferMeta {
 
     /// The next buffer of the chain, if any.
     #[inline]
-    pub fn next(&self) -> Option<u32> {
+    pub fn next(&self) -> Option<BufferIndex> {
         (self.flags & flags::NEXT_PRESENT != 0).then_some(self.next)
     }
 

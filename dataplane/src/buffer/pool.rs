@@ -1,5 +1,6 @@
-//! The buffer pool: every buffer of a NUMA node, named by `u32` index, in one region.
+//! The buffer pool: every buffer of a NUMA node, named by [`BufferIndex`] (a `u32`), in one region.
 
+use super::index::BufferIndex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -79,7 +80,7 @@ pub(crate) struct Layout {
 pub struct BufferPool {
     region: Region,
     layout: Layout,
-    free: Mutex<Vec<u32>>,
+    free: Mutex<Vec<BufferIndex>>,
     caches: Mutex<Vec<Arc<AtomicUsize>>>,
     double_frees: AtomicU64,
     materialised: AtomicU64,
@@ -133,10 +134,10 @@ impl BufferPool {
             headroom: config.headroom,
             area,
         };
-        for bi in 0..config.buffers {
+        for bi in (0..config.buffers).map(BufferIndex::new) {
             let mut meta = BufferMeta::new(config.headroom);
             meta.flags = flags::FREE;
-            // SAFETY: `bi < count`, so the metadata lies inside the region, 64-byte aligned (the
+            // SAFETY: `bi.get() < count`, so the metadata lies inside the region, 64-byte aligned (the
             // region is page aligned, stride and meta_offset are multiples of 64); nothing else
             // refers to the fresh mapping yet.
             unsafe { layout.meta_ptr_unchecked(bi).write(meta) };
@@ -151,7 +152,7 @@ impl BufferPool {
         Ok(Arc::new(BufferPool {
             region,
             layout,
-            free: Mutex::new((0..config.buffers).rev().collect()),
+            free: Mutex::new((0..config.buffers).rev().map(BufferIndex::new).collect()),
             caches: Mutex::new(Vec::new()),
             double_frees: AtomicU64::new(0),
             materialised: AtomicU64::new(0),
@@ -239,7 +240,7 @@ impl BufferPool {
     /// which may run on any thread). The caller owns them: each loses [`flags::FREE`], the rest of
     /// its metadata is left as it was (whoever fills the buffer rewrites it). They count as in
     /// use until given back with [`BufferPool::put_free`] or freed through a worker.
-    pub fn take_free(&self, out: &mut [u32]) -> Result<(), PoolExhausted> {
+    pub fn take_free(&self, out: &mut [BufferIndex]) -> Result<(), PoolExhausted> {
         {
             let mut free = lock(&self.free);
             if free.len() < out.len() {
@@ -266,10 +267,13 @@ impl BufferPool {
     ///
     /// # Panics
     /// If an index is beyond the pool.
-    pub fn put_free(&self, indices: &[u32]) {
+    pub fn put_free(&self, indices: &[BufferIndex]) {
         let mut free = lock(&self.free);
         for &bi in indices {
-            assert!(bi < self.layout.count, "buffer index {bi} beyond the pool");
+            assert!(
+                bi.get() < self.layout.count,
+                "buffer index {bi} beyond the pool"
+            );
             // SAFETY: checked in bounds just above; the caller owned the buffer and hands it over,
             // and the free stack's lock, held here, orders this write before any later taker's.
             let meta = unsafe { &mut *self.layout.meta_ptr_unchecked(bi) };
@@ -295,7 +299,7 @@ impl BufferPool {
     }
 
     /// Moves up to `want` indices from the free stack onto `cache`; returns how many moved.
-    pub(crate) fn take_into(&self, cache: &mut Vec<u32>, want: usize) -> usize {
+    pub(crate) fn take_into(&self, cache: &mut Vec<BufferIndex>, want: usize) -> usize {
         let mut free = lock(&self.free);
         let n = want.min(free.len());
         let from = free.len() - n;
@@ -305,7 +309,7 @@ impl BufferPool {
     }
 
     /// Returns indices to the free stack.
-    pub(crate) fn give_back(&self, indices: &[u32]) {
+    pub(crate) fn give_back(&self, indices: &[BufferIndex]) {
         lock(&self.free).extend_from_slice(indices);
     }
 
@@ -318,11 +322,11 @@ impl Layout {
     /// # Safety
     /// `bi` must be below `count`.
     #[inline(always)]
-    pub unsafe fn meta_ptr_unchecked(&self, bi: u32) -> *mut BufferMeta {
-        // SAFETY: the caller guarantees `bi < count`, so the offset stays inside the region.
+    pub unsafe fn meta_ptr_unchecked(&self, bi: BufferIndex) -> *mut BufferMeta {
+        // SAFETY: the caller guarantees `bi.get() < count`, so the offset stays inside the region.
         unsafe {
             self.base
-                .add(bi as usize * self.stride + self.meta_offset)
+                .add(bi.as_usize() * self.stride + self.meta_offset)
                 .cast()
         }
     }
@@ -367,14 +371,14 @@ impl BufferLocator {
     /// The first byte of buffer `bi`'s stride (where its driver prefix begins), or `None` when
     /// `bi` is beyond the pool.
     #[inline(always)]
-    pub fn buffer_start(&self, bi: u32) -> Option<*mut u8> {
-        (bi < self.count).then(|| (self.base + bi as usize * self.stride) as *mut u8)
+    pub fn buffer_start(&self, bi: BufferIndex) -> Option<*mut u8> {
+        (bi.get() < self.count).then(|| (self.base + bi.as_usize() * self.stride) as *mut u8)
     }
 
     /// The buffer whose stride holds `addr`, and `addr`'s offset from that stride's first byte;
     /// `None` for an address outside the pool.
     #[inline(always)]
-    pub fn index_of(&self, addr: *const u8) -> Option<(u32, usize)> {
+    pub fn index_of(&self, addr: *const u8) -> Option<(BufferIndex, usize)> {
         let off = (addr as usize).wrapping_sub(self.base);
         if off >= self.count as usize * self.stride {
             return None;
@@ -386,7 +390,7 @@ impl BufferLocator {
             // Beyond 256 GiB into the region the reciprocal is not exact: divide.
             (off / self.stride) as u32
         };
-        Some((bi, off - bi as usize * self.stride))
+        Some((BufferIndex::new(bi), off - bi as usize * self.stride))
     }
 }
 

@@ -1,5 +1,6 @@
 //! A node's lean access to its worker's buffers for the length of one frame.
 
+use super::index::BufferIndex;
 use std::marker::PhantomData;
 
 use crate::memory::prefetch;
@@ -50,11 +51,11 @@ impl<'a> BufferView<'a> {
 
 impl BufferView<'_> {
     #[inline(always)]
-    fn meta_ptr(&self, bi: u32) -> *mut BufferMeta {
-        assert!(bi < self.count, "buffer index {bi} beyond the pool");
+    fn meta_ptr(&self, bi: BufferIndex) -> *mut BufferMeta {
+        assert!(bi.get() < self.count, "buffer index {bi} beyond the pool");
         // Checked just above: the metadata of buffer `bi` lies inside the pool's region.
         self.meta_base
-            .wrapping_add(bi as usize * self.stride)
+            .wrapping_add(bi.as_usize() * self.stride)
             .cast()
     }
 
@@ -75,8 +76,8 @@ impl BufferView<'_> {
     /// [`WorkerBuffers::prefetch_buffer`](super::WorkerBuffers::prefetch_buffer)). No check: a
     /// prefetch never faults.
     #[inline(always)]
-    pub fn prefetch(&self, bi: u32) {
-        let meta = self.meta_base.wrapping_add(bi as usize * self.stride);
+    pub fn prefetch(&self, bi: BufferIndex) {
+        let meta = self.meta_base.wrapping_add(bi.as_usize() * self.stride);
         prefetch(meta);
         prefetch(meta.wrapping_add(64 + self.headroom as usize));
     }
@@ -84,15 +85,15 @@ impl BufferView<'_> {
     /// Hints the CPU to fetch a buffer's metadata only, for a node that will not read the
     /// packet's bytes. No check: a prefetch never faults.
     #[inline(always)]
-    pub fn prefetch_meta(&self, bi: u32) {
-        prefetch(self.meta_base.wrapping_add(bi as usize * self.stride));
+    pub fn prefetch_meta(&self, bi: BufferIndex) {
+        prefetch(self.meta_base.wrapping_add(bi.as_usize() * self.stride));
     }
 
     /// Sets the bytes of packet data in this buffer; `false`, changing nothing, when the buffer
     /// cannot hold that many from its current offset (see
     /// [`WorkerBuffers::set_length`](super::WorkerBuffers::set_length)).
     #[inline]
-    pub fn set_length(&mut self, bi: u32, len: u16) -> bool {
+    pub fn set_length(&mut self, bi: BufferIndex, len: u16) -> bool {
         let area = self.area as u32;
         let meta = self.meta_mut(bi);
         if meta.data_offset as u32 + len as u32 > area {
@@ -105,7 +106,7 @@ impl BufferView<'_> {
     /// The buffer's metadata, for writing (see
     /// [`WorkerBuffers::meta_mut`](super::WorkerBuffers::meta_mut)).
     #[inline(always)]
-    pub fn meta_mut(&mut self, bi: u32) -> &mut BufferMeta {
+    pub fn meta_mut(&mut self, bi: BufferIndex) -> &mut BufferMeta {
         // SAFETY: in bounds and aligned (`meta_ptr`), inside a region that outlives the borrow
         // of the `WorkerBuffers` this view holds; the buffer is owned by this worker, and
         // `&mut self` makes this the only reference made through the view.
@@ -115,7 +116,7 @@ impl BufferView<'_> {
     /// Copies an external buffer's bytes into it before they are handed out (see the
     /// [`external`](super::external) module).
     #[inline(always)]
-    fn materialise_if_external(&self, meta: *mut BufferMeta, bi: u32) {
+    fn materialise_if_external(&self, meta: *mut BufferMeta, bi: BufferIndex) {
         if let Some((ext, pool)) = self.external {
             if ext.any() && ext.is_marked(bi) {
                 // SAFETY: `bi` is in bounds (its metadata pointer was checked) and external, so
@@ -130,7 +131,7 @@ impl BufferView<'_> {
     /// [`BufferView::meta_and_data_mut`] would give them), without touching the bytes: an
     /// external buffer stays external.
     #[inline(always)]
-    pub fn data_len(&self, bi: u32) -> usize {
+    pub fn data_len(&self, bi: BufferIndex) -> usize {
         // SAFETY: in bounds and aligned (`meta_ptr`); only read, and `&self` borrows the view.
         self.window(unsafe { &*self.meta_ptr(bi) }).1
     }
@@ -138,7 +139,7 @@ impl BufferView<'_> {
     /// Metadata and packet bytes together (see
     /// [`WorkerBuffers::meta_and_data_mut`](super::WorkerBuffers::meta_and_data_mut)).
     #[inline(always)]
-    pub fn meta_and_data_mut(&mut self, bi: u32) -> (&mut BufferMeta, &mut [u8]) {
+    pub fn meta_and_data_mut(&mut self, bi: BufferIndex) -> (&mut BufferMeta, &mut [u8]) {
         let meta = self.meta_ptr(bi);
         self.materialise_if_external(meta, bi);
         // SAFETY: as in `meta_mut`.
@@ -157,7 +158,7 @@ impl BufferView<'_> {
     #[inline(always)]
     pub fn meta_headroom_and_data_mut(
         &mut self,
-        bi: u32,
+        bi: BufferIndex,
     ) -> (&mut BufferMeta, &mut [u8], &mut [u8]) {
         let meta = self.meta_ptr(bi);
         self.materialise_if_external(meta, bi);
@@ -203,7 +204,7 @@ mod tests {
             assert!(meta.retreat(2));
             assert!(v.set_length(bi, 5));
             v.prefetch(bi);
-            v.prefetch(u32::MAX);
+            v.prefetch(BufferIndex::NONE);
         }
         assert_eq!(w.data(bi), b"ab012");
         assert_eq!(w.meta(bi).rx_interface, 7);
@@ -230,6 +231,6 @@ mod tests {
         })
         .unwrap();
         let mut w = pool.worker_buffers();
-        w.view().meta_mut(4);
+        w.view().meta_mut(BufferIndex::new(4));
     }
 }

@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::external::{self, ExternalRef, ExternalSource, ExternalState};
-use super::meta::{flags, BufferMeta, INVALID_INDEX};
+use super::index::BufferIndex;
+use super::meta::{flags, BufferMeta};
 use super::pool::{BufferPool, Layout, PoolExhausted};
 use super::view::BufferView;
 
@@ -22,7 +23,7 @@ const SPILL_TO: usize = 1024;
 /// rule on [`BufferPool`]); an index beyond the pool is a bug and panics.
 pub struct WorkerBuffers {
     layout: Layout,
-    cache: Vec<u32>,
+    cache: Vec<BufferIndex>,
     gauge: Arc<AtomicUsize>,
     pool: Arc<BufferPool>,
     external: ExternalState,
@@ -70,7 +71,7 @@ impl WorkerBuffers {
     }
 
     /// Allocates exactly `out.len()` buffers with fresh metadata, or none.
-    pub fn alloc(&mut self, out: &mut [u32]) -> Result<(), PoolExhausted> {
+    pub fn alloc(&mut self, out: &mut [BufferIndex]) -> Result<(), PoolExhausted> {
         if self.cache.len() < out.len() {
             let want = out.len() - self.cache.len() + REFILL;
             self.pool.take_into(&mut self.cache, want);
@@ -87,7 +88,7 @@ impl WorkerBuffers {
     }
 
     /// Allocates as many of `out.len()` buffers as there are; returns how many.
-    pub fn alloc_up_to(&mut self, out: &mut [u32]) -> usize {
+    pub fn alloc_up_to(&mut self, out: &mut [BufferIndex]) -> usize {
         if self.cache.len() < out.len() {
             let want = out.len() - self.cache.len() + REFILL;
             self.pool.take_into(&mut self.cache, want);
@@ -98,12 +99,12 @@ impl WorkerBuffers {
     }
 
     /// Allocates one buffer.
-    pub fn alloc_one(&mut self) -> Option<u32> {
-        let mut one = [0];
+    pub fn alloc_one(&mut self) -> Option<BufferIndex> {
+        let mut one = [BufferIndex::NONE];
         (self.alloc_up_to(&mut one) == 1).then_some(one[0])
     }
 
-    fn pop_into(&mut self, out: &mut [u32]) {
+    fn pop_into(&mut self, out: &mut [BufferIndex]) {
         let from = self.cache.len() - out.len();
         out.copy_from_slice(&self.cache[from..]);
         self.cache.truncate(from);
@@ -118,7 +119,7 @@ impl WorkerBuffers {
     ///
     /// A buffer that is already free is counted as a double free and skipped, so a bug elsewhere
     /// cannot give one buffer two owners.
-    pub fn free(&mut self, packets: &[u32]) {
+    pub fn free(&mut self, packets: &[BufferIndex]) {
         if self.external.any() {
             self.release_external(packets);
         }
@@ -146,12 +147,12 @@ impl WorkerBuffers {
     /// (and at an index beyond the pool, on which `free_chain` panics once the buffers freed so
     /// far are in the cache).
     #[inline]
-    fn free_single_buffers(&mut self, packets: &[u32]) -> usize {
+    fn free_single_buffers(&mut self, packets: &[BufferIndex]) -> usize {
         self.cache.reserve(packets.len());
         let layout = self.layout;
         let mut n = 0;
         for (slot, &bi) in self.cache.spare_capacity_mut().iter_mut().zip(packets) {
-            if bi >= layout.count {
+            if bi.get() >= layout.count {
                 break;
             }
             // SAFETY: `bi` is below `count` (checked just above); the metadata is in bounds,
@@ -171,7 +172,7 @@ impl WorkerBuffers {
 
     /// Frees one packet and every buffer chained behind it, counting (and stopping at) a buffer
     /// that is free already.
-    fn free_chain(&mut self, head: u32) {
+    fn free_chain(&mut self, head: BufferIndex) {
         let mut bi = head;
         loop {
             let meta = self.meta_mut(bi);
@@ -190,7 +191,7 @@ impl WorkerBuffers {
     }
 
     /// Frees one packet (and its chain).
-    pub fn free_one(&mut self, packet: u32) {
+    pub fn free_one(&mut self, packet: BufferIndex) {
         self.free(&[packet]);
     }
 
@@ -200,15 +201,18 @@ impl WorkerBuffers {
     }
 
     #[inline(always)]
-    fn meta_ptr(&self, bi: u32) -> *mut BufferMeta {
-        assert!(bi < self.layout.count, "buffer index {bi} beyond the pool");
+    fn meta_ptr(&self, bi: BufferIndex) -> *mut BufferMeta {
+        assert!(
+            bi.get() < self.layout.count,
+            "buffer index {bi} beyond the pool"
+        );
         // SAFETY: checked just above.
         unsafe { self.layout.meta_ptr_unchecked(bi) }
     }
 
     /// The buffer's metadata.
     #[inline(always)]
-    pub fn meta(&self, bi: u32) -> &BufferMeta {
+    pub fn meta(&self, bi: BufferIndex) -> &BufferMeta {
         // SAFETY: the pointer is in bounds and aligned (see `meta_ptr`), the region lives as long
         // as `self.pool`, and by the ownership rule no one else writes a buffer this worker owns.
         unsafe { &*self.meta_ptr(bi) }
@@ -216,14 +220,14 @@ impl WorkerBuffers {
 
     /// The buffer's metadata, for writing.
     #[inline(always)]
-    pub fn meta_mut(&mut self, bi: u32) -> &mut BufferMeta {
+    pub fn meta_mut(&mut self, bi: BufferIndex) -> &mut BufferMeta {
         // SAFETY: as in `meta`; `&mut self` keeps this the only reference made through this handle.
         unsafe { &mut *self.meta_ptr(bi) }
     }
 
     /// The bytes after the metadata: headroom then data, `headroom + data_size` long.
     #[inline(always)]
-    fn area_ptr(&self, bi: u32) -> *mut u8 {
+    fn area_ptr(&self, bi: BufferIndex) -> *mut u8 {
         // SAFETY: the area directly follows the 64-byte metadata inside the same stride.
         unsafe { self.meta_ptr(bi).cast::<u8>().add(64) }
     }
@@ -240,7 +244,7 @@ impl WorkerBuffers {
 
     /// The packet bytes in this buffer (not its chain).
     #[inline(always)]
-    pub fn data(&self, bi: u32) -> &[u8] {
+    pub fn data(&self, bi: BufferIndex) -> &[u8] {
         self.materialise_if_external(bi);
         let (off, len) = self.window(self.meta(bi));
         // SAFETY: `window` keeps `off + len` within the area, which lies inside the region; the
@@ -250,7 +254,7 @@ impl WorkerBuffers {
 
     /// The packet bytes in this buffer, for writing.
     #[inline(always)]
-    pub fn data_mut(&mut self, bi: u32) -> &mut [u8] {
+    pub fn data_mut(&mut self, bi: BufferIndex) -> &mut [u8] {
         self.materialise_if_external(bi);
         let (off, len) = self.window(self.meta(bi));
         // SAFETY: as in `data`; `&mut self` makes this the only live reference into the buffer.
@@ -259,7 +263,7 @@ impl WorkerBuffers {
 
     /// Metadata and packet bytes together, for nodes that need both at once.
     #[inline(always)]
-    pub fn meta_and_data_mut(&mut self, bi: u32) -> (&mut BufferMeta, &mut [u8]) {
+    pub fn meta_and_data_mut(&mut self, bi: BufferIndex) -> (&mut BufferMeta, &mut [u8]) {
         self.materialise_if_external(bi);
         let (off, len) = self.window(self.meta(bi));
         let meta = self.meta_ptr(bi);
@@ -274,7 +278,7 @@ impl WorkerBuffers {
     /// Makes room for `n` more bytes in front of the packet (into the headroom) and returns them.
     /// `None`, changing nothing, when the headroom is too small.
     #[inline]
-    pub fn prepend(&mut self, bi: u32, n: u16) -> Option<&mut [u8]> {
+    pub fn prepend(&mut self, bi: BufferIndex, n: u16) -> Option<&mut [u8]> {
         self.materialise_if_external(bi);
         let meta_ptr = self.meta_ptr(bi);
         // SAFETY: in bounds and owned by this worker (see `meta_mut`); the reference ends before
@@ -296,21 +300,21 @@ impl WorkerBuffers {
     /// Drops `n` bytes from the front of the packet (a header consumed). `false`, changing
     /// nothing, when the buffer holds fewer.
     #[inline]
-    pub fn advance(&mut self, bi: u32, n: u16) -> bool {
+    pub fn advance(&mut self, bi: BufferIndex, n: u16) -> bool {
         self.meta_mut(bi).advance(n)
     }
 
     /// Moves the front of the packet back by `n` bytes, re-exposing a header that `advance`
     /// skipped. `false`, changing nothing, when it would leave the buffer.
     #[inline]
-    pub fn retreat(&mut self, bi: u32, n: u16) -> bool {
+    pub fn retreat(&mut self, bi: BufferIndex, n: u16) -> bool {
         self.prepend(bi, n).is_some()
     }
 
     /// Sets the bytes of packet data in this buffer. `false`, changing nothing, when the buffer
     /// cannot hold that many from its current offset.
     #[inline]
-    pub fn set_length(&mut self, bi: u32, len: u16) -> bool {
+    pub fn set_length(&mut self, bi: BufferIndex, len: u16) -> bool {
         let area = self.layout.area;
         let meta = self.meta_mut(bi);
         if meta.data_offset as u32 + len as u32 > area as u32 {
@@ -322,7 +326,7 @@ impl WorkerBuffers {
 
     /// Replaces the packet in `bi` with `bytes`, chaining more buffers when one is not enough.
     /// On exhaustion `bi` keeps whatever was written and every buffer chained so far.
-    pub fn write_packet(&mut self, bi: u32, bytes: &[u8]) -> Result<(), PoolExhausted> {
+    pub fn write_packet(&mut self, bi: BufferIndex, bytes: &[u8]) -> Result<(), PoolExhausted> {
         self.unchain(bi);
         let first = bytes.len().min(self.data_size() as usize);
         self.set_length(bi, first as u16);
@@ -343,11 +347,11 @@ impl WorkerBuffers {
     }
 
     /// Frees every buffer chained behind `bi`, leaving it a single-buffer packet.
-    pub fn unchain(&mut self, bi: u32) {
+    pub fn unchain(&mut self, bi: BufferIndex) {
         let meta = self.meta_mut(bi);
         if let Some(next) = meta.next() {
             meta.flags &= !flags::NEXT_PRESENT;
-            meta.next = INVALID_INDEX;
+            meta.next = BufferIndex::NONE;
             meta.chain_rest = 0;
             self.free(&[next]);
         }
@@ -355,7 +359,7 @@ impl WorkerBuffers {
 
     /// Cuts packet `bi` to its first `len` bytes, freeing the buffers of its chain that hold
     /// none of them; `false`, changing nothing, when it holds fewer than `len`.
-    pub fn truncate(&mut self, bi: u32, len: u32) -> bool {
+    pub fn truncate(&mut self, bi: BufferIndex, len: u32) -> bool {
         let total = self.meta(bi).total_length();
         if len >= total {
             return len == total;
@@ -383,7 +387,7 @@ impl WorkerBuffers {
 
     /// Appends the packet `tail` (one buffer or a chain) to the end of the packet `head`.
     /// `tail` must be a packet of its own, not a buffer already in `head`'s chain.
-    pub fn chain_append(&mut self, head: u32, tail: u32) {
+    pub fn chain_append(&mut self, head: BufferIndex, tail: BufferIndex) {
         debug_assert!(
             self.chain(head).all(|bi| bi != tail),
             "chaining a buffer into its own chain"
@@ -402,12 +406,12 @@ impl WorkerBuffers {
     }
 
     /// The buffers of a packet, first to last.
-    pub fn chain(&self, head: u32) -> impl Iterator<Item = u32> + '_ {
+    pub fn chain(&self, head: BufferIndex) -> impl Iterator<Item = BufferIndex> + '_ {
         std::iter::successors(Some(head), move |&bi| self.meta(bi).next())
     }
 
     /// Appends the whole packet's bytes (following its chain) to `out`.
-    pub fn copy_packet(&self, head: u32, out: &mut Vec<u8>) {
+    pub fn copy_packet(&self, head: BufferIndex, out: &mut Vec<u8>) {
         for bi in self.chain(head) {
             out.extend_from_slice(self.data(bi));
         }
@@ -438,7 +442,7 @@ impl WorkerBuffers {
     /// window is set as for a received packet. False, changing nothing, when `len` does not fit
     /// in one buffer or `source` is not registered (or beyond the 65,534 sources a worker can
     /// name at once): copy the frame instead.
-    pub fn attach_external(&mut self, bi: u32, source: u32, token: u32, len: u16) -> bool {
+    pub fn attach_external(&mut self, bi: BufferIndex, source: u32, token: u32, len: u16) -> bool {
         if len > self.data_size() || self.external.source(source).is_none() {
             return false;
         }
@@ -456,7 +460,7 @@ impl WorkerBuffers {
     /// copies from the source itself. The packet's bytes are the frame's bytes from offset
     /// `data_offset - headroom` on (the window moved by metadata-only changes).
     #[inline]
-    pub fn external(&self, bi: u32) -> Option<(&Arc<dyn ExternalSource>, u32)> {
+    pub fn external(&self, bi: BufferIndex) -> Option<(&Arc<dyn ExternalSource>, u32)> {
         let (source, token) = self.external_ref(bi)?;
         self.external.source(source).map(|s| (s, token))
     }
@@ -464,7 +468,7 @@ impl WorkerBuffers {
     /// [`WorkerBuffers::external`] by source id: (source id, frame token), for a driver that
     /// looks the source up once per burst ([`WorkerBuffers::external_source`]).
     #[inline]
-    pub fn external_ref(&self, bi: u32) -> Option<(u32, u32)> {
+    pub fn external_ref(&self, bi: BufferIndex) -> Option<(u32, u32)> {
         if !self.external.any() {
             return None;
         }
@@ -493,7 +497,7 @@ impl WorkerBuffers {
     /// Copies the packets' bytes into their own buffers where they are external (for a driver
     /// that hands buffers to a device, which reads memory directly). Cheap when none is.
     #[inline]
-    pub fn materialise(&mut self, packets: &[u32]) {
+    pub fn materialise(&mut self, packets: &[BufferIndex]) {
         if self.external.any() {
             for &bi in packets {
                 self.materialise_if_external(bi);
@@ -504,7 +508,7 @@ impl WorkerBuffers {
     /// Materialises `bi` if it is external. Takes `&self`: only the buffer's own area (which
     /// nothing references while it is external) and the worker's `Cell` bitmap change.
     #[inline(always)]
-    fn materialise_if_external(&self, bi: u32) {
+    fn materialise_if_external(&self, bi: BufferIndex) {
         if self.external.any() && self.external.is_marked(bi) {
             // SAFETY: `bi` is external, so no reference into its area was ever handed out.
             unsafe {
@@ -517,7 +521,7 @@ impl WorkerBuffers {
     /// Releases the external buffers among `packets` and their chains (they are being freed):
     /// consecutive frames of one source go back to it in one [`ExternalSource::release_many`].
     #[inline(never)]
-    fn release_external(&mut self, packets: &[u32]) {
+    fn release_external(&mut self, packets: &[BufferIndex]) {
         const BATCH: usize = 64;
         let mut batch = [0u32; BATCH];
         let (mut batch_source, mut len) = (u32::MAX, 0);
@@ -529,7 +533,7 @@ impl WorkerBuffers {
         for &head in packets {
             let mut bi = head;
             loop {
-                if bi >= self.layout.count {
+                if bi.get() >= self.layout.count {
                     break;
                 }
                 if let Some(ExternalRef { source, token, .. }) = self.external.detach(bi) {
@@ -552,7 +556,7 @@ impl WorkerBuffers {
 
     /// Hints the CPU to fetch a buffer's metadata.
     #[inline(always)]
-    pub fn prefetch_meta(&self, bi: u32) {
+    pub fn prefetch_meta(&self, bi: BufferIndex) {
         prefetch(self.meta_ptr(bi));
     }
 
@@ -561,7 +565,7 @@ impl WorkerBuffers {
     /// stripped or prepended). Needs no load, so it never stalls, unlike
     /// [`WorkerBuffers::prefetch_data`], which reads the metadata to find the data.
     #[inline(always)]
-    pub fn prefetch_buffer(&self, bi: u32) {
+    pub fn prefetch_buffer(&self, bi: BufferIndex) {
         let meta = self.meta_ptr(bi).cast::<u8>();
         prefetch(meta);
         // SAFETY: only an address is computed (prefetch never faults): 64 + headroom lies within
@@ -571,7 +575,7 @@ impl WorkerBuffers {
 
     /// Hints the CPU to fetch the first cache line of a buffer's packet data.
     #[inline(always)]
-    pub fn prefetch_data(&self, bi: u32) {
+    pub fn prefetch_data(&self, bi: BufferIndex) {
         let off = self.meta(bi).data_offset as usize;
         // SAFETY: only an address is computed (prefetch never faults); it stays within the stride
         // because data_offset never exceeds the area.

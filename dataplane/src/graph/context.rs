@@ -6,6 +6,7 @@ use crate::counters::bump;
 use crate::frame::Frame;
 use crate::spec::Next;
 use crate::trace::TraceFormatter;
+use crate::BufferIndex;
 
 /// A node's view of its worker during one call.
 pub struct Context<'a, S> {
@@ -70,14 +71,14 @@ impl<'a, S> Context<'a, S> {
 
     /// Sends one packet along arc `next`.
     #[inline(always)]
-    pub fn enqueue(&mut self, next: Next, bi: u32) {
+    pub fn enqueue(&mut self, next: Next, bi: BufferIndex) {
         let t = self.target(next);
         self.rt.sched.push(t, bi);
     }
 
     /// Sends packets along arc `next`.
     #[inline]
-    pub fn enqueue_slice(&mut self, next: Next, bis: &[u32]) {
+    pub fn enqueue_slice(&mut self, next: Next, bis: &[BufferIndex]) {
         if bis.is_empty() {
             return;
         }
@@ -98,7 +99,7 @@ impl<'a, S> Context<'a, S> {
 
     /// Sends `bis[i]` along `nexts[i]`, runs of equal arcs in bulk.
     #[inline]
-    pub fn enqueue_to_nexts(&mut self, nexts: &[Next], bis: &[u32]) {
+    pub fn enqueue_to_nexts(&mut self, nexts: &[Next], bis: &[BufferIndex]) {
         let n = nexts.len().min(bis.len());
         let (nexts, bis) = (&nexts[..n], &bis[..n]);
         let Some(&first) = nexts.first() else {
@@ -129,7 +130,7 @@ impl<'a, S> Context<'a, S> {
 
     /// Drops a packet for this node's error `code`: `error-drop` counts and frees it.
     #[inline(always)]
-    pub fn drop_packet(&mut self, bi: u32, code: u16) {
+    pub fn drop_packet(&mut self, bi: BufferIndex, code: u16) {
         self.buffers.meta_mut(bi).error = self.error_id(code);
         self.enqueue(Next::DROP, bi);
     }
@@ -155,7 +156,7 @@ impl<'a, S> Context<'a, S> {
     /// For input nodes: marks the packets just produced for tracing when `trace add` asked for
     /// this node. Costs one comparison when nobody is tracing.
     #[inline(always)]
-    pub fn trace_input(&mut self, packets: &[u32]) {
+    pub fn trace_input(&mut self, packets: &[BufferIndex]) {
         if self.rt.trace.armed_node == Some(self.node) {
             self.rt
                 .trace
@@ -176,13 +177,13 @@ impl<'a, S> Context<'a, S> {
 
     /// Whether `bi` is traced (so that a node's own trace line is worth recording).
     #[inline(always)]
-    pub fn is_traced(&self, bi: u32) -> bool {
+    pub fn is_traced(&self, bi: BufferIndex) -> bool {
         self.rt.trace.active && self.buffers.meta(bi).is_traced()
     }
 
     /// Adds this node's own line for a traced packet: `bytes` (up to 64) are kept raw and turned
     /// into text by `format` only when the trace is read.
-    pub fn trace_add(&mut self, bi: u32, bytes: &[u8], format: TraceFormatter) {
+    pub fn trace_add(&mut self, bi: BufferIndex, bytes: &[u8], format: TraceFormatter) {
         if self.is_traced(bi) {
             let packet = self.buffers.meta(bi).trace_index;
             self.rt

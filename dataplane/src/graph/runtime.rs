@@ -2,6 +2,7 @@
 //! pending frames, trace state) and [`GraphShared`], what it shares with the control side
 //! through a [`GraphHandle`] (names, counters, trace).
 
+use crate::BufferIndex;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
@@ -42,7 +43,7 @@ impl Scheduler {
     }
 
     #[inline(always)]
-    pub fn push(&mut self, t: usize, bi: u32) {
+    pub fn push(&mut self, t: usize, bi: BufferIndex) {
         let q = &mut self.queues[t];
         let pushed = q.back_mut().is_some_and(|f| f.push(bi));
         if !pushed {
@@ -54,7 +55,7 @@ impl Scheduler {
     }
 
     #[inline]
-    pub fn push_slice(&mut self, t: usize, mut bis: &[u32]) {
+    pub fn push_slice(&mut self, t: usize, mut bis: &[BufferIndex]) {
         while !bis.is_empty() {
             let taken = match self.queues[t].back_mut() {
                 Some(f) if !f.is_full() => f.extend_from_slice(bis),

@@ -1,6 +1,7 @@
 //! Queues for tests: a transmit queue that records what it is given, a receive queue fed from a
 //! list of frames.
 
+use crate::BufferIndex;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
@@ -38,7 +39,7 @@ impl CaptureTx {
 }
 
 impl TxQueue for CaptureTx {
-    fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[u32]) -> usize {
+    fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[BufferIndex]) -> usize {
         let n = packets.len().min(self.accept_per_call);
         let mut frames = self.frames.lock().unwrap_or_else(|p| p.into_inner());
         for &bi in &packets[..n] {
@@ -70,7 +71,7 @@ impl ScriptedRx {
 }
 
 impl RxQueue for ScriptedRx {
-    fn receive(&mut self, buffers: &mut WorkerBuffers, out: &mut [u32]) -> usize {
+    fn receive(&mut self, buffers: &mut WorkerBuffers, out: &mut [BufferIndex]) -> usize {
         let mut frames = self.frames.lock().unwrap_or_else(|p| p.into_inner());
         let mut n = 0;
         while n < out.len() {

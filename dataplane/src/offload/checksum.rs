@@ -2,6 +2,7 @@
 
 use super::BadOffload;
 use crate::buffer::WorkerBuffers;
+use crate::BufferIndex;
 
 /// A running one's-complement sum of bytes taken as big-endian 16-bit words, fed piece by
 /// piece (pieces may have odd lengths).
@@ -64,7 +65,7 @@ pub(crate) fn fold(mut acc: u64) -> u16 {
 }
 
 /// Sums packet `bi`'s bytes from `start` to its end, across its chain.
-pub(crate) fn sum_from(buffers: &WorkerBuffers, bi: u32, start: usize) -> Summer {
+pub(crate) fn sum_from(buffers: &WorkerBuffers, bi: BufferIndex, start: usize) -> Summer {
     let mut s = Summer::default();
     let mut skip = start;
     for b in buffers.chain(bi) {
@@ -83,7 +84,7 @@ pub(crate) fn sum_from(buffers: &WorkerBuffers, bi: u32, start: usize) -> Summer
 /// sum; the checksum covers `csum_start` to the end) and forgets the work left. The field
 /// must lie in the first buffer. A packet with no work left is left as it is; a super-frame is
 /// refused (see [`super::segment`]).
-pub fn complete_checksum(buffers: &mut WorkerBuffers, bi: u32) -> Result<(), BadOffload> {
+pub fn complete_checksum(buffers: &mut WorkerBuffers, bi: BufferIndex) -> Result<(), BadOffload> {
     let Some(&o) = buffers.meta(bi).offload() else {
         return Ok(());
     };

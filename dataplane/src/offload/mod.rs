@@ -25,6 +25,7 @@ pub use segment::segment;
 pub use work::{virtio, BadOffload, Gso, Offload, VIRTIO_NET_HDR_LEN};
 
 use crate::buffer::{flags, BufferMeta, WorkerBuffers};
+use crate::BufferIndex;
 
 impl BufferMeta {
     /// The work left on this packet, if any.
@@ -63,8 +64,8 @@ pub enum Resolved {
 /// On error `bi` is left as it was, still the caller's (to drop).
 pub fn resolve(
     buffers: &mut WorkerBuffers,
-    bi: u32,
-    out: &mut [u32],
+    bi: BufferIndex,
+    out: &mut [BufferIndex],
 ) -> Result<Resolved, BadOffload> {
     let Some(&o) = buffers.meta(bi).offload() else {
         *out.first_mut().ok_or(BadOffload::TooManySegments)? = bi;

@@ -3,7 +3,8 @@
 
 use super::checksum::{ones_sum, Summer};
 use super::{BadOffload, Gso, Offload};
-use crate::buffer::{flags, BufferMeta, WorkerBuffers, INVALID_INDEX};
+use crate::buffer::{flags, BufferMeta, WorkerBuffers};
+use crate::BufferIndex;
 
 /// The longest headers (Ethernet with a tag, IP, L4) a super-frame may have.
 const MAX_HEADERS: usize = 192;
@@ -90,7 +91,7 @@ fn parse(d: &[u8], o: &Offload) -> Result<Headers, BadOffload> {
 
 /// Reads a packet's bytes in order across its chain.
 struct Cursor {
-    buf: Option<u32>,
+    buf: Option<BufferIndex>,
     off: usize,
 }
 
@@ -117,8 +118,8 @@ impl Cursor {
 
 /// Writes a new packet of a known length, chaining buffers as it goes.
 struct Writer {
-    head: u32,
-    cur: u32,
+    head: BufferIndex,
+    cur: BufferIndex,
     cur_len: usize,
     filled: usize,
     /// Bytes not yet given a buffer.
@@ -126,7 +127,7 @@ struct Writer {
 }
 
 impl Writer {
-    fn start(buffers: &mut WorkerBuffers, head: u32, total: usize) -> Writer {
+    fn start(buffers: &mut WorkerBuffers, head: BufferIndex, total: usize) -> Writer {
         let len = total.min(buffers.data_size() as usize);
         buffers.set_length(head, len as u16);
         Writer {
@@ -167,7 +168,7 @@ fn segment_meta(orig: &BufferMeta, fresh: &BufferMeta) -> BufferMeta {
         data_offset: fresh.data_offset,
         length: 0,
         flags: orig.flags & !(flags::OFFLOAD | flags::NEXT_PRESENT | flags::FREE),
-        next: INVALID_INDEX,
+        next: BufferIndex::NONE,
         chain_rest: 0,
         l2_offset: moved(orig.l2_offset),
         l3_offset: moved(orig.l3_offset),
@@ -181,7 +182,11 @@ fn segment_meta(orig: &BufferMeta, fresh: &BufferMeta) -> BufferMeta {
 /// own IPv4 total length, id and header checksum (or IPv6 payload length), TCP sequence number
 /// (FIN and PSH on the last segment only, CWR on the first only) or UDP length, and a full L4
 /// checksum. `bi` is left as it was: the caller frees it (or, on error, drops it).
-pub fn segment(buffers: &mut WorkerBuffers, bi: u32, out: &mut [u32]) -> Result<usize, BadOffload> {
+pub fn segment(
+    buffers: &mut WorkerBuffers,
+    bi: BufferIndex,
+    out: &mut [BufferIndex],
+) -> Result<usize, BadOffload> {
     let meta = *buffers.meta(bi);
     let o = *meta.offload().ok_or(BadOffload::Segmentation)?;
     if o.gso == Gso::None || o.gso_size == 0 {
@@ -222,12 +227,12 @@ pub fn segment(buffers: &mut WorkerBuffers, bi: u32, out: &mut [u32]) -> Result<
 
 fn write_segments(
     buffers: &mut WorkerBuffers,
-    bi: u32,
+    bi: BufferIndex,
     meta: &BufferMeta,
     o: &Offload,
     h: &Headers,
     hdr: &mut [u8],
-    out: &[u32],
+    out: &[BufferIndex],
 ) -> Result<(), BadOffload> {
     let (l3, l4, end) = (h.l3, h.l4, h.end);
     let n = out.len();

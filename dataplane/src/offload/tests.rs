@@ -1,5 +1,6 @@
 use super::*;
 use crate::buffer::{BufferPool, BufferPoolConfig, HugepagePolicy};
+use crate::BufferIndex;
 use proptest::prelude::*;
 use std::sync::Arc;
 
@@ -59,7 +60,7 @@ fn csum_only() -> Offload {
     }
 }
 
-fn packet(buffers: &WorkerBuffers, bi: u32) -> Vec<u8> {
+fn packet(buffers: &WorkerBuffers, bi: BufferIndex) -> Vec<u8> {
     let mut v = Vec::new();
     buffers.copy_packet(bi, &mut v);
     v
@@ -215,7 +216,7 @@ fn a_tcp4_super_frame_is_cut_into_segments() {
         gso: Gso::Tcp4,
         ..csum_only()
     });
-    let mut out = [0u32; 8];
+    let mut out = [BufferIndex::NONE; 8];
     assert_eq!(resolve(&mut b, bi, &mut out), Ok(Resolved::Segmented(4)));
     let mut got = Vec::new();
     for (i, &s) in out[..4].iter().enumerate() {
@@ -278,7 +279,7 @@ fn udp6_and_tcp6_super_frames_are_cut_with_full_checksums() {
             gso,
             bits: Offload::NEEDS_CSUM,
         });
-        let mut out = [0u32; 4];
+        let mut out = [BufferIndex::NONE; 4];
         assert_eq!(resolve(&mut b, bi, &mut out), Ok(Resolved::Segmented(3)));
         let mut got = Vec::new();
         for &s in &out[..3] {
@@ -345,7 +346,7 @@ fn super_frames_that_disagree_with_their_headers_are_refused_and_kept() {
         let bi = b.alloc_one().unwrap();
         b.write_packet(bi, &frame).unwrap();
         b.meta_mut(bi).set_offload(o);
-        let mut out = vec![0u32; room];
+        let mut out = vec![BufferIndex::NONE; room];
         assert_eq!(resolve(&mut b, bi, &mut out), Err(err));
         assert_eq!(packet(&b, bi), frame, "left as it was");
         b.free(&[bi]);
@@ -357,7 +358,7 @@ fn super_frames_that_disagree_with_their_headers_are_refused_and_kept() {
     b.write_packet(bi, &short).unwrap();
     b.meta_mut(bi).set_offload(gso);
     assert_eq!(
-        resolve(&mut b, bi, &mut [0; 8]),
+        resolve(&mut b, bi, &mut [BufferIndex::NONE; 8]),
         Err(BadOffload::Segmentation)
     );
     b.free(&[bi]);
@@ -389,7 +390,7 @@ proptest! {
         if let Ok(Some(o)) = Offload::from_virtio(&hdr, frame.len()) {
             b.meta_mut(bi).set_offload(o);
         }
-        let mut out = vec![0u32; room];
+        let mut out = vec![BufferIndex::NONE; room];
         match resolve(&mut b, bi, &mut out) {
             Ok(Resolved::Segmented(n)) => b.free(&out[..n]),
             _ => b.free(&[bi]),

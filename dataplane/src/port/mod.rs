@@ -2,6 +2,7 @@
 //! input node that polls a receive queue. Drivers (DPDK, AF_PACKET, memif, TAP) implement the two
 //! traits; nodes never see sockets or devices.
 
+use crate::BufferIndex;
 use std::os::fd::RawFd;
 
 use crate::buffer::WorkerBuffers;
@@ -21,7 +22,7 @@ pub trait RxQueue: Send {
     /// Receives up to `out.len()` packets into buffers allocated from `buffers`, writes their
     /// indices to `out`, and returns how many. Each packet's `rx_interface` may be left unset:
     /// the input node stamps it.
-    fn receive(&mut self, buffers: &mut WorkerBuffers, out: &mut [u32]) -> usize;
+    fn receive(&mut self, buffers: &mut WorkerBuffers, out: &mut [BufferIndex]) -> usize;
 
     /// [`RxQueue::receive`], except that the queue may first hand frames on by a way of its
     /// own that bypasses the graph (a driver's shortcut, say a cut-through between two of its
@@ -29,7 +30,11 @@ pub trait RxQueue: Send {
     /// only while nothing needs to see every packet (no trace of the input node, no capture),
     /// so such a shortcut steps aside for those on its own. The default bypasses nothing.
     #[inline]
-    fn receive_or_bypass(&mut self, buffers: &mut WorkerBuffers, out: &mut [u32]) -> RxBurst {
+    fn receive_or_bypass(
+        &mut self,
+        buffers: &mut WorkerBuffers,
+        out: &mut [BufferIndex],
+    ) -> RxBurst {
         RxBurst {
             received: self.receive(buffers, out),
             bypassed: 0,
@@ -70,7 +75,7 @@ pub struct RxBurst {
 pub trait TxQueue: Send {
     /// Takes the first `n` of `packets` (returning `n`): it now owns them and frees them once
     /// sent. The caller keeps and frees the rest (a full ring).
-    fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[u32]) -> usize;
+    fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[BufferIndex]) -> usize;
 
     /// Whether [`TxQueue::transmit`] copies external-payload buffers from their source itself
     /// (see [`crate::buffer::ExternalSource`]); when false (the default) the caller
@@ -346,11 +351,15 @@ impl<S> Node<S> for PortsInput {
 }
 
 impl<Q: RxQueue + ?Sized> RxQueue for Box<Q> {
-    fn receive(&mut self, buffers: &mut WorkerBuffers, out: &mut [u32]) -> usize {
+    fn receive(&mut self, buffers: &mut WorkerBuffers, out: &mut [BufferIndex]) -> usize {
         (**self).receive(buffers, out)
     }
 
-    fn receive_or_bypass(&mut self, buffers: &mut WorkerBuffers, out: &mut [u32]) -> RxBurst {
+    fn receive_or_bypass(
+        &mut self,
+        buffers: &mut WorkerBuffers,
+        out: &mut [BufferIndex],
+    ) -> RxBurst {
         (**self).receive_or_bypass(buffers, out)
     }
 
@@ -364,7 +373,7 @@ impl<Q: RxQueue + ?Sized> RxQueue for Box<Q> {
 }
 
 impl<Q: TxQueue + ?Sized> TxQueue for Box<Q> {
-    fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[u32]) -> usize {
+    fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[BufferIndex]) -> usize {
         (**self).transmit(buffers, packets)
     }
 

@@ -7,6 +7,7 @@
 //! the completion ring returns them. No allocation, no lock; one system call per burst (only
 //! when the kernel asks to be woken, which copy mode always does on transmit).
 
+use dataplane::BufferIndex;
 use std::sync::Arc;
 
 use dataplane::offload::infer_partial_checksum;
@@ -38,7 +39,7 @@ impl AfXdpRx {
 }
 
 impl RxQueue for AfXdpRx {
-    fn receive(&mut self, buffers: &mut WorkerBuffers, out: &mut [u32]) -> usize {
+    fn receive(&mut self, buffers: &mut WorkerBuffers, out: &mut [BufferIndex]) -> usize {
         let ready = self.rx.ready(out.len() as u32);
         if ready == 0 {
             if self.fill.needs_wakeup() {
@@ -161,7 +162,7 @@ impl AfXdpTx {
 const KICK_BATCH: u64 = 32;
 
 impl TxQueue for AfXdpTx {
-    fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[u32]) -> usize {
+    fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[BufferIndex]) -> usize {
         if self.pending {
             self.kick(0);
         }

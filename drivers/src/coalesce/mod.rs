@@ -3,6 +3,7 @@
 //! and one connection's TCP segments ([`tcp`]). The kernel then carries one skb where it would
 //! carry dozens, and segments it as late as it can (or never: a local receiver takes it whole).
 
+use dataplane::BufferIndex;
 use dataplane::WorkerBuffers;
 
 mod super_frame;
@@ -58,7 +59,7 @@ pub(crate) struct Run {
 /// segment into pieces too long for the device.
 pub(crate) fn next_run(
     buffers: &WorkerBuffers,
-    packets: &[u32],
+    packets: &[BufferIndex],
     kinds: Kinds,
     max_len: usize,
 ) -> Option<Run> {
@@ -98,7 +99,11 @@ pub(crate) fn next_run(
 }
 
 /// The super-frame headers of `packets`, a run of `kind` from [`next_run`].
-pub(crate) fn super_headers(buffers: &WorkerBuffers, packets: &[u32], kind: Kind) -> SuperHeaders {
+pub(crate) fn super_headers(
+    buffers: &WorkerBuffers,
+    packets: &[BufferIndex],
+    kind: Kind,
+) -> SuperHeaders {
     match kind {
         Kind::Udp => udp::super_headers(buffers, packets),
         Kind::Tcp => tcp::super_headers(buffers, packets),

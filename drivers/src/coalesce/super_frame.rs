@@ -1,6 +1,7 @@
 //! What every super-frame is made of, whatever its kind: the limits of a run, the headers sent
 //! before the packets' payloads, and the parts of the vectored write that sends it.
 
+use dataplane::BufferIndex;
 use std::io::IoSlice;
 
 use dataplane::offload::VIRTIO_NET_HDR_LEN;
@@ -27,7 +28,7 @@ pub(crate) struct SuperHeaders {
 /// Returns how many parts are filled.
 pub(crate) fn gather<'a>(
     buffers: &'a WorkerBuffers,
-    packets: &[u32],
+    packets: &[BufferIndex],
     headers: &'a SuperHeaders,
     parts: &mut [IoSlice<'a>; MAX_RUN + 2],
 ) -> usize {

@@ -14,6 +14,7 @@
 //! segment that arrived corrupted still fails the receiver's check, as it would alone.
 
 use dataplane::offload::{ones_sum, Gso, Offload};
+use dataplane::BufferIndex;
 use dataplane::WorkerBuffers;
 
 use super::super_frame::{fold, SuperHeaders, MAX_HEADERS, MAX_IP_LEN, MAX_RUN};
@@ -48,7 +49,7 @@ fn be16(d: &[u8], at: usize) -> u16 {
 /// Ethernet II with no tag, IPv4 with no options and not a fragment, TCP with ACK (and maybe
 /// PSH) only and a payload, and lengths that agree with each other and with the frame.
 #[inline]
-fn segment(buffers: &WorkerBuffers, bi: u32) -> Option<Segment> {
+fn segment(buffers: &WorkerBuffers, bi: BufferIndex) -> Option<Segment> {
     let meta = buffers.meta(bi);
     if meta.offload().is_some() || u32::from(meta.length()) != meta.total_length() {
         return None;
@@ -91,7 +92,7 @@ fn same_connection(a: &[u8], b: &[u8], headers: usize) -> bool {
 
 /// How many segments from `packets[0]` on can leave as one super-frame: 0 when the first
 /// cannot be in a run.
-pub(super) fn run_len(buffers: &WorkerBuffers, packets: &[u32]) -> usize {
+pub(super) fn run_len(buffers: &WorkerBuffers, packets: &[BufferIndex]) -> usize {
     let Some(first) = packets.first().and_then(|&bi| segment(buffers, bi)) else {
         return 0;
     };
@@ -135,7 +136,7 @@ fn pseudo_header(d: &[u8], tcp_len: usize) -> u64 {
 /// The super-frame of the run `packets` (from [`run_len`]): its virtio-net header and its
 /// headers (the first segment's, with the length of the whole, the last segment's flags and a
 /// complete TCP checksum), to be sent before each segment's payload.
-pub(super) fn super_headers(buffers: &WorkerBuffers, packets: &[u32]) -> SuperHeaders {
+pub(super) fn super_headers(buffers: &WorkerBuffers, packets: &[BufferIndex]) -> SuperHeaders {
     let first = buffers.data(packets[0]);
     let last = buffers.data(packets[packets.len() - 1]);
     let len = TCP + usize::from(first[TCP + 12] >> 4) * 4;

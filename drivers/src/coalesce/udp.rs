@@ -9,6 +9,7 @@
 
 use dataplane::buffer::flags;
 use dataplane::offload::{ones_sum, Gso, Offload};
+use dataplane::BufferIndex;
 use dataplane::WorkerBuffers;
 
 use super::super_frame::{fold, SuperHeaders, MAX_HEADERS, MAX_IP_LEN, MAX_RUN};
@@ -26,7 +27,7 @@ fn same_flow(a: &[u8], b: &[u8]) -> bool {
 /// ([`flags::UDP_GSO_OK`]) in one buffer, no offload work left, Ethernet II with no tag, IPv4
 /// with no options and not a fragment, UDP, and lengths that agree with each other and with the
 /// frame.
-fn payload_len(buffers: &WorkerBuffers, bi: u32) -> Option<usize> {
+fn payload_len(buffers: &WorkerBuffers, bi: BufferIndex) -> Option<usize> {
     let meta = buffers.meta(bi);
     if meta.flags & flags::UDP_GSO_OK == 0
         || meta.offload().is_some()
@@ -50,7 +51,7 @@ fn payload_len(buffers: &WorkerBuffers, bi: u32) -> Option<usize> {
 /// How many datagrams from `packets[0]` on can leave as one super-frame: 0 when the first
 /// cannot be in a run. Datagrams of a run share their flow and their size, the last may be
 /// shorter, and together they fit one IPv4 packet.
-pub(super) fn run_len(buffers: &WorkerBuffers, packets: &[u32]) -> usize {
+pub(super) fn run_len(buffers: &WorkerBuffers, packets: &[BufferIndex]) -> usize {
     let Some(size) = packets.first().and_then(|&bi| payload_len(buffers, bi)) else {
         return 0;
     };
@@ -80,7 +81,7 @@ pub(super) fn run_len(buffers: &WorkerBuffers, packets: &[u32]) -> usize {
 /// headers (the first datagram's, with the lengths of the whole and the UDP checksum left
 /// partial, holding the pseudo-header's sum as the kernel expects), to be sent before each
 /// datagram's payload.
-pub(super) fn super_headers(buffers: &WorkerBuffers, packets: &[u32]) -> SuperHeaders {
+pub(super) fn super_headers(buffers: &WorkerBuffers, packets: &[BufferIndex]) -> SuperHeaders {
     let first = buffers.data(packets[0]);
     let size = first.len() - HEADERS;
     let total: usize = packets

@@ -2,6 +2,7 @@
 //! become mbufs to transmit, by rewriting headers only (the mbuf and the buffer are one piece of
 //! memory; see the mempool module).
 
+use dataplane::BufferIndex;
 use std::ptr;
 
 use dataplane::buffer::BufferMeta;
@@ -40,7 +41,7 @@ pub(crate) unsafe fn receive(
     map: &MbufMap,
     buffers: &mut WorkerBuffers,
     mbufs: &[*mut sys::rte_mbuf],
-    out: &mut [u32],
+    out: &mut [BufferIndex],
     tally: &mut RxTally,
 ) -> usize {
     let area = buffers.headroom() as u32 + buffers.data_size() as u32;
@@ -118,7 +119,7 @@ unsafe fn receive_chain(
     map: &MbufMap,
     buffers: &mut WorkerBuffers,
     head: *mut sys::rte_mbuf,
-    head_bi: u32,
+    head_bi: BufferIndex,
     area: u32,
 ) -> Result<(), ChainError> {
     // Check every segment first, so that a bad one leaves DPDK's chain intact to free.
@@ -171,7 +172,7 @@ unsafe fn receive_chain(
 pub(crate) unsafe fn prepare_transmit(
     map: &MbufMap,
     buffers: &WorkerBuffers,
-    packets: &[u32],
+    packets: &[BufferIndex],
     mbufs: &mut [*mut sys::rte_mbuf],
 ) {
     for (i, &bi) in packets.iter().enumerate() {
@@ -204,7 +205,7 @@ pub(crate) unsafe fn prepare_transmit(
 unsafe fn link_chain(
     map: &MbufMap,
     buffers: &WorkerBuffers,
-    head_bi: u32,
+    head_bi: BufferIndex,
     head: *mut sys::rte_mbuf,
 ) {
     let mut prev = head;
@@ -239,7 +240,11 @@ unsafe fn link_chain(
 /// # Safety
 /// As for [`prepare_transmit`].
 #[inline]
-pub(crate) unsafe fn unlink_refused(map: &MbufMap, buffers: &WorkerBuffers, packets: &[u32]) {
+pub(crate) unsafe fn unlink_refused(
+    map: &MbufMap,
+    buffers: &WorkerBuffers,
+    packets: &[BufferIndex],
+) {
     for &bi in packets {
         if buffers.meta(bi).next().is_none() {
             continue;

@@ -62,6 +62,7 @@
 //! unlinks multi-segment mbufs as it turns them into Quiver chains, and the transmit path unlinks
 //! again whatever the driver did not take.
 
+use dataplane::BufferIndex;
 use std::ffi::{c_int, c_uint, c_void, CString};
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -106,7 +107,7 @@ impl MbufMap {
     /// # Panics
     /// If `bi` is beyond the pool (a bug: indices come from the pool).
     #[inline(always)]
-    pub(crate) fn mbuf(&self, bi: u32) -> *mut sys::rte_mbuf {
+    pub(crate) fn mbuf(&self, bi: BufferIndex) -> *mut sys::rte_mbuf {
         let start = self
             .locator
             .buffer_start(bi)
@@ -116,7 +117,7 @@ impl MbufMap {
 
     /// The buffer whose mbuf is `m`, or `None` when `m` is not one of this pool's mbufs.
     #[inline(always)]
-    pub(crate) fn index(&self, m: *const sys::rte_mbuf) -> Option<u32> {
+    pub(crate) fn index(&self, m: *const sys::rte_mbuf) -> Option<BufferIndex> {
         match self.locator.index_of(m.cast()) {
             Some((bi, off)) if off == self.mbuf_offset => Some(bi),
             _ => None,
@@ -470,7 +471,7 @@ unsafe extern "C" fn ops_enqueue(
     let ctx = unsafe { context(mp) };
     // SAFETY: DPDK passes `n` valid object pointers.
     let objs = unsafe { std::slice::from_raw_parts(objs, n as usize) };
-    let mut idx = [0u32; OPS_CHUNK];
+    let mut idx = [BufferIndex::NONE; OPS_CHUNK];
     let double_frees = ctx.pool.double_free_count();
     for chunk in objs.chunks(OPS_CHUNK) {
         let mut k = 0;
@@ -528,7 +529,7 @@ unsafe extern "C" fn ops_dequeue(
     }
     // SAFETY: DPDK passes room for `n` object pointers.
     let objs = unsafe { std::slice::from_raw_parts_mut(objs, n as usize) };
-    let mut idx = [0u32; OPS_CHUNK];
+    let mut idx = [BufferIndex::NONE; OPS_CHUNK];
     let mut done = 0;
     while done < objs.len() {
         let k = (objs.len() - done).min(OPS_CHUNK);
@@ -575,7 +576,7 @@ unsafe extern "C" fn ops_populate(
         return -libc::EINVAL;
     }
     let count = ctx.pool.capacity().min(max_objs);
-    for bi in 0..count {
+    for bi in (0..count).map(BufferIndex::new) {
         let m = ctx.map.mbuf(bi);
         let buf = m.cast::<u8>().wrapping_add(MBUF_SIZE + PRIV_SIZE as usize);
         let buf_iova = if ctx.iova_va {

@@ -1,5 +1,6 @@
 //! DPDK ethdev ports: one receive and one transmit queue per worker, RSS across them.
 
+use dataplane::BufferIndex;
 use std::ffi::{CStr, CString};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -489,7 +490,7 @@ pub struct DpdkRxQueue {
 unsafe impl Send for DpdkRxQueue {}
 
 impl RxQueue for DpdkRxQueue {
-    fn receive(&mut self, buffers: &mut WorkerBuffers, out: &mut [u32]) -> usize {
+    fn receive(&mut self, buffers: &mut WorkerBuffers, out: &mut [BufferIndex]) -> usize {
         let n = out.len().min(BURST);
         // SAFETY: a started port's queue owned by this worker; room for `n` mbuf pointers.
         let got = unsafe {
@@ -538,7 +539,7 @@ pub struct DpdkTxQueue {
 unsafe impl Send for DpdkTxQueue {}
 
 impl TxQueue for DpdkTxQueue {
-    fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[u32]) -> usize {
+    fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[BufferIndex]) -> usize {
         let mut sent = 0;
         for chunk in packets.chunks(BURST) {
             // SAFETY: the caller owns `packets` (TxQueue contract), from the pool our mempool is

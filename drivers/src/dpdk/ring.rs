@@ -1,6 +1,7 @@
 //! DPDK rings, and ethdev ports built over them (the `net_ring` PMD's `rte_eth_from_rings`): a
 //! way to give a [`super::DpdkPort`] a peer inside the process, for tests and benchmarks.
 
+use dataplane::BufferIndex;
 use std::ffi::CString;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -72,7 +73,7 @@ impl Ring {
         &mut self,
         mempool: &DpdkMempool,
         buffers: &mut WorkerBuffers,
-        packets: &[u32],
+        packets: &[BufferIndex],
     ) -> usize {
         assert!(
             Arc::ptr_eq(mempool.pool(), buffers.pool()),
@@ -109,7 +110,7 @@ impl Ring {
         &mut self,
         mempool: &DpdkMempool,
         buffers: &mut WorkerBuffers,
-        out: &mut [u32],
+        out: &mut [BufferIndex],
     ) -> usize {
         assert!(
             Arc::ptr_eq(mempool.pool(), buffers.pool()),

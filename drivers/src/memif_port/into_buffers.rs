@@ -1,7 +1,7 @@
 //! Where a memif receive burst puts its frames: Quiver buffers, external-payload ones for frames
 //! left in the peer's memory ([`attach_held`], [`IntoBuffers`]), copies for the rest.
 
-use dataplane::WorkerBuffers;
+use dataplane::{BufferIndex, WorkerBuffers};
 use memif::queue::{HeldFrames, Hold, HoldSink, Taken};
 use memif::PeerFrame;
 
@@ -33,7 +33,7 @@ pub(super) fn attach_held(
     buffers: &mut WorkerBuffers,
     source: u32,
     held: &HeldFrames,
-    bufs: &[u32],
+    bufs: &[BufferIndex],
     frames: &[memif::HeldRx],
 ) -> FastRx {
     let mut r = FastRx {
@@ -62,7 +62,7 @@ pub(super) fn attach_held(
 pub(super) struct IntoBuffers<'a> {
     pub(super) buffers: &'a mut WorkerBuffers,
     /// The buffers to fill, in order.
-    pub(super) bufs: &'a [u32],
+    pub(super) bufs: &'a [BufferIndex],
     /// How many of them hold a frame.
     pub(super) filled: usize,
     /// Of those, how many are external-payload buffers.
@@ -103,7 +103,7 @@ impl HoldSink for IntoBuffers<'_> {
 impl IntoBuffers<'_> {
     /// Copies `frame` into `bi` (and a chain when it is longer than one buffer).
     #[inline]
-    fn copy(&mut self, bi: u32, frame: &PeerFrame<'_>) -> bool {
+    fn copy(&mut self, bi: BufferIndex, frame: &PeerFrame<'_>) -> bool {
         let prefix = if self.header.is_some() { ETH_HEADER } else { 0 };
         let total = frame.len() + prefix;
         let seg_size = usize::from(self.buffers.data_size());

@@ -2,6 +2,7 @@
 //! `into_buffers`), or, while the port is cut through to another memif port and the input node
 //! allows it, straight into that port's ring (see `cut_through`).
 
+use dataplane::BufferIndex;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -20,7 +21,7 @@ pub(super) struct MemifRx {
     seen: u64,
     queue: Option<memif::RxQueue>,
     ip_header: Option<[u8; ETH_HEADER]>,
-    allocated: [u32; 256],
+    allocated: [BufferIndex; 256],
     /// The frames a burst's fast path held ([`memif::RxQueue::receive_held`]).
     held_rx: [memif::HeldRx; 256],
     /// The current connection's held frames and their source id in the worker's buffers
@@ -43,7 +44,7 @@ impl MemifRx {
             seen: 0,
             queue: None,
             ip_header,
-            allocated: [0; 256],
+            allocated: [BufferIndex::NONE; 256],
             held_rx: [memif::HeldRx::default(); 256],
             source: None,
             retiring: Vec::new(),
@@ -105,7 +106,7 @@ impl MemifRx {
 
     /// Receives into Quiver buffers (what the control side left already picked up).
     #[inline]
-    fn receive_now(&mut self, buffers: &mut WorkerBuffers, out: &mut [u32]) -> usize {
+    fn receive_now(&mut self, buffers: &mut WorkerBuffers, out: &mut [BufferIndex]) -> usize {
         let Some(q) = self.queue.as_mut() else {
             return 0;
         };
@@ -173,7 +174,7 @@ impl Drop for MemifRx {
 }
 
 impl RxQueue for MemifRx {
-    fn receive(&mut self, buffers: &mut WorkerBuffers, out: &mut [u32]) -> usize {
+    fn receive(&mut self, buffers: &mut WorkerBuffers, out: &mut [BufferIndex]) -> usize {
         self.refresh(buffers);
         self.receive_now(buffers, out)
     }
@@ -181,7 +182,11 @@ impl RxQueue for MemifRx {
     /// While cut through ([`super::MemifPort::cut_through`]), frames go straight into the
     /// other port's ring first; what that cannot take (a chained frame), or everything while
     /// the other port is down, is received as usual.
-    fn receive_or_bypass(&mut self, buffers: &mut WorkerBuffers, out: &mut [u32]) -> RxBurst {
+    fn receive_or_bypass(
+        &mut self,
+        buffers: &mut WorkerBuffers,
+        out: &mut [BufferIndex],
+    ) -> RxBurst {
         self.refresh(buffers);
         let mut bypassed = 0;
         if let Some((packets, more)) = self.cut_through_burst(out.len()) {

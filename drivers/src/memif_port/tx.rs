@@ -1,6 +1,7 @@
 //! A worker's transmit queue of a memif port ([`MemifTx`]) and where it lives ([`TxHome`]), so
 //! that a receive queue cut through to the port can use it too.
 
+use dataplane::BufferIndex;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -115,7 +116,7 @@ impl Drop for MemifTx {
 }
 
 impl TxQueue for MemifTx {
-    fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[u32]) -> usize {
+    fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[BufferIndex]) -> usize {
         let home = &*self.home;
         let skip = self.skip;
         let done = home
@@ -154,7 +155,7 @@ impl TxQueue for MemifTx {
 /// Quiver packets (chains too) as a memif transmit source.
 struct FromBuffers<'a> {
     buffers: &'a WorkerBuffers,
-    packets: &'a [u32],
+    packets: &'a [BufferIndex],
     skip: usize,
     /// Frames no longer than the header left out (sent as nothing).
     short: Cell<u64>,

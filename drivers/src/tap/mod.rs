@@ -23,6 +23,7 @@
 //! from a thread there: the descriptors work from anywhere, and the device never exists in
 //! Quiver's own namespace).
 
+use dataplane::BufferIndex;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::io::IoSliceMut;
@@ -321,7 +322,7 @@ impl TapRx {
     fn read_one(
         &mut self,
         buffers: &mut WorkerBuffers,
-        bi: u32,
+        bi: BufferIndex,
     ) -> Result<(usize, Option<Offload>), ReadFailed> {
         let room = buffers.data_size();
         buffers.set_length(bi, room);
@@ -357,7 +358,7 @@ impl TapRx {
 }
 
 impl RxQueue for TapRx {
-    fn receive(&mut self, buffers: &mut WorkerBuffers, out: &mut [u32]) -> usize {
+    fn receive(&mut self, buffers: &mut WorkerBuffers, out: &mut [BufferIndex]) -> usize {
         let (mut n, mut bytes, mut partial, mut gso) = (0, 0u64, 0u64, 0u64);
         while n < out.len() {
             let Some(bi) = buffers.alloc_one() else {
@@ -480,7 +481,7 @@ mod tests {
         }
         kernel.send(&good).unwrap();
         kernel.send(&[0u8; 4]).unwrap(); // shorter than a header
-        let mut out = [0u32; 16];
+        let mut out = [BufferIndex::NONE; 16];
         let n = rx.receive(&mut buffers, &mut out);
         assert_eq!(n, 1, "the good frame");
         assert_eq!(rx.counters.get(Counter::RxBadVnetHdr), 6);

@@ -3,6 +3,7 @@
 //! `writev` as a GSO super-frame ([`crate::coalesce`]): the kernel then takes one skb into the
 //! receiving stack instead of dozens.
 
+use dataplane::BufferIndex;
 use std::io::IoSlice;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
@@ -44,7 +45,7 @@ impl TapTx {
 
     /// Writes `packets` one frame each; returns how many were taken (written or dropped,
     /// counted, and freed): fewer when the device's queue fills.
-    fn write_each(&mut self, buffers: &mut WorkerBuffers, packets: &[u32]) -> usize {
+    fn write_each(&mut self, buffers: &mut WorkerBuffers, packets: &[BufferIndex]) -> usize {
         let (mut taken, mut sent, mut bytes, mut gso) = (0, 0u64, 0u64, 0u64);
         let pre = if self.vnet { VIRTIO_NET_HDR_LEN } else { 0 };
         for &bi in packets {
@@ -102,7 +103,7 @@ impl TapTx {
     fn write_run(
         &mut self,
         buffers: &mut WorkerBuffers,
-        packets: &[u32],
+        packets: &[BufferIndex],
         kind: coalesce::Kind,
     ) -> Option<bool> {
         let headers = coalesce::super_headers(buffers, packets, kind);
@@ -135,7 +136,7 @@ impl TapTx {
 }
 
 impl TxQueue for TapTx {
-    fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[u32]) -> usize {
+    fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[BufferIndex]) -> usize {
         let mut done = 0;
         loop {
             let rest = &packets[done..];

@@ -2,6 +2,7 @@
 //! `ip4-arp` asks for unresolved next hops (rate-limited) and drops the packet that needed it.
 
 use dataplane::buffer::INVALID_INDEX;
+use dataplane::BufferIndex;
 use dataplane::{cycles, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
 use super::names;
@@ -202,7 +203,7 @@ pub struct Ip4Arp {
     /// per interval per worker, without allocating.
     throttle: Box<[(u32, u64); THROTTLE_SLOTS]>,
     interval: u64,
-    requests: [u32; FRAME_SIZE],
+    requests: [BufferIndex; FRAME_SIZE],
 }
 
 impl Ip4Arp {
@@ -211,7 +212,7 @@ impl Ip4Arp {
         Ip4Arp {
             throttle: Box::new([(0, 0); THROTTLE_SLOTS]),
             interval: cycles::tsc_hz() / 1000,
-            requests: [0; FRAME_SIZE],
+            requests: [BufferIndex::NONE; FRAME_SIZE],
         }
     }
 }

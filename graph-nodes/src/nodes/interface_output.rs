@@ -8,6 +8,7 @@
 
 use dataplane::buffer::flags;
 use dataplane::capture::CaptureTap;
+use dataplane::BufferIndex;
 use dataplane::{
     next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, TxQueue, FRAME_SIZE,
 };
@@ -148,7 +149,7 @@ impl InterfaceOutput {
         &mut self,
         cx: &mut Context<'_, ForwardingState>,
         port: u32,
-        run: &[u32],
+        run: &[BufferIndex],
         offload: bool,
     ) {
         let base = cx.error_id(0);

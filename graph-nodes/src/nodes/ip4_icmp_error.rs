@@ -12,6 +12,7 @@
 //! asks, no error is sent about an ICMP error, a fragment other than the first, or a source
 //! that is not a unicast host, and errors are rate-limited per worker.
 
+use dataplane::BufferIndex;
 use std::time::Instant;
 
 use dataplane::buffer::WorkerBuffers;
@@ -166,7 +167,7 @@ fn eligible(d: &[u8]) -> Result<(u32, u32, usize), u16> {
 /// `to`) and an ICMP header carrying `mtu`.
 fn build(
     buffers: &mut WorkerBuffers,
-    bi: u32,
+    bi: BufferIndex,
     quote: usize,
     from: u32,
     to: u32,

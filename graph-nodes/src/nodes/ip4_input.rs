@@ -1,6 +1,7 @@
 //! `ip4-input`: checks an IPv4 header before anything trusts it. Every drop names its reason.
 
 use dataplane::buffer::flags;
+use dataplane::BufferIndex;
 use dataplane::{next_arcs, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
 use super::arcs::Arcs;
@@ -32,7 +33,7 @@ enum Drop {
 pub struct Ip4Input {
     nexts: [Next; FRAME_SIZE],
     /// Chained packets longer than their IPv4 total length, cut once the loop is done.
-    trim: Vec<(u32, u16)>,
+    trim: Vec<(BufferIndex, u16)>,
 }
 
 impl Ip4Input {

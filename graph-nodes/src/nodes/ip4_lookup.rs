@@ -2,6 +2,7 @@
 //! frame's destinations are looked up together so that table misses overlap.
 
 use dataplane::buffer::{flags, BufferMeta, BufferView};
+use dataplane::BufferIndex;
 use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
 use super::arcs::Arcs;
@@ -94,7 +95,7 @@ impl Node<ForwardingState> for Ip4Lookup {
 fn other(
     state: &ForwardingState,
     buffers: &mut BufferView<'_>,
-    bi: u32,
+    bi: BufferIndex,
     path: Option<SinglePath>,
     lb: u32,
     errors: &[u16; 3],

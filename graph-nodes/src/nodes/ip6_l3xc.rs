@@ -6,6 +6,7 @@
 //! (neighbour discovery stays on its link; the namespaces get static neighbours instead), a
 //! hop limit that would reach zero, a packet longer than the next hop's MTU.
 
+use dataplane::BufferIndex;
 use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
 use super::arcs::Arcs;
@@ -33,7 +34,7 @@ pub struct Ip6L3xc {
     nexts: [Next; FRAME_SIZE],
     /// Chained packets longer than their IPv6 length, with the length to cut them to once
     /// the loop is done.
-    trim: Vec<(u32, u32)>,
+    trim: Vec<(BufferIndex, u32)>,
 }
 
 impl Ip6L3xc {

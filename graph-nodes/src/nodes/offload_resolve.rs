@@ -9,6 +9,7 @@
 
 use dataplane::buffer::INVALID_INDEX;
 use dataplane::offload::{resolve, BadOffload, Resolved};
+use dataplane::BufferIndex;
 use dataplane::{next_arcs, node_errors, Context, Frame, Node, NodeSpec, FRAME_SIZE};
 
 use super::names;
@@ -30,14 +31,14 @@ node_errors! {
 /// The `offload-resolve` node.
 pub struct OffloadResolve {
     /// Where one packet's segments are written.
-    out: Box<[u32; FRAME_SIZE]>,
+    out: Box<[BufferIndex; FRAME_SIZE]>,
 }
 
 impl OffloadResolve {
     /// A new node.
     pub fn new() -> Self {
         OffloadResolve {
-            out: Box::new([0; FRAME_SIZE]),
+            out: Box::new([BufferIndex::NONE; FRAME_SIZE]),
         }
     }
 }

@@ -9,6 +9,7 @@
 //! `crate::wireguard` for the state and who writes what. Nothing here allocates or blocks.
 
 use dataplane::buffer::{flags, WorkerBuffers};
+use dataplane::BufferIndex;
 use dataplane::{Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 use wireguard::transport::{self, sealed_len};
 use wireguard::wire::TRANSPORT_HEADER_LEN;
@@ -234,7 +235,7 @@ enum Verdict {
 fn decrypt_one(
     state: &ForwardingState,
     buffers: &mut WorkerBuffers,
-    bi: u32,
+    bi: BufferIndex,
 ) -> Result<Verdict, u16> {
     use decrypt::*;
     let d = buffers.data(bi);

@@ -1,6 +1,7 @@
 //! The receive and transmit queues of one AF_PACKET socket: frames copied between the rings and
 //! Quiver's buffers.
 
+use dataplane::BufferIndex;
 use std::io::IoSlice;
 use std::sync::Arc;
 
@@ -44,7 +45,11 @@ struct NoBuffer;
 
 /// Writes `parts` one after the other into `head`, chaining more buffers when one is not
 /// enough. On failure `head` keeps what was written and its chain.
-fn write_parts(buffers: &mut WorkerBuffers, head: u32, parts: &[&[u8]]) -> Result<(), NoBuffer> {
+fn write_parts(
+    buffers: &mut WorkerBuffers,
+    head: BufferIndex,
+    parts: &[&[u8]],
+) -> Result<(), NoBuffer> {
     let total: usize = parts.iter().map(|p| p.len()).sum();
     let room = buffers.data_size() as usize;
     let (mut segment, mut segment_len, mut filled, mut written) = (head, total.min(room), 0, 0);
@@ -68,7 +73,11 @@ fn write_parts(buffers: &mut WorkerBuffers, head: u32, parts: &[&[u8]]) -> Resul
 }
 
 /// Copies one received frame into `bi`, putting back the VLAN tag the device stripped.
-fn copy_frame(buffers: &mut WorkerBuffers, bi: u32, frame: &RxFrame<'_>) -> Result<(), NoBuffer> {
+fn copy_frame(
+    buffers: &mut WorkerBuffers,
+    bi: BufferIndex,
+    frame: &RxFrame<'_>,
+) -> Result<(), NoBuffer> {
     let b = frame.bytes;
     match frame.vlan {
         None if b.len() <= buffers.data_size() as usize => {
@@ -91,7 +100,7 @@ fn copy_frame(buffers: &mut WorkerBuffers, bi: u32, frame: &RxFrame<'_>) -> Resu
 pub(crate) fn receive_from(
     ring: &mut RxRing,
     buffers: &mut WorkerBuffers,
-    out: &mut [u32],
+    out: &mut [BufferIndex],
     counters: &QueueCounters,
     max_len: usize,
 ) -> usize {
@@ -192,7 +201,7 @@ fn device_limit(mtu: u32, head: &[u8]) -> usize {
 
 /// Copies packet `bi`, chain and all, to the start of `slot`; returns its length, or `None`
 /// when it does not fit (only a chain whose metadata understates its length can get here).
-fn gather(buffers: &WorkerBuffers, bi: u32, slot: &mut [u8]) -> Option<usize> {
+fn gather(buffers: &WorkerBuffers, bi: BufferIndex, slot: &mut [u8]) -> Option<usize> {
     let mut at = 0;
     for segment in buffers.chain(bi) {
         let d = buffers.data(segment);
@@ -221,7 +230,7 @@ pub(crate) struct TxPass {
 pub(crate) fn transmit_into(
     ring: &mut TxRing,
     buffers: &mut WorkerBuffers,
-    packets: &[u32],
+    packets: &[BufferIndex],
     counters: &QueueCounters,
     mtu: u32,
     vnet: bool,
@@ -278,7 +287,7 @@ const MAX_PARTS: usize = 96;
 pub(crate) fn send_big(
     socket: &PacketSocket,
     buffers: &mut WorkerBuffers,
-    bi: u32,
+    bi: BufferIndex,
     counters: &QueueCounters,
 ) -> bool {
     let header = buffers
@@ -344,7 +353,7 @@ impl AfPacketRx {
 }
 
 impl RxQueue for AfPacketRx {
-    fn receive(&mut self, buffers: &mut WorkerBuffers, out: &mut [u32]) -> usize {
+    fn receive(&mut self, buffers: &mut WorkerBuffers, out: &mut [BufferIndex]) -> usize {
         receive_from(&mut self.ring, buffers, out, &self.counters, self.max_len)
     }
 
@@ -373,7 +382,7 @@ enum RunSent {
 fn send_run(
     socket: &PacketSocket,
     buffers: &mut WorkerBuffers,
-    packets: &[u32],
+    packets: &[BufferIndex],
     kind: Kind,
     counters: &QueueCounters,
 ) -> RunSent {
@@ -442,7 +451,7 @@ impl AfPacketTx {
 }
 
 impl TxQueue for AfPacketTx {
-    fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[u32]) -> usize {
+    fn transmit(&mut self, buffers: &mut WorkerBuffers, packets: &[BufferIndex]) -> usize {
         let mut done = 0;
         loop {
             let rest = &packets[done..];

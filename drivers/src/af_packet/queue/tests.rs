@@ -2,6 +2,7 @@ use super::super::ring::fake::FakeKernel;
 use super::super::ring::RingLayout;
 use super::*;
 use dataplane::buffer::{BufferPool, BufferPoolConfig, HugepagePolicy};
+use dataplane::BufferIndex;
 
 fn pool(buffers: u32, data_size: u16) -> Arc<BufferPool> {
     BufferPool::new(&BufferPoolConfig {
@@ -19,7 +20,7 @@ const RX: RingLayout = RingLayout {
     frame_size: 2048,
 };
 
-fn packet(buffers: &WorkerBuffers, bi: u32) -> Vec<u8> {
+fn packet(buffers: &WorkerBuffers, bi: BufferIndex) -> Vec<u8> {
     let mut v = Vec::new();
     buffers.copy_packet(bi, &mut v);
     v
@@ -41,7 +42,7 @@ fn frames_are_copied_out_long_ones_chained_tags_put_back() {
         (&long, 700, 0, None),
         (&tagged, 64, 0, Some((0x8100, 0x0005))),
     ]);
-    let mut out = [0u32; 8];
+    let mut out = [BufferIndex::NONE; 8];
     let n = receive_from(&mut ring, &mut buffers, &mut out, &counters, 1514);
     assert_eq!(n, 3);
     assert_eq!(packet(&buffers, out[0]), small);
@@ -78,7 +79,7 @@ fn unusable_frames_are_counted_and_skipped_and_polls_resume_mid_block() {
         (&frames[4], 64, 0, None),
         (&frames[5], 64, 0, None),
     ]);
-    let mut out = [0u32; 2];
+    let mut out = [BufferIndex::NONE; 2];
     let n = receive_from(&mut ring, &mut buffers, &mut out, &counters, 100);
     assert_eq!(n, 2);
     assert_eq!(packet(&buffers, out[0]), frames[0]);
@@ -110,7 +111,7 @@ fn frames_wait_in_the_ring_while_no_buffer_is_free() {
         (&[2; 64], 64, 0, None),
         (&[3; 64], 64, 0, None),
     ]);
-    let mut out = [0u32; 8];
+    let mut out = [BufferIndex::NONE; 8];
     let n = receive_from(&mut ring, &mut buffers, &mut out, &counters, 1514);
     assert_eq!(n, 2, "two buffers in the pool");
     assert_eq!(counters.get(Counter::RxBufferStalls), 1);
@@ -129,7 +130,7 @@ const TX: RingLayout = RingLayout {
     frame_size: 1024,
 };
 
-fn make(buffers: &mut WorkerBuffers, bytes: &[u8]) -> u32 {
+fn make(buffers: &mut WorkerBuffers, bytes: &[u8]) -> BufferIndex {
     let bi = buffers.alloc_one().unwrap();
     buffers.write_packet(bi, bytes).unwrap();
     bi
@@ -228,10 +229,10 @@ fn virtio_net_headers_become_offload_work_and_bad_ones_are_dropped() {
         (&frames[3], 5000, 0, None),
         (&frames[4], 60, 0, Some((0x8100, 7))),
     ]);
-    let mut out = [0u32; 8];
+    let mut out = [BufferIndex::NONE; 8];
     let n = receive_from(&mut ring, &mut buffers, &mut out, &counters, 1514);
     assert_eq!(n, 4);
-    let o = |bi: u32| buffers.meta(bi).offload().copied();
+    let o = |bi: BufferIndex| buffers.meta(bi).offload().copied();
     let csum = Offload::from_virtio(&vnet(1, 0, 0, 34, 16), 60).unwrap();
     assert_eq!(o(out[0]), csum);
     assert_eq!(o(out[1]), None);

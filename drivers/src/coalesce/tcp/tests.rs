@@ -1,3 +1,4 @@
+use dataplane::BufferIndex;
 use std::sync::Arc;
 
 use dataplane::buffer::{BufferPool, BufferPoolConfig, HugepagePolicy};
@@ -71,8 +72,8 @@ fn frame(s: &Seg) -> Vec<u8> {
     f
 }
 
-fn load(buffers: &mut WorkerBuffers, segs: &[Seg]) -> Vec<u32> {
-    let mut packets = vec![0u32; segs.len()];
+fn load(buffers: &mut WorkerBuffers, segs: &[Seg]) -> Vec<BufferIndex> {
+    let mut packets = vec![BufferIndex::NONE; segs.len()];
     buffers.alloc(&mut packets).unwrap();
     for (&bi, s) in packets.iter().zip(segs) {
         buffers.write_packet(bi, &frame(s)).unwrap();
@@ -94,7 +95,7 @@ fn stream(seq: u32, n: usize, mss: usize, last: usize) -> Vec<Seg> {
 }
 
 /// The super-frame the kernel would see: headers, then every payload.
-fn super_frame(buffers: &WorkerBuffers, packets: &[u32]) -> (SuperHeaders, Vec<u8>) {
+fn super_frame(buffers: &WorkerBuffers, packets: &[BufferIndex]) -> (SuperHeaders, Vec<u8>) {
     let h = super_headers(buffers, packets);
     let mut f = h.bytes[..h.len].to_vec();
     for &bi in packets {
