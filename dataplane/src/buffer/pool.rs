@@ -270,10 +270,8 @@ impl BufferPool {
     pub fn put_free(&self, indices: &[BufferIndex]) {
         let mut free = lock(&self.free);
         for &bi in indices {
-            assert!(
-                bi.get() < self.layout.count,
-                "buffer index {bi} beyond the pool"
-            );
+            let i = bi.get();
+            assert!(i < self.layout.count, "buffer index {i} beyond the pool");
             // SAFETY: checked in bounds just above; the caller owned the buffer and hands it over,
             // and the free stack's lock, held here, orders this write before any later taker's.
             let meta = unsafe { &mut *self.layout.meta_ptr_unchecked(bi) };

@@ -52,7 +52,8 @@ impl<'a> BufferView<'a> {
 impl BufferView<'_> {
     #[inline(always)]
     fn meta_ptr(&self, bi: BufferIndex) -> *mut BufferMeta {
-        assert!(bi.get() < self.count, "buffer index {bi} beyond the pool");
+        let i = bi.get();
+        assert!(i < self.count, "buffer index {i} beyond the pool");
         // Checked just above: the metadata of buffer `bi` lies inside the pool's region.
         self.meta_base
             .wrapping_add(bi.as_usize() * self.stride)

@@ -202,10 +202,8 @@ impl WorkerBuffers {
 
     #[inline(always)]
     fn meta_ptr(&self, bi: BufferIndex) -> *mut BufferMeta {
-        assert!(
-            bi.get() < self.layout.count,
-            "buffer index {bi} beyond the pool"
-        );
+        let i = bi.get();
+        assert!(i < self.layout.count, "buffer index {i} beyond the pool");
         // SAFETY: checked just above.
         unsafe { self.layout.meta_ptr_unchecked(bi) }
     }
