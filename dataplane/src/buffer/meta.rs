@@ -2,7 +2,8 @@
 
 use super::index::BufferIndex;
 
-/// The index that names no buffer (end of a chain, an unset field).
+/// The value of an unset index field of the metadata (`rx_interface`, `tx_interface`,
+/// `adjacency`): no interface, no adjacency. A missing buffer is [`BufferIndex::NONE`].
 pub const INVALID_INDEX: u32 = u32::MAX;
 
 /// Bits of [`BufferMeta::flags`].
