@@ -15,6 +15,7 @@ pub mod declare;
 pub mod frame;
 pub mod graph;
 pub mod harness;
+mod index_type;
 pub mod memory;
 pub mod node;
 pub mod observer;

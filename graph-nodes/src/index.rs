@@ -6,51 +6,7 @@
 //! `tx_interface`, `adjacency` in `dataplane::buffer::BufferMeta`) stays `u32`, as `dataplane`
 //! knows nothing of ours: nodes convert where they read and write it, which is free.
 
-use std::fmt;
-
-macro_rules! index_type {
-    ($(#[$doc:meta])* $name:ident) => {
-        $(#[$doc])*
-        #[repr(transparent)]
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub struct $name(u32);
-
-        impl $name {
-            /// None: `u32::MAX`, as in the tables and buffer metadata that mark "none" so.
-            pub const NONE: $name = $name(u32::MAX);
-
-            /// The index `i`.
-            #[inline(always)]
-            pub const fn new(i: u32) -> $name {
-                $name(i)
-            }
-
-            /// The index as a `u32` (for buffer metadata and the wire).
-            #[inline(always)]
-            pub const fn get(self) -> u32 {
-                self.0
-            }
-
-            /// The index as a `usize`, for indexing a table.
-            #[inline(always)]
-            pub const fn as_usize(self) -> usize {
-                self.0 as usize
-            }
-
-            /// Whether this is [`Self::NONE`].
-            #[inline(always)]
-            pub const fn is_none(self) -> bool {
-                self.0 == u32::MAX
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                fmt::Display::fmt(&self.0, f)
-            }
-        }
-    };
-}
+use dataplane::index_type;
 
 index_type! {
     /// An interface's index (like VPP's sw_if_index): its slot in
