@@ -37,23 +37,34 @@ impl Summer {
 }
 
 /// The one's-complement sum of `data` as big-endian 16-bit words (a trailing odd byte padded
-/// with zero), not folded.
+/// with zero), not necessarily folded: any value congruent to it modulo 0xffff, zero only for
+/// a zero sum, which is all a caller may add to or fold to 16 bits.
+///
+/// The sum does not depend on byte order (RFC 1071, 2(B)): summed as little-endian words it
+/// is the big-endian sum with its bytes swapped. So it is taken eight bytes at a time in
+/// native order, each word added as its two 32-bit halves into four accumulators (which no
+/// packet can overflow, and which the compiler keeps in vector registers), then folded and
+/// swapped once.
 pub fn ones_sum(data: &[u8]) -> u64 {
-    let mut acc = 0u64;
-    let mut words = data.chunks_exact(4);
+    const LOW: u64 = 0xffff_ffff;
+    let mut acc = [0u64; 4];
+    let mut blocks = data.chunks_exact(32);
+    for block in &mut blocks {
+        for (a, w) in acc.iter_mut().zip(block.chunks_exact(8)) {
+            let w = u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]);
+            *a += (w & LOW) + (w >> 32);
+        }
+    }
+    let mut sum = acc.iter().sum::<u64>();
+    let mut words = blocks.remainder().chunks_exact(2);
     for w in &mut words {
-        // 2^16 ≡ 1 modulo 0xffff, so 32-bit words sum to the same folded value.
-        acc += u32::from_be_bytes([w[0], w[1], w[2], w[3]]) as u64;
+        sum += u64::from(u16::from_le_bytes([w[0], w[1]]));
     }
-    let rest = words.remainder();
-    let mut pairs = rest.chunks_exact(2);
-    for p in &mut pairs {
-        acc += u16::from_be_bytes([p[0], p[1]]) as u64;
+    if let [last] = words.remainder() {
+        // The high byte of its big-endian word: the low byte of a little-endian one.
+        sum += u64::from(*last);
     }
-    if let [last] = pairs.remainder() {
-        acc += (*last as u64) << 8;
-    }
-    acc
+    u64::from(fold(sum).swap_bytes())
 }
 
 /// Folds a sum to 16 bits.

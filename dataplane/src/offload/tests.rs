@@ -462,3 +462,26 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// The word-at-a-time sum is RFC 1071's, whatever the length, start and bytes (all ones,
+    /// all zeroes and sums that wrap many times included), and so is a sum fed in pieces.
+    #[test]
+    fn the_fast_sum_is_the_plain_one(
+        bytes in prop_oneof![
+            proptest::collection::vec(any::<u8>(), 0..3000),
+            (0usize..3000).prop_map(|n| vec![0xff; n]),
+            (0usize..100).prop_map(|n| vec![0; n]),
+        ],
+        start in 0usize..8,
+        cut in 0usize..3000,
+    ) {
+        let d = &bytes[start.min(bytes.len())..];
+        prop_assert_eq!(checksum::fold(ones_sum(d)), naive_sum(&[d]));
+        let (a, b) = d.split_at(cut.min(d.len()));
+        let mut s = checksum::Summer::default();
+        s.add(a);
+        s.add(b);
+        prop_assert_eq!(s.folded(), naive_sum(&[d]));
+    }
+}
