@@ -259,6 +259,32 @@ impl WorkerBuffers {
         unsafe { std::slice::from_raw_parts_mut(self.area_ptr(bi).add(off), len) }
     }
 
+    /// The packet bytes of buffer `src` to read and of buffer `dst` to write, at once (to copy
+    /// from one into the other without a bounce buffer); `None` when they are the same buffer.
+    #[inline]
+    pub fn data_pair_mut(
+        &mut self,
+        src: BufferIndex,
+        dst: BufferIndex,
+    ) -> Option<(&[u8], &mut [u8])> {
+        if src == dst {
+            return None;
+        }
+        self.materialise_if_external(src);
+        self.materialise_if_external(dst);
+        let (s_off, s_len) = self.window(self.meta(src));
+        let (d_off, d_len) = self.window(self.meta(dst));
+        // SAFETY: each window lies inside its own buffer's area (see `data`); two distinct
+        // buffers have disjoint strides, so the slices do not overlap; `&mut self` makes them the
+        // only live references into either buffer.
+        unsafe {
+            Some((
+                std::slice::from_raw_parts(self.area_ptr(src).add(s_off), s_len),
+                std::slice::from_raw_parts_mut(self.area_ptr(dst).add(d_off), d_len),
+            ))
+        }
+    }
+
     /// Metadata and packet bytes together, for nodes that need both at once.
     #[inline(always)]
     pub fn meta_and_data_mut(&mut self, bi: BufferIndex) -> (&mut BufferMeta, &mut [u8]) {

@@ -8,8 +8,6 @@ use crate::BufferIndex;
 
 /// The longest headers (Ethernet with a tag, IP, L4) a super-frame may have.
 const MAX_HEADERS: usize = 192;
-/// Bytes copied at a time from the super-frame into a segment.
-const BOUNCE: usize = 2048;
 
 const TCP_FIN: u8 = 0x01;
 const TCP_PSH: u8 = 0x08;
@@ -89,30 +87,23 @@ fn parse(d: &[u8], o: &Offload) -> Result<Headers, BadOffload> {
     })
 }
 
-/// Reads a packet's bytes in order across its chain.
+/// Where the next payload byte of a packet is, across its chain.
 struct Cursor {
     buf: Option<BufferIndex>,
     off: usize,
 }
 
 impl Cursor {
-    /// Fills `dst` whole; `false` when the packet ends first.
-    fn read(&mut self, buffers: &WorkerBuffers, dst: &mut [u8]) -> bool {
-        let mut at = 0;
-        while at < dst.len() {
-            let Some(b) = self.buf else {
-                return false;
-            };
-            let d = buffers.data(b);
-            if self.off >= d.len() {
-                (self.buf, self.off) = (buffers.meta(b).next(), 0);
-                continue;
+    /// The buffer holding the next byte and the byte's offset in its data; `None` when the
+    /// packet has ended.
+    fn here(&mut self, buffers: &WorkerBuffers) -> Option<(BufferIndex, usize)> {
+        loop {
+            let b = self.buf?;
+            if self.off < buffers.data(b).len() {
+                return Some((b, self.off));
             }
-            let n = (d.len() - self.off).min(dst.len() - at);
-            dst[at..at + n].copy_from_slice(&d[self.off..self.off + n]);
-            (at, self.off) = (at + n, self.off + n);
+            (self.buf, self.off) = (buffers.meta(b).next(), 0);
         }
-        true
     }
 }
 
@@ -139,22 +130,54 @@ impl Writer {
         }
     }
 
+    /// Makes sure the current buffer has room, chaining the next one when it is full.
+    fn room(&mut self, buffers: &mut WorkerBuffers) -> Result<(), BadOffload> {
+        if self.filled == self.cur_len {
+            let len = self.left.min(buffers.data_size() as usize);
+            if len == 0 {
+                return Err(BadOffload::Segmentation);
+            }
+            let next = buffers.alloc_one().ok_or(BadOffload::NoBuffer)?;
+            buffers.set_length(next, len as u16);
+            buffers.chain_append(self.head, next);
+            (self.cur, self.cur_len, self.filled, self.left) = (next, len, 0, self.left - len);
+        }
+        Ok(())
+    }
+
     fn write(&mut self, buffers: &mut WorkerBuffers, mut bytes: &[u8]) -> Result<(), BadOffload> {
         while !bytes.is_empty() {
-            if self.filled == self.cur_len {
-                let len = self.left.min(buffers.data_size() as usize);
-                if len == 0 {
-                    return Err(BadOffload::Segmentation);
-                }
-                let next = buffers.alloc_one().ok_or(BadOffload::NoBuffer)?;
-                buffers.set_length(next, len as u16);
-                buffers.chain_append(self.head, next);
-                (self.cur, self.cur_len, self.filled, self.left) = (next, len, 0, self.left - len);
-            }
+            self.room(buffers)?;
             let n = bytes.len().min(self.cur_len - self.filled);
             buffers.data_mut(self.cur)[self.filled..self.filled + n].copy_from_slice(&bytes[..n]);
             self.filled += n;
             bytes = &bytes[n..];
+        }
+        Ok(())
+    }
+
+    /// Copies the next `len` bytes of the packet `from` points into, buffer to buffer, adding
+    /// them to `sum` as they land (still in the cache).
+    fn copy(
+        &mut self,
+        buffers: &mut WorkerBuffers,
+        from: &mut Cursor,
+        mut len: usize,
+        sum: &mut Summer,
+    ) -> Result<(), BadOffload> {
+        while len > 0 {
+            self.room(buffers)?;
+            let (src, off) = from.here(buffers).ok_or(BadOffload::Segmentation)?;
+            let (s, d) = buffers
+                .data_pair_mut(src, self.cur)
+                .ok_or(BadOffload::Segmentation)?;
+            let n = len.min(s.len() - off).min(self.cur_len - self.filled);
+            let d = &mut d[self.filled..self.filled + n];
+            d.copy_from_slice(&s[off..off + n]);
+            sum.add(d);
+            self.filled += n;
+            from.off += n;
+            len -= n;
         }
         Ok(())
     }
@@ -256,7 +279,6 @@ fn write_segments(
         buf: Some(bi),
         off: end,
     };
-    let mut bounce = [0u8; BOUNCE];
     for (i, &seg) in out.iter().enumerate() {
         let chunk = size.min(payload - i * size);
         let l4_len = end - l4 + chunk;
@@ -294,16 +316,7 @@ fn write_segments(
         *buffers.meta_mut(seg) = segment_meta(meta, &fresh);
         let mut w = Writer::start(buffers, seg, end + chunk);
         w.write(buffers, hdr)?;
-        let mut left = chunk;
-        while left > 0 {
-            let k = left.min(BOUNCE);
-            if !cursor.read(buffers, &mut bounce[..k]) {
-                return Err(BadOffload::Segmentation);
-            }
-            sum.add(&bounce[..k]);
-            w.write(buffers, &bounce[..k])?;
-            left -= k;
-        }
+        w.copy(buffers, &mut cursor, chunk, &mut sum)?;
         let pseudo = addrs + proto + l4_len as u64;
         let c = !super::checksum::fold(sum.acc() + pseudo);
         let c = if c == 0 { 0xffff } else { c };
