@@ -11,6 +11,7 @@ use nsm_forwarder::{BackendError, PortName};
 
 /// One port made for a connection.
 pub(super) struct OwnedPort {
+    /// The connection that made it.
     pub(super) owner: String,
     /// The veth behind an AF_PACKET port.
     pub(super) kernel: Option<KernelInterface>,

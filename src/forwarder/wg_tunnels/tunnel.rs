@@ -1,6 +1,6 @@
 //! A WireGuard tunnel's control side: its `wireguard::Device`, the sessions it published to
 //! the data path, and what `show wireguard` reports of it. Knows nothing of the forwarder: the
-//! forwarder (`super`) holds one [`WgEntry`] per tunnel and runs it in housekeeping.
+//! forwarder (`crate::forwarder`) holds one [`WgEntry`] per tunnel and runs it in housekeeping.
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
