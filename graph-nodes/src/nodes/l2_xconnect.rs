@@ -6,8 +6,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use dataplane::buffer::BufferMeta;
+use dataplane::buffer::BufferView;
 use dataplane::offload::Gso;
+use dataplane::BufferIndex;
 use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
 use super::names;
@@ -94,57 +95,31 @@ impl Node<ForwardingState> for L2Xconnect {
 
     fn process(&mut self, cx: &mut Context<'_, ForwardingState>, frame: &mut Frame) -> usize {
         let state = cx.state();
-        let xc = &state.xconnect;
-        let no_xc = cx.error_id(NO_XCONNECT);
-        let too_long = cx.error_id(MTU_EXCEEDED);
         let n = frame.len();
         let bis = frame.as_slice();
-        let mut dropped = false;
-        // Counters are added once per run of packets from one interface (usually a frame).
-        let (mut run_rx, mut run_packets, mut run_bytes) = (IfIndex::NONE, 0u64, 0u64);
-        let (mut tx_of_run, mut limit) = (IfIndex::NONE, u32::MAX);
-        for (i, &bi) in bis.iter().enumerate() {
+        let mut run = Run::default();
+        // The common case, with no call in the loop (so its state stays in registers): every
+        // frame cross-connected and within the MTU. The first other one hands the rest over.
+        let mut i = 0;
+        while let Some(&bi) = bis.get(i) {
             let meta = cx.buffers.meta_mut(bi);
             let rx = IfIndex::new(meta.rx_interface);
-            if rx != run_rx {
-                if run_packets > 0 {
-                    self.stats.add(run_rx, run_packets, run_bytes);
-                }
-                (run_rx, run_packets, run_bytes) = (rx, 0, 0);
-                tx_of_run = xc.get(rx.as_usize()).copied().unwrap_or(IfIndex::NONE);
-                limit = frame_limit(state, tx_of_run);
+            if rx != run.rx {
+                run.start(rx, state, &self.stats);
             }
             let len = meta.total_length();
-            // One compare per packet; the frame is looked at only when it is longer.
-            let meta = if len > limit {
-                let (meta, d) = cx.buffers.meta_and_data_mut(bi);
-                if exceeds(meta, d, limit) {
-                    meta.error = too_long;
-                    self.nexts[i] = Next::DROP;
-                    dropped = true;
-                    continue;
-                }
-                meta
-            } else {
-                meta
-            };
-            if !tx_of_run.is_none() {
-                meta.tx_interface = tx_of_run.get();
-                self.nexts[i] = OUTPUT;
-                run_packets += 1;
-                run_bytes += len as u64;
-            } else {
-                meta.error = no_xc;
-                self.nexts[i] = Next::DROP;
-                dropped = true;
+            if len >= run.below {
+                break;
             }
+            meta.tx_interface = run.tx.get();
+            run.count(len);
+            i += 1;
         }
-        if run_packets > 0 {
-            self.stats.add(run_rx, run_packets, run_bytes);
-        }
+        let dropped = i < n && self.rest(cx, &bis[i..], i, &mut run);
+        run.flush(&self.stats);
         if dropped {
-            cx.enqueue_to_nexts(&self.nexts[..bis.len()], bis);
-            self.nexts[..bis.len()].fill(OUTPUT);
+            cx.enqueue_to_nexts(&self.nexts[..n], bis);
+            self.nexts[..n].fill(OUTPUT);
         } else {
             cx.enqueue_frame(OUTPUT, frame);
         }
@@ -152,24 +127,116 @@ impl Node<ForwardingState> for L2Xconnect {
     }
 }
 
-/// The longest untagged frame interface `tx` sends: its MTU and an Ethernet header
-/// (`u32::MAX`, no limit, for no interface or an MTU of 0).
+impl L2Xconnect {
+    /// The frames from the first one the common case could not take (`bis`, the `first`th of
+    /// the vector on): a frame without a cross-connect, or at least as long as the MTU allows
+    /// untagged. Marks drops in `nexts` (which holds OUTPUT otherwise); true if any.
+    #[inline(never)]
+    fn rest(
+        &mut self,
+        cx: &mut Context<'_, ForwardingState>,
+        bis: &[BufferIndex],
+        first: usize,
+        run: &mut Run,
+    ) -> bool {
+        let state = cx.state();
+        let no_xc = cx.error_id(NO_XCONNECT);
+        let too_long = cx.error_id(MTU_EXCEEDED);
+        let mut dropped = false;
+        for (i, &bi) in bis.iter().enumerate() {
+            let meta = cx.buffers.meta_mut(bi);
+            let rx = IfIndex::new(meta.rx_interface);
+            if rx != run.rx {
+                run.start(rx, state, &self.stats);
+            }
+            let len = meta.total_length();
+            if len < run.below || (!run.tx.is_none() && !exceeds(cx.buffers.view(), bi, run.below))
+            {
+                cx.buffers.meta_mut(bi).tx_interface = run.tx.get();
+                run.count(len);
+                continue;
+            }
+            let meta = cx.buffers.meta_mut(bi);
+            meta.error = if run.tx.is_none() { no_xc } else { too_long };
+            self.nexts[first + i] = Next::DROP;
+            dropped = true;
+        }
+        dropped
+    }
+}
+
+/// Packets of one receiving interface in a row, counted once per run (usually a vector),
+/// and where they go.
+struct Run {
+    rx: IfIndex,
+    packets: u64,
+    bytes: u64,
+    /// The cross-connect's other side ([`IfIndex::NONE`]: none).
+    tx: IfIndex,
+    /// Frames shorter than this leave on `tx` ([`frame_bound`]).
+    below: u32,
+}
+
+impl Default for Run {
+    fn default() -> Self {
+        Run {
+            rx: IfIndex::NONE,
+            packets: 0,
+            bytes: 0,
+            tx: IfIndex::NONE,
+            below: 0,
+        }
+    }
+}
+
+impl Run {
+    /// Counts the run so far and starts one from `rx`.
+    #[inline(always)]
+    fn start(&mut self, rx: IfIndex, state: &ForwardingState, stats: &XconnectStats) {
+        self.flush(stats);
+        let tx = state.xconnect.get(rx.as_usize()).copied();
+        self.rx = rx;
+        self.tx = tx.unwrap_or(IfIndex::NONE);
+        self.below = frame_bound(state, self.tx);
+    }
+
+    #[inline(always)]
+    fn count(&mut self, len: u32) {
+        self.packets += 1;
+        self.bytes += u64::from(len);
+    }
+
+    #[inline(always)]
+    fn flush(&mut self, stats: &XconnectStats) {
+        if self.packets > 0 {
+            stats.add(self.rx, self.packets, self.bytes);
+            (self.packets, self.bytes) = (0, 0);
+        }
+    }
+}
+
+/// One more than the longest untagged frame interface `tx` sends (its MTU and an Ethernet
+/// header): `u32::MAX` for an MTU of 0 (no limit), 0 for no interface (nothing passes).
 #[inline]
-fn frame_limit(state: &ForwardingState, tx: IfIndex) -> u32 {
+fn frame_bound(state: &ForwardingState, tx: IfIndex) -> u32 {
+    if tx.is_none() {
+        return 0;
+    }
     match state.interfaces.get(tx.as_usize()).and_then(Option::as_ref) {
-        Some(i) if i.mtu > 0 => u32::from(i.mtu) + wire::ETHERNET_HEADER as u32,
+        Some(i) if i.mtu > 0 => u32::from(i.mtu) + wire::ETHERNET_HEADER as u32 + 1,
         _ => u32::MAX,
     }
 }
 
-/// Whether a frame longer than `limit` (the untagged limit) really is too long: an 802.1Q tag
-/// is allowed on top, and a super-frame is cut to size later.
+/// Whether buffer `bi`, at least `below` long, really is too long: an 802.1Q tag is allowed on
+/// top, and a super-frame is cut to size later.
 #[cold]
 #[inline(never)]
-fn exceeds(meta: &BufferMeta, d: &[u8], limit: u32) -> bool {
+fn exceeds(mut buffers: BufferView<'_>, bi: BufferIndex, below: u32) -> bool {
+    let (meta, d) = buffers.meta_and_data_mut(bi);
     if meta.offload().is_some_and(|o| o.gso != Gso::None) {
         return false;
     }
-    let tagged = Ethernet::new_checked(d).is_ok_and(|e| e.ethertype() == wire::ETHERTYPE_VLAN);
-    meta.total_length() > limit + if tagged { wire::VLAN_TAG as u32 } else { 0 }
+    let tagged = Ethernet::new_checked(&*d).is_ok_and(|e| e.ethertype() == wire::ETHERTYPE_VLAN);
+    meta.total_length() >= below + if tagged { wire::VLAN_TAG as u32 } else { 0 }
 }
