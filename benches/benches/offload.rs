@@ -22,7 +22,9 @@ fn super_frame(payload: &[u8]) -> Vec<u8> {
     f.extend_from_slice(&[0x45, 0]);
     f.extend_from_slice(&total.to_be_bytes());
     f.extend_from_slice(&[0, 7, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
-    f.extend_from_slice(&[0x04, 0xd2, 0, 80, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x10, 0xff, 0xff]);
+    f.extend_from_slice(&[
+        0x04, 0xd2, 0, 80, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x10, 0xff, 0xff,
+    ]);
     f.extend_from_slice(&[0, 0, 0, 0]);
     f.extend_from_slice(payload);
     f
