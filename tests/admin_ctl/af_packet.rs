@@ -1,0 +1,288 @@
+//! AF_PACKET interfaces added to a running Quiver with `quiver ctl interface add af-packet`:
+//! on a veth made for the test, deleted again, sized, and their receive queues' modes as
+//! `show interfaces` reports them.
+
+use std::process::Command;
+
+use testkit::{require, wait_for, Needs};
+
+use super::config;
+use super::support::{entries, one, socket_mappings, Quiver, Scratch};
+
+/// A veth pair made for a test, both ends up, deleted on drop; `None` (the test skipped) without
+/// root or `ip`.
+struct Veth {
+    /// The end Quiver's AF_PACKET port opens.
+    name: String,
+    /// The other end, where the test's traffic comes from.
+    peer: String,
+}
+
+impl Veth {
+    fn new(test: &str, prefix: &str) -> Option<Veth> {
+        let needs = Needs {
+            root: true,
+            hugepages: 0,
+            tools: &["/usr/sbin/ip"],
+        };
+        if !require(test, &needs) {
+            return None;
+        }
+        let name = format!("{prefix}{}", std::process::id() % 100_000);
+        let v = Veth {
+            peer: format!("{name}p"),
+            name,
+        };
+        ip(&[
+            "link", "add", &v.name, "type", "veth", "peer", "name", &v.peer,
+        ]);
+        ip(&["link", "set", &v.name, "up"]);
+        ip(&["link", "set", &v.peer, "up"]);
+        Some(v)
+    }
+}
+
+impl Drop for Veth {
+    fn drop(&mut self) {
+        let _ = Command::new("/usr/sbin/ip")
+            .args(["link", "del", &self.name])
+            .output();
+    }
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new("/usr/sbin/ip").args(args).output().unwrap();
+    assert!(out.status.success(), "ip {args:?}: {out:?}");
+}
+
+#[test]
+fn an_af_packet_interface_is_added_and_deleted_at_run_time() {
+    let Some(veth) = Veth::new(
+        "an_af_packet_interface_is_added_and_deleted_at_run_time",
+        "qctl",
+    ) else {
+        return;
+    };
+    let dir = Scratch::new("afp");
+    let q = Quiver::start_at(
+        &dir,
+        "afp",
+        &config(&dir.path("m.sock")),
+        &dir.path("admin.sock"),
+    );
+    let added = q.json(&[
+        "interface",
+        "add",
+        "af-packet",
+        "host0",
+        "--host-interface",
+        &veth.name,
+    ]);
+    assert!(added["index"].is_u64(), "{added}");
+    let ifs = q.json(&["show", "interfaces"]);
+    let host0 = one(&ifs, "name", "host0");
+    assert_eq!(host0["type"], "af_packet");
+    let err = q.refused_quietly(&[
+        "interface",
+        "add",
+        "af-packet",
+        "host1",
+        "--host-interface",
+        "no-such-if0",
+    ]);
+    assert!(err.contains("no-such-if0"), "{err}");
+    assert!(entries(&q.json(&["show", "interfaces"]), "name", "host1").is_empty());
+    q.json(&["interface", "del", "host0"]);
+    assert!(entries(&q.json(&["show", "interfaces"]), "name", "host0").is_empty());
+}
+
+/// `interface add af-packet --ring-kb` sizes the port's rings as `ring_kb` in `[[port]]` does,
+/// `show interfaces` says so, and a size the configuration file would refuse is refused with
+/// nothing made.
+#[test]
+fn an_af_packet_interface_added_at_run_time_takes_its_ring_size() {
+    let test = "an_af_packet_interface_added_at_run_time_takes_its_ring_size";
+    let Some(veth) = Veth::new(test, "qrkb") else {
+        return;
+    };
+    let dir = Scratch::new("afp-ring");
+    let q = Quiver::start_at(
+        &dir,
+        "afp-ring",
+        &config(&dir.path("m.sock")),
+        &dir.path("admin.sock"),
+    );
+    // `quiver ctl interface add af-packet NAME … --ring-kb KIB`: its JSON, or why it was refused.
+    let add = |name: &str, ring_kb: &str, ok: bool| {
+        let args = [
+            "interface",
+            "add",
+            "af-packet",
+            name,
+            "--host-interface",
+            &veth.name,
+            "--ring-kb",
+            ring_kb,
+        ];
+        if ok {
+            q.json(&args).to_string()
+        } else {
+            q.refused_quietly(&args)
+        }
+    };
+    assert!(
+        socket_mappings(q.child.id()).is_empty(),
+        "no AF_PACKET port yet"
+    );
+
+    // Refused, as the configuration file refuses them: not a power of two, out of range.
+    for bad in ["0", "32", "1000", "131072"] {
+        let err = add("host1", bad, false);
+        assert!(
+            err.contains(&format!(
+                "invalid argument: ring_kb: {bad} must be a power of two from 64 to 65536"
+            )),
+            "--ring-kb {bad}: {err}"
+        );
+    }
+    assert!(entries(&q.json(&["show", "interfaces"]), "name", "host1").is_empty());
+    assert!(socket_mappings(q.child.id()).is_empty(), "no ring was made");
+
+    // 256 KiB: the one worker's queue maps 256 KiB of receive ring and 256 of transmit ring.
+    let added: serde_json::Value = serde_json::from_str(&add("host0", "256", true)).unwrap();
+    assert!(added["index"].is_u64(), "{added}");
+    let ifs = q.json(&["show", "interfaces"]);
+    let host0 = one(&ifs, "name", "host0");
+    assert_eq!(host0["type"], "af_packet");
+    assert_eq!(host0["ring_kb"], 256);
+    assert_eq!(
+        one(&ifs, "name", "memif0")["ring_kb"],
+        0,
+        "not an AF_PACKET port"
+    );
+    assert_eq!(socket_mappings(q.child.id()), [(2 * 256) << 10]);
+    let out = q.ctl(&["show", "interfaces"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l == "    rings: 256 KiB each way per queue"),
+        "{text}"
+    );
+
+    // Without --ring-kb: the configuration file's default, 4096.
+    q.json(&[
+        "interface",
+        "add",
+        "af-packet",
+        "host2",
+        "--host-interface",
+        &veth.peer,
+    ]);
+    let ifs = q.json(&["show", "interfaces"]);
+    assert_eq!(one(&ifs, "name", "host2")["ring_kb"], 4096);
+    assert_eq!(
+        socket_mappings(q.child.id()),
+        [(2 * 256) << 10, (2 * 4096) << 10]
+    );
+    q.json(&["interface", "del", "host0"]);
+    q.json(&["interface", "del", "host2"]);
+    wait_for("the rings to go with their ports", 10, || {
+        socket_mappings(q.child.id()).is_empty()
+    });
+}
+
+/// `show interfaces` gives each receive queue's mode: an idle AF_PACKET queue goes to sleep on
+/// its socket (`interrupt`), is polled again while frames come (`polling`), and sleeps again once
+/// they stop. memif queues are always polled and show no mode.
+#[test]
+fn show_interfaces_has_an_idle_queue_in_interrupt_mode_and_a_busy_one_polling() {
+    let test = "show_interfaces_has_an_idle_queue_in_interrupt_mode_and_a_busy_one_polling";
+    let Some(veth) = Veth::new(test, "qrxm") else {
+        return;
+    };
+    // The traffic: UDP broadcasts out of the peer, which Quiver's port receives.
+    let net = 200 + std::process::id() % 50;
+    ip(&[
+        "addr",
+        "add",
+        &format!("198.18.{net}.1/24"),
+        "dev",
+        &veth.peer,
+    ]);
+    let dir = Scratch::new("rx-mode");
+    let q = Quiver::start_at(
+        &dir,
+        "rx-mode",
+        &config(&dir.path("m.sock")),
+        &dir.path("admin.sock"),
+    );
+    q.json(&[
+        "interface",
+        "add",
+        "af-packet",
+        "host0",
+        "--host-interface",
+        &veth.name,
+    ]);
+    let host0 = |q: &Quiver| one(&q.json(&["show", "interfaces"]), "name", "host0").clone();
+    let modes = |q: &Quiver| host0(q)["rx_modes"].clone();
+    let memif0 = one(&q.json(&["show", "interfaces"]), "name", "memif0").clone();
+    assert_eq!(memif0["rx_modes"], serde_json::json!([]), "always polled");
+
+    // Idle: asleep, in the JSON and in the table.
+    wait_for("host0's idle queue to sleep", 30, || {
+        modes(&q) == serde_json::json!(["interrupt"])
+    });
+    let out = q.ctl(&["show", "interfaces"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines().any(|l| l == "    rx mode: interrupt"),
+        "{text}"
+    );
+
+    // Frames: polled again while they come. They come from a thread of their own, without a
+    // pause longer than the queue's idle time, so the queue is awake whenever `show` looks
+    // (a burst per look let it fall asleep again before the slower `quiver ctl` answered).
+    let received = host0(&q)["rx_packets"].as_u64().unwrap();
+    let sender = std::net::UdpSocket::bind(format!("198.18.{net}.1:0")).unwrap();
+    sender.set_broadcast(true).unwrap();
+    let to = format!("198.18.{net}.255:9");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let sent = std::thread::scope(|s| {
+        let traffic = s.spawn(|| {
+            let mut sent = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                sender.send_to(&[0x5a; 64], &to).unwrap();
+                sent += 1;
+                // Pacing, not synchronisation: a frame every 100 µs keeps the queue awake.
+                std::thread::sleep(std::time::Duration::from_micros(100));
+            }
+            sent
+        });
+        wait_for("host0's queue to be polled while frames come", 30, || {
+            modes(&q) == serde_json::json!(["polling"])
+        });
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        traffic.join().unwrap()
+    });
+    assert!(
+        host0(&q)["rx_packets"].as_u64().unwrap() > received,
+        "the frames were received ({sent} sent)"
+    );
+
+    // Quiet again: asleep again.
+    wait_for("host0's queue to sleep again", 30, || {
+        modes(&q) == serde_json::json!(["interrupt"])
+    });
+    let slept = q.json(&["show", "errors"]);
+    let count = |reason: &str| {
+        slept
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["node"] == "port-input" && e["reason"] == reason)
+            .map_or(0, |e| e["count"].as_u64().unwrap())
+    };
+    assert!(count("queue-slept") >= 2, "{slept:#}");
+    assert!(count("queue-woken") >= 1, "{slept:#}");
+}
