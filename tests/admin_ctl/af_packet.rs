@@ -55,6 +55,19 @@ fn ip(args: &[&str]) {
     assert!(out.status.success(), "ip {args:?}: {out:?}");
 }
 
+/// A Quiver with the memif pair configuration in a scratch directory `tag`, its admin socket
+/// there (the directory goes after the Quiver: declare them in this order).
+fn start(tag: &str) -> (Scratch, Quiver) {
+    let dir = Scratch::new(tag);
+    let q = Quiver::start_at(
+        &dir,
+        tag,
+        &config(&dir.path("m.sock")),
+        &dir.path("admin.sock"),
+    );
+    (dir, q)
+}
+
 #[test]
 fn an_af_packet_interface_is_added_and_deleted_at_run_time() {
     let Some(veth) = Veth::new(
@@ -63,13 +76,7 @@ fn an_af_packet_interface_is_added_and_deleted_at_run_time() {
     ) else {
         return;
     };
-    let dir = Scratch::new("afp");
-    let q = Quiver::start_at(
-        &dir,
-        "afp",
-        &config(&dir.path("m.sock")),
-        &dir.path("admin.sock"),
-    );
+    let (_dir, q) = start("afp");
     let added = q.json(&[
         "interface",
         "add",
@@ -105,13 +112,7 @@ fn an_af_packet_interface_added_at_run_time_takes_its_ring_size() {
     let Some(veth) = Veth::new(test, "qrkb") else {
         return;
     };
-    let dir = Scratch::new("afp-ring");
-    let q = Quiver::start_at(
-        &dir,
-        "afp-ring",
-        &config(&dir.path("m.sock")),
-        &dir.path("admin.sock"),
-    );
+    let (_dir, q) = start("afp-ring");
     // `quiver ctl interface add af-packet NAME … --ring-kb KIB`: its JSON, or why it was refused.
     let add = |name: &str, ring_kb: &str, ok: bool| {
         let args = [
@@ -209,13 +210,7 @@ fn show_interfaces_has_an_idle_queue_in_interrupt_mode_and_a_busy_one_polling() 
         "dev",
         &veth.peer,
     ]);
-    let dir = Scratch::new("rx-mode");
-    let q = Quiver::start_at(
-        &dir,
-        "rx-mode",
-        &config(&dir.path("m.sock")),
-        &dir.path("admin.sock"),
-    );
+    let (_dir, q) = start("rx-mode");
     q.json(&[
         "interface",
         "add",
