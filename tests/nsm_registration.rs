@@ -7,6 +7,8 @@ mod support;
 
 use std::time::Duration;
 
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
 use nsm_forwarder::testing::TestRegistry;
 use support::{memif_pair_config, Quiver, Scratch};
 use testkit::wait_for;
@@ -20,12 +22,15 @@ fn answered(n: u32) -> String {
     )
 }
 
+/// Quiver registers, refreshes, and is stopped while its second Register is in flight (the
+/// registry holds the answer): it finishes that Register, then unregisters continuing the path
+/// nsmgr answered it with — after it, never before, and never with the path before it.
 #[test]
 fn register_refresh_and_unregister_continue_the_registry_path_nsmgr_answers() {
     let dir = Scratch::new("nsm-registry-path");
     let socket = dir.path("nsmgr.sock");
-    // Registrations granted 1.5 s: Quiver registers again after 1 s.
-    let registry = TestRegistry::start_granting(&socket, Duration::from_millis(1500)).unwrap();
+    // Registrations granted 1.5 s: Quiver registers again after 1 s; that answer is held.
+    let registry = TestRegistry::start_holding(&socket, Duration::from_millis(1500), 1).unwrap();
     let config = memif_pair_config(&dir.path("memif.sock"), "[stats]\ninterval_secs = 0");
     let mut q = Quiver::spawn_with(&dir, "q", &config, &dir.path("admin.sock"), |c| {
         c.arg("--nsm")
@@ -37,27 +42,18 @@ fn register_refresh_and_unregister_continue_the_registry_path_nsmgr_answers() {
             .env("NSM_NAME", "quiver-path")
             .env_remove("SPIFFE_ENDPOINT_SOCKET");
     });
-    wait_for("two registrations", 30, || {
-        registry
-            .log()
-            .iter()
-            .filter(|l| l.starts_with("register"))
-            .count()
-            >= 2
-    });
+    wait_for("the refresh", 30, || registry.log().len() >= 2);
+    let pid = Pid::from_raw(q.child.id() as i32);
+    kill(pid, Signal::SIGINT).unwrap();
+    q.wait_log("leaving nsmgr's registry");
+    registry.release();
     q.stop();
-    let log = registry.log();
-    assert_eq!(log[0], format!("register quiver-path {FIRST}"), "{log:?}");
     assert_eq!(
-        log[1],
-        format!("register quiver-path {}", answered(0)),
-        "{log:?}"
-    );
-    let last = log.last().unwrap();
-    let registrations = log.iter().filter(|l| l.starts_with("register")).count() as u32;
-    assert_eq!(
-        *last,
-        format!("unregister quiver-path {}", answered(registrations - 1)),
-        "{log:?}"
+        registry.log(),
+        [
+            format!("register quiver-path {FIRST}"),
+            format!("register quiver-path {}", answered(0)),
+            format!("unregister quiver-path {}", answered(1)),
+        ]
     );
 }

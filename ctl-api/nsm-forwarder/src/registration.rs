@@ -3,8 +3,8 @@
 //! its own socket), as cmd-forwarder-vpp does, registers again at 2/3 of the expiration nsmgr
 //! returns, and at once when nsmgr restarts or drops the entry (Quiver watches its own entry
 //! between refreshes); a failed registration is retried with backoff. It unregisters when the
-//! server stops. nsmgr is dialed with mTLS when Quiver has a SPIFFE identity, and then every
-//! call (Register, the watch's Find, Unregister) carries Quiver's path token for nsmgr
+//! server stops, after a Register in flight ends. nsmgr is dialed with mTLS when Quiver has a
+//! SPIFFE identity, and then every call (Register, the watch's Find, Unregister) carries Quiver's path token for nsmgr
 //! (`nsm-client-token`, aud = nsmgr's SPIFFE ID; see [`super::secure::sign_call`]). On a unix socket,
 //! the url is passed as NSM's grpcfd does: `inode://<dev>/<ino>` of Quiver's socket, its fd
 //! sent beside the call (see [`passed_endpoint`]). Register and Unregister carry the registry
@@ -20,6 +20,7 @@ use nsm_proto::registry::{
     NetworkServiceEndpoint, NetworkServiceEndpointQuery, NetworkServiceLabels,
 };
 use spiffe_identity::PeerChannel;
+use tokio::sync::watch;
 use tonic::Status;
 
 use crate::config::NsmConfig;
@@ -282,18 +283,26 @@ pub async fn unregister(cfg: &NsmConfig, path: &RegistryPath) {
 }
 
 /// Registers, and again before each registration expires or as soon as nsmgr lost it (see
-/// `watch_until`), forever, along `path`; a failure is logged and retried with a growing
-/// pause (up to 30 s), as is a registration lost again and again.
-pub async fn keep_registered(cfg: NsmConfig, path: RegistryPath) {
+/// `watch_until`), along `path`, until `stop` turns true (or its sender goes); a failure is
+/// logged and retried with a growing pause (up to 30 s), as is a registration lost again and
+/// again. A Register already sent when `stop` comes is finished, not dropped: the path nsmgr
+/// answers it with is kept, so the Unregister that follows continues it and reaches nsmgr after
+/// that Register, never before it.
+pub async fn keep_registered(cfg: NsmConfig, path: RegistryPath, mut stop: watch::Receiver<bool>) {
     const FIRST_PAUSE: Duration = Duration::from_millis(250);
     let mut pause = FIRST_PAUSE;
     let mut lost_pause = FIRST_PAUSE;
-    loop {
+    while !stopped_now(&stop) {
         match register_on(&cfg, &path).await {
             Ok((next, channel)) => {
                 tracing::debug!(registry = cfg.connect_to, ?next, "registered with nsmgr");
                 pause = FIRST_PAUSE;
-                match watch_until(&cfg, channel, next).await {
+                let Some(watched) =
+                    unless_stopped(&mut stop, watch_until(&cfg, channel, next)).await
+                else {
+                    return;
+                };
+                match watched {
                     Watched::Due => lost_pause = FIRST_PAUSE,
                     Watched::Lost(why) => {
                         // A new registration, not a refresh: nsmgr no longer has the old one.
@@ -303,17 +312,34 @@ pub async fn keep_registered(cfg: NsmConfig, path: RegistryPath) {
                             why,
                             "lost the registration with nsmgr: registering again"
                         );
-                        tokio::time::sleep(lost_pause).await;
+                        unless_stopped(&mut stop, tokio::time::sleep(lost_pause)).await;
                         lost_pause = (lost_pause * 2).min(Duration::from_secs(30));
                     }
                 }
             }
             Err(e) => {
                 tracing::warn!(registry = cfg.connect_to, error = %e, "cannot register with nsmgr");
-                tokio::time::sleep(pause).await;
+                unless_stopped(&mut stop, tokio::time::sleep(pause)).await;
                 pause = (pause * 2).min(Duration::from_secs(30));
             }
         }
+    }
+}
+
+/// Whether `stop` says stop (true, or its sender is gone).
+fn stopped_now(stop: &watch::Receiver<bool>) -> bool {
+    *stop.borrow() || stop.has_changed().is_err()
+}
+
+/// Runs `work` unless `stop` turns true first (or its sender goes): `None` then.
+async fn unless_stopped<F: std::future::Future>(
+    stop: &mut watch::Receiver<bool>,
+    work: F,
+) -> Option<F::Output> {
+    tokio::select! {
+        biased;
+        _ = stop.wait_for(|stop| *stop) => None,
+        done = work => Some(done),
     }
 }
 

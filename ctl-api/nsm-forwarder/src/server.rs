@@ -143,13 +143,33 @@ impl NsmService {
         if self.core.cfg.register {
             let cfg = self.core.cfg.clone();
             let path = registration::RegistryPath::default();
-            let registration =
-                tokio::spawn(registration::keep_registered(cfg.clone(), path.clone()));
+            let (stop, stopped) = tokio::sync::watch::channel(false);
+            let mut registration = tokio::spawn(registration::keep_registered(
+                cfg.clone(),
+                path.clone(),
+                stopped,
+            ));
             // Stops with the server, even when this future is dropped.
-            let stop = AbortOnDrop(registration.abort_handle());
+            let abort = AbortOnDrop(registration.abort_handle());
             let served = self.serve_inner(listener, shutdown).await;
-            drop(stop);
-            // Nothing should be sent here any more: leave the registry.
+            // Nothing should be sent here any more: leave the registry, after a Register in
+            // flight (bounded by its own deadline) so that the Unregister comes after it.
+            tracing::info!(
+                registry = cfg.connect_to,
+                "leaving nsmgr's registry (after a Register in flight)"
+            );
+            let _ = stop.send(true);
+            let registering = cfg.dial_timeout * 5;
+            if tokio::time::timeout(registering, &mut registration)
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    registry = cfg.connect_to,
+                    "a Register did not end: unregistering anyway"
+                );
+            }
+            drop(abort);
             registration::unregister(&cfg, &path).await;
             return served;
         }

@@ -427,6 +427,9 @@ struct Registry {
     expiry: Duration,
     /// Registrations answered so far: each answer's path has a new token, as nsmgr's has.
     answered: Arc<std::sync::atomic::AtomicU32>,
+    /// The registration (counted from 0) whose answer waits for [`TestRegistry::release`].
+    held: Option<u32>,
+    release: Arc<tokio::sync::Notify>,
 }
 
 /// The registry path a call carried, or why nsmgr would refuse the call.
@@ -458,6 +461,9 @@ impl NetworkServiceEndpointRegistry for Registry {
         let n = self
             .answered
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if self.held == Some(n) {
+            self.release.notified().await;
+        }
         let back = format!(
             r#"{{"Index":1,"PathSegments":[{{"token":"caller-{n}"}},{{"token":"nsmgr-{n}"}}]}}"#
         );
@@ -534,6 +540,7 @@ impl Registry {
 pub struct TestRegistry {
     log: RegistryLog,
     endpoints: EndpointTable,
+    release: Arc<tokio::sync::Notify>,
     _served: Served,
 }
 
@@ -546,17 +553,37 @@ impl TestRegistry {
     /// [`TestRegistry::start`], granting registrations `expiry` (a forwarder registers again
     /// at 2/3 of it).
     pub fn start_granting(socket: &Path, expiry: Duration) -> std::io::Result<Self> {
+        Self::serve(socket, expiry, None)
+    }
+
+    /// [`TestRegistry::start_granting`], holding the answer to registration `held` (counted
+    /// from 0; it is logged when it comes) until [`TestRegistry::release`]: a Register in flight
+    /// for as long as a test needs.
+    pub fn start_holding(socket: &Path, expiry: Duration, held: u32) -> std::io::Result<Self> {
+        Self::serve(socket, expiry, Some(held))
+    }
+
+    /// Lets the held registration be answered.
+    pub fn release(&self) {
+        self.release.notify_one();
+    }
+
+    fn serve(socket: &Path, expiry: Duration, held: Option<u32>) -> std::io::Result<Self> {
         let log = RegistryLog::default();
+        let release = Arc::new(tokio::sync::Notify::new());
         let endpoints = EndpointTable::default();
         let registry = Registry {
             log: log.clone(),
             endpoints: endpoints.clone(),
             expiry,
             answered: Arc::default(),
+            held,
+            release: release.clone(),
         };
         Ok(TestRegistry {
             log,
             endpoints,
+            release,
             _served: Served::start(
                 socket,
                 Routes::new(NetworkServiceEndpointRegistryServer::new(registry)),
