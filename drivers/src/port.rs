@@ -60,7 +60,9 @@ pub enum PortError {
 /// A port: a device Quiver receives from and transmits to, with one queue pair per worker.
 ///
 /// Ports are shared (`Arc<dyn Port>`) between the control side and the workers' graph builders:
-/// each worker calls [`Port::queue_pair`] once, on its own thread, while building its graph.
+/// at start each worker calls [`Port::queue_pair`] once, on its own thread, while building its
+/// graph; a port added at run time has its queue pairs made by the caller, off the workers,
+/// unless [`Port::queue_pair_on_worker`] says otherwise.
 pub trait Port: Send + Sync {
     /// The port's name (`memif0`, `veth-a`, `net_ring0` …).
     fn name(&self) -> &str;
@@ -71,6 +73,14 @@ pub trait Port: Send + Sync {
     /// The queue pair for worker `worker` (0-based, less than the worker count the port was
     /// opened for). Called once per worker.
     fn queue_pair(&self, worker: usize) -> Result<QueuePair, PortError>;
+    /// Whether [`Port::queue_pair`] must run on the worker's own thread (a DPDK queue is bound
+    /// to the lcore that takes it). Other ports' queue pairs are made off the workers when a
+    /// port is added at run time: setting up a kernel socket's ring waits in the kernel for an
+    /// RCU grace period (`synchronize_net`), tens of milliseconds in which a worker would
+    /// forward nothing and the other ports' receive rings would overflow.
+    fn queue_pair_on_worker(&self) -> bool {
+        false
+    }
     /// Counters summed over all queues.
     fn stats(&self) -> PortStats;
     /// Each receive queue's mode, by worker, for ports whose queues can sleep on a wake

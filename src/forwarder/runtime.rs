@@ -4,15 +4,25 @@
 use std::sync::mpsc;
 
 use dataplane::RxQueue;
+use drivers::QueuePair;
 
 use super::*;
 
-/// Worker command: attach `port` as `interface` (queue pair taken on the worker's thread).
-fn attach_command(port: Arc<dyn Port>, interface: IfIndex) -> WorkerCommand<ForwardingState> {
+/// Worker command: attach `port` as `interface`, with the queue pair `made` for this worker off
+/// it, or one taken now on the worker's thread when the port needs that
+/// ([`Port::queue_pair_on_worker`]).
+fn attach_command(
+    port: Arc<dyn Port>,
+    interface: IfIndex,
+    made: Option<QueuePair>,
+) -> WorkerCommand<ForwardingState> {
     Box::new(move |w| {
-        let qp = port
-            .queue_pair(w.worker)
-            .map_err(|e| WorkerError::queues(port.name(), e))?;
+        let qp = match made {
+            Some(qp) => qp,
+            None => port
+                .queue_pair(w.worker)
+                .map_err(|e| WorkerError::queues(port.name(), e))?,
+        };
         let input = w
             .graph
             .node_mut::<PortsInput>(PORT_INPUT)
@@ -29,6 +39,24 @@ fn attach_command(port: Arc<dyn Port>, interface: IfIndex) -> WorkerCommand<Forw
         drop(output.attach(interface, qp.tx));
         Ok(())
     })
+}
+
+/// `port`'s queue pair for each of `workers` workers, made on the calling thread (see
+/// [`Port::queue_pair_on_worker`]); none when the workers must make their own.
+fn queue_pairs_off_workers(
+    port: &dyn Port,
+    workers: usize,
+) -> Result<Vec<Option<QueuePair>>, ForwarderError> {
+    if port.queue_pair_on_worker() {
+        return Ok(Vec::new());
+    }
+    (0..workers)
+        .map(|w| {
+            port.queue_pair(w).map(Some).map_err(|e| {
+                ForwarderError::Unavailable(format!("{}: worker {w}'s queues: {e}", port.name()))
+            })
+        })
+        .collect()
 }
 
 /// A worker's queues of one interface, taken off it by [`detach_command`].
@@ -136,8 +164,15 @@ impl Forwarder {
         // The interface is in every worker's snapshot before its first frame arrives.
         let attached = self.commit().and_then(|()| {
             self.dataplane.synchronize();
+            let mut made = queue_pairs_off_workers(&*port, self.dataplane.worker_count())?;
             self.dataplane
-                .command(|_| attach_command(port.clone(), interface))
+                .command(|w| {
+                    attach_command(
+                        port.clone(),
+                        interface,
+                        made.get_mut(w).and_then(Option::take),
+                    )
+                })
                 .map_err(ForwarderError::from)
         });
         if let Err(e) = attached {

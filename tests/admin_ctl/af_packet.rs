@@ -281,3 +281,65 @@ fn show_interfaces_has_an_idle_queue_in_interrupt_mode_and_a_busy_one_polling() 
     assert!(count("queue-slept") >= 2, "{slept:#}");
     assert!(count("queue-woken") >= 1, "{slept:#}");
 }
+
+/// Adding AF_PACKET interfaces at run time never makes the worker wait: their sockets' rings are
+/// set up off the workers. Setting up a ring waits in the kernel for an RCU grace period, tens of
+/// milliseconds under load in which a worker would forward nothing while the other ports'
+/// receive rings overflowed (the soak's steady KERNEL flow lost frames at each KERNEL Request).
+/// A polling worker switches out of its own will only to wait in the kernel, so its voluntary
+/// context switches count those waits.
+#[test]
+fn adding_af_packet_interfaces_never_makes_the_polling_worker_wait() {
+    let test = "adding_af_packet_interfaces_never_makes_the_polling_worker_wait";
+    let Some(veth) = Veth::new(test, "qwk") else {
+        return;
+    };
+    let dir = Scratch::new("afp-wait");
+    let polling = config(&dir.path("m.sock")).replace(r#"idle = "adaptive""#, r#"idle = "poll""#);
+    assert!(polling.contains(r#"idle = "poll""#), "{polling}");
+    let q = Quiver::start_at(&dir, "afp-wait", &polling, &dir.path("admin.sock"));
+    let worker = thread_named(q.child.id(), "quiver-wk0");
+    const ADDED: u64 = 8;
+    let before = voluntary_switches(q.child.id(), worker);
+    for i in 0..ADDED {
+        let name = format!("host{i}");
+        let end = if i % 2 == 0 { &veth.name } else { &veth.peer };
+        let added = q.json(&[
+            "interface",
+            "add",
+            "af-packet",
+            &name,
+            "--host-interface",
+            end,
+        ]);
+        assert!(added["index"].is_u64(), "{added}");
+        q.json(&["interface", "del", &name]);
+    }
+    let waits = voluntary_switches(q.child.id(), worker) - before;
+    assert!(
+        waits < ADDED,
+        "the worker waited {waits} times while {ADDED} AF_PACKET interfaces were added"
+    );
+}
+
+/// The id of `pid`'s thread named `name`.
+fn thread_named(pid: u32, name: &str) -> u32 {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| t.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|tid| {
+            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+                .is_ok_and(|c| c.trim() == name)
+        })
+        .unwrap_or_else(|| panic!("no thread {name} in process {pid}"))
+}
+
+/// How often thread `tid` of `pid` gave up its CPU to wait.
+fn voluntary_switches(pid: u32, tid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no voluntary_ctxt_switches in {status}"))
+}

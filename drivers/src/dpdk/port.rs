@@ -372,6 +372,10 @@ impl Port for DpdkPort {
         }
     }
 
+    fn queue_pair_on_worker(&self) -> bool {
+        true
+    }
+
     fn queue_pair(&self, worker: usize) -> Result<QueuePair, PortError> {
         let inner = &self.inner;
         let q = u16::try_from(worker)
