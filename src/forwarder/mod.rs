@@ -14,6 +14,7 @@
 //! [`Owned`]; `dpdk_ports`: the EAL and DPDK ports (feature `dpdk`).
 
 mod capture;
+pub mod closing;
 mod cut_through;
 mod dpdk_ports;
 mod error;
@@ -105,6 +106,9 @@ pub struct Forwarder {
     /// Cut-throughs on (receiving, transmitting interface), each with the flag that ends it:
     /// see `cut_through`.
     cut_throughs: Vec<((IfIndex, IfIndex), Arc<std::sync::atomic::AtomicBool>)>,
+    /// What changes left to close that may wait in the kernel to close (see `closing`), kept
+    /// for the owner to close off its thread; `None`: closed at once.
+    closing: Option<Vec<closing::Closing>>,
 }
 
 /// The buffer pool layout `cfg` needs: with DPDK ports, room in front of every buffer for the
@@ -210,6 +214,7 @@ impl Forwarder {
             dpdk,
             captures: Vec::new(),
             cut_throughs: Vec::new(),
+            closing: None,
         };
         // The configured cross-connects' cut-throughs.
         forwarder.commit().map_err(StartError::CutThroughs)?;

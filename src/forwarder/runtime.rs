@@ -6,6 +6,8 @@ use std::sync::mpsc;
 use dataplane::RxQueue;
 use drivers::QueuePair;
 
+use super::closing::closes_slowly;
+
 use super::*;
 
 /// Worker command: attach `port` as `interface`, with the queue pair `made` for this worker off
@@ -87,27 +89,33 @@ fn detach_command(
     })
 }
 
-/// Detaches `interface` from every worker and drops its queues on the calling thread, then
-/// has each worker let go of a memif connection's memory no buffer holds any more (rather than
-/// at its next connection). Closing a kernel queue's descriptor (an AF_PACKET socket, a TAP
-/// queue) waits in the kernel for an RCU grace period (`synchronize_net`), which on a busy
-/// machine takes seconds: on a worker, that stopped its forwarding meanwhile and, past the
-/// command's 10 s, failed the port's removal (an NSM Close then left the port behind).
+/// Detaches `interface` from every worker and returns its queues, to be dropped off the workers,
+/// then has each worker let go of a memif connection's memory no buffer holds any more (rather
+/// than at its next connection; memif queues, which close at once, are dropped first).
+/// Closing a kernel queue's descriptor (an AF_PACKET socket, a TAP queue) waits in the kernel
+/// for an RCU grace period (`synchronize_net`), which on a busy machine takes seconds: on a
+/// worker, that stopped its forwarding meanwhile and, past the command's 10 s, failed the
+/// port's removal (an NSM Close then left the port behind); see also `closing`.
 pub(super) fn detach_everywhere(
     dataplane: &Dataplane<ForwardingState>,
     interface: IfIndex,
-) -> Result<(), CommandError> {
+    slow: bool,
+) -> Result<Vec<Detached>, CommandError> {
     let (closed, detached) = mpsc::channel();
     let done = dataplane.command(|_| detach_command(interface, closed.clone()));
     drop(closed);
-    drop(detached.try_iter().collect::<Vec<Detached>>());
+    let mut queues: Vec<Detached> = detached.try_iter().collect();
+    if !slow {
+        queues.clear();
+    }
     done?;
     dataplane.command(|_| {
         Box::new(|w| {
             w.buffers.prune_external();
             Ok(())
         })
-    })
+    })?;
+    Ok(queues)
 }
 
 impl Forwarder {
@@ -176,7 +184,11 @@ impl Forwarder {
                 .map_err(ForwarderError::from)
         });
         if let Err(e) = attached {
-            let _ = detach_everywhere(&self.dataplane, interface);
+            if let Ok(queues) =
+                detach_everywhere(&self.dataplane, interface, closes_slowly(section))
+            {
+                self.dispose_all(queues);
+            }
             let _ = self.forwarding.remove_interface(interface);
             let _ = self.commit();
             self.close(section, port);
@@ -218,7 +230,9 @@ impl Forwarder {
         }
         self.forwarding.remove_interface(interface)?;
         self.commit()?;
-        detach_everywhere(&self.dataplane, interface)?;
+        let slow = closes_slowly(&self.sections[k]);
+        let queues = detach_everywhere(&self.dataplane, interface, slow)?;
+        self.dispose_all(queues);
         let entry = self.ports.remove(k);
         let section = self.sections.remove(k);
         self.close(&section, entry.port);
@@ -546,11 +560,15 @@ impl Forwarder {
     }
 
     /// Closes a port no worker holds any more.
+    /// Closes `port`: a memif port's socket at once, a kernel port when the owner says (see
+    /// `closing`).
     fn close(&mut self, section: &PortSection, port: Arc<dyn Port>) {
         if let (PortSection::Memif(m), Some(control)) = (section, &self.memif) {
             control.remove_port(&m.name);
         }
-        drop(port);
+        if closes_slowly(section) {
+            self.dispose(Box::new(port));
+        }
     }
 }
 
@@ -648,7 +666,7 @@ mod tests {
             b.build()
         })
         .unwrap();
-        detach_everywhere(&dp, interface).unwrap();
+        detach_everywhere(&dp, interface, false).unwrap();
         let me = std::thread::current().name().unwrap_or("").to_string();
         let dropped = drops.lock().unwrap().clone();
         assert_eq!(
@@ -657,7 +675,7 @@ mod tests {
             "2 workers' receive and transmit queues"
         );
         // Detaching again finds nothing; the workers still answer.
-        detach_everywhere(&dp, interface).unwrap();
+        detach_everywhere(&dp, interface, false).unwrap();
         assert_eq!(drops.lock().unwrap().len(), 4);
         dp.stop();
     }

@@ -16,9 +16,11 @@
 //! explicit and the owner the only writer; readers share immutable views.
 
 mod change;
+mod closer;
 mod view;
 
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
+
 use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -26,6 +28,7 @@ use std::time::{Duration, Instant};
 use dataplane::{BufferPool, DataplaneObserver};
 
 use crate::forwarder::{Forwarder, ForwarderError};
+use closer::Closer;
 
 pub use change::{Applied, Change};
 pub use view::ForwarderView;
@@ -51,9 +54,15 @@ pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_millis(5);
 /// A look at the forwarder itself, run by the owner in turn with changes.
 type Inspection = Box<dyn FnOnce(&Forwarder) + Send>;
 
+/// Where a change's result goes.
+type Reply = SyncSender<Result<Applied, ForwarderError>>;
+
 enum Message {
-    Change(Change, SyncSender<Result<Applied, ForwarderError>>),
+    Change(Change, Reply),
     Inspect(Inspection),
+    /// For tests: keep `item` to close as a change that removed a kernel port would.
+    #[cfg(test)]
+    Dispose(crate::forwarder::closing::Closing, Reply),
     Stop,
 }
 
@@ -84,6 +93,8 @@ impl ConfigOwner {
             dataplane: forwarder.dataplane().observer(),
             pool: forwarder.dataplane().pool().clone(),
         };
+        let mut forwarder = forwarder;
+        forwarder.defer_closing();
         let thread = std::thread::Builder::new()
             .name("quiver-config".into())
             .spawn(move || run(forwarder, rx, view, housekeeping))
@@ -128,7 +139,9 @@ impl Drop for ConfigOwner {
     }
 }
 
-/// The owner's loop: changes in order, housekeeping between them, a new view after each.
+/// The owner's loop: changes in order, housekeeping between them, a new view after each. What a
+/// change leaves to close that may wait in the kernel is closed by the [`Closer`], which then
+/// answers the change: its caller waits for it, the next change does not.
 fn run(
     mut f: Forwarder,
     rx: Receiver<Message>,
@@ -136,45 +149,67 @@ fn run(
     period: Duration,
 ) -> (Forwarder, Result<(), ForwarderError>) {
     // Only this thread writes the view: it is built beside the current one, and the lock is
-    // held just for the swap.
+    // held just for the swap. The view it replaces may hold the last handle on a port removed.
     let publish = |f: &Forwarder| {
         let current = view.read().unwrap_or_else(|e| e.into_inner()).clone();
         let next = Arc::new(ForwarderView::of(f, Some(&current)));
         *view.write().unwrap_or_else(|e| e.into_inner()) = next;
+        current
     };
+    let closer = Closer::start();
     let mut next_housekeeping = Instant::now() + period;
     loop {
         let wait = next_housekeeping.saturating_duration_since(Instant::now());
         match rx.recv_timeout(wait) {
             Ok(Message::Change(change, reply)) => {
                 let result = change.apply(&mut f);
-                publish(&f);
-                let _ = reply.send(result);
+                let replaced = publish(&f);
+                closer.close(f.take_closing(), replaced, Some((reply, result)));
+            }
+            #[cfg(test)]
+            Ok(Message::Dispose(item, reply)) => {
+                f.dispose(item);
+                let replaced = publish(&f);
+                closer.close(f.take_closing(), replaced, Some((reply, Ok(Applied::Done))));
             }
             Ok(Message::Inspect(look)) => look(&f),
             Ok(Message::Stop) | Err(RecvTimeoutError::Disconnected) => {
                 retire(&view);
+                closer.finish();
                 return (f, Ok(()));
             }
             Err(RecvTimeoutError::Timeout) => {}
         }
         if Instant::now() >= next_housekeeping {
-            // A large route list left behind by the last change catches up here.
-            let lagging = view
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .routes_due(&f);
-            match f.housekeeping() {
-                Ok(true) => publish(&f),
-                Ok(false) if lagging => publish(&f),
-                Ok(false) => {}
-                Err(e) => {
-                    tracing::error!(error = %e, "housekeeping failed: the configuration owner stops");
-                    retire(&view);
-                    return (f, Err(e));
-                }
+            if let Err(e) = housekeeping(&mut f, &view, &publish, &closer) {
+                retire(&view);
+                closer.finish();
+                return (f, Err(e));
             }
             next_housekeeping = Instant::now() + period;
+        }
+    }
+}
+
+/// One round of the forwarder's housekeeping, published when it changed something.
+fn housekeeping(
+    f: &mut Forwarder,
+    view: &RwLock<Arc<ForwarderView>>,
+    publish: &impl Fn(&Forwarder) -> Arc<ForwarderView>,
+    closer: &Closer,
+) -> Result<(), ForwarderError> {
+    // A large route list left behind by the last change catches up here.
+    let lagging = view.read().unwrap_or_else(|e| e.into_inner()).routes_due(f);
+    match f.housekeeping() {
+        Ok(changed) if changed || lagging => {
+            let replaced = publish(f);
+            closer.close(f.take_closing(), replaced, None);
+            Ok(())
+        }
+        Ok(_) => Ok(()),
+        Err(e) => {
+            tracing::error!(error = %e, "housekeeping failed: the configuration owner stops");
+            Err(e)
         }
     }
 }
@@ -230,6 +265,20 @@ impl Control {
             .send(Message::Inspect(look))
             .map_err(|_| stopped())?;
         result.recv().map_err(|_| stopped())
+    }
+}
+
+#[cfg(test)]
+impl Control {
+    /// Has the owner keep `item` to close as a change that removed a kernel port would; the
+    /// answer comes on the returned channel once it is closed.
+    fn dispose_for_test(
+        &self,
+        item: crate::forwarder::closing::Closing,
+    ) -> mpsc::Receiver<Result<Applied, ForwarderError>> {
+        let (reply, result) = mpsc::sync_channel(1);
+        let _ = self.tx.send(Message::Dispose(item, reply));
+        result
     }
 }
 

@@ -151,3 +151,60 @@ fn a_handle_kept_after_the_stop_pins_no_port() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Something whose close (drop) waits until the test lets it go, then says it closed.
+struct SlowToClose {
+    go: mpsc::Receiver<()>,
+    closed: mpsc::Sender<()>,
+}
+
+impl Drop for SlowToClose {
+    fn drop(&mut self) {
+        let _ = self.go.recv();
+        let _ = self.closed.send(());
+    }
+}
+
+/// A `SlowToClose`, the sender that lets it close and the receiver told when it has.
+fn slow_to_close() -> (SlowToClose, mpsc::Sender<()>, mpsc::Receiver<()>) {
+    let (go_on, go) = mpsc::channel();
+    let (closed, has_closed) = mpsc::channel();
+    (SlowToClose { go, closed }, go_on, has_closed)
+}
+
+#[test]
+fn a_change_is_answered_once_what_it_left_is_closed_and_other_changes_do_not_wait() {
+    let owner = ConfigOwner::start(forwarder(), Duration::from_millis(1));
+    let control = owner.control();
+    let (slow, go_on, has_closed) = slow_to_close();
+    // Sent first: the owner applies it before the change below.
+    let answered = control.dispose_for_test(Box::new(slow));
+    let other = control.clone();
+    let (done, other_done) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(other.apply(drop_route(Ipv4Addr::new(192, 0, 2, 0), 24)));
+    });
+    assert_eq!(
+        other_done.recv_timeout(Duration::from_secs(30)),
+        Ok(Ok(Applied::Done)),
+        "another client's change waited behind a close"
+    );
+    assert!(answered.try_recv().is_err(), "answered before it closed");
+    assert!(has_closed.try_recv().is_err());
+    go_on.send(()).unwrap();
+    assert_eq!(answered.recv().unwrap(), Ok(Applied::Done));
+    assert!(
+        has_closed.try_recv().is_ok(),
+        "closed before it was answered"
+    );
+
+    // What is left to close when the owner stops is closed before the forwarder comes back.
+    let (slow, go_on, has_closed) = slow_to_close();
+    let _answer = control.dispose_for_test(Box::new(slow));
+    go_on.send(()).unwrap();
+    owner.stop().unwrap().stop();
+    assert!(
+        has_closed.try_recv().is_ok(),
+        "the stop did not wait for the close"
+    );
+}
