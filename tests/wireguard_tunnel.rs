@@ -3,7 +3,7 @@
 //! Quiver's tunnel comes from `[[wireguard]]` in quiver.toml, with a route to B's tunnel subnet
 //! through it. A pings B's tunnel address: Quiver initiates; the peer is then restarted (no
 //! session left) and B pings A: the peer initiates, and Quiver confirms the session from its first
-//! data message. A TCP transfer of 4 MiB each way is checked for content, and one of 16 MiB
+//! data message. A TCP transfer of 4 MiB each way is checked for content, and one of 128 MiB
 //! across two rekeys of Quiver's. Then bad input from B's namespace — replays of a real transport
 //! message, one with a new counter and a flipped byte, an unknown receiver index, a truncated
 //! one — is counted under wg4-decrypt's errors, and so is a flood of 20,000 forged initiations
@@ -440,7 +440,7 @@ via = ["10.81.9.2@wg0"]
         String::from_utf8_lossy(&client.stdout).trim()
     ));
     assert!(server.wait().expect("server").success());
-    // Two rekeys of Quiver's while 16 MiB flow from A to B: the workers take the new keys
+    // Two rekeys of Quiver's while 128 MiB flow from A to B: the workers take the new keys
     // without a pause that TCP would notice, and the content arrives whole.
     let mut server = Command::new(IP)
         .args([
@@ -467,7 +467,9 @@ via = ["10.81.9.2@wg0"]
         .args([
             "netns", "exec", &a.ns, "timeout", "120", PYTHON, TCP_CHECK, "client",
         ])
-        .args(["10.81.9.2", "5203", "16777216"])
+        // Long enough (seconds) to outlast both rekeys: 16 MiB took 0.2-0.5 s, and a rekey
+        // that came after its end found no transfer left to move.
+        .args(["10.81.9.2", "5203", "134217728"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
