@@ -13,6 +13,11 @@ use quiver_admin_api::{
 };
 use tonic::Status;
 
+/// Held while a test forks (`connect_as`) and while one checks that a listener it dropped is
+/// gone: a child forked meanwhile holds every descriptor of this process until it execs, the
+/// dropped listener's included, and a connect then still finds it listening.
+static FORKS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn scratch(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("quiver-admin-api-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -21,6 +26,7 @@ fn scratch(name: &str) -> PathBuf {
 
 #[test]
 fn the_socket_gets_its_directory_and_mode_and_only_a_stale_one_is_replaced() {
+    let _no_fork = FORKS.lock().unwrap_or_else(|e| e.into_inner());
     let dir = scratch("bind");
     let path = dir.join("run/admin.sock");
     let live = bind_socket(&path).unwrap();
@@ -379,7 +385,10 @@ fn connect_as(
             Ok(())
         });
     }
-    let status = cmd.status()?;
+    let status = {
+        let _forking = FORKS.lock().unwrap_or_else(|e| e.into_inner());
+        cmd.status()?
+    };
     assert!(status.success(), "the child failed: {status}");
     drop(child);
     let mut errno: i32 = 0;
