@@ -68,6 +68,18 @@ fn start(tag: &str) -> (Scratch, Quiver) {
     (dir, q)
 }
 
+/// `quiver ctl interface add af-packet NAME --host-interface HOST`: its JSON answer.
+fn add_af_packet(q: &Quiver, name: &str, host: &str) -> serde_json::Value {
+    q.json(&[
+        "interface",
+        "add",
+        "af-packet",
+        name,
+        "--host-interface",
+        host,
+    ])
+}
+
 #[test]
 fn an_af_packet_interface_is_added_and_deleted_at_run_time() {
     let Some(veth) = Veth::new(
@@ -77,14 +89,7 @@ fn an_af_packet_interface_is_added_and_deleted_at_run_time() {
         return;
     };
     let (_dir, q) = start("afp");
-    let added = q.json(&[
-        "interface",
-        "add",
-        "af-packet",
-        "host0",
-        "--host-interface",
-        &veth.name,
-    ]);
+    let added = add_af_packet(&q, "host0", &veth.name);
     assert!(added["index"].is_u64(), "{added}");
     let ifs = q.json(&["show", "interfaces"]);
     let host0 = one(&ifs, "name", "host0");
@@ -171,14 +176,7 @@ fn an_af_packet_interface_added_at_run_time_takes_its_ring_size() {
     );
 
     // Without --ring-kb: the configuration file's default, 4096.
-    q.json(&[
-        "interface",
-        "add",
-        "af-packet",
-        "host2",
-        "--host-interface",
-        &veth.peer,
-    ]);
+    add_af_packet(&q, "host2", &veth.peer);
     let ifs = q.json(&["show", "interfaces"]);
     assert_eq!(one(&ifs, "name", "host2")["ring_kb"], 4096);
     assert_eq!(
@@ -211,14 +209,7 @@ fn show_interfaces_has_an_idle_queue_in_interrupt_mode_and_a_busy_one_polling() 
         &veth.peer,
     ]);
     let (_dir, q) = start("rx-mode");
-    q.json(&[
-        "interface",
-        "add",
-        "af-packet",
-        "host0",
-        "--host-interface",
-        &veth.name,
-    ]);
+    add_af_packet(&q, "host0", &veth.name);
     let host0 = |q: &Quiver| one(&q.json(&["show", "interfaces"]), "name", "host0").clone();
     let modes = |q: &Quiver| host0(q)["rx_modes"].clone();
     let memif0 = one(&q.json(&["show", "interfaces"]), "name", "memif0").clone();
@@ -304,14 +295,7 @@ fn adding_af_packet_interfaces_never_makes_the_polling_worker_wait() {
     for i in 0..ADDED {
         let name = format!("host{i}");
         let end = if i % 2 == 0 { &veth.name } else { &veth.peer };
-        let added = q.json(&[
-            "interface",
-            "add",
-            "af-packet",
-            &name,
-            "--host-interface",
-            end,
-        ]);
+        let added = add_af_packet(&q, &name, end);
         assert!(added["index"].is_u64(), "{added}");
         q.json(&["interface", "del", &name]);
     }
