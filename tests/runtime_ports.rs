@@ -8,141 +8,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dataplane::{BufferPool, BufferPoolConfig, HugepagePolicy, IdlePolicy, WorkerConfig};
-use drivers::LinkStatus;
-use memif::{InterfaceConfig, Mode, Slave, SocketAddress};
-use quiver::config::{MemifMode, PortSection};
+use memif::{InterfaceConfig, Slave, SocketAddress};
+use quiver::config::PortSection;
 use quiver::control::owner::{Applied, Change, ConfigOwner};
-use quiver::{Config, Forwarder, ForwarderError, Owned};
+use quiver::{Forwarder, ForwarderError, Owned};
 use testkit::wait_for;
 
-const WORKERS: usize = 2;
+#[path = "runtime_ports/ip_mode.rs"]
+mod ip_mode;
+#[path = "runtime_ports/support.rs"]
+mod support;
 
-fn socket(test: &str, n: u32) -> PathBuf {
-    std::env::temp_dir().join(format!("quiver-rt-{}-{test}-{n}.sock", std::process::id()))
-}
-
-/// A `[[port]]` section from its TOML keys.
-fn port(keys: &str) -> PortSection {
-    Config::parse(&format!("[[port]]\n{keys}"))
-        .unwrap()
-        .port
-        .remove(0)
-}
-
-fn memif_master(name: &str, sock: &std::path::Path, id: u32) -> PortSection {
-    port(&format!(
-        "name = \"{name}\"\ntype = \"memif\"\nrole = \"master\"\nsocket = \"{}\"\nid = {id}\n",
-        sock.display()
-    ))
-}
-
-/// A forwarder with `WORKERS` workers over the ports and cross-connects of `toml`.
-fn start(toml: &str) -> (Forwarder, Arc<BufferPool>) {
-    let cfg = Config::parse(&format!("[buffers]\nhugepages = \"never\"\n{toml}")).unwrap();
-    let pool = BufferPool::new(&BufferPoolConfig {
-        buffers: 16 * 1024,
-        hugepages: HugepagePolicy::Never,
-        ..BufferPoolConfig::default()
-    })
-    .unwrap();
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let workers = WorkerConfig {
-        cores: (0..WORKERS).map(|w| w % cores).collect(),
-        idle: IdlePolicy::ADAPTIVE,
-    };
-    let f = Forwarder::start(&cfg, &workers, pool.clone()).unwrap();
-    (f, pool)
-}
-
-fn slave(sock: &std::path::Path, id: u32) -> Slave {
-    slave_in(sock, id, Mode::Ethernet)
-}
-
-fn slave_in(sock: &std::path::Path, id: u32, mode: Mode) -> Slave {
-    let mut c = InterfaceConfig::new(id);
-    c.queue_pairs = WORKERS as u16;
-    c.mode = mode;
-    Slave::new(SocketAddress::Path(sock.to_path_buf()), c).unwrap()
-}
-
-/// Waits for the `slaves` and for the ports `names`, whose links `link` tells, to be up.
-fn links_up(link: impl Fn(&str) -> Option<LinkStatus>, names: &[&str], slaves: &mut [&mut Slave]) {
-    wait_for("memif links up", 20, || {
-        for s in slaves.iter_mut() {
-            s.poll().unwrap();
-        }
-        slaves.iter().all(|s| s.interface().is_up())
-            && names.iter().all(|n| link(n) == Some(LinkStatus::Up))
-    });
-}
-
-/// A port's link, read from a forwarder the test shares through a mutex.
-fn link_of(f: &Mutex<Forwarder>) -> impl Fn(&str) -> Option<LinkStatus> + '_ {
-    move |n| f.lock().unwrap().port(n).map(|e| e.port.link())
-}
-
-/// A frame of flow `flow` on queue `q` with sequence `seq`, every byte derived from them.
-fn frame(flow: u8, q: u8, seq: u32) -> Vec<u8> {
-    let len = 60 + (seq as usize * 7) % 200;
-    let mut f: Vec<u8> = (0..len)
-        .map(|i| (i as u32).wrapping_mul(31).wrapping_add(seq) as u8 ^ q ^ flow)
-        .collect();
-    f[0..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0xbb]);
-    f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0xaa]);
-    f[12..14].copy_from_slice(&[0x88, 0xb5]);
-    f[14] = flow;
-    f[15] = q;
-    f[16..20].copy_from_slice(&seq.to_be_bytes());
-    f
-}
-
-/// What one direction of a flow has done so far.
-#[derive(Default, Clone, Copy, Debug)]
-struct Flow {
-    sent: [u32; WORKERS],
-    received: [u32; WORKERS],
-}
-
-impl Flow {
-    fn total_sent(&self) -> u64 {
-        self.sent.iter().map(|&n| n as u64).sum()
-    }
-    fn total_received(&self) -> u64 {
-        self.received.iter().map(|&n| n as u64).sum()
-    }
-}
-
-/// One step of flow `id` from `from` to `to`: sends a few frames on every queue (at most 128
-/// in flight, so no ring overflows) and receives, checking every frame arrives once, intact and
-/// in order. With `send == false` only receives.
-fn step(id: u8, from: &mut Slave, to: &mut Slave, flow: &mut Flow, send: bool) {
-    for q in 0..WORKERS {
-        if send && flow.sent[q] - flow.received[q] < 128 {
-            let batch: Vec<Vec<u8>> = (flow.sent[q]..flow.sent[q] + 32)
-                .map(|s| frame(id, q as u8, s))
-                .collect();
-            let refs: Vec<&[u8]> = batch.iter().map(|f| &f[..]).collect();
-            flow.sent[q] += from.interface_mut().tx_burst(q, &refs) as u32;
-        }
-        let next = &mut flow.received[q];
-        to.interface_mut().rx_burst(q, 256, &mut |got: &[u8]| {
-            let (fid, fq) = (got[14], got[15]);
-            let seq = u32::from_be_bytes(got[16..20].try_into().unwrap());
-            assert_eq!((fid, usize::from(fq)), (id, q), "frame of another flow");
-            assert_eq!(
-                seq, *next,
-                "flow {id} queue {q}: lost, duplicated or reordered"
-            );
-            assert_eq!(
-                got,
-                &frame(fid, fq, seq)[..],
-                "flow {id} queue {q}: corrupted"
-            );
-            *next += 1;
-        });
-    }
-}
+use support::{link_of, links_up, memif_master, port, slave, socket, start, step, Flow, WORKERS};
 
 #[test]
 fn a_cross_connect_added_and_removed_at_run_time_carries_frames_and_the_running_one_loses_none() {
@@ -467,107 +344,6 @@ fn the_forwarder_can_be_shared_with_a_control_plane() {
     fn send<T: Send>() {}
     send::<Forwarder>();
     send::<ForwarderError>();
-}
-
-/// An IPv4 packet (UDP, no options) from `src` to `dst` with `ttl` and a valid checksum.
-fn ip4(src: [u8; 4], dst: [u8; 4], ttl: u8, seq: u8) -> Vec<u8> {
-    let mut p = vec![0x45, 0, 0, 48, 0, seq, 0, 0, ttl, 17, 0, 0];
-    p.extend_from_slice(&src);
-    p.extend_from_slice(&dst);
-    p.extend((0..28).map(|i| i ^ seq));
-    let sum = ip4_checksum(&p[..20]);
-    p[10..12].copy_from_slice(&sum.to_be_bytes());
-    p
-}
-
-fn ip4_checksum(h: &[u8]) -> u16 {
-    let mut sum: u32 = h
-        .chunks(2)
-        .enumerate()
-        .filter(|&(i, _)| i != 5)
-        .map(|(_, w)| u32::from(u16::from_be_bytes([w[0], w[1]])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
-
-/// Sends 100 IPv4 packets from `from`, one at a time, and checks `to` receives each with its
-/// TTL decremented and a checksum a full computation agrees with.
-fn across(from: &mut Slave, to: &mut Slave, src: [u8; 4], dst: [u8; 4]) {
-    for seq in 0..100u8 {
-        let sent = ip4(src, dst, 64, seq);
-        while from.interface_mut().tx_burst(0, &[&sent[..]]) == 0 {
-            std::thread::yield_now();
-        }
-        let mut got = Vec::new();
-        wait_for("an IP packet across the L3 cross-connect", 10, || {
-            to.interface_mut()
-                .rx_burst(0, 4, &mut |p: &[u8]| got.push(p.to_vec()));
-            !got.is_empty()
-        });
-        assert_eq!(got, vec![ip4(src, dst, 63, seq)], "packet {seq}");
-        assert_eq!(got[0][10..12], ip4_checksum(&got[0][..20]).to_be_bytes());
-    }
-}
-
-#[test]
-fn ip_mode_memif_ports_l3_cross_connected_carry_ip_packets_with_the_ttl_decremented() {
-    let sock = socket("l3ip", 0);
-    let (f, pool) = start("");
-    let start_free = pool.free_count();
-    let f = Mutex::new(f);
-    let owner = Some("nsm-ip");
-    for (name, id) in [("ip0", 0), ("ip1", 1)] {
-        let mut section = memif_master(name, &sock, id);
-        if let PortSection::Memif(m) = &mut section {
-            m.mode = MemifMode::Ip;
-        }
-        f.lock().unwrap().add_port(&section, owner).unwrap();
-    }
-    // Point to point: no address, no ARP; the peers' addresses only name the next hops.
-    f.lock()
-        .unwrap()
-        .l3_cross_connect(
-            "ip0",
-            "ip1",
-            "172.16.2.1".parse().unwrap(),
-            "172.16.1.1".parse().unwrap(),
-            owner,
-        )
-        .unwrap();
-    let mut a = slave_in(&sock, 0, Mode::Ip);
-    let mut b = slave_in(&sock, 1, Mode::Ip);
-    links_up(link_of(&f), &["ip0", "ip1"], &mut [&mut a, &mut b]);
-
-    // Any destination goes across (no route covers it), TTL decremented, checksum updated.
-    across(&mut a, &mut b, [172, 16, 1, 1], [10, 200, 0, 7]);
-    across(&mut b, &mut a, [10, 200, 0, 7], [172, 16, 1, 1]);
-    // A packet whose TTL runs out is dropped, not sent.
-    let expiring = ip4([172, 16, 1, 1], [10, 200, 0, 7], 1, 0);
-    while a.interface_mut().tx_burst(0, &[&expiring[..]]) == 0 {}
-    wait_for("the expired packet counted", 10, || {
-        let f = f.lock().unwrap();
-        f.dataplane()
-            .runtime()
-            .workers
-            .iter()
-            .map(|w| w.error("ip4-rewrite", "ttl-expired"))
-            .sum::<u64>()
-            == 1
-    });
-
-    let mut f = f.into_inner().unwrap();
-    assert_eq!(f.remove_owned("nsm-ip").unwrap(), 3);
-    assert!(
-        f.forwarding().neighbors().is_empty(),
-        "the peers' entries went with it"
-    );
-    assert_eq!(f.forwarding().object_counts(), (0, 0));
-    assert!(!sock.exists());
-    f.stop();
-    assert_eq!(pool.free_count(), start_free);
 }
 
 /// A network namespace, deleted on drop.

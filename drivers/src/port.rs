@@ -81,6 +81,12 @@ pub trait Port: Send + Sync {
     fn queue_pair_on_worker(&self) -> bool {
         false
     }
+    /// Whether the port is a point-to-point L3 link with no link layer (an IP-mode memif
+    /// port): its peer is the far end, so its next hops need no ARP, and whatever Ethernet
+    /// header a frame for it carries is left out on transmit.
+    fn point_to_point(&self) -> bool {
+        false
+    }
     /// Counters summed over all queues.
     fn stats(&self) -> PortStats;
     /// Each receive queue's mode, by worker, for ports whose queues can sleep on a wake

@@ -25,6 +25,10 @@ pub enum InterfaceMode {
     L2,
 }
 
+/// The destination MAC of what a point-to-point interface sends ([`Interface::point_to_point`]):
+/// never on a wire, since such a port leaves the Ethernet header out.
+pub const POINT_TO_POINT_PEER_MAC: Mac = [0x02, 0, 0, 0, 0, 0x01];
+
 /// What an interface is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InterfaceKind {
@@ -68,6 +72,10 @@ pub struct Interface {
     pub addresses: Vec<(u32, u8)>,
     /// Its VLAN sub-interfaces: (tag, sub-interface).
     pub vlans: Vec<(u16, IfIndex)>,
+    /// A point-to-point link (an IP-mode memif port): whatever it sends reaches the one peer
+    /// at its far end, so its next hops need no neighbour resolution (no ARP is sent into a
+    /// link without a link layer).
+    pub point_to_point: bool,
 }
 
 impl Interface {

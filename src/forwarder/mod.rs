@@ -92,9 +92,6 @@ pub struct Forwarder {
     tunnels: Vec<TunnelEntry>,
     /// WireGuard tunnels and their handshakes (`wg_tunnels`).
     wireguard: Vec<wg_tunnels::tunnel::WgEntry>,
-    /// Neighbours made for L3 cross-connects out of IP-mode memif ports (point to point: no
-    /// ARP, any destination MAC), by interface, removed with the cross-connect.
-    p2p_peers: Vec<(IfIndex, u32)>,
     workers: usize,
     /// The memif control thread, once there is a memif port (stopped on drop, after the
     /// workers).
@@ -167,7 +164,13 @@ impl Forwarder {
                     source,
                 }
             })?;
-            let added = forwarding.add_port(name, port.mac(), common.mtu);
+            let added = forwarding
+                .add_port(name, port.mac(), common.mtu)
+                .and_then(|i| {
+                    forwarding
+                        .set_point_to_point(i, port.point_to_point())
+                        .map(|()| i)
+                });
             let interface = added.map_err(|source| StartError::AddPort {
                 name: name.into(),
                 source,
@@ -208,7 +211,6 @@ impl Forwarder {
             owned: Vec::new(),
             tunnels: Vec::new(),
             wireguard: Vec::new(),
-            p2p_peers: Vec::new(),
             workers: nworkers,
             memif,
             dpdk,

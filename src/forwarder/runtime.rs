@@ -162,7 +162,13 @@ impl Forwarder {
             }
         }
         let port = self.open(section)?;
-        let interface = match self.forwarding.add_port(name, port.mac(), common.mtu) {
+        let added = self.forwarding.add_port(name, port.mac(), common.mtu);
+        let added = added.and_then(|i| {
+            self.forwarding
+                .set_point_to_point(i, port.point_to_point())
+                .map(|()| i)
+        });
+        let interface = match added {
             Ok(i) => i,
             Err(e) => {
                 self.close(section, port);
@@ -225,9 +231,6 @@ impl Forwarder {
         // Its capture ends (file closed) before its index can be reused.
         let _ = self.capture_stop(name);
         // First nothing is sent to it or accepted from it any more, then the workers let go.
-        if let Some((b, _)) = self.forwarding.l3_cross_connect_of(interface) {
-            self.forget_p2p_peers(&[interface, b]);
-        }
         self.forwarding.remove_interface(interface)?;
         self.commit()?;
         let slow = closes_slowly(&self.sections[k]);
@@ -295,8 +298,8 @@ impl Forwarder {
     /// `ip4-input`) leaves by `b` toward `peer_b`, and every one received on `b` leaves by `a`
     /// toward `peer_a`, TTL decremented, whatever their destinations. The peers' MACs come
     /// from [`Forwarder::add_neighbor`], or from ARP when the port has an address
-    /// ([`Forwarder::add_address`]) in the peer's subnet. IP-mode memif ports work as they are
-    /// (they deliver IP packets behind a synthetic Ethernet header).
+    /// ([`Forwarder::add_address`]) in the peer's subnet. A point-to-point port (IP-mode memif)
+    /// needs neither: its peer is the far end of the link.
     pub fn l3_cross_connect(
         &mut self,
         a: &str,
@@ -308,23 +311,8 @@ impl Forwarder {
         let (ia, ib) = self.pair(a, b)?;
         self.forwarding
             .l3_cross_connect(ia, ib, u32::from(peer_b), u32::from(peer_a))?;
-        // An IP-mode memif link is point to point: its peer gets a neighbour entry instead of
-        // ARP (the Ethernet header is not sent).
-        for (port, i, peer) in [(a, ia, peer_a), (b, ib, peer_b)] {
-            let peer = u32::from(peer);
-            let known = self
-                .forwarding
-                .neighbors()
-                .iter()
-                .any(|&(x, ip, _)| x == i && ip == peer);
-            if self.is_ip_memif(port) && !known {
-                self.forwarding.add_neighbor(i, peer, IP_MODE_PEER_MAC)?;
-                self.p2p_peers.push((i, peer));
-            }
-        }
         if let Err(e) = self.commit() {
             self.forwarding.l3_disconnect(ia);
-            self.forget_p2p_peers(&[ia, ib]);
             return Err(e);
         }
         self.record(owner, Owned::L3CrossConnect(a.into(), b.into()));
@@ -345,7 +333,6 @@ impl Forwarder {
             }
             (None, Some((b, _))) => {
                 self.forwarding.l3_disconnect(ia);
-                self.forget_p2p_peers(&[ia, b]);
                 b
             }
             (None, None) => {
@@ -363,24 +350,6 @@ impl Forwarder {
             _ => true,
         });
         Ok(())
-    }
-
-    fn is_ip_memif(&self, port: &str) -> bool {
-        self.sections.iter().any(
-            |s| matches!(s, PortSection::Memif(m) if m.name == port && m.mode == MemifMode::Ip),
-        )
-    }
-
-    /// Removes the neighbours made for point-to-point L3 cross-connects on `interfaces`.
-    fn forget_p2p_peers(&mut self, interfaces: &[IfIndex]) {
-        let (gone, kept): (Vec<_>, Vec<_>) = self
-            .p2p_peers
-            .iter()
-            .partition(|(i, _)| interfaces.contains(i));
-        for (i, peer) in gone {
-            self.forwarding.remove_neighbor(i, peer);
-        }
-        self.p2p_peers = kept;
     }
 
     /// Adds (or replaces) a route to `prefix/len` over `via` (next hop, port) pairs — ECMP
@@ -571,10 +540,6 @@ impl Forwarder {
         }
     }
 }
-
-/// The destination MAC of packets sent to the peer of an IP-mode memif port (never sent: the
-/// port strips the Ethernet header).
-const IP_MODE_PEER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
 
 fn mask(len: u8) -> u32 {
     if len == 0 {

@@ -146,6 +146,10 @@ impl Port for MemifPort {
         })
     }
 
+    fn point_to_point(&self) -> bool {
+        self.config.mode == Mode::Ip
+    }
+
     fn stats(&self) -> PortStats {
         let mut s = PortStats::default();
         let mut no_buffer = 0;

@@ -43,6 +43,7 @@ impl Forwarding {
             kind,
             addresses: Vec::new(),
             vlans: Vec::new(),
+            point_to_point: false,
         });
         if self.xconnect.len() <= index.as_usize() {
             self.xconnect.resize(index.as_usize() + 1, IfIndex::NONE);
@@ -53,6 +54,19 @@ impl Forwarding {
     /// Adds a port (its transmit queues are given to `interface-output` when graphs are built).
     pub fn add_port(&mut self, name: &str, mac: Mac, mtu: u16) -> Result<IfIndex, ForwardingError> {
         self.add_interface(name, mac, mtu, InterfaceMode::L3, InterfaceKind::Port)
+    }
+
+    /// Makes port `i` a point-to-point link (or not): every packet routed or L3
+    /// cross-connected out of it goes to the peer at its far end without neighbour resolution,
+    /// behind an Ethernet header to [`POINT_TO_POINT_PEER_MAC`] that the port leaves out (an
+    /// IP-mode memif port). A point-to-point port has no VLAN sub-interfaces.
+    pub fn set_point_to_point(&mut self, i: IfIndex, on: bool) -> Result<(), ForwardingError> {
+        let iface = self.iface_mut(i)?;
+        if iface.kind != InterfaceKind::Port || (on && !iface.vlans.is_empty()) {
+            return Err(ForwardingError::WrongMode(i));
+        }
+        iface.point_to_point = on;
+        Ok(())
     }
 
     /// Sets interface `i`'s MTU: the largest IP packet it sends (routed packets over it are
@@ -75,6 +89,9 @@ impl Forwarding {
         name: &str,
     ) -> Result<IfIndex, ForwardingError> {
         let p = self.iface(parent)?;
+        if p.point_to_point {
+            return Err(ForwardingError::WrongMode(parent));
+        }
         let (mac, mtu) = (p.mac, p.mtu);
         let i = self.add_interface(
             name,

@@ -103,6 +103,27 @@ impl Forwarding {
         }
         let mut header = [0u8; 18];
         let mut header_len = wire::ETHERNET_HEADER as u8;
+        if iface.point_to_point {
+            // The peer is the far end of the link: nothing to resolve, and the port leaves
+            // the Ethernet header out.
+            if let Ok(len) = ethernet::write_header(
+                &mut header,
+                &POINT_TO_POINT_PEER_MAC,
+                &iface.mac,
+                None,
+                wire::ETHERTYPE_IP4,
+            ) {
+                header_len = len as u8;
+            }
+            return Adjacency {
+                kind: AdjacencyKind::Rewrite,
+                tx,
+                mtu: iface.mtu,
+                next_hop,
+                header,
+                header_len,
+            };
+        }
         if kind == AdjacencyKind::Rewrite {
             let mac = self.neighbors[&(tx, next_hop)];
             let tci = match iface.kind {
