@@ -1,6 +1,7 @@
 //! Why a control connection's handshake fails: the reason the peer is told (in DISCONNECT) and
 //! the interface's link shows.
 
+use crate::refusal::RefusalKind;
 use crate::Error;
 
 /// A handshake the master or the slave gives up on.
@@ -65,6 +66,14 @@ pub(crate) enum HandshakeError {
     /// ADD_RING past the configured limit.
     #[error("ring index {0} too large")]
     RingIndexTooLarge(u16),
+    /// ADD_RING past the interface's queue count.
+    #[error("ring index {index} out of range: the interface has {queues} queue(s)")]
+    TooManyQueues {
+        /// The ring's index.
+        index: u16,
+        /// The interface's queue pairs.
+        queues: u16,
+    },
     /// ADD_RING asks for a private header.
     #[error("private header not supported")]
     PrivateHeader,
@@ -106,4 +115,21 @@ pub(crate) enum HandshakeError {
     /// This side's own state is inconsistent (a bug).
     #[error("internal: {0}")]
     Internal(&'static str),
+}
+
+impl HandshakeError {
+    /// What kind of refusal this is, when a master turns a peer away for it.
+    pub(crate) fn refusal_kind(&self) -> RefusalKind {
+        match self {
+            HandshakeError::SecretRequired => RefusalKind::SecretRequired,
+            HandshakeError::IncorrectSecret => RefusalKind::IncorrectSecret,
+            HandshakeError::ModeMismatch => RefusalKind::ModeMismatch,
+            HandshakeError::AlreadyConnected => RefusalKind::AlreadyConnected,
+            HandshakeError::Version(_) | HandshakeError::VersionRange { .. } => {
+                RefusalKind::Version
+            }
+            HandshakeError::TooManyQueues { .. } => RefusalKind::TooManyQueues,
+            _ => RefusalKind::Handshake,
+        }
+    }
 }

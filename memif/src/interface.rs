@@ -11,6 +11,7 @@ use crate::msg::Mode;
 use crate::queue::{
     self, fd_ready, PeerFrame, Queue, RxQueue, RxScratch, RxSink, Shared, TxQueue, TxSource,
 };
+use crate::refusal::{Refusal, Refusals};
 use crate::region::Region;
 use crate::ring::{RingRef, Role, MAX_FRAME};
 
@@ -30,7 +31,9 @@ pub struct InterfaceConfig {
     pub buffer_size: u32,
     /// log2 of the ring size the slave asks for (≤ 14).
     pub log2_ring_size: u8,
-    /// Number of queue pairs the slave asks for.
+    /// Queue pairs: a slave asks for this many (fewer when the master's HELLO allows fewer); a
+    /// master accepts at most this many rings of each direction and refuses a slave offering
+    /// more, as libmemif does.
     pub queue_pairs: u16,
 }
 
@@ -58,6 +61,21 @@ pub enum LinkState {
     Down(String),
 }
 
+/// What a connection's two sides settled on in the handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Negotiated {
+    /// Receive queues (rings toward this side).
+    pub rx_queues: usize,
+    /// Transmit queues.
+    pub tx_queues: usize,
+    /// Descriptors per ring (the first ring's: the slave makes them all alike).
+    pub ring_size: u16,
+    /// Bytes per buffer: the slave's own on a slave; on a master, the length of the slave's
+    /// first master-to-slave descriptor as the slave set it up (libmemif and DPDK initialise
+    /// every descriptor before CONNECT), `None` when it had not.
+    pub buffer_size: Option<u32>,
+}
+
 /// A diagnostic snapshot of one ring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RingState {
@@ -82,6 +100,7 @@ pub(crate) struct Connection {
     rx_count: usize,
     tx_count: usize,
     pub(crate) shared: Arc<Shared>,
+    negotiated: Option<Negotiated>,
 }
 
 impl Connection {
@@ -97,6 +116,7 @@ impl Connection {
             rx,
             tx,
             shared: Shared::new(regions, buffer_size),
+            negotiated: None,
         }
     }
 
@@ -129,6 +149,7 @@ pub struct Interface {
     /// Counters of detached queues, by queue index (kept across reconnects).
     rx_stats: Vec<Arc<SharedCounters>>,
     tx_stats: Vec<Arc<SharedCounters>>,
+    refusals: Refusals,
 }
 
 impl Interface {
@@ -145,6 +166,7 @@ impl Interface {
             rx_scratch: RxScratch::new(),
             rx_stats: Vec::new(),
             tx_stats: Vec::new(),
+            refusals: Refusals::default(),
         }
     }
 
@@ -197,6 +219,22 @@ impl Interface {
             + c.bad_desc_chain
     }
 
+    /// What the handshake settled on, while connected.
+    pub fn negotiated(&self) -> Option<Negotiated> {
+        self.conn.as_ref().and_then(|c| c.negotiated)
+    }
+
+    /// Why peers were refused (a master's interfaces; a slave's are always empty: its link's
+    /// down reason says why the master refused it).
+    pub fn refusals(&self) -> &Refusals {
+        &self.refusals
+    }
+
+    /// Records a refusal; returns whether it is news (see [`Refusals::record`]).
+    pub(crate) fn refuse(&mut self, r: Refusal) -> bool {
+        self.refusals.record(r)
+    }
+
     /// Number of receive queues while connected (0 when down).
     pub fn rx_queues(&self) -> usize {
         self.conn.as_ref().map_or(0, |c| c.rx_count)
@@ -207,7 +245,25 @@ impl Interface {
         self.conn.as_ref().map_or(0, |c| c.tx_count)
     }
 
-    pub(crate) fn set_up(&mut self, conn: Connection, peer_name: String) {
+    pub(crate) fn set_up(&mut self, mut conn: Connection, peer_name: String) {
+        let first_ring = conn.rx.first().or(conn.tx.first());
+        let ring_size = first_ring.map_or(0, |q| q.ring.size());
+        let buffer_size = match self.role {
+            Role::Slave => Some(self.config.buffer_size),
+            // The slave's buffers are what its master-to-slave descriptors describe.
+            Role::Master => conn
+                .tx
+                .first()
+                .and_then(|q| conn.ring(q))
+                .map(|r| r.read_desc(0).length)
+                .filter(|&l| l != 0),
+        };
+        conn.negotiated = Some(Negotiated {
+            rx_queues: conn.rx_count,
+            tx_queues: conn.tx_count,
+            ring_size,
+            buffer_size,
+        });
         self.conn = Some(conn);
         self.peer_name = peer_name;
         self.link = LinkState::Up;

@@ -201,13 +201,14 @@ impl Master {
             let Some(sock) = self.listener.accept()? else {
                 break;
             };
+            let max_ring = self.hello_max_ring();
             let hello = Msg::Hello(Hello {
                 name: FixedStr::new(&self.config.name),
                 min_version: VERSION,
                 max_version: VERSION,
                 max_region: self.config.max_region,
-                max_m2s_ring: self.config.max_ring,
-                max_s2m_ring: self.config.max_ring,
+                max_m2s_ring: max_ring,
+                max_s2m_ring: max_ring,
                 max_log2_ring_size: self.config.max_log2_ring_size.min(MAX_LOG2_RING_SIZE),
             });
             if sock.send(&hello, None).is_ok() {
@@ -235,9 +236,16 @@ impl Master {
                 };
                 let outcome = match r.into_message() {
                     Ok(None) => break,
-                    Ok(Some((m, fd))) => self
-                        .handle(ci, m, fd, &mut on_up)
-                        .map_err(|e| (e.to_string(), true)),
+                    Ok(Some((m, fd))) => {
+                        let init_id = match &m {
+                            Msg::Init(init) => Some(init.id),
+                            _ => None,
+                        };
+                        self.handle(ci, m, fd, &mut on_up).map_err(|e| {
+                            self.note_refusal(ci, init_id, &e);
+                            (e.to_string(), true)
+                        })
+                    }
                     Err(ending) => Err(ending),
                 };
                 if let Err((reason, tell)) = outcome {
@@ -251,6 +259,50 @@ impl Master {
             }
         }
         Ok(())
+    }
+
+    /// The largest ring index HELLO offers: the socket's limit, or less when no interface on
+    /// it takes that many queues (HELLO comes before INIT names the interface, so it is the
+    /// largest of theirs; ADD_RING then holds each slave to its own interface's).
+    fn hello_max_ring(&self) -> u16 {
+        let most = self
+            .interfaces
+            .iter()
+            .map(|i| i.config.queue_pairs.max(1) - 1)
+            .max()
+            .unwrap_or(self.config.max_ring);
+        most.min(self.config.max_ring)
+    }
+
+    /// Records on the interface concerned (the one connection `ci` is bound to, or the one its
+    /// INIT named) that the handshake refused the peer for `e`; logs it at INFO when it is
+    /// news (another reason or another peer than last time), at DEBUG otherwise, so a peer
+    /// retrying every few seconds does not fill the log.
+    fn note_refusal(&mut self, ci: usize, init_id: Option<u32>, e: &HandshakeError) {
+        let conn = &self.conns[ci];
+        let k = conn
+            .iface
+            .or_else(|| init_id.and_then(|id| self.interfaces.iter().position(|i| i.id() == id)));
+        let peer_pid = conn.sock.peer_pid();
+        let Some(iface) = k.and_then(|k| self.interfaces.get_mut(k)) else {
+            tracing::info!(socket = %self.addr, id = init_id, peer_pid, reason = %e,
+                "memif master: refused a peer");
+            return;
+        };
+        let refusal = crate::Refusal {
+            kind: e.refusal_kind(),
+            reason: e.to_string(),
+            peer_pid,
+            at: std::time::SystemTime::now(),
+        };
+        let id = iface.id();
+        if iface.refuse(refusal) {
+            tracing::info!(socket = %self.addr, id, peer_pid, reason = %e,
+                "memif master: refused a peer");
+        } else {
+            tracing::debug!(socket = %self.addr, id, peer_pid, reason = %e,
+                "memif master: refused a peer again");
+        }
     }
 
     fn drop_conn(&mut self, ci: usize, reason: String, tell_peer: bool) {
@@ -365,6 +417,16 @@ impl Master {
         }
         if ar.index > self.config.max_ring {
             return Err(HandshakeError::RingIndexTooLarge(ar.index));
+        }
+        let queues = conn
+            .iface
+            .and_then(|k| self.interfaces.get(k))
+            .map_or(u16::MAX, |i| i.config.queue_pairs);
+        if ar.index >= queues {
+            return Err(HandshakeError::TooManyQueues {
+                index: ar.index,
+                queues,
+            });
         }
         if ar.private_hdr_size != 0 {
             return Err(HandshakeError::PrivateHeader);

@@ -12,7 +12,7 @@ use crate::interface::{Connection, Interface, InterfaceConfig};
 use crate::msg::{self, AddRegion, AddRing, FixedStr, Hello, Init, Msg, SECRET_LEN, VERSION};
 use crate::queue::Queue;
 use crate::region::{Region, MAX_REGION_SIZE};
-use crate::ring::{ring_stride, Ring, Role, MAX_LOG2_RING_SIZE};
+use crate::ring::{ring_stride, Desc, Ring, Role, MAX_LOG2_RING_SIZE};
 use crate::socket::{ControlSocket, SocketAddress};
 use crate::Error;
 
@@ -277,7 +277,20 @@ impl Slave {
                     .map_err(HandshakeError::Eventfd)?
                     .into();
             let buf_base = rings_size + g as u64 * n * bsize;
-            ring.at(&region).init();
+            let r = ring.at(&region);
+            r.init();
+            // Every descriptor names its buffer from the start, as libmemif and DPDK set them
+            // up: a master learns the buffer size from them before anything is posted.
+            for slot in 0..n {
+                r.write_desc(
+                    slot as u16,
+                    Desc {
+                        length: cfg.buffer_size,
+                        offset: (buf_base + slot * bsize) as u32,
+                        ..Desc::default()
+                    },
+                );
+            }
             let q = Queue {
                 ring,
                 region: 0,

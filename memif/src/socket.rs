@@ -139,6 +139,14 @@ impl ControlSocket {
         }
     }
 
+    /// The process id of the peer of a connected socket (`SO_PEERCRED`: the process that
+    /// connected or listened), when the kernel tells it.
+    pub fn peer_pid(&self) -> Option<i32> {
+        socket::getsockopt(&self.fd, socket::sockopt::PeerCredentials)
+            .ok()
+            .map(|c| c.pid())
+    }
+
     /// Send one message, optionally with one file descriptor.
     pub fn send(&self, msg: &Msg, fd: Option<BorrowedFd<'_>>) -> Result<(), Error> {
         self.send_raw(&msg.encode(), fd)

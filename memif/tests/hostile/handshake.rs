@@ -31,6 +31,7 @@ fn refused(
     } else {
         panic!("interface 1 is up");
     }
+    refusal_recorded(&st, reason);
     st.check_good();
     // The refused interface can still connect properly afterwards.
     if reason != "already connected" {
@@ -41,6 +42,29 @@ fn refused(
             s.poll().unwrap();
             s.interface().is_up()
         });
+    }
+}
+
+/// The refusal is on the interface the peer named (none when it named none it has: an
+/// unknown id, or no INIT yet), with its reason and the peer's pid (this process), counted
+/// once, and on no other interface.
+fn refusal_recorded(st: &Setup, reason: &str) {
+    let named = match reason {
+        "unknown interface id" | "invalid message" | "expected INIT" => None,
+        "already connected" => Some(2),
+        _ => Some(1),
+    };
+    for id in [1, 2] {
+        let r = st.m.interface(id).unwrap().refusals();
+        if named != Some(id) {
+            assert_eq!(r.total(), 0, "interface {id}: {r:?}");
+            continue;
+        }
+        let last = r.last().expect("the refusal is recorded on its interface");
+        assert!(last.reason.contains(reason), "{last:?}");
+        assert_eq!(last.peer_pid, Some(std::process::id() as i32));
+        assert_eq!(r.total(), 1, "{r:?}");
+        assert_eq!(r.count(last.kind), 1);
     }
 }
 
@@ -218,4 +242,72 @@ fn unsealed_region_memfd_is_refused() {
         nix::unistd::ftruncate(&fd, 65536).unwrap();
         s.send(&region_msg(0, 65536), Some(fd.as_fd())).unwrap();
     });
+}
+
+#[test]
+fn refusals_are_counted_by_kind() {
+    use memif::RefusalKind;
+    let cases: [(&str, &str, RefusalKind); 3] = [
+        ("kind_secret", "sesamf", RefusalKind::IncorrectSecret),
+        ("kind_nosecret", "", RefusalKind::SecretRequired),
+        ("kind_secret2", "wrong", RefusalKind::IncorrectSecret),
+    ];
+    let mut cfg = InterfaceConfig::new(1);
+    cfg.secret = Some("sesame".into());
+    let mut st = Setup::new("kinds", cfg);
+    for (_, secret, _) in &cases {
+        let sock = st.connect_raw();
+        sock.send(&init(1, secret), None).unwrap();
+        st.expect_disconnect(&sock, "secret");
+    }
+    let r = st.m.interface(1).unwrap().refusals();
+    assert_eq!(r.count(RefusalKind::IncorrectSecret), 2);
+    assert_eq!(r.count(RefusalKind::SecretRequired), 1);
+    assert_eq!(r.count(RefusalKind::ModeMismatch), 0);
+    assert_eq!(r.last().map(|l| l.kind), Some(cases[2].2));
+    assert_eq!(
+        RefusalKind::IncorrectSecret.counter_name(),
+        "refused-incorrect-secret"
+    );
+}
+
+#[test]
+fn a_slave_offering_more_rings_than_the_interface_has_queues_is_refused() {
+    // Interface 1 takes one queue pair (libmemif's and VPP's default), while the socket's
+    // other interface takes two: HELLO offers two, ADD_RING holds the slave to interface 1's.
+    refused_after_region("queues", "out of range", |st, s| {
+        let e = EventFd::new().unwrap();
+        st.send_acked(s, &add_ring(true, 0, 0, 4), Some(e.as_fd()));
+        let e = EventFd::new().unwrap();
+        s.send(&add_ring(true, 1, 4096, 4), Some(e.as_fd()))
+            .unwrap();
+    });
+}
+
+#[test]
+fn a_slave_asks_for_no_more_queues_than_hello_offers_and_both_sides_report_what_was_agreed() {
+    use memif::{Master, MasterConfig, Negotiated};
+    let addr = crate::common::sock_addr("agreed");
+    let mut m = Master::bind(addr.clone(), MasterConfig::default()).unwrap();
+    let mut mcfg = InterfaceConfig::new(1);
+    mcfg.queue_pairs = 2;
+    m.add_interface(mcfg).unwrap();
+    let mut scfg = InterfaceConfig::new(1);
+    scfg.queue_pairs = 4;
+    scfg.log2_ring_size = 8;
+    scfg.buffer_size = 1024;
+    let mut s = Slave::new(addr, scfg).unwrap();
+    wait_for("link up", 10, || {
+        m.poll().unwrap();
+        s.poll().unwrap();
+        s.interface().is_up() && m.interface(1).unwrap().is_up()
+    });
+    let want = Negotiated {
+        rx_queues: 2,
+        tx_queues: 2,
+        ring_size: 256,
+        buffer_size: Some(1024),
+    };
+    assert_eq!(s.interface().negotiated(), Some(want));
+    assert_eq!(m.interface(1).unwrap().negotiated(), Some(want));
 }
