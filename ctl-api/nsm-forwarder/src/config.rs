@@ -90,7 +90,8 @@ pub struct NsmConfig {
     pub mechanism_priority: Vec<String>,
     /// `NSM_METRICS_EXPORT_INTERVAL`: how often each connection's path segment metrics are
     /// read again and, when they changed, published to MonitorConnections (default 10s; 0:
-    /// only at each Request).
+    /// only at each Request); with [`NsmConfig::telemetry`], also how often they are exported
+    /// as OpenTelemetry metrics (0: the SDK's default).
     pub metrics_export_interval: Duration,
     /// `PROMETHEUS`: serve Prometheus metrics at [`NsmConfig::prometheus_listen_on`].
     pub prometheus: bool,
@@ -103,8 +104,8 @@ pub struct NsmConfig {
     /// `PROMETHEUS_METRICS_PREFIX`: put before the NSM connection metrics' names, joined with
     /// `_` (empty: none).
     pub prometheus_metrics_prefix: String,
-    /// `TELEMETRY`: send OpenTelemetry spans of Request and Close to
-    /// [`NsmConfig::open_telemetry_endpoint`] (see [`crate::telemetry`]).
+    /// `TELEMETRY`: send OpenTelemetry spans of Request and Close, and Quiver's path segment
+    /// metrics, to [`NsmConfig::open_telemetry_endpoint`] (see [`crate::telemetry`]).
     pub telemetry: bool,
     /// `NSM_OPEN_TELEMETRY_ENDPOINT`: the OTLP/gRPC collector, Go's `host:port`, plaintext
     /// (default [`DEFAULT_OPEN_TELEMETRY_ENDPOINT`]).

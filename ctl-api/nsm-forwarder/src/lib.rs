@@ -22,7 +22,8 @@
 //! - [`fds`]: `inode://` URLs resolved to the fds clients pass on the socket, and those
 //!   endpoints and the registry pass back to Quiver (grpcfd, over [`grpc_unix`]).
 //! - [`server`]: the gRPC services; [`config`]: the `NSM_*` environment; [`health`]: the
-//!   probe's check of a running server; [`telemetry`]: OpenTelemetry spans of its calls.
+//!   probe's check of a running server; [`telemetry`]: OpenTelemetry spans of its calls and
+//!   metrics of its path segment.
 //! - [`testing`]: a test endpoint (NSE) and a blocking client, for tests and benchmarks.
 //!
 //! No module imports one that imports it back: the order above (values, then calls to peers,

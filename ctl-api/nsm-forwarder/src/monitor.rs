@@ -94,6 +94,13 @@ impl Monitor {
         inner.connections.get(id).cloned()
     }
 
+    /// Calls `f` on each published connection, under the monitor's lock (so `f` must be short
+    /// and must not call the monitor).
+    pub fn for_each(&self, mut f: impl FnMut(&Connection)) {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.connections.values().for_each(&mut f);
+    }
+
     /// How many connections are published.
     pub fn len(&self) -> usize {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());

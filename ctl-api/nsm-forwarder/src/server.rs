@@ -75,30 +75,15 @@ pub struct NsmService {
 
 impl NsmService {
     /// The services over a new core; starts watching the data path's link events, and with
-    /// `TELEMETRY` the exporter of spans (call within a tokio runtime; telemetry that cannot
-    /// start is logged and left off).
+    /// `TELEMETRY` the exporter of spans and of the path segment's metrics (call within a
+    /// tokio runtime; telemetry that cannot start is logged and left off).
     pub fn new(
         cfg: NsmConfig,
         dp: Arc<dyn NsmBackend>,
         discovery: Arc<dyn EndpointDiscovery>,
     ) -> NsmService {
-        let telemetry = cfg.telemetry.then(|| {
-            match Telemetry::start(&cfg.open_telemetry_endpoint, &cfg.name) {
-                Ok(t) => {
-                    tracing::info!(
-                        endpoint = cfg.open_telemetry_endpoint,
-                        "OpenTelemetry spans of Request and Close exported"
-                    );
-                    Some(Arc::new(t))
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "no OpenTelemetry export");
-                    None
-                }
-            }
-        });
-        let telemetry = telemetry.flatten();
         let core = Arc::new(Core::new(cfg, dp.clone(), discovery));
+        let telemetry = core.cfg.telemetry.then(|| start_telemetry(&core)).flatten();
         let (events, mut rx) = LinkEvents::channel();
         dp.watch_links(events);
         let weak = Arc::downgrade(&core);
@@ -276,6 +261,31 @@ impl NsmService {
             "NSM forwarder services listening"
         );
         self.serve_on(listener, shutdown).await
+    }
+}
+
+/// Starts exporting spans and `core`'s path segment metrics (`TELEMETRY=true`); `None`, logged,
+/// when it cannot.
+fn start_telemetry(core: &Arc<Core>) -> Option<Arc<Telemetry>> {
+    let cfg = &core.cfg;
+    let segments = telemetry::SegmentExport {
+        every: cfg.metrics_export_interval,
+        keys: crate::connect::metrics::metric_names(),
+        source: Arc::new(telemetry::metrics::PublishedSegments(Arc::downgrade(core))),
+    };
+    match Telemetry::start(&cfg.open_telemetry_endpoint, &cfg.name, Some(segments)) {
+        Ok(t) => {
+            tracing::info!(
+                endpoint = cfg.open_telemetry_endpoint,
+                metrics_every = ?cfg.metrics_export_interval,
+                "OpenTelemetry spans of Request and Close exported, and the path segment's metrics"
+            );
+            Some(Arc::new(t))
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "no OpenTelemetry export");
+            None
+        }
     }
 }
 

@@ -6,10 +6,15 @@
 //! (Go's `host:port`) by the SDK's batch processor, on a thread of its own: a call only ends its
 //! span into a bounded queue (a full queue drops the span, never waits). A failed export is
 //! logged (once, until one succeeds again) and never fails a call. [`Telemetry::shutdown`]
-//! exports what is pending, within [`FLUSH_TIMEOUT`].
+//! exports what is pending, within [`FLUSH_TIMEOUT`]. With a [`SegmentExport`], Quiver's path
+//! segment's metrics go to the same collector as OTLP metrics ([`metrics`]).
 //!
 //! The standard `OTEL_*` variables the SDK reads tune it further (`OTEL_BSP_SCHEDULE_DELAY`,
 //! `OTEL_BSP_MAX_QUEUE_SIZE`, `OTEL_EXPORTER_OTLP_TIMEOUT`, …).
+
+pub mod metrics;
+
+pub use metrics::{SegmentExport, SegmentSource};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -99,17 +104,23 @@ pub fn endpoint_url(endpoint: &str) -> Result<String, EndpointError> {
     Ok(format!("http://{hostport}"))
 }
 
-/// Spans of the NSM calls on their way to a collector.
+/// Spans of the NSM calls, and the path segment's metrics, on their way to a collector.
 pub struct Telemetry {
     provider: SdkTracerProvider,
     tracer: SdkTracer,
+    metrics: Option<metrics::SegmentMetrics>,
 }
 
 impl Telemetry {
-    /// Exports to `endpoint` (Go's `host:port`) as service `name` (`NSM_NAME`). Call within a
-    /// tokio runtime, which must run until [`Telemetry::shutdown`]: the gRPC channel's tasks
-    /// run on it (it connects at the first export, and again after failures).
-    pub fn start(endpoint: &str, name: &str) -> Result<Telemetry, TelemetryError> {
+    /// Exports to `endpoint` (Go's `host:port`) as service `name` (`NSM_NAME`, also the name
+    /// of Quiver's path segment): spans, and with `segments` the segment's metrics. Call within
+    /// a tokio runtime, which must run until [`Telemetry::shutdown`]: the gRPC channels' tasks
+    /// run on it (each connects at its first export, and again after failures).
+    pub fn start(
+        endpoint: &str,
+        name: &str,
+        segments: Option<SegmentExport>,
+    ) -> Result<Telemetry, TelemetryError> {
         let err = |why: TelemetryFailure| TelemetryError {
             endpoint: endpoint.to_string(),
             why,
@@ -120,20 +131,30 @@ impl Telemetry {
             .with_endpoint(url.clone())
             .build()
             .map_err(|e| err(e.into()))?;
+        let resource = Resource::builder()
+            .with_service_name(name.to_string())
+            .build();
+        let metrics = segments
+            .map(|export| metrics::SegmentMetrics::start(&url, resource.clone(), name, export))
+            .transpose()
+            .map_err(err)?;
         let provider = SdkTracerProvider::builder()
             .with_batch_exporter(Logged {
                 inner: exporter,
-                url,
-                failing: AtomicBool::new(false),
+                log: ExportLog::new(
+                    &url,
+                    "export",
+                    "spans are dropped until the collector answers",
+                ),
             })
-            .with_resource(
-                Resource::builder()
-                    .with_service_name(name.to_string())
-                    .build(),
-            )
+            .with_resource(resource)
             .build();
         let tracer = provider.tracer(SCOPE);
-        Ok(Telemetry { provider, tracer })
+        Ok(Telemetry {
+            provider,
+            tracer,
+            metrics,
+        })
     }
 
     /// Starts the span of call `method` ([`REQUEST`], [`CLOSE`]) on connection `id`.
@@ -150,12 +171,16 @@ impl Telemetry {
         CallSpan(span)
     }
 
-    /// Exports the spans still pending and stops exporting, within [`FLUSH_TIMEOUT`]; blocks
-    /// (call it off the runtime's threads, e.g. in `spawn_blocking`).
+    /// Exports the spans still pending (and the metrics' values now) and stops exporting,
+    /// within [`FLUSH_TIMEOUT`] each; blocks (call it off the runtime's threads, e.g. in
+    /// `spawn_blocking`).
     pub fn shutdown(&self) {
         match self.provider.shutdown_with_timeout(FLUSH_TIMEOUT) {
             Ok(()) => tracing::debug!("OpenTelemetry spans flushed"),
             Err(e) => tracing::warn!(error = %e, "OpenTelemetry spans not flushed at shutdown"),
+        }
+        if let Some(m) = &self.metrics {
+            m.shutdown();
         }
     }
 }
@@ -175,34 +200,60 @@ impl CallSpan {
     }
 }
 
-/// The OTLP exporter, logging failures: the first after a success as a warning, the rest at
-/// debug level until an export succeeds again.
+/// The log of one exporter's outcomes: the first failure after a success as a warning, the
+/// rest at debug level until an export succeeds again.
+#[derive(Debug)]
+struct ExportLog {
+    url: String,
+    /// The export's name in messages (`export` for spans, as it always was, `metrics export`).
+    export: &'static str,
+    /// What a failure costs.
+    cost: &'static str,
+    failing: AtomicBool,
+}
+
+impl ExportLog {
+    fn new(url: &str, export: &'static str, cost: &'static str) -> ExportLog {
+        ExportLog {
+            url: url.to_string(),
+            export,
+            cost,
+            failing: AtomicBool::new(false),
+        }
+    }
+
+    /// Logs the outcome of an export of `count` items (spans, instruments).
+    fn outcome(&self, result: &OTelSdkResult, count: usize) {
+        let (endpoint, export) = (&self.url, self.export);
+        match result {
+            Err(e) if !self.failing.swap(true, Ordering::Relaxed) => tracing::warn!(
+                endpoint,
+                count,
+                error = %e,
+                "OpenTelemetry {export} failed ({})",
+                self.cost
+            ),
+            Err(e) => tracing::debug!(endpoint, count, error = %e, "OpenTelemetry {export} failed"),
+            Ok(()) if self.failing.swap(false, Ordering::Relaxed) => {
+                tracing::info!(endpoint, "OpenTelemetry {export} works again")
+            }
+            Ok(()) => {}
+        }
+    }
+}
+
+/// The OTLP span exporter, its failures logged (see [`ExportLog`]).
 #[derive(Debug)]
 struct Logged {
     inner: opentelemetry_otlp::SpanExporter,
-    url: String,
-    failing: AtomicBool,
+    log: ExportLog,
 }
 
 impl SpanExporter for Logged {
     async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
         let spans = batch.len();
         let result = self.inner.export(batch).await;
-        match &result {
-            Err(e) if !self.failing.swap(true, Ordering::Relaxed) => tracing::warn!(
-                endpoint = self.url,
-                spans,
-                error = %e,
-                "OpenTelemetry export failed (spans are dropped until the collector answers)"
-            ),
-            Err(e) => {
-                tracing::debug!(endpoint = self.url, spans, error = %e, "OpenTelemetry export failed")
-            }
-            Ok(()) if self.failing.swap(false, Ordering::Relaxed) => {
-                tracing::info!(endpoint = self.url, "OpenTelemetry export works again")
-            }
-            Ok(()) => {}
-        }
+        self.log.outcome(&result, spans);
         result
     }
 
@@ -249,13 +300,15 @@ mod tests {
 
     #[tokio::test]
     async fn a_bad_endpoint_is_refused_at_start() {
-        let e = Telemetry::start("collector", "q").err().expect("accepted");
+        let e = Telemetry::start("collector", "q", None)
+            .err()
+            .expect("accepted");
         assert_eq!(e.endpoint, "collector");
         assert!(
             matches!(e.why, TelemetryFailure::Endpoint(EndpointError::NoPort)),
             "{e}"
         );
-        let t = Telemetry::start("127.0.0.1:4317", "q").unwrap();
+        let t = Telemetry::start("127.0.0.1:4317", "q", None).unwrap();
         drop(t.span(REQUEST, "c1"));
         tokio::task::spawn_blocking(move || t.shutdown())
             .await

@@ -4,7 +4,8 @@
 //! for the port toward the NSE (where Quiver is the client), each `rx_bytes`, `tx_bytes`,
 //! `rx_packets`, `tx_packets` and `drops` as a decimal string. Written at each Request (so a
 //! refresh's answer carries them) and, every `NSM_METRICS_EXPORT_INTERVAL`, published to
-//! MonitorConnections when they changed.
+//! MonitorConnections when they changed; the OpenTelemetry export (`crate::telemetry::metrics`)
+//! reads them as published.
 
 use std::collections::HashMap;
 use std::sync::Weak;
@@ -32,6 +33,14 @@ pub const FIELDS: [(&str, Counter); 5] = [
     ("tx_packets", |c| c.tx_packets),
     ("drops", |c| c.drops),
 ];
+
+/// Every metric name Quiver's segment may carry (`server_rx_bytes`, …, `client_drops`).
+pub fn metric_names() -> Vec<String> {
+    [SERVER, CLIENT]
+        .into_iter()
+        .flat_map(|prefix| FIELDS.map(|(name, _)| format!("{prefix}{name}")))
+        .collect()
+}
 
 /// Writes the metrics of the NSC-facing port (`server`) and the NSE-facing port (`client`)
 /// into `conn`'s own segment (the one its path index names); a side without counters (a
