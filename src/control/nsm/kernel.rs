@@ -27,7 +27,42 @@ use crate::config::topology::DEFAULT_AF_PACKET_RING_KB;
 use crate::config::{AfPacketSection, PortSection, TapSection};
 use crate::control::owner::Change;
 
+/// [`ForwarderDataplane::set_kernel_backend`] called when the backend was already chosen: by
+/// an earlier call, or by the first KERNEL interface made (with the default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the KERNEL backend is {chosen:?} already (set before, or used by a KERNEL interface): \
+     cannot make it {asked:?}"
+)]
+pub struct KernelBackendAlreadySet {
+    /// The backend in use.
+    pub chosen: KernelBackend,
+    /// The backend asked for.
+    pub asked: KernelBackend,
+}
+
 impl ForwarderDataplane {
+    /// Sets which interfaces KERNEL mechanisms get: once, before the first is made (the
+    /// default, when never set, is TAP: [`KernelBackend::default`]). A second call, or one after
+    /// a KERNEL interface was made, fails and changes nothing.
+    pub fn set_kernel_backend(
+        &self,
+        backend: KernelBackend,
+    ) -> Result<(), KernelBackendAlreadySet> {
+        self.kernel_backend
+            .set(backend)
+            .map_err(|asked| KernelBackendAlreadySet {
+                chosen: self.kernel_backend(),
+                asked,
+            })
+    }
+
+    /// Which interfaces KERNEL mechanisms get; from the first call on, fixed (the default if
+    /// none was set).
+    pub fn kernel_backend(&self) -> KernelBackend {
+        *self.kernel_backend.get_or_init(KernelBackend::default)
+    }
+
     /// Creates `spec`'s interface for `owner` with this data path's backend and records it.
     pub(super) fn create_kernel_port(
         &self,

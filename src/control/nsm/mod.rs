@@ -4,9 +4,11 @@
 //!
 //! - memif: a port of the forwarder (`PortSection::Memif`, with the namespace its socket
 //!   lives in), tagged with the connection id.
-//! - kernel: a veth pair from `drivers::kernel_interface` (its far end in the client's or
-//!   endpoint's namespace, addressed there; both ends tagged `quiver:<id>/<side>`), and an
-//!   AF_PACKET port of the forwarder on Quiver's end.
+//! - kernel (`kernel.rs`): by default a TAP port of the forwarder whose device is made inside
+//!   the client's or endpoint's namespace and addressed there (alias `client-<id>` /
+//!   `server-<id>`); or, with the veth backend, a veth pair from `drivers::kernel_interface`
+//!   (its far end in the namespace with that alias, Quiver's end tagged `quiver:<id>/<side>`)
+//!   and an AF_PACKET port of the forwarder on Quiver's end.
 //! - cross-connects: the forwarder's, tagged; an L3 one toward a kernel interface also gets
 //!   the far end's MAC as the peer's neighbour, so no ARP is needed. Inside the namespace
 //!   nothing answers ARP either (Quiver has no address there), so the L3 cross-connect adds
@@ -45,6 +47,7 @@ mod wireguard;
 
 use owned::{kernel_error, mtu16, tag_owner, InsideNeighbors, OwnedPort};
 
+pub use kernel::KernelBackendAlreadySet;
 pub use wireguard::KeyFileError;
 
 pub use nsm_forwarder::config::KernelBackend;
@@ -61,7 +64,8 @@ pub struct ForwarderDataplane {
     me: Weak<ForwarderDataplane>,
     /// Quiver's WireGuard private key for NSM's tunnels (base64), once set.
     wg_key: OnceLock<String>,
-    /// Which interfaces KERNEL mechanisms get.
+    /// Which interfaces KERNEL mechanisms get: set once, before the first is made
+    /// ([`ForwarderDataplane::set_kernel_backend`]).
     kernel_backend: OnceLock<KernelBackend>,
     /// The node uplink's next hops, when Quiver attached one.
     uplink: OnceLock<Arc<NextHops>>,
@@ -127,11 +131,6 @@ impl ForwarderDataplane {
         self.control.apply(change).map(drop).map_err(fwd_error)
     }
 
-    /// Sets which interfaces KERNEL mechanisms get from now on (once; the default is veth).
-    pub fn set_kernel_backend(&self, backend: KernelBackend) {
-        let _ = self.kernel_backend.set(backend);
-    }
-
     /// Sets the node uplink whose next hops tunnels from its address wait for (once).
     pub fn set_uplink(&self, next_hops: Arc<NextHops>) {
         let _ = self.uplink.set(next_hops);
@@ -145,11 +144,6 @@ impl ForwarderDataplane {
                 tracing::debug!(%remote, "node uplink: the next hop is not resolved yet");
             }
         }
-    }
-
-    /// Which interfaces KERNEL mechanisms get.
-    pub fn kernel_backend(&self) -> KernelBackend {
-        self.kernel_backend.get().copied().unwrap_or_default()
     }
 
     pub(super) fn add(&self, owner: &str, port: PortSection) -> Result<(), BackendError> {
@@ -525,7 +519,8 @@ pub fn start(control: &Control, mut cfg: NsmConfig) -> Result<NsmService, NsmSta
     }
     let dp = ForwarderDataplane::new(control.clone());
     dp.set_wireguard_key(wg_key);
-    dp.set_kernel_backend(cfg.kernel_backend);
+    dp.set_kernel_backend(cfg.kernel_backend)
+        .expect("a new data path has chosen no KERNEL backend yet");
     if let Some(u) = &uplink {
         dp.set_uplink(u.next_hops());
     }

@@ -191,7 +191,9 @@ fn start_nsm(
         times: Mutex::new(HashMap::new()),
         client_side_done: Mutex::new(None),
     });
-    dp.inner.set_kernel_backend(opts.kernel_backend);
+    dp.inner
+        .set_kernel_backend(opts.kernel_backend)
+        .map_err(|e| e.to_string())?;
     let server = NsmHandle::spawn(
         NsmConfig {
             name: "quiver".into(),
