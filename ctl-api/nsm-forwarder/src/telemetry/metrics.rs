@@ -59,8 +59,9 @@ pub fn instrument_name(segment: &str, key: &str) -> String {
     format!("{segment}_{key}")
 }
 
-/// Why OpenTelemetry refuses `name` as an instrument name (its SDKs, Go's and Rust's, follow
-/// the specification: a letter, then up to 254 of letters, digits, `_`, `.`, `-`, `/`).
+/// Why OpenTelemetry refuses `name` as an instrument name (the specification's rule, which the
+/// Rust SDK enforces by exporting nothing of it: a letter, then up to 254 of letters, digits,
+/// `_`, `.`, `-`, `/`).
 pub fn invalid_instrument_name(name: &str) -> Option<&'static str> {
     if !name.starts_with(|c: char| c.is_ascii_alphabetic()) {
         return Some("it must start with a letter");
