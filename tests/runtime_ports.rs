@@ -435,6 +435,6 @@ fn memif_ports_added_inside_a_network_namespace_serve_peers_there() {
 
 fn port_section_memif(name: &str, socket: &str, id: u32) -> PortSection {
     port(&format!(
-        "name = \"{name}\"\ntype = \"memif\"\nrole = \"master\"\nsocket = \"{socket}\"\nid = {id}\n"
+        "name = \"{name}\"\ntype = \"memif\"\nrole = \"master\"\nsocket = \"{socket}\"\nid = {id}\nqueues = {WORKERS}\n"
     ))
 }

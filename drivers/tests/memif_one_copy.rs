@@ -16,7 +16,7 @@ use memif::{InterfaceConfig, Mode, Role, Slave, SocketAddress};
 
 mod memif_support;
 
-use memif_support::{connect, queue_frame, slave_config, wait_for, Quiver, WORKERS};
+use memif_support::{connect, port_config, queue_frame, slave_config, wait_for, Quiver, WORKERS};
 
 fn socket(test: &str) -> SocketAddress {
     SocketAddress::Path(
@@ -37,7 +37,7 @@ fn detail(port: &MemifPort, name: &str) -> u64 {
 fn start(test: &str, setup: impl FnOnce(&mut Forwarding, &[IfIndex])) -> Quiver {
     let sock = socket(test);
     let configs = (0..2)
-        .map(|id| MemifPortConfig::new(&format!("memif{id}"), Role::Master, sock.clone(), id))
+        .map(|id| port_config(&format!("memif{id}"), Role::Master, sock.clone(), id))
         .collect();
     Quiver::start(configs, 8 * 1024, setup)
 }

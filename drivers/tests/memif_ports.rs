@@ -8,7 +8,7 @@ use memif::{Mode, Role, Slave, SocketAddress};
 
 mod memif_support;
 
-use memif_support::{connect, queue_frame, slave_config, wait_for, Quiver, WORKERS};
+use memif_support::{connect, port_config, queue_frame, slave_config, wait_for, Quiver, WORKERS};
 
 fn socket(test: &str) -> SocketAddress {
     SocketAddress::Path(
@@ -76,8 +76,8 @@ fn frames_cross_between_two_memif_ports_on_two_workers_exactly_once() {
     let sock = socket("xc");
     // One listening socket serves both interfaces (ids 0 and 1).
     let quiver = start(vec![
-        MemifPortConfig::new("memif0", Role::Master, sock.clone(), 0),
-        MemifPortConfig::new("memif1", Role::Master, sock.clone(), 1),
+        port_config("memif0", Role::Master, sock.clone(), 0),
+        port_config("memif1", Role::Master, sock.clone(), 1),
     ]);
     let start_free = quiver.pool.free_count();
     let mut a = Slave::new(sock.clone(), slave_config(0, Mode::Ethernet)).unwrap();
@@ -128,8 +128,8 @@ fn frames_cross_between_two_memif_ports_on_two_workers_exactly_once() {
 fn a_port_is_up_on_the_workers_before_its_peer_is_told_connected() {
     let sock = socket("up_first");
     let quiver = start(vec![
-        MemifPortConfig::new("memif0", Role::Master, sock.clone(), 0),
-        MemifPortConfig::new("memif1", Role::Master, sock.clone(), 1),
+        port_config("memif0", Role::Master, sock.clone(), 0),
+        port_config("memif1", Role::Master, sock.clone(), 1),
     ]);
     let mut a = Slave::new(sock.clone(), slave_config(0, Mode::Ethernet)).unwrap();
     wait_for("memif0 up", 20, || {
@@ -160,8 +160,8 @@ fn a_port_is_up_on_the_workers_before_its_peer_is_told_connected() {
 fn a_peer_that_leaves_takes_its_link_down_and_its_frames_are_counted_then_it_comes_back() {
     let (s0, s1) = (socket("relink0"), socket("relink1"));
     let mut quiver = start(vec![
-        MemifPortConfig::new("memif0", Role::Master, s0.clone(), 7),
-        MemifPortConfig::new("memif1", Role::Master, s1.clone(), 7),
+        port_config("memif0", Role::Master, s0.clone(), 7),
+        port_config("memif1", Role::Master, s1.clone(), 7),
     ]);
     let mut a = Slave::new(s0, slave_config(7, Mode::Ethernet)).unwrap();
     let mut b = Slave::new(s1, slave_config(7, Mode::Ethernet)).unwrap();
@@ -196,8 +196,8 @@ fn a_peer_that_leaves_takes_its_link_down_and_its_frames_are_counted_then_it_com
 fn a_sender_that_leaves_mid_stream_leaves_every_frame_and_buffer_accounted_for() {
     let sock = socket("leave");
     let quiver = start(vec![
-        MemifPortConfig::new("memif0", Role::Master, sock.clone(), 0),
-        MemifPortConfig::new("memif1", Role::Master, sock.clone(), 1),
+        port_config("memif0", Role::Master, sock.clone(), 0),
+        port_config("memif1", Role::Master, sock.clone(), 1),
     ]);
     let start_free = quiver.pool.free_count();
     let mut a = Slave::new(sock.clone(), slave_config(0, Mode::Ethernet)).unwrap();
@@ -270,8 +270,8 @@ fn a_sender_that_leaves_mid_stream_leaves_every_frame_and_buffer_accounted_for()
 fn ip_mode_ports_carry_bare_ip_packets() {
     let sock = socket("ipmode");
     let mut configs = vec![
-        MemifPortConfig::new("memif-ip0", Role::Master, sock.clone(), 0),
-        MemifPortConfig::new("memif-ip1", Role::Master, sock.clone(), 1),
+        port_config("memif-ip0", Role::Master, sock.clone(), 0),
+        port_config("memif-ip1", Role::Master, sock.clone(), 1),
     ];
     for c in &mut configs {
         c.mode = Mode::Ip;
@@ -300,18 +300,18 @@ fn ip_mode_ports_carry_bare_ip_packets() {
 fn ports_are_refused_when_their_configuration_cannot_work() {
     let control = MemifControl::start(1).unwrap();
     let sock = socket("refused");
-    let mut bad = MemifPortConfig::new("m0", Role::Slave, sock.clone(), 0);
+    let mut bad = port_config("m0", Role::Slave, sock.clone(), 0);
     bad.log2_ring_size = 15;
     assert!(control.add_port(bad).is_err());
     let ok = control
-        .add_port(MemifPortConfig::new("m0", Role::Master, sock.clone(), 0))
+        .add_port(port_config("m0", Role::Master, sock.clone(), 0))
         .unwrap();
     // Same name again, or the same id on the same socket: refused, the first port unaffected.
     assert!(control
-        .add_port(MemifPortConfig::new("m0", Role::Master, sock.clone(), 1))
+        .add_port(port_config("m0", Role::Master, sock.clone(), 1))
         .is_err());
     assert!(control
-        .add_port(MemifPortConfig::new("m1", Role::Master, sock.clone(), 0))
+        .add_port(port_config("m1", Role::Master, sock.clone(), 0))
         .is_err());
     assert!(ok.queue_pair(0).is_ok());
     assert!(ok.queue_pair(0).is_err(), "a queue pair is handed out once");

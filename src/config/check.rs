@@ -224,6 +224,12 @@ impl Config {
                 }
             }
             if let PortSection::Memif(m) = p {
+                if !(1..=256).contains(&m.queues) {
+                    return Err(refused(
+                        format!("port[{i}].queues"),
+                        format!("{} must be from 1 to 256", m.queues),
+                    ));
+                }
                 if !m.ring_size.is_power_of_two() || !(2..=1 << 14).contains(&m.ring_size) {
                     return Err(refused(
                         format!("port[{i}].ring_size"),
@@ -395,6 +401,8 @@ socket = "@q"
             ("[[port]]\nname = \"a\"\ntype = \"tap\"\n", "port[2].name"),
             ("[[port]]\nname = \"c\"\ntype = \"memif\"\nrole = \"slave\"\nsocket = \"@q\"\nring_size = 1000\n", "port[2].ring_size"),
             ("[[port]]\nname = \"c\"\ntype = \"memif\"\nrole = \"slave\"\nsocket = \"\"\n", "port[2].socket"),
+            ("[[port]]\nname = \"c\"\ntype = \"memif\"\nrole = \"slave\"\nsocket = \"@q\"\nqueues = 0\n", "port[2].queues"),
+            ("[[port]]\nname = \"c\"\ntype = \"memif\"\nrole = \"slave\"\nsocket = \"@q\"\nqueues = 257\n", "port[2].queues"),
             ("[[port]]\nname = \"c\"\ntype = \"af_packet\"\ninterface = \"v\"\nring_kb = 1000\n", "port[2].ring_kb"),
             ("[[port]]\nname = \"c\"\ntype = \"af_packet\"\ninterface = \"v\"\nring_kb = 32\n", "port[2].ring_kb"),
             ("[[port]]\nname = \"c\"\ntype = \"af_packet\"\ninterface = \"v\"\nring_kb = 131072\n", "port[2].ring_kb"),

@@ -84,6 +84,11 @@ pub struct MemifSection {
     /// memif buffer size in bytes (default 2048).
     #[serde(default = "default_buffer_size")]
     pub buffer_size: u32,
+    /// Queue pairs, 1 to 256 (default 1, as libmemif's and VPP's): a slave asks for this many
+    /// (fewer if the master offers fewer), a master accepts at most this many. They are spread
+    /// over the workers; with fewer queues than workers, workers share transmit queues.
+    #[serde(default = "default_memif_queues")]
+    pub queues: u16,
     /// The network namespace (a `/run/netns/…` or `/proc/<pid>/ns/net` path) the control
     /// socket is created in (NSM's client side: an abstract socket in the client's pod).
     /// Default: Quiver's own.
@@ -249,6 +254,11 @@ fn default_ring_size() -> u32 {
 
 fn default_buffer_size() -> u32 {
     2048
+}
+
+/// libmemif's and VPP's default.
+pub(crate) fn default_memif_queues() -> u16 {
+    1
 }
 
 /// memif role.

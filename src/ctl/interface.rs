@@ -39,6 +39,10 @@ pub enum AddInterface {
         /// memif buffer size in bytes.
         #[arg(long, default_value_t = 2048)]
         buffer_size: u32,
+        /// Queue pairs (1 to 256): a slave asks for this many, a master accepts at most this
+        /// many; spread over the workers.
+        #[arg(long, default_value_t = 1)]
+        queues: u32,
         /// Shared secret.
         #[arg(long)]
         secret: Option<String>,
@@ -130,6 +134,7 @@ fn add_interface(client: &AdminClient, add: AddInterface) -> Result<pb::AddInter
             mode,
             ring_size,
             buffer_size,
+            queues,
             secret,
             mac,
             mtu,
@@ -144,6 +149,7 @@ fn add_interface(client: &AdminClient, add: AddInterface) -> Result<pb::AddInter
             secret: secret.unwrap_or_default(),
             mac: mac.unwrap_or_default(),
             mtu,
+            queues,
         })),
         AddInterface::AfPacket {
             name,

@@ -410,6 +410,7 @@ pub fn memif(r: &pb::ShowMemifReply) -> String {
         "Socket",
         ">Id",
         "Link",
+        ">Queues",
         ">Ring",
         ">Buffer",
         ">RX packets",
@@ -426,6 +427,7 @@ pub fn memif(r: &pb::ShowMemifReply) -> String {
             m.socket.clone(),
             m.id.to_string(),
             link(m.link_up).into(),
+            memif_queues(m),
             m.ring_size.to_string(),
             m.buffer_size.to_string(),
             m.rx_packets.to_string(),
@@ -436,11 +438,23 @@ pub fn memif(r: &pb::ShowMemifReply) -> String {
         if !m.link_up && !m.link_reason.is_empty() {
             t.note(format!("down: {}", m.link_reason));
         }
+        if !m.last_refusal.is_empty() {
+            t.note(format!("last refused: {}", m.last_refusal));
+        }
         for c in m.detail.iter().filter(|c| c.value != 0) {
             t.note(format!("{}: {}", c.name, c.value));
         }
     }
     t.render()
+}
+
+/// A memif's queues: receive/transmit as connected, else the configured pairs.
+fn memif_queues(m: &pb::Memif) -> String {
+    if m.link_up {
+        format!("{}/{}", m.rx_queues, m.tx_queues)
+    } else {
+        m.queues.to_string()
+    }
 }
 
 /// `show memif --json`.
@@ -460,6 +474,12 @@ pub fn memif_json(r: &pb::ShowMemifReply) -> Value {
                     "link_reason": m.link_reason,
                     "ring_size": m.ring_size,
                     "buffer_size": m.buffer_size,
+                    "queues": m.queues,
+                    "rx_queues": m.rx_queues,
+                    "tx_queues": m.tx_queues,
+                    "configured_ring_size": m.configured_ring_size,
+                    "configured_buffer_size": m.configured_buffer_size,
+                    "last_refusal": m.last_refusal,
                     "rx_packets": m.rx_packets,
                     "rx_bytes": m.rx_bytes,
                     "tx_packets": m.tx_packets,

@@ -315,6 +315,7 @@ fn small_tables_render_their_rows() {
             socket: "/run/quiver/memif.sock".into(),
             ring_size: 1024,
             buffer_size: 2048,
+            queues: 1,
             link_reason: "no peer".into(),
             ..Default::default()
         }],
@@ -330,6 +331,7 @@ fn small_tables_render_their_rows() {
             "/run/quiver/memif.sock",
             "0",
             "down",
+            "1",
             "1024",
             "2048",
             "0",

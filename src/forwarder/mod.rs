@@ -30,7 +30,7 @@ use dataplane::{
     BufferPool, CommandError, Dataplane, GraphBuilder, PortsInput, RuntimeSnapshot, TxQueue,
     WorkerCommand, WorkerError, PORT_INPUT,
 };
-use drivers::memif_port::MemifControl;
+use drivers::memif_port::{MemifControl, MemifPort};
 use drivers::{LinkStatus, Port};
 use graph_nodes::nodes::InterfaceOutput;
 use graph_nodes::{
@@ -57,6 +57,9 @@ pub struct PortEntry {
     pub interface: IfIndex,
     /// The driver's port.
     pub port: Arc<dyn Port>,
+    /// The same port when it is a memif one, for what only memif has (negotiated queues and
+    /// sizes, refusals).
+    pub memif: Option<Arc<MemifPort>>,
 }
 
 /// One VXLAN tunnel of the forwarder.
@@ -179,6 +182,7 @@ impl Forwarder {
                 name: name.to_string(),
                 interface,
                 port,
+                memif: memif.as_ref().and_then(|c| c.port(name)),
             });
         }
         configure(cfg, &ports, &mut forwarding)?;

@@ -158,5 +158,6 @@ pub(super) fn memif_config(name: &str, m: &MemifSection) -> Result<MemifPortConf
     };
     c.log2_ring_size = m.ring_size.trailing_zeros() as u8;
     c.buffer_size = m.buffer_size;
+    c.queues = m.queues;
     Ok(c)
 }

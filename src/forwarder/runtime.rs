@@ -210,6 +210,7 @@ impl Forwarder {
             name: name.to_string(),
             interface,
             port,
+            memif: self.memif.as_ref().and_then(|c| c.port(name)),
         });
         self.sections.push(section.clone());
         self.record(owner, Owned::Port(name.to_string()));

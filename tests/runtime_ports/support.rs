@@ -25,9 +25,10 @@ pub(crate) fn port(keys: &str) -> PortSection {
         .remove(0)
 }
 
+/// A memif master section with a queue pair per worker.
 pub(crate) fn memif_master(name: &str, sock: &std::path::Path, id: u32) -> PortSection {
     port(&format!(
-        "name = \"{name}\"\ntype = \"memif\"\nrole = \"master\"\nsocket = \"{}\"\nid = {id}\n",
+        "name = \"{name}\"\ntype = \"memif\"\nrole = \"master\"\nsocket = \"{}\"\nid = {id}\nqueues = {WORKERS}\n",
         sock.display()
     ))
 }

@@ -57,6 +57,8 @@ pub struct MemifSpec {
     pub ring_size: u32,
     /// memif buffer size in bytes.
     pub buffer_size: u32,
+    /// Queue pairs (1 to 256).
+    pub queues: u16,
     /// Shared secret.
     pub secret: Option<String>,
     /// The port's MAC (default: derived from the id).

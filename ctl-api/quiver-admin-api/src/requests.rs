@@ -97,6 +97,15 @@ pub(crate) fn memif_spec(r: &pb::AddMemifRequest) -> AdminResult<MemifSpec> {
         } else {
             r.buffer_size
         },
+        queues: match r.queues {
+            0 => 1,
+            q @ 1..=256 => q as u16,
+            q => {
+                return Err(AdminError::InvalidArgument(format!(
+                    "memif queues {q}: 1 to 256"
+                )))
+            }
+        },
         secret: (!r.secret.is_empty()).then(|| r.secret.clone()),
         mac: match r.mac.trim() {
             "" => None,

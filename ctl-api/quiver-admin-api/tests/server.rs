@@ -274,6 +274,7 @@ fn the_backend_saw_typed_requests(backend: &Recorder) {
                     ip_mode: false,
                     ring_size: 1024,
                     buffer_size: 2048,
+                    queues: 1,
                     secret: None,
                     mac: None,
                     mtu: 1500,

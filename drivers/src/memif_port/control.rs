@@ -2,7 +2,6 @@
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
@@ -13,6 +12,7 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use super::config::MemifPortConfig;
 use super::port::MemifPort;
+use super::tx::{SharedTx, TxLane};
 use crate::netns::{NetNs, NetNsId};
 use crate::port::{LinkStatus, PortError};
 
@@ -34,8 +34,8 @@ pub struct MemifControl {
 }
 
 impl MemifControl {
-    /// Starts the control thread for ports used by `workers` workers (each port gets that many
-    /// queue pairs; a slave asks for that many).
+    /// Starts the control thread for ports used by `workers` workers (each port's queues are
+    /// spread over them; see [`MemifPortConfig::queues`]).
     pub fn start(workers: usize) -> Result<MemifControl, PortError> {
         let wake = Arc::new(
             EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC).map_err(|e| {
@@ -49,7 +49,7 @@ impl MemifControl {
         let w = wake.clone();
         let thread = std::thread::Builder::new()
             .name("quiver-memif".into())
-            .spawn(move || ControlLoop::new(rx, w, workers).run())
+            .spawn(move || ControlLoop::new(rx, w).run())
             .map_err(|e| PortError::Device(format!("cannot start the memif thread: {e}")))?;
         Ok(MemifControl {
             commands: tx,
@@ -140,17 +140,15 @@ struct LinkView {
 struct ControlLoop {
     commands: mpsc::Receiver<Command>,
     wake: Arc<EventFd>,
-    workers: usize,
     masters: Vec<(MasterKey, Master)>,
     ports: HashMap<String, Managed>,
 }
 
 impl ControlLoop {
-    fn new(commands: mpsc::Receiver<Command>, wake: Arc<EventFd>, workers: usize) -> Self {
+    fn new(commands: mpsc::Receiver<Command>, wake: Arc<EventFd>) -> Self {
         ControlLoop {
             commands,
             wake,
-            workers: workers.max(1),
             masters: Vec::new(),
             ports: HashMap::new(),
         }
@@ -188,7 +186,7 @@ impl ControlLoop {
         icfg.secret = cfg.secret.clone();
         icfg.buffer_size = cfg.buffer_size;
         icfg.log2_ring_size = cfg.log2_ring_size;
-        icfg.queue_pairs = u16::try_from(self.workers).unwrap_or(u16::MAX);
+        icfg.queue_pairs = cfg.queues;
         let bad = |e: memif::Error| PortError::Config(format!("{}: {e}", cfg.name));
         let endpoint = match cfg.role {
             Role::Master => {
@@ -196,11 +194,9 @@ impl ControlLoop {
                 let k = match self.masters.iter().position(|(k, _)| *k == key) {
                     Some(k) => k,
                     None => {
-                        let mcfg = MasterConfig {
-                            max_ring: u16::try_from(self.workers.saturating_sub(1))
-                                .unwrap_or(u16::MAX),
-                            ..MasterConfig::default()
-                        };
+                        // HELLO offers what the socket's interfaces take; each slave is held
+                        // to its own interface's `queues`.
+                        let mcfg = MasterConfig::default();
                         let master = match &cfg.netns {
                             None => Master::bind(cfg.socket.clone(), mcfg).map_err(bad)?,
                             Some(ns) => Master::from_listener(
@@ -229,7 +225,8 @@ impl ControlLoop {
                 Endpoint::Slave(Box::new(slave))
             }
         };
-        tracing::info!(port = %cfg.name, role = ?cfg.role, socket = %cfg.socket, id = cfg.id, "memif port added");
+        tracing::info!(port = %cfg.name, role = ?cfg.role, socket = %cfg.socket, id = cfg.id,
+            queues = cfg.queues, "memif port added");
         self.ports.insert(
             cfg.name.clone(),
             Managed {
@@ -246,7 +243,7 @@ impl ControlLoop {
             return false;
         };
         for w in &m.port.workers {
-            w.hand_over(None, None);
+            w.hand_over(Vec::new(), None);
         }
         m.port.set_link(LinkStatus::Down("removed".into()));
         match m.endpoint {
@@ -329,38 +326,81 @@ fn sync(port: &MemifPort, view: &mut LinkView, iface: &mut Interface) {
     let counters = iface.counters();
     if iface.is_up() && counters.connects != view.handed {
         if let Some(q) = iface.detach_queues() {
+            let workers = port.workers.len();
             let (nrx, ntx) = (q.rx.len(), q.tx.len());
-            let mut rx = q.rx.into_iter();
-            let mut tx = q.tx.into_iter();
-            for w in &port.workers {
-                w.hand_over(rx.next(), tx.next());
+            let rx = spread_rx(q.rx, workers);
+            let tx = spread_tx(q.tx, workers);
+            for ((w, rx), tx) in port.workers.iter().zip(rx).zip(tx) {
+                w.hand_over(rx, tx);
             }
-            let usable = nrx.min(ntx);
-            if usable < port.workers.len() {
-                tracing::warn!(port = %port.config.name, queues = usable, workers = port.workers.len(),
-                    "memif peer gave fewer queue pairs than workers: the other workers' frames to it are dropped");
-            }
-            port.peer_queues.store(usable as u64, Ordering::Relaxed);
             view.handed = counters.connects;
             view.up = true;
             port.set_link(LinkStatus::Up);
-            tracing::info!(port = %port.config.name, peer = iface.peer_name(), queues = usable, "memif link up");
+            tracing::info!(port = %port.config.name, peer = iface.peer_name(), rx_queues = nrx,
+                tx_queues = ntx, workers, shared_tx = ntx < workers, "memif link up");
         }
     } else if !iface.is_up() && view.up {
         for w in &port.workers {
-            w.hand_over(None, None);
+            w.hand_over(Vec::new(), None);
         }
         view.up = false;
-        port.peer_queues.store(0, Ordering::Relaxed);
         let why = match iface.link() {
             memif::LinkState::Down(r) => r.clone(),
             memif::LinkState::Up => String::new(),
         };
         port.set_link(LinkStatus::Down(why));
     } else if !iface.is_up() {
-        if let memif::LinkState::Down(r) = iface.link() {
-            port.set_link(LinkStatus::Down(r.clone()));
+        port.set_link(LinkStatus::Down(down_reason(iface)));
+    }
+    port.set_status(iface);
+}
+
+/// Why a link is down, with the last refusal when there was one since it last came up, so
+/// `show memif` and `show interfaces` say why a peer cannot connect.
+fn down_reason(iface: &Interface) -> String {
+    let r = match iface.link() {
+        memif::LinkState::Down(r) => r.clone(),
+        memif::LinkState::Up => String::new(),
+    };
+    match iface.refusals().last() {
+        Some(last) if r == "not connected" || r.is_empty() => {
+            format!("not connected: last peer refused: {last}")
+        }
+        _ => r,
+    }
+}
+
+/// Receive ring `i` goes to worker `i % workers`: each worker's rings, in order.
+fn spread_rx(rings: Vec<memif::RxQueue>, workers: usize) -> Vec<Vec<memif::RxQueue>> {
+    let mut out: Vec<Vec<memif::RxQueue>> = (0..workers).map(|_| Vec::new()).collect();
+    for (i, r) in rings.into_iter().enumerate() {
+        out[i % workers.max(1)].push(r);
+    }
+    out
+}
+
+/// Worker `w` sends on transmit queue `w % queues`: its own when no other worker maps to it,
+/// shared otherwise (fewer queues than workers). Queues beyond the workers' count stay
+/// unused, as in VPP.
+fn spread_tx(queues: Vec<memif::TxQueue>, workers: usize) -> Vec<Option<TxLane>> {
+    let n = queues.len();
+    if n == 0 {
+        return (0..workers).map(|_| None).collect();
+    }
+    let mut lanes: Vec<Option<TxLane>> = Vec::with_capacity(workers);
+    let mut shared: Vec<Option<Arc<SharedTx>>> = (0..n).map(|_| None).collect();
+    let mut own: Vec<Option<memif::TxQueue>> = queues.into_iter().map(Some).collect();
+    for w in 0..workers {
+        let q = w % n;
+        let users = (0..workers).filter(|x| x % n == q).count();
+        if users == 1 {
+            lanes.push(own[q].take().map(TxLane::Own));
+        } else {
+            if shared[q].is_none() {
+                shared[q] = own[q].take().map(|t| Arc::new(SharedTx::new(t)));
+            }
+            lanes.push(shared[q].clone().map(TxLane::Shared));
         }
     }
-    port.set_memif_counters(counters);
+    lanes
 }

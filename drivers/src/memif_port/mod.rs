@@ -48,4 +48,4 @@ mod worker;
 
 pub use config::MemifPortConfig;
 pub use control::MemifControl;
-pub use port::MemifPort;
+pub use port::{MemifPort, MemifStatus};

@@ -1,7 +1,7 @@
 //! [`MemifPort`]: one memif port: its queue pairs, one per worker, its link and counters, and
 //! the cut-through from its receive queues to another memif port's transmit queues.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use memif::Mode;
@@ -22,10 +22,19 @@ pub struct MemifPort {
     /// Each worker's end of the port.
     pub(super) workers: Vec<Arc<WorkerSlots>>,
     taken: Mutex<Vec<bool>>,
-    /// The interface's counters as last seen by the control thread.
-    memif_counters: Mutex<memif::Counters>,
-    /// Queue pairs the peer agreed to on the current connection.
-    pub(super) peer_queues: AtomicU64,
+    /// The interface as last seen by the control thread.
+    status: Mutex<MemifStatus>,
+}
+
+/// What the control thread last saw of a port's memif interface.
+#[derive(Debug, Clone, Default)]
+pub struct MemifStatus {
+    /// Its counters (bad descriptors by reason, connects …).
+    pub counters: memif::Counters,
+    /// What the current connection's handshake settled on (`None` while down).
+    pub negotiated: Option<memif::Negotiated>,
+    /// Why peers were refused (a master's).
+    pub refusals: memif::Refusals,
 }
 
 impl MemifPort {
@@ -36,8 +45,7 @@ impl MemifPort {
             link: Mutex::new(LinkStatus::Down("not connected yet".into())),
             workers: (0..workers).map(|_| Arc::new(WorkerSlots::new())).collect(),
             taken: Mutex::new(vec![false; workers]),
-            memif_counters: Mutex::new(memif::Counters::default()),
-            peer_queues: AtomicU64::new(0),
+            status: Mutex::new(MemifStatus::default()),
             config,
         }
     }
@@ -50,26 +58,39 @@ impl MemifPort {
     /// The memif interface's own counters (bad descriptors by reason, connects …), as of the
     /// control thread's last look.
     pub fn memif_counters(&self) -> memif::Counters {
-        *self
-            .memif_counters
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        self.status().counters
     }
 
-    /// Queue pairs the peer agreed to on the current connection (0 when down).
+    /// The memif interface as of the control thread's last look: counters, what the current
+    /// connection settled on, refusals.
+    pub fn status(&self) -> MemifStatus {
+        self.status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Queue pairs usable on the current connection (0 when down): the fewer of its receive
+    /// and transmit queues.
     pub fn connected_queues(&self) -> usize {
-        self.peer_queues.load(Ordering::Relaxed) as usize
+        self.status()
+            .negotiated
+            .map_or(0, |n| n.rx_queues.min(n.tx_queues))
     }
 
     pub(super) fn set_link(&self, l: LinkStatus) {
         *self.link.lock().unwrap_or_else(|e| e.into_inner()) = l;
     }
 
-    pub(super) fn set_memif_counters(&self, c: memif::Counters) {
-        *self
-            .memif_counters
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = c;
+    /// Records what the control thread sees of the interface (the refusals copied only when
+    /// there are new ones).
+    pub(super) fn set_status(&self, iface: &memif::Interface) {
+        let mut s = self.status.lock().unwrap_or_else(|e| e.into_inner());
+        s.counters = iface.counters();
+        s.negotiated = iface.negotiated();
+        if s.refusals.total() != iface.refusals().total() {
+            s.refusals = iface.refusals().clone();
+        }
     }
 
     /// Cuts this port through to `to` on worker `worker`: from its next burst, this port's
@@ -198,6 +219,12 @@ impl Port for MemifPort {
             ("connects".into(), m.connects),
             ("disconnects".into(), m.disconnects),
         ];
+        let refusals = self.status().refusals;
+        s.detail.extend(
+            refusals
+                .counts()
+                .map(|(kind, n)| (kind.counter_name().to_string(), n)),
+        );
         s
     }
 }

@@ -15,23 +15,32 @@ use super::held::HeldSource;
 use super::into_buffers::{attach_held, FastRx, IntoBuffers, ETH_HEADER};
 use super::worker::WorkerSlots;
 
-/// A worker's receive queue of a memif port.
+/// A worker's receive queue of a memif port: every ring of the connection given to this worker
+/// (ring `i` goes to worker `i % workers`; usually one, none when the peer gave fewer rings
+/// than there are workers), polled in turn.
 pub(super) struct MemifRx {
     slots: Arc<WorkerSlots>,
     seen: u64,
-    queue: Option<memif::RxQueue>,
+    lanes: Vec<RxLane>,
+    /// The lane a burst starts with, so that no ring waits behind a busy one.
+    next: usize,
     ip_header: Option<[u8; ETH_HEADER]>,
     allocated: [BufferIndex; 256],
     /// The frames a burst's fast path held ([`memif::RxQueue::receive_held`]).
     held_rx: [memif::HeldRx; 256],
-    /// The current connection's held frames and their source id in the worker's buffers
-    /// (ETHERNET mode: IP mode adds a header, so it copies).
-    source: Option<(u32, Arc<HeldFrames>)>,
     /// Held frames of earlier connections still in flight: forgotten by the worker's buffers
     /// once all are released.
     retiring: Vec<Arc<HeldFrames>>,
     /// Where frames go instead of the graph, when the input node allows it.
     cut_through: Option<CutThrough>,
+}
+
+/// One ring of the connection, as this worker receives from it.
+struct RxLane {
+    queue: memif::RxQueue,
+    /// Its held frames and their source id in the worker's buffers (ETHERNET mode: IP mode
+    /// adds a header, so it copies).
+    source: Option<(u32, Arc<HeldFrames>)>,
 }
 
 impl MemifRx {
@@ -42,36 +51,42 @@ impl MemifRx {
         MemifRx {
             slots,
             seen: 0,
-            queue: None,
+            lanes: Vec::new(),
+            next: 0,
             ip_header,
             allocated: [BufferIndex::NONE; 256],
             held_rx: [memif::HeldRx::default(); 256],
-            source: None,
             retiring: Vec::new(),
             cut_through: None,
         }
     }
 
-    /// Takes a new queue (or none) from the control thread: the old connection's held frames
-    /// retire, the new queue holds frames when the port is in ETHERNET mode.
-    fn switch(&mut self, buffers: &mut WorkerBuffers, q: Option<memif::RxQueue>) {
-        self.queue = q;
-        if let Some((_, old)) = self.source.take() {
-            self.retiring.push(old);
+    /// Takes a new connection's rings (none when the link went down) from the control thread:
+    /// the old connection's held frames retire, the new rings hold frames when the port is in
+    /// ETHERNET mode.
+    fn switch(&mut self, buffers: &mut WorkerBuffers, queues: Vec<memif::RxQueue>) {
+        for old in self.lanes.drain(..) {
+            if let Some((_, held)) = old.source {
+                self.retiring.push(held);
+            }
         }
-        if let (Some(q), None) = (self.queue.as_mut(), self.ip_header) {
-            let held = q.enable_holding();
-            let id = buffers.register_external(Arc::new(HeldSource(held.clone())));
-            self.source = Some((id, held));
+        for mut queue in queues {
+            let source = self.ip_header.is_none().then(|| {
+                let held = queue.enable_holding();
+                let id = buffers.register_external(Arc::new(HeldSource(held.clone())));
+                (id, held)
+            });
+            self.lanes.push(RxLane { queue, source });
         }
+        self.next = 0;
     }
 
-    /// Picks up what the control side left (a new queue, a cut-through), and lets go of the
+    /// Picks up what the control side left (new rings, a cut-through), and lets go of the
     /// memory of old connections whose frames are all released.
     #[inline]
     fn refresh(&mut self, buffers: &mut WorkerBuffers) {
         if let Some(change) = self.slots.rx.take_if_changed(&mut self.seen) {
-            if let Some(q) = change.queue {
+            if let Some(q) = change.queues {
                 self.switch(buffers, q);
             }
             if let Some(c) = change.cut_through {
@@ -87,27 +102,81 @@ impl MemifRx {
         }
     }
 
-    /// One burst of the cut-through, if there is one: `(frames forwarded, whether frames it
-    /// cannot take wait)`; `None` when the frames are for the graph this time.
+    /// One burst of the cut-through over every ring, if there is one: `(frames forwarded,
+    /// whether frames it cannot take wait)`; `None` when the frames are for the graph this
+    /// time.
     #[inline]
     fn cut_through_burst(&mut self, max: usize) -> Option<(usize, bool)> {
         let c = self.cut_through.as_mut()?;
-        let q = self.queue.as_mut()?;
-        let (_, held) = self.source.as_ref()?;
-        match c.forward(q, held, &self.slots.rx_counters, max) {
-            Burst::Forwarded { packets, more } => Some((packets, more)),
-            Burst::NotNow => None,
-            Burst::Over => {
-                self.cut_through = None;
-                None
+        let (mut packets, mut more) = (0, false);
+        for lane in &mut self.lanes {
+            let Some((_, held)) = lane.source.as_ref() else {
+                continue;
+            };
+            match c.forward(
+                &mut lane.queue,
+                held,
+                &self.slots.rx_counters,
+                max - packets,
+            ) {
+                Burst::Forwarded {
+                    packets: n,
+                    more: m,
+                } => {
+                    packets += n;
+                    more |= m;
+                }
+                Burst::NotNow => return None,
+                Burst::Over => {
+                    self.cut_through = None;
+                    return None;
+                }
+            }
+            if packets == max {
+                // The rest waits in the rings for the next burst.
+                break;
             }
         }
+        Some((packets, more))
     }
 
-    /// Receives into Quiver buffers (what the control side left already picked up).
+    /// Receives into Quiver buffers from every ring in turn (what the control side left
+    /// already picked up).
     #[inline]
     fn receive_now(&mut self, buffers: &mut WorkerBuffers, out: &mut [BufferIndex]) -> usize {
-        let Some(q) = self.queue.as_mut() else {
+        let lanes = self.lanes.len();
+        let n = if lanes == 1 {
+            self.receive_lane(0, buffers, out)
+        } else {
+            let mut n = 0;
+            for k in 0..lanes {
+                if n == out.len() {
+                    break;
+                }
+                n += self.receive_lane((self.next + k) % lanes, buffers, &mut out[n..]);
+            }
+            self.next = (self.next + 1) % lanes.max(1);
+            n
+        };
+        let held: u64 = self
+            .lanes
+            .iter()
+            .filter_map(|l| l.source.as_ref())
+            .map(|(_, h)| h.in_flight())
+            .sum();
+        self.slots.rx_counters.held.store(held, Ordering::Relaxed);
+        n
+    }
+
+    /// Receives from ring `lane` into `out`.
+    #[inline]
+    fn receive_lane(
+        &mut self,
+        lane: usize,
+        buffers: &mut WorkerBuffers,
+        out: &mut [BufferIndex],
+    ) -> usize {
+        let Some(RxLane { queue: q, source }) = self.lanes.get_mut(lane) else {
             return 0;
         };
         let c = &self.slots.rx_counters;
@@ -115,14 +184,11 @@ impl MemifRx {
         if want == 0 {
             // Slots of frames released since the last burst go back to the peer.
             q.give_back();
-            if let Some((_, h)) = &self.source {
-                c.held.store(h.in_flight(), Ordering::Relaxed);
-            }
             return 0;
         }
         let got = buffers.alloc_up_to(&mut self.allocated[..want]);
         // The common case first: frames held where they are, attached to buffers in one pass.
-        let fast = match &self.source {
+        let fast = match source {
             Some((id, held)) => {
                 let k = q.receive_held(&mut self.held_rx[..got], u32::from(buffers.data_size()));
                 attach_held(buffers, *id, held, &self.allocated[..k], &self.held_rx[..k])
@@ -137,7 +203,7 @@ impl MemifRx {
             held: 0,
             bytes: 0,
             header: self.ip_header,
-            source: self.source.as_ref().map(|(id, _)| *id),
+            source: source.as_ref().map(|(id, _)| *id),
             no_buffer: false,
         };
         // The rest (chained or long frames, or IP mode) the general way.
@@ -157,9 +223,6 @@ impl MemifRx {
         bump(&c.bytes, bytes);
         bump(&c.zero_copy, held);
         bump(&c.copied, n as u64 - held);
-        if let Some((_, h)) = &self.source {
-            c.held.store(h.in_flight(), Ordering::Relaxed);
-        }
         if no_buffer || (got < want && n == got) {
             bump(&c.no_buffer, 1);
         }

@@ -4,7 +4,7 @@
 use dataplane::BufferIndex;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 use crossbeam_utils::atomic::AtomicCell;
 use dataplane::{TxQueue, WorkerBuffers};
@@ -30,7 +30,7 @@ pub(super) struct MemifTx {
 pub(super) struct TxHome {
     /// Each new connection's queue, as the control thread hands it over (`Some(None)`: the
     /// link went down).
-    slot: HandOver<Option<Option<memif::TxQueue>>>,
+    slot: HandOver<Option<Option<TxLane>>>,
     /// The queue's counters.
     pub(super) counters: TxCounters,
     state: AtomicCell<Option<Box<TxState>>>,
@@ -44,14 +44,38 @@ const _: () = assert!(AtomicCell::<Option<Box<TxState>>>::is_lock_free());
 /// A worker's memif transmit queue, as handed over by the control thread.
 struct TxState {
     seen: u64,
-    queue: Option<memif::TxQueue>,
+    queue: Option<TxLane>,
 }
 
-impl TxState {
-    /// The queue, while its connection is up.
+/// A transmit queue as a worker holds it: its own, or one it shares with other workers when the
+/// peer gave fewer queues than there are workers (worker `w` sends on queue `w % queues`).
+pub(super) enum TxLane {
+    /// This worker's alone.
+    Own(memif::TxQueue),
+    /// Shared: taken for one burst at a time (VPP shares a device's transmit queues between
+    /// threads the same way when it has fewer of them than threads).
+    Shared(Arc<SharedTx>),
+}
+
+/// A transmit queue several workers send on, one burst at a time.
+pub(super) struct SharedTx(Mutex<memif::TxQueue>);
+
+impl SharedTx {
+    pub(super) fn new(q: memif::TxQueue) -> SharedTx {
+        SharedTx(Mutex::new(q))
+    }
+
+    /// The queue, spinning while another worker sends a burst on it: a worker never sleeps
+    /// in the kernel for it, and no burst holds it longer than one ring's worth of copies.
     #[inline]
-    fn live_queue(&mut self) -> Option<&mut memif::TxQueue> {
-        self.queue.as_mut().filter(|q| q.is_live())
+    fn lock(&self) -> MutexGuard<'_, memif::TxQueue> {
+        loop {
+            match self.0.try_lock() {
+                Ok(g) => return g,
+                Err(TryLockError::Poisoned(p)) => return p.into_inner(),
+                Err(TryLockError::WouldBlock) => std::hint::spin_loop(),
+            }
+        }
     }
 }
 
@@ -66,7 +90,7 @@ impl TxHome {
     }
 
     /// The control thread's side: a new connection's queue, or `None` when the link is down.
-    pub(super) fn hand_over(&self, q: Option<memif::TxQueue>) {
+    pub(super) fn hand_over(&self, q: Option<TxLane>) {
         self.slot.update(|s| *s = Some(q));
     }
 
@@ -88,7 +112,14 @@ impl TxHome {
         if let Some(Some(q)) = self.slot.take_if_changed(&mut state.seen) {
             state.queue = q;
         }
-        let r = f(state.live_queue());
+        let r = match state.queue.as_mut() {
+            Some(TxLane::Own(q)) => f(Some(q).filter(|q| q.is_live())),
+            Some(TxLane::Shared(s)) => {
+                let mut q = s.lock();
+                f(Some(&mut *q).filter(|q| q.is_live()))
+            }
+            None => f(None),
+        };
         self.state.store(Some(state));
         Some(r)
     }

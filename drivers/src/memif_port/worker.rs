@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::counters::RxCounters;
 use super::cut_through::CutThrough;
 use super::slots::HandOver;
-use super::tx::TxHome;
+use super::tx::{TxHome, TxLane};
 
 /// One worker's end of a port.
 pub(super) struct WorkerSlots {
@@ -24,8 +24,8 @@ pub(super) struct WorkerSlots {
 /// A change left for a worker's receive queue: each `None` when that part did not change.
 #[derive(Default)]
 pub(super) struct RxChange {
-    /// A new connection's queue, or `Some(None)` when the link went down.
-    pub(super) queue: Option<Option<memif::RxQueue>>,
+    /// A new connection's rings for this worker, or `Some(vec![])` when the link went down.
+    pub(super) queues: Option<Vec<memif::RxQueue>>,
     /// A cut-through started (replacing an earlier one; one ends through its own flag).
     pub(super) cut_through: Option<CutThrough>,
 }
@@ -40,9 +40,10 @@ impl WorkerSlots {
         }
     }
 
-    /// The control thread's side: a new connection's queues, or `None`s when the link is down.
-    pub(super) fn hand_over(&self, rx: Option<memif::RxQueue>, tx: Option<memif::TxQueue>) {
-        self.rx.update(|c| c.queue = Some(rx));
+    /// The control thread's side: a new connection's rings and transmit queue for this worker,
+    /// or nothing when the link is down.
+    pub(super) fn hand_over(&self, rx: Vec<memif::RxQueue>, tx: Option<TxLane>) {
+        self.rx.update(|c| c.queues = Some(rx));
         self.tx.hand_over(tx);
     }
 }

@@ -15,7 +15,7 @@ use drivers::{LinkStatus, Port};
 use graph_nodes::{
     add_forwarding_nodes, names, FibConfig, Forwarding, ForwardingState, IfIndex, LocalState,
 };
-use memif::{InterfaceConfig, Mode, Slave};
+use memif::{InterfaceConfig, Mode, Role, Slave, SocketAddress};
 
 /// Workers (and queue pairs per port).
 pub const WORKERS: usize = 2;
@@ -27,6 +27,13 @@ pub fn slave_config(id: u32, mode: Mode) -> InterfaceConfig {
     let mut c = InterfaceConfig::new(id);
     c.queue_pairs = WORKERS as u16;
     c.mode = mode;
+    c
+}
+
+/// Port `name` on `socket` with interface `id`, a queue pair per worker.
+pub fn port_config(name: &str, role: Role, socket: SocketAddress, id: u32) -> MemifPortConfig {
+    let mut c = MemifPortConfig::new(name, role, socket, id);
+    c.queues = WORKERS as u16;
     c
 }
 

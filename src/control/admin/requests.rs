@@ -31,6 +31,7 @@ pub(super) fn memif(spec: &MemifSpec) -> PortSection {
         },
         ring_size: spec.ring_size,
         buffer_size: spec.buffer_size,
+        queues: spec.queues,
         netns: None,
     })
 }

@@ -174,6 +174,8 @@ pub(super) fn memifs(f: &ForwarderView, stats: impl Fn(&PortEntry) -> PortStats)
         };
         let s = stats(p);
         let (link_up, link_reason) = link(p.port.link());
+        let status = p.memif.as_ref().map(|m| m.status()).unwrap_or_default();
+        let agreed = status.negotiated;
         out.push(pb::Memif {
             name: p.name.clone(),
             index: p.interface.get(),
@@ -191,8 +193,18 @@ pub(super) fn memifs(f: &ForwarderView, stats: impl Fn(&PortEntry) -> PortStats)
             .into(),
             link_up,
             link_reason,
-            ring_size: m.ring_size,
-            buffer_size: m.buffer_size,
+            ring_size: agreed.map_or(m.ring_size, |n| u32::from(n.ring_size)),
+            buffer_size: agreed.and_then(|n| n.buffer_size).unwrap_or(m.buffer_size),
+            queues: u32::from(m.queues),
+            rx_queues: agreed.map_or(0, |n| n.rx_queues as u32),
+            tx_queues: agreed.map_or(0, |n| n.tx_queues as u32),
+            configured_ring_size: m.ring_size,
+            configured_buffer_size: m.buffer_size,
+            last_refusal: status
+                .refusals
+                .last()
+                .map(ToString::to_string)
+                .unwrap_or_default(),
             rx_packets: s.rx_packets,
             rx_bytes: s.rx_bytes,
             tx_packets: s.tx_packets,

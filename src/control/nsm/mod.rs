@@ -221,6 +221,8 @@ impl NsmBackend for ForwarderDataplane {
             },
             ring_size: 1024,
             buffer_size: 2048,
+            // What NSM's memif peers (sdk-vpp, libmemif) ask for and offer by default.
+            queues: 1,
             netns: spec.netns.clone(),
         });
         self.add(owner, section)?;

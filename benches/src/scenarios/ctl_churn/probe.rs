@@ -122,6 +122,7 @@ fn memif_ports(fwd: &Control, netns: &str, pid: u32, probes: usize) -> Result<Th
                 mode: MemifMode::Ethernet,
                 ring_size: 1024,
                 buffer_size: 2048,
+                queues: 1,
                 netns: ns.map(|u| std::path::PathBuf::from(u.trim_start_matches("file://"))),
             });
             let t0 = Instant::now();
