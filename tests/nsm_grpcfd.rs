@@ -15,7 +15,6 @@ use std::path::Path as FsPath;
 
 use grpc_unix::InodeKey;
 use nsm_forwarder::testing::{BlockingClient, TestEndpoint};
-use nsm_forwarder::NsmBackend;
 use nsm_proto::connection::{Connection, State};
 use nsm_proto::connectioncontext::{ConnectionContext, IpContext};
 use nsm_proto::networkservice::network_service_client::NetworkServiceClient;
@@ -24,6 +23,9 @@ use testkit::wait_for;
 
 mod nsm_support;
 
+use nsm_support::kernel::{
+    assert_built_once, assert_nothing_left, per_backend, tag, KernelBackend,
+};
 use nsm_support::{
     kernel_mech, link_up, mech, memif_sink, memif_source, nsc_connection, traffic_example,
     traffic_report, KernelTest, Netns, IP, PING,
@@ -61,15 +63,18 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-#[test]
-fn a_namespace_passed_by_fd_gets_the_kernel_interface_and_its_fd_is_closed_after_close() {
+per_backend!(a_namespace_passed_by_fd_gets_the_kernel_interface_and_its_fd_is_closed_after_close);
+fn a_namespace_passed_by_fd_gets_the_kernel_interface_and_its_fd_is_closed_after_close(
+    backend: KernelBackend,
+) {
     let _one = one_at_a_time();
     let Some(KernelTest {
         nsc,
         nse,
         dir,
         quiver,
-    }) = KernelTest::start(
+    }) = KernelTest::with_backend(
+        backend,
         "a_namespace_passed_by_fd_gets_the_kernel_interface",
         &[IP],
         ["fdc", "fde", "nsm-grpcfd"],
@@ -97,7 +102,7 @@ fn a_namespace_passed_by_fd_gets_the_kernel_interface_and_its_fd_is_closed_after
         .block_on(spiffe_identity::connect(&listen, None))
         .unwrap();
     let mut client = NetworkServiceClient::new(channel.channel());
-    let id = format!("grpcfd-{}", std::process::id());
+    let id = format!("grpcfd-{}-{}", tag(backend), std::process::id());
     assert_eq!(
         open_fds_of(nsc_key),
         0,
@@ -118,8 +123,7 @@ fn a_namespace_passed_by_fd_gets_the_kernel_interface_and_its_fd_is_closed_after
             .contains(&format!("no file descriptor was passed for {unknown}")),
         "{err:?}"
     );
-    assert!(fwd.view().ports().is_empty(), "no port built");
-    assert!(!nsc.has_link("nsm0"));
+    assert_nothing_left(&id, &[&nsc, &nse], &fwd, &dp);
     assert!(
         endpoint.log().requests.is_empty(),
         "the endpoint was not asked"
@@ -144,7 +148,7 @@ fn a_namespace_passed_by_fd_gets_the_kernel_interface_and_its_fd_is_closed_after
         "the client's interface is in the namespace passed by fd"
     );
     assert!(nse.has_link("nse0"), "the endpoint's interface");
-    assert_eq!(fwd.view().ports().len(), 2);
+    assert_built_once(backend, &id, &nsc, &nse, &fwd);
     assert!(
         open_fds_of(nsc_key) >= 1,
         "Quiver holds the passed fd while the connection lives"
@@ -159,11 +163,11 @@ fn a_namespace_passed_by_fd_gets_the_kernel_interface_and_its_fd_is_closed_after
         .unwrap()
         .into_inner();
     assert_eq!(refreshed.state, State::Up as i32);
-    assert!(nsc.has_link("nsm0"));
+    assert_built_once(backend, &id, &nsc, &nse, &fwd);
 
     rt.block_on(client.close(refreshed)).unwrap();
     assert!(!nsc.has_link("nsm0"), "the client's interface is gone");
-    assert!(fwd.view().ports().is_empty(), "no port left");
+    assert_nothing_left(&id, &[&nsc, &nse], &fwd, &dp);
     // The channel is still open: the fd closed with the NSM connection, not the transport.
     wait_for("the passed namespace fd to be closed", 10, || {
         open_fds_of(nsc_key) == 0
@@ -199,15 +203,18 @@ fn open_fds_when_connected(client: &mut BlockingClient) -> usize {
     open_fds()
 }
 
-#[test]
-fn the_endpoint_passes_its_namespace_by_fd_and_quiver_builds_its_interface_there() {
+per_backend!(the_endpoint_passes_its_namespace_by_fd_and_quiver_builds_its_interface_there);
+fn the_endpoint_passes_its_namespace_by_fd_and_quiver_builds_its_interface_there(
+    backend: KernelBackend,
+) {
     let _one = one_at_a_time();
     let Some(KernelTest {
         nsc,
         nse,
         dir,
         quiver,
-    }) = KernelTest::start(
+    }) = KernelTest::with_backend(
+        backend,
         "the_endpoint_passes_its_namespace_by_fd",
         &[IP, PING],
         ["fdac", "fdae", "nsm-grpcfd-answer"],
@@ -233,7 +240,7 @@ fn the_endpoint_passes_its_namespace_by_fd_and_quiver_builds_its_interface_there
         "nobody holds the NSE's namespace yet"
     );
 
-    let id = format!("grpcfd-answer-{}", std::process::id());
+    let id = format!("grpcfd-answer-{}-{}", tag(backend), std::process::id());
     let answer = client
         .request(NetworkServiceRequest {
             connection: Some(Connection {
@@ -256,6 +263,7 @@ fn the_endpoint_passes_its_namespace_by_fd_and_quiver_builds_its_interface_there
         "the endpoint's interface is in the namespace it passed by fd"
     );
     assert!(nsc.has_link("nsmfa0"), "the client's interface");
+    assert_built_once(backend, &id, &nsc, &nse, &fwd);
     assert!(
         open_fds_of(nse_key) >= 1,
         "Quiver holds the NSE's namespace while the connection lives"
@@ -267,7 +275,7 @@ fn the_endpoint_passes_its_namespace_by_fd_and_quiver_builds_its_interface_there
     close_with_the_endpoints_answer(&mut client, answer, &endpoint, nse_key);
     assert!(!nse.has_link("nsefa0"), "the endpoint's interface is gone");
     assert!(!nsc.has_link("nsmfa0"), "the client's interface is gone");
-    assert!(fwd.view().ports().is_empty(), "no port left");
+    assert_nothing_left(&id, &[&nsc, &nse], &fwd, &dp);
     assert_eq!(open_fds_of(nse_key), 0, "the NSE's namespace fd is closed");
     // Quiver's channel to the endpoint idles out: every fd is back.
     wait_for("the fds to be back to where they were", 10, || {
@@ -416,15 +424,18 @@ fn memif_endpoint_by_fd(test: &str, tags: [&str; 3], form: MemifAnswer) {
     quiver.stop();
 }
 
-#[test]
-fn an_endpoint_naming_a_namespace_it_did_not_pass_is_refused_with_nothing_left() {
+per_backend!(an_endpoint_naming_a_namespace_it_did_not_pass_is_refused_with_nothing_left);
+fn an_endpoint_naming_a_namespace_it_did_not_pass_is_refused_with_nothing_left(
+    backend: KernelBackend,
+) {
     let _one = one_at_a_time();
     let Some(KernelTest {
         nsc,
         nse,
         dir,
         quiver,
-    }) = KernelTest::start(
+    }) = KernelTest::with_backend(
+        backend,
         "an_endpoint_naming_a_namespace_it_did_not_pass_is_refused",
         &[IP],
         ["fdnc", "fdne", "nsm-grpcfd-nofd"],
@@ -444,7 +455,7 @@ fn an_endpoint_naming_a_namespace_it_did_not_pass_is_refused_with_nothing_left()
     let (listen, dp, server) = quiver.serve_in(&dir);
     let mut client = BlockingClient::connect(&listen).unwrap();
     let before = open_fds_when_connected(&mut client);
-    let id = format!("grpcfd-nofd-{}", std::process::id());
+    let id = format!("grpcfd-nofd-{}-{}", tag(backend), std::process::id());
     let err = client
         .request(NetworkServiceRequest {
             connection: Some(nsc_connection(&id, "fd-answer")),
@@ -460,8 +471,7 @@ fn an_endpoint_naming_a_namespace_it_did_not_pass_is_refused_with_nothing_left()
     );
     assert!(!nsc.has_link("nsmfn0"), "the client's interface is gone");
     assert!(!nse.has_link("nsefn0"));
-    assert!(fwd.view().ports().is_empty(), "no port left");
-    assert!(!dp.owners().unwrap().contains(&id), "no tagged veth left");
+    assert_nothing_left(&id, &[&nsc, &nse], &fwd, &dp);
     assert_eq!(endpoint.log().closes.len(), 1, "closed toward the endpoint");
     wait_for("the fds to be back to where they were", 10, || {
         open_fds() == before

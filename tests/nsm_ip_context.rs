@@ -1,12 +1,12 @@
-//! NSM's IP context on KERNEL mechanisms, complete, as sdk-kernel applies it: IPv4 and IPv6
-//! addresses (IPv6 without duplicate address detection), routes, neighbours and policy routes
-//! (an `ip rule` with a table of its own each), and the connection's MTU on both veth ends
-//! (NSM's 9000 when the Request names none). Read back with `ip` inside the namespaces; IPv4
-//! and IPv6 pings cross Quiver's L2 cross-connect; Close leaves no rule behind; bad contexts are
-//! refused with the field named and nothing made.
+//! NSM's IP context on KERNEL mechanisms, complete, as sdk-kernel applies it, each test once
+//! per KERNEL backend (TAP, the default, and veth): IPv4 and IPv6 addresses (IPv6 without
+//! duplicate address detection), routes, neighbours and policy routes (an `ip rule` with a table
+//! of its own each), and the connection's MTU on the pods' interfaces and, with veths, on
+//! Quiver's ends (NSM's 9000 when the Request names none). Read back with `ip` inside the
+//! namespaces; IPv4 and IPv6 pings cross Quiver's L2 cross-connect; Close leaves nothing behind,
+//! no rule either; bad contexts are refused with the field named and nothing made.
 
 use nsm_forwarder::testing::{BlockingClient, TestEndpoint};
-use nsm_forwarder::NsmBackend;
 use nsm_proto::connection::{Connection, State};
 use nsm_proto::connectioncontext::{ConnectionContext, IpContext, PolicyRoute, Route};
 use nsm_proto::networkservice::NetworkServiceRequest;
@@ -14,6 +14,9 @@ use testkit::wait_for;
 
 mod nsm_support;
 
+use nsm_support::kernel::{
+    assert_built_once, assert_nothing_left, in_quivers_namespace, per_backend, tag, KernelBackend,
+};
 use nsm_support::{kernel_mech, nsc_connection, run, KernelTest, Netns, IP, PING};
 
 fn ip_out(ns: &Netns, args: &[&str]) -> String {
@@ -100,14 +103,17 @@ fn table_of_rule(rules: &str, selects: &str) -> String {
         .to_string()
 }
 
-#[test]
-fn a_dual_stack_context_with_policies_is_applied_pings_both_ways_and_leaves_nothing() {
+per_backend!(a_dual_stack_context_with_policies_is_applied_pings_both_ways_and_leaves_nothing);
+fn a_dual_stack_context_with_policies_is_applied_pings_both_ways_and_leaves_nothing(
+    backend: KernelBackend,
+) {
     let Some(KernelTest {
         nsc,
         nse,
         dir,
         quiver,
-    }) = KernelTest::start(
+    }) = KernelTest::with_backend(
+        backend,
         "a_dual_stack_context_with_policies_is_applied",
         &[IP, PING],
         ["nsc6", "nse6", "nsm-ipctx"],
@@ -124,7 +130,7 @@ fn a_dual_stack_context_with_policies_is_applied_pings_both_ways_and_leaves_noth
     .unwrap();
     let (listen, dp, server) = quiver.serve_in(&dir);
     let mut client = BlockingClient::connect(&listen).unwrap();
-    let id = format!("ipctx-{}", std::process::id());
+    let id = format!("ipctx-{}-{}", tag(backend), std::process::id());
 
     let answer = client.request(request(&id, &nsc, dual_stack(), 0)).unwrap();
     assert_eq!(answer.state, State::Up as i32);
@@ -133,6 +139,7 @@ fn a_dual_stack_context_with_policies_is_applied_pings_both_ways_and_leaves_noth
         Some(9000),
         "NSM's default MTU, answered"
     );
+    assert_built_once(backend, &id, &nsc, &nse, &fwd);
 
     // Addresses of both families, IPv6 usable at once (no DAD: never "tentative").
     let addrs = ip_out(&nsc, &["addr", "show", "dev", "nsm0"]);
@@ -170,7 +177,7 @@ fn a_dual_stack_context_with_policies_is_applied_pings_both_ways_and_leaves_noth
     assert!(link.contains(&format!("alias client-{id}")), "{link}");
     let link = ip_out(&nse, &["-d", "link", "show", "nse0"]);
     assert!(link.contains(&format!("alias server-{id}")), "{link}");
-    // The MTU, on both ends of both veths.
+    // The MTU, on both pods' interfaces.
     assert_eq!(mtu_of(&nsc, "nsm0"), 9000);
     assert_eq!(mtu_of(&nse, "nse0"), 9000);
 
@@ -201,6 +208,7 @@ fn a_dual_stack_context_with_policies_is_applied_pings_both_ways_and_leaves_noth
     wait_for("IPv6 still crosses after the refresh", 30, || {
         ping6(&nsc, "fd00:76::2")
     });
+    assert_built_once(backend, &id, &nsc, &nse, &fwd);
 
     client.close(answer).unwrap();
     assert_eq!(endpoint.log().closes.len(), 1);
@@ -212,8 +220,7 @@ fn a_dual_stack_context_with_policies_is_applied_pings_both_ways_and_leaves_noth
     );
     let rules6 = ip_out(&nsc, &["-6", "rule", "show"]);
     assert!(!rules6.contains("fd00:76::1"), "{rules6}");
-    assert!(fwd.view().ports().is_empty());
-    assert!(!dp.owners().unwrap().contains(&id));
+    assert_nothing_left(&id, &[&nsc, &nse], &fwd, &dp);
 
     drop(client);
     drop(server);
@@ -222,14 +229,15 @@ fn a_dual_stack_context_with_policies_is_applied_pings_both_ways_and_leaves_noth
     quiver.stop();
 }
 
-#[test]
-fn the_requested_mtu_reaches_both_ends_and_bad_contexts_make_nothing() {
+per_backend!(the_requested_mtu_reaches_both_ends_and_bad_contexts_make_nothing);
+fn the_requested_mtu_reaches_both_ends_and_bad_contexts_make_nothing(backend: KernelBackend) {
     let Some(KernelTest {
         nsc,
         nse,
         dir,
         quiver,
-    }) = KernelTest::start(
+    }) = KernelTest::with_backend(
+        backend,
         "the_requested_mtu_reaches_both_ends_and_bad_contexts_make_nothing",
         &[IP, PING],
         ["nscm", "nsem", "nsm-mtu"],
@@ -245,11 +253,8 @@ fn the_requested_mtu_reaches_both_ends_and_bad_contexts_make_nothing() {
     )
     .unwrap();
     let (listen, dp, server) = quiver.serve_in(&dir);
-    // Quiver's veth ends are checked here (a TAP has no end in Quiver's namespace: its MTU
-    // inside is checked in nsm_kernel_tap).
-    dp.set_kernel_backend(nsm_forwarder::config::KernelBackend::Veth);
     let mut client = BlockingClient::connect(&listen).unwrap();
-    let id = format!("mtu-{}", std::process::id());
+    let id = format!("mtu-{}-{}", tag(backend), std::process::id());
     let rules_before = ip_out(&nsc, &["rule", "show"]);
 
     // Each bad context is refused, naming its field, with nothing made anywhere.
@@ -280,7 +285,7 @@ fn the_requested_mtu_reaches_both_ends_and_bad_contexts_make_nothing() {
         assert!(e.message().contains(field), "{field}: {}", e.message());
         assert!(!nsc.has_link("nsm0"), "{field}: nothing made in the NSC");
         assert!(!nse.has_link("nse0"), "{field}: nothing made in the NSE");
-        assert!(fwd.view().ports().is_empty(), "{field}: no port");
+        assert_nothing_left(&id, &[&nsc, &nse], &fwd, &dp);
         assert_eq!(ip_out(&nsc, &["rule", "show"]), rules_before, "{field}");
     }
     assert!(
@@ -288,24 +293,28 @@ fn the_requested_mtu_reaches_both_ends_and_bad_contexts_make_nothing() {
         "none reached the endpoint"
     );
 
-    // A Request's own MTU is applied to both veths, Quiver's ends included.
+    // A Request's own MTU is applied to both pods' interfaces, and to Quiver's veth ends (a
+    // TAP has none: assert_built_once checks that nothing is in Quiver's namespace).
     let answer = client
         .request(request(&id, &nsc, dual_stack(), 1400))
         .unwrap();
     assert_eq!(answer.context.as_ref().map(|c| c.mtu), Some(1400));
+    assert_built_once(backend, &id, &nsc, &nse, &fwd);
     assert_eq!(mtu_of(&nsc, "nsm0"), 1400);
     assert_eq!(mtu_of(&nse, "nse0"), 1400);
-    let ends: Vec<String> = drivers::kernel_interface::list_owned()
-        .unwrap()
-        .into_iter()
-        .filter(|o| o.connection_id.starts_with(&format!("{id}/")))
-        .map(|o| o.name)
-        .collect();
-    assert_eq!(ends.len(), 2, "Quiver's two veth ends: {ends:?}");
+    let ends = in_quivers_namespace(&id);
+    assert_eq!(
+        ends.len(),
+        match backend {
+            KernelBackend::Tap => 0,
+            KernelBackend::Veth => 2,
+        },
+        "{ends:?}"
+    );
     for end in &ends {
-        let out =
-            String::from_utf8_lossy(&run(&[IP, "-o", "link", "show", end]).stdout).to_string();
-        assert!(out.contains(" mtu 1400 "), "{end}: {out}");
+        let out = String::from_utf8_lossy(&run(&[IP, "-o", "link", "show", &end.name]).stdout)
+            .to_string();
+        assert!(out.contains(" mtu 1400 "), "{}: {out}", end.name);
     }
     let req = endpoint.log().requests.last().cloned().expect("a request");
     assert_eq!(
@@ -315,6 +324,7 @@ fn the_requested_mtu_reaches_both_ends_and_bad_contexts_make_nothing() {
     );
     client.close(answer).unwrap();
     assert!(!nsc.has_link("nsm0"));
+    assert_nothing_left(&id, &[&nsc, &nse], &fwd, &dp);
 
     drop(client);
     drop(server);
@@ -339,14 +349,17 @@ fn ping6_reply(ns: &Netns, to: &str, hops: u8) -> Option<String> {
         .map(str::to_string)
 }
 
-#[test]
-fn a_dual_stack_ip_payload_connection_carries_ipv6_with_the_hop_limit_decremented() {
+per_backend!(a_dual_stack_ip_payload_connection_carries_ipv6_with_the_hop_limit_decremented);
+fn a_dual_stack_ip_payload_connection_carries_ipv6_with_the_hop_limit_decremented(
+    backend: KernelBackend,
+) {
     let Some(KernelTest {
         nsc,
         nse,
         dir,
         quiver,
-    }) = KernelTest::start(
+    }) = KernelTest::with_backend(
+        backend,
         "a_dual_stack_ip_payload_connection_carries_ipv6",
         &[IP, PING],
         ["nscip6", "nseip6", "nsm-ip6"],
@@ -363,7 +376,7 @@ fn a_dual_stack_ip_payload_connection_carries_ipv6_with_the_hop_limit_decremente
     .unwrap();
     let (listen, dp, server) = quiver.serve_in(&dir);
     let mut client = BlockingClient::connect(&listen).unwrap();
-    let id = format!("ip6-{}", std::process::id());
+    let id = format!("ip6-{}-{}", tag(backend), std::process::id());
     // The endpoint lists its IPv6 address first: the cross-connect's next hop is still its
     // IPv4 one (Quiver resolves next hops with ARP).
     let ip = IpContext {
@@ -375,8 +388,9 @@ fn a_dual_stack_ip_payload_connection_carries_ipv6_with_the_hop_limit_decremente
     req.connection.as_mut().unwrap().payload = "IP".into();
     let answer = client.request(req).unwrap();
     assert_eq!(answer.state, State::Up as i32);
+    assert_built_once(backend, &id, &nsc, &nse, &fwd);
 
-    // Inside each namespace the other side's IPv6 address is Quiver's end, permanently:
+    // Inside each namespace the other side's IPv6 address is Quiver's port, permanently:
     // nothing answers neighbour discovery across an L3 cross-connect.
     for (ns, dev, peer) in [(&nsc, "nsm0", "fd00:78::2"), (&nse, "nse0", "fd00:78::1")] {
         let entry = ip_out(ns, &["-6", "neigh", "show", peer, "dev", dev]);
@@ -409,7 +423,7 @@ fn a_dual_stack_ip_payload_connection_carries_ipv6_with_the_hop_limit_decremente
     client.close(answer).unwrap();
     assert_eq!(endpoint.log().closes.len(), 1);
     assert!(!nsc.has_link("nsm0"));
-    assert!(fwd.view().ports().is_empty());
+    assert_nothing_left(&id, &[&nsc, &nse], &fwd, &dp);
 
     drop(client);
     drop(server);

@@ -1,12 +1,13 @@
-//! NSM end to end with kernel interfaces: an NSC network namespace and an NSE network
-//! namespace, Quiver's NSM server over the real forwarder, a test endpoint playing the NSE's
-//! gRPC side. After Request, `ping` goes NSC → veth → Quiver (L2 cross-connect) → veth → NSE
-//! and back; after Close no interface, veth, port or cross-connect remains, and once the
-//! forwarder stops every buffer is back in the pool.
+//! NSM end to end with kernel interfaces, each test once per KERNEL backend (TAP, the default,
+//! and veth): an NSC network namespace and an NSE network namespace, Quiver's NSM server over
+//! the real forwarder, a test endpoint playing the NSE's gRPC side. After Request each pod has
+//! its interface once (a TAP, or a veth's far end), and `ping` goes NSC → Quiver (L2
+//! cross-connect) → NSE and back; after Close nothing of the connection remains in the pods,
+//! in Quiver's namespace or in the forwarder, and once the forwarder stops every buffer is back
+//! in the pool.
 
 use nsm_forwarder::pod_watch::Pod;
 use nsm_forwarder::testing::{BlockingClient, TestEndpoint};
-use nsm_forwarder::NsmBackend;
 use nsm_proto::connection::{Connection, State};
 use nsm_proto::connectioncontext::{ConnectionContext, IpContext};
 use nsm_proto::networkservice::NetworkServiceRequest;
@@ -14,16 +15,22 @@ use testkit::wait_for;
 
 mod nsm_support;
 
+use nsm_support::kernel::{
+    assert_built_once, assert_nothing_left, leftovers, per_backend, tag, KernelBackend,
+};
 use nsm_support::{kernel_mech, nsc_connection, KernelTest, IP, PING};
 
-#[test]
-fn ping_crosses_quiver_between_nsc_and_nse_kernel_interfaces_and_close_leaves_nothing() {
+per_backend!(ping_crosses_quiver_between_nsc_and_nse_kernel_interfaces_and_close_leaves_nothing);
+fn ping_crosses_quiver_between_nsc_and_nse_kernel_interfaces_and_close_leaves_nothing(
+    backend: KernelBackend,
+) {
     let Some(KernelTest {
         nsc,
         nse,
         dir,
         quiver,
-    }) = KernelTest::start(
+    }) = KernelTest::with_backend(
+        backend,
         "ping_crosses_quiver_between_nsc_and_nse_kernel_interfaces",
         &[IP, PING],
         ["nsc", "nse", "nsm-e2e"],
@@ -42,7 +49,7 @@ fn ping_crosses_quiver_between_nsc_and_nse_kernel_interfaces_and_close_leaves_no
     let (listen, dp, server) = quiver.serve_in(&dir);
     let mut client = BlockingClient::connect(&listen).unwrap();
 
-    let id = format!("e2e-{}", std::process::id());
+    let id = format!("e2e-{}-{}", tag(backend), std::process::id());
     let request = NetworkServiceRequest {
         connection: Some(Connection {
             context: Some(ConnectionContext {
@@ -62,7 +69,16 @@ fn ping_crosses_quiver_between_nsc_and_nse_kernel_interfaces_and_close_leaves_no
     assert_eq!(answer.id, id);
     assert!(nsc.has_link("nsm0"), "the client's interface");
     assert!(nse.has_link("nse0"), "the endpoint's interface");
-    assert_eq!(fwd.view().ports().len(), 2);
+    assert_built_once(backend, &id, &nsc, &nse, &fwd);
+    // The backend is fixed once a KERNEL interface was made with it (TAP: the default, never
+    // set): a late change is refused.
+    let other = match backend {
+        KernelBackend::Tap => KernelBackend::Veth,
+        KernelBackend::Veth => KernelBackend::Tap,
+    };
+    let late = dp.set_kernel_backend(other).unwrap_err();
+    assert_eq!((late.chosen, late.asked), (backend, other));
+    assert_eq!(dp.kernel_backend(), backend);
     // Unprivileged ICMP sockets allowed on both sides, as NSM's liveness check pings with one
     // (a new namespace allows no group).
     for ns in [&nsc, &nse] {
@@ -83,9 +99,7 @@ fn ping_crosses_quiver_between_nsc_and_nse_kernel_interfaces_and_close_leaves_no
     assert_eq!(endpoint.log().closes.len(), 1, "closed toward the endpoint");
     assert!(!nsc.has_link("nsm0"), "the client's interface is gone");
     assert!(!nse.has_link("nse0"), "the endpoint's interface is gone");
-    assert!(fwd.view().ports().is_empty(), "no port left");
-    assert!(fwd.view().owned_by(&id).is_empty(), "no object left");
-    assert!(!dp.owners().unwrap().contains(&id), "no tagged veth left");
+    assert_nothing_left(&id, &[&nsc, &nse], &fwd, &dp);
     assert!(!nsc.ping("10.72.0.2"));
 
     drop(client);
@@ -95,18 +109,19 @@ fn ping_crosses_quiver_between_nsc_and_nse_kernel_interfaces_and_close_leaves_no
     quiver.stop();
 }
 
+per_backend!(a_dead_endpoint_pod_closes_its_connection);
 /// A pod that dies takes its connection with it: the endpoint's namespace has a process (its
 /// "pod"); once that process is gone (killed, as a pod is), Quiver closes the connection by
 /// itself — toward the endpoint, in its data path and on its monitor — with no Close from the
 /// client and long before expiry, as cmd-forwarder-vpp's namespace monitor does.
-#[test]
-fn a_dead_endpoint_pod_closes_its_connection() {
+fn a_dead_endpoint_pod_closes_its_connection(backend: KernelBackend) {
     let Some(KernelTest {
         nsc,
         nse,
         dir,
         quiver,
-    }) = KernelTest::start(
+    }) = KernelTest::with_backend(
+        backend,
         "a_dead_endpoint_pod_closes_its_connection",
         &[IP, "/usr/bin/sleep"],
         ["nsc-pod", "nse-pod", "nsm-pod"],
@@ -137,7 +152,7 @@ fn a_dead_endpoint_pod_closes_its_connection() {
     let mut events = client
         .monitor(nsm_proto::connection::MonitorScopeSelector::default())
         .unwrap();
-    let id = format!("pod-{}", std::process::id());
+    let id = format!("pod-{}-{}", tag(backend), std::process::id());
     let answer = client
         .request(NetworkServiceRequest {
             connection: Some(nsc_connection(&id, "ping")),
@@ -145,18 +160,17 @@ fn a_dead_endpoint_pod_closes_its_connection() {
         })
         .unwrap();
     assert_eq!(answer.state, State::Up as i32);
-    assert_eq!(fwd.view().ports().len(), 2);
+    assert_built_once(backend, &id, &nsc, &nse, &fwd);
     assert!(endpoint.log().closes.is_empty());
 
     pod.kill().unwrap();
     pod.wait().unwrap();
-    // Quiver's ports go first, the veths with them.
+    // Quiver's ports go first, the interfaces with them.
     wait_for(
         "the connection closed after its endpoint pod died",
         30,
-        || fwd.view().ports().is_empty() && !nse.has_link("nse0") && !nsc.has_link("nsm0"),
+        || leftovers(&id, &[&nsc, &nse], &fwd, &dp).is_empty(),
     );
-    assert!(fwd.view().owned_by(&id).is_empty());
     assert_eq!(endpoint.log().closes.len(), 1, "closed toward the endpoint");
     // The monitor: the initial transfer, the Request's UPDATE, then a DELETE.
     let mut deleted = false;
@@ -176,17 +190,18 @@ fn a_dead_endpoint_pod_closes_its_connection() {
     quiver.stop();
 }
 
+per_backend!(a_deleted_client_namespace_closes_its_connection);
 /// A namespace deleted under a live connection (`ip netns del` of a namespace no process is in,
 /// so it is followed by its name) closes the connection as a dead pod does: Quiver's ports and
 /// the veths go, the endpoint gets its Close, with no Close from the client.
-#[test]
-fn a_deleted_client_namespace_closes_its_connection() {
+fn a_deleted_client_namespace_closes_its_connection(backend: KernelBackend) {
     let Some(KernelTest {
         nsc,
         nse,
         dir,
         quiver,
-    }) = KernelTest::start(
+    }) = KernelTest::with_backend(
+        backend,
         "a_deleted_client_namespace_closes_its_connection",
         &[IP],
         ["nsc-del", "nse-del", "nsm-del"],
@@ -214,7 +229,7 @@ fn a_deleted_client_namespace_closes_its_connection() {
         cfg.watch_pods = true
     });
     let mut client = BlockingClient::connect(&listen).unwrap();
-    let id = format!("del-{}", std::process::id());
+    let id = format!("del-{}-{}", tag(backend), std::process::id());
     let answer = client
         .request(NetworkServiceRequest {
             connection: Some(nsc_connection(&id, "ping")),
@@ -222,24 +237,20 @@ fn a_deleted_client_namespace_closes_its_connection() {
         })
         .unwrap();
     assert_eq!(answer.state, State::Up as i32);
-    assert_eq!(fwd.view().ports().len(), 2);
+    assert_built_once(backend, &id, &nsc, &nse, &fwd);
 
     let deleted = std::time::Instant::now();
     nsm_support::run(&[IP, "netns", "del", &nsc.0]);
     wait_for(
         "the connection closed after its client namespace was deleted",
         30,
-        || {
-            fwd.view().ports().is_empty()
-                && !nse.has_link("nse0")
-                && !dp.owners().unwrap().contains(&id)
-        },
+        || leftovers(&id, &[&nsc, &nse], &fwd, &dp).is_empty(),
     );
     eprintln!(
         "closed {} ms after the namespace was deleted",
         deleted.elapsed().as_millis()
     );
-    assert!(fwd.view().owned_by(&id).is_empty());
+    assert_nothing_left(&id, &[&nsc, &nse], &fwd, &dp);
     assert_eq!(endpoint.log().closes.len(), 1, "closed toward the endpoint");
 
     drop(client);

@@ -1,13 +1,13 @@
-//! NSM end to end with kernel interfaces and IP payload: an NSC network namespace and an NSE
-//! network namespace, Quiver's NSM server over the real forwarder, a test endpoint playing the
-//! NSE's gRPC side. After Request, `ping` goes NSC → veth → Quiver (L3 cross-connect, TTL
-//! decremented) → veth → NSE and back, with nothing answering ARP: inside each namespace the
-//! other side's address (and the client's route's next hop) resolves to Quiver's end. After
-//! Close no interface, veth, port or owned object remains, and once the forwarder stops every
-//! buffer is back in the pool.
+//! NSM end to end with kernel interfaces and IP payload, once per KERNEL backend (TAP, the
+//! default, and veth): an NSC network namespace and an NSE network namespace, Quiver's NSM
+//! server over the real forwarder, a test endpoint playing the NSE's gRPC side. After Request,
+//! `ping` goes NSC → Quiver (L3 cross-connect, TTL decremented) → NSE and back, with nothing
+//! answering ARP: inside each namespace the other side's address (and the client's route's next
+//! hop) resolves to Quiver's port. Each pod has its interface once, through refreshes and
+//! payload changes; after Close nothing of the connection remains in the pods, in Quiver's
+//! namespace or in the forwarder, and once the forwarder stops every buffer is back in the pool.
 
 use nsm_forwarder::testing::{BlockingClient, TestEndpoint};
-use nsm_forwarder::NsmBackend;
 use nsm_proto::connection::{Connection, State};
 use nsm_proto::connectioncontext::{ConnectionContext, IpContext, Route};
 use nsm_proto::networkservice::NetworkServiceRequest;
@@ -22,6 +22,9 @@ const GATEWAY: &str = "10.74.0.254";
 
 mod nsm_support;
 
+use nsm_support::kernel::{
+    assert_built_once, assert_nothing_left, per_backend, tag, KernelBackend,
+};
 use nsm_support::{kernel_mech, nsc_connection, KernelTest, IP, PING};
 
 fn mac_string(m: [u8; 6]) -> String {
@@ -31,14 +34,17 @@ fn mac_string(m: [u8; 6]) -> String {
     )
 }
 
-#[test]
-fn ip_payload_pings_through_quiver_between_kernel_interfaces_and_close_leaves_nothing() {
+per_backend!(ip_payload_pings_through_quiver_between_kernel_interfaces_and_close_leaves_nothing);
+fn ip_payload_pings_through_quiver_between_kernel_interfaces_and_close_leaves_nothing(
+    backend: KernelBackend,
+) {
     let Some(KernelTest {
         nsc,
         nse,
         dir,
         quiver,
-    }) = KernelTest::start(
+    }) = KernelTest::with_backend(
+        backend,
         "ip_payload_pings_through_quiver_between_kernel_interfaces",
         &[IP, PING],
         ["nsc", "nse", "nsmip-e2e"],
@@ -57,7 +63,7 @@ fn ip_payload_pings_through_quiver_between_kernel_interfaces_and_close_leaves_no
     let (listen, dp, server) = quiver.serve_in(&dir);
     let mut client = BlockingClient::connect(&listen).unwrap();
 
-    let id = format!("e2e-ip-{}", std::process::id());
+    let id = format!("e2e-ip-{}-{}", tag(backend), std::process::id());
     let request = NetworkServiceRequest {
         connection: Some(Connection {
             payload: "IP".into(),
@@ -83,6 +89,7 @@ fn ip_payload_pings_through_quiver_between_kernel_interfaces_and_close_leaves_no
     assert_eq!(answer.id, id);
     assert!(nsc.has_link("nsm0"), "the client's interface");
     assert!(nse.has_link("nse0"), "the endpoint's interface");
+    assert_built_once(backend, &id, &nsc, &nse, &fwd);
     let port_mac = |side: &str| {
         let name = format!("nsm-{id}-{side}");
         let f = fwd.view();
@@ -141,7 +148,7 @@ fn ip_payload_pings_through_quiver_between_kernel_interfaces_and_close_leaves_no
         "ping after the refresh"
     );
 
-    // A refresh to ETHERNET payload keeps the veths and swaps the cross-connect: the
+    // A refresh to ETHERNET payload keeps the interfaces and swaps the cross-connect: the
     // neighbours toward Quiver's end go with the L3 one (else the NSC's frames would reach the
     // NSE addressed to Quiver's MAC), ARP crosses Quiver, and the TTL is left alone.
     let mut ethernet = request.clone();
@@ -175,14 +182,14 @@ fn ip_payload_pings_through_quiver_between_kernel_interfaces_and_close_leaves_no
         .ping_reply(NSE_ADDR, 64)
         .expect("ping after going back to IP");
     assert!(reply.contains("ttl=63"), "one hop each way again: {reply}");
+    // Refreshes and payload changes made nothing twice.
+    assert_built_once(backend, &id, &nsc, &nse, &fwd);
 
     client.close(again).unwrap();
     assert_eq!(endpoint.log().closes.len(), 1, "closed toward the endpoint");
     assert!(!nsc.has_link("nsm0"), "the client's interface is gone");
     assert!(!nse.has_link("nse0"), "the endpoint's interface is gone");
-    assert!(fwd.view().ports().is_empty(), "no port left");
-    assert!(fwd.view().owned_by(&id).is_empty(), "no object left");
-    assert!(!dp.owners().unwrap().contains(&id), "no tagged veth left");
+    assert_nothing_left(&id, &[&nsc, &nse], &fwd, &dp);
     assert_eq!(nsc.ping_reply(NSE_ADDR, 64), None);
 
     drop(client);

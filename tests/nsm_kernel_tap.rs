@@ -1,12 +1,13 @@
-//! NSM's KERNEL mechanism over TAP devices (`NSM_KERNEL_BACKEND=tap`, issue 24): Quiver opens a
-//! TAP device as its port for each side and moves it into the pod's namespace under the
-//! requested name, configured from the IP context. With ETHERNET payload a TCP transfer of a
-//! few MB crosses the L2 cross-connect checked for content, as super-frames both ways (the
-//! namespaces keep every offload; nothing is segmented in software); with IP payload `ping`
-//! crosses the L3 cross-connect with one hop. No TAP, veth or port is left in Quiver's
-//! namespace at any time beyond its ports, and after Close nothing is left anywhere.
+//! NSM's KERNEL mechanism over TAP devices (the default backend, issue 24), and the same over
+//! veths (`NSM_KERNEL_BACKEND=veth`), one run each: Quiver opens a TAP device as its port for
+//! each side, created inside the pod's namespace under the requested name and configured there
+//! from the IP context (or a veth pair, its far end there). With ETHERNET payload a TCP
+//! transfer of a few MB crosses the L2 cross-connect checked for content, as super-frames both
+//! ways (the namespaces keep every offload; nothing is segmented in software); with IP payload
+//! `ping` crosses the L3 cross-connect with one hop. Each pod's interface is made once, a TAP
+//! has nothing in Quiver's namespace (a veth only its two tagged ends), and after Close nothing
+//! is left anywhere.
 
-use nsm_forwarder::config::KernelBackend;
 use nsm_forwarder::testing::{BlockingClient, TestEndpoint};
 use nsm_proto::connection::{Connection, State};
 use nsm_proto::connectioncontext::{ConnectionContext, IpContext};
@@ -15,6 +16,9 @@ use testkit::wait_for;
 
 mod nsm_support;
 
+use nsm_support::kernel::{
+    assert_built_once, assert_nothing_left, per_backend, tag, KernelBackend,
+};
 use nsm_support::{kernel_mech, nsc_connection, run, KernelTest, Netns, IP, PING};
 
 const PYTHON: &str = testkit::SYSTEM_PYTHON;
@@ -22,13 +26,6 @@ const PYTHON: &str = testkit::SYSTEM_PYTHON;
 /// `ip -d link show` of `dev` in `ns`.
 fn link_details(ns: &Netns, dev: &str) -> String {
     String::from_utf8_lossy(&run(&[IP, "-n", &ns.0, "-d", "link", "show", dev]).stdout).into_owned()
-}
-
-/// Quiver's namespace has no interface made for a connection (`qvk…`: a veth end or a TAP
-/// before its move).
-fn nothing_in_quivers_namespace() -> bool {
-    let out = run(&[IP, "-o", "link", "show"]);
-    !String::from_utf8_lossy(&out.stdout).contains(": qvk")
 }
 
 fn request(
@@ -55,14 +52,15 @@ fn request(
     }
 }
 
-#[test]
-fn tcp_and_ping_cross_quiver_between_tap_devices_in_the_pods() {
+per_backend!(tcp_and_ping_cross_quiver_between_tap_devices_in_the_pods);
+fn tcp_and_ping_cross_quiver_between_tap_devices_in_the_pods(backend: KernelBackend) {
     let Some(KernelTest {
         nsc,
         nse,
         dir,
         quiver,
-    }) = KernelTest::start(
+    }) = KernelTest::with_backend(
+        backend,
         "tcp_and_ping_cross_quiver_between_tap_devices_in_the_pods",
         &[IP, PING, PYTHON],
         ["tnsc", "tnse", "nsm-tap"],
@@ -79,7 +77,6 @@ fn tcp_and_ping_cross_quiver_between_tap_devices_in_the_pods() {
     .unwrap();
     let listen = format!("unix://{}", dir.join("quiver.sock").display());
     let dp = quiver.dataplane();
-    dp.set_kernel_backend(KernelBackend::Tap);
     let server = quiver.serve(
         dp.clone(),
         "quiver",
@@ -90,20 +87,25 @@ fn tcp_and_ping_cross_quiver_between_tap_devices_in_the_pods() {
     let mut client = BlockingClient::connect(&listen).unwrap();
 
     // ETHERNET payload: an L2 cross-connect between two TAP devices.
-    let id = format!("tap-{}", std::process::id());
+    let id = format!("kt-{}-{}", tag(backend), std::process::id());
     let answer = client
         .request(request(&id, &nsc, "ETHERNET", "10.73.0.1", "10.73.0.2"))
         .unwrap();
     assert_eq!(answer.state, State::Up as i32);
+    let kind = match backend {
+        KernelBackend::Tap => "tun type tap",
+        KernelBackend::Veth => "veth",
+    };
     for (ns, dev) in [(&nsc, "nsm0"), (&nse, "nse0")] {
         let d = link_details(ns, dev);
-        assert!(d.contains("tun type tap"), "{dev} is a TAP device: {d}");
+        assert!(d.contains(kind), "{dev} is a {backend:?} device: {d}");
         assert!(
             d.contains("mtu 9000"),
             "{dev} has the connection's MTU: {d}"
         );
     }
-    assert!(nothing_in_quivers_namespace(), "the devices were moved");
+    // Each pod's device once; a TAP's never in Quiver's namespace.
+    assert_built_once(backend, &id, &nsc, &nse, &fwd);
     wait_for("a ping from the NSC to the NSE through Quiver", 30, || {
         nsc.ping("10.73.0.2")
     });
@@ -137,13 +139,14 @@ fn tcp_and_ping_cross_quiver_between_tap_devices_in_the_pods() {
         !nsc.has_link("nsm0") && !nse.has_link("nse0"),
         "gone at Close"
     );
-    assert!(fwd.view().ports().is_empty(), "no port left");
+    assert_nothing_left(&id, &[&nsc, &nse], &fwd, &dp);
 
     // IP payload: an L3 cross-connect, one hop.
-    let id = format!("tap-ip-{}", std::process::id());
+    let id = format!("kt-ip-{}-{}", tag(backend), std::process::id());
     let answer = client
         .request(request(&id, &nsc, "IP", "10.73.1.1", "10.73.1.2"))
         .unwrap();
+    assert_built_once(backend, &id, &nsc, &nse, &fwd);
     let mut reply = None;
     wait_for("an IP-payload ping through Quiver", 30, || {
         reply = nsc.ping_reply("10.73.1.2", 64);
@@ -153,8 +156,7 @@ fn tcp_and_ping_cross_quiver_between_tap_devices_in_the_pods() {
     assert!(reply.contains("ttl=63"), "one hop each way: {reply}");
     client.close(answer).unwrap();
     assert!(!nsc.has_link("nsm0") && !nse.has_link("nse0"));
-    assert!(fwd.view().ports().is_empty());
-    assert!(nothing_in_quivers_namespace());
+    assert_nothing_left(&id, &[&nsc, &nse], &fwd, &dp);
 
     drop(client);
     drop(server);

@@ -22,6 +22,7 @@ use quiver::control::owner::{ConfigOwner, Control};
 use quiver::{Config, Forwarder};
 use testkit::{require, Needs};
 
+pub mod kernel;
 pub mod nodes;
 
 /// `ip` (iproute2).
@@ -332,7 +333,7 @@ pub fn nsc_connection(id: &str, service: &str) -> Connection {
 }
 
 /// What the kernel-mechanism tests start from: the NSC's and the NSE's namespaces, a scratch
-/// directory and the forwarder.
+/// directory and the forwarder (whose data paths get the test's KERNEL backend).
 pub struct KernelTest {
     /// The NSC's namespace.
     pub nsc: Netns,
@@ -370,6 +371,29 @@ impl KernelTest {
             quiver: TestForwarder::start(""),
         })
     }
+
+    /// [`KernelTest::start`] for one run of a test per KERNEL backend ([`kernel::per_backend!`]):
+    /// the test's name and tags carry the backend ([`kernel::tag`]), and the forwarder's data
+    /// paths get it: TAP by leaving the default, veth by setting it.
+    pub fn with_backend(
+        backend: kernel::KernelBackend,
+        test: &str,
+        tools: &'static [&'static str],
+        tags: [&str; 3],
+    ) -> Option<KernelTest> {
+        let t = kernel::tag(backend);
+        let mut kt = KernelTest::start(
+            &format!("{test}::{t}"),
+            tools,
+            tags.map(|tag| format!("{tag}-{t}"))
+                .each_ref()
+                .map(String::as_str),
+        )?;
+        if backend != kernel::KernelBackend::default() {
+            kt.quiver.kernel_backend = Some(backend);
+        }
+        Some(kt)
+    }
 }
 
 /// The real forwarder as the NSM tests run it: `quiver.toml` with buffers in ordinary pages
@@ -378,6 +402,8 @@ impl KernelTest {
 pub struct TestForwarder {
     /// The owner's handle, as `quiver run`'s control plane has it.
     pub fwd: Control,
+    /// The KERNEL backend [`TestForwarder::dataplane`] sets (`None`: the data path's default).
+    pub kernel_backend: Option<nsm_forwarder::config::KernelBackend>,
     pool: Arc<BufferPool>,
     start_free: usize,
     owner: ConfigOwner,
@@ -404,15 +430,20 @@ impl TestForwarder {
         );
         TestForwarder {
             fwd: owner.control(),
+            kernel_backend: None,
             pool,
             start_free,
             owner,
         }
     }
 
-    /// The NSM data path over it.
+    /// The NSM data path over it, with [`TestForwarder::kernel_backend`] set if there is one.
     pub fn dataplane(&self) -> Arc<ForwarderDataplane> {
-        ForwarderDataplane::new(self.fwd.clone())
+        let dp = ForwarderDataplane::new(self.fwd.clone());
+        if let Some(b) = self.kernel_backend {
+            dp.set_kernel_backend(b).expect("a new data path");
+        }
+        dp
     }
 
     /// Serves NSM as `name` on `listen` over `dp`, sending every Request on to `next` (the
