@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use dataplane::buffer::BufferPool;
 use dataplane::{
-    Context, Frame, Graph, Next, Node, NodeSpec, TxQueue, WorkerBuffers, WorkerRuntime,
+    Context, Frame, Graph, Next, Node, NodeRuntime, NodeSpec, TxQueue, WorkerBuffers, WorkerRuntime,
 };
 use graph_nodes::IfIndex;
 
@@ -143,16 +143,31 @@ pub fn measure<S: 'static>(
     (h.runtime(), t0.elapsed().as_secs_f64())
 }
 
-/// Clocks per packet of each named node, and their sum.
-pub fn node_clocks(rt: &WorkerRuntime, nodes: &[&str]) -> (serde_json::Value, f64) {
+/// Node `name`'s counters: an error when the runtime has no such node (a name that drifted, a
+/// node the graph lacks), which counting it as 0 cycles would hide in a sum.
+pub fn node_of<'a>(rt: &'a WorkerRuntime, name: &str) -> Result<&'a NodeRuntime, String> {
+    rt.node(name).ok_or_else(|| {
+        let have: Vec<&str> = rt.nodes.iter().map(|n| n.name.as_str()).collect();
+        format!("no node {name} in the worker's runtime (it has {have:?})")
+    })
+}
+
+/// Clocks per packet of node `name`; an error when it is missing ([`node_of`]).
+pub fn clocks_of(rt: &WorkerRuntime, name: &str) -> Result<f64, String> {
+    Ok(node_of(rt, name)?.clocks_per_packet())
+}
+
+/// Clocks per packet of each named node, and their sum; an error when one is missing
+/// ([`clocks_of`]).
+pub fn node_clocks(rt: &WorkerRuntime, nodes: &[&str]) -> Result<(serde_json::Value, f64), String> {
     let mut map = serde_json::Map::new();
     let mut sum = 0.0;
     for n in nodes {
-        let c = rt.node(n).map_or(0.0, |x| x.clocks_per_packet());
+        let c = clocks_of(rt, n)?;
         sum += c;
         map.insert(n.to_string(), serde_json::json!(c));
     }
-    (serde_json::Value::Object(map), sum)
+    Ok((serde_json::Value::Object(map), sum))
 }
 
 /// A pool big enough for the graph benches.
@@ -206,4 +221,37 @@ pub fn udp_frame(dst_mac: [u8; 6], dst: u32) -> Vec<u8> {
     f[36..38].copy_from_slice(&4321u16.to_be_bytes());
     f[38..40].copy_from_slice(&30u16.to_be_bytes());
     f
+}
+
+#[cfg(test)]
+mod tests {
+    use dataplane::counters::LoopRuntime;
+    use dataplane::{NodeKind, NodeRuntime, WorkerRuntime};
+
+    use super::node_clocks;
+
+    #[test]
+    fn a_node_missing_from_the_runtime_is_an_error_not_0_cycles() {
+        let rt = WorkerRuntime {
+            worker: Some(0),
+            core: None,
+            nodes: vec![NodeRuntime {
+                name: "ethernet-input".into(),
+                kind: NodeKind::Internal,
+                calls: 1,
+                vectors: 1,
+                packets: 4,
+                cycles: 100,
+            }],
+            errors: Vec::new(),
+            worker_loop: LoopRuntime::default(),
+        };
+        let (per_node, sum) = node_clocks(&rt, &["ethernet-input"]).unwrap();
+        assert_eq!(
+            (per_node["ethernet-input"].as_f64(), sum),
+            (Some(25.0), 25.0)
+        );
+        let e = node_clocks(&rt, &["ethernet-input", "ip4-lookup"]).unwrap_err();
+        assert!(e.contains("no node ip4-lookup"), "{e}");
+    }
 }

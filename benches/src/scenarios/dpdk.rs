@@ -159,7 +159,7 @@ fn quiver(
         names::L2_XCONNECT.to_string(),
         names::INTERFACE_OUTPUT.to_string(),
     ];
-    let (per_node, _) = node_clocks(&rt, &nodes.iter().map(String::as_str).collect::<Vec<_>>());
+    let (per_node, _) = node_clocks(&rt, &nodes.iter().map(String::as_str).collect::<Vec<_>>())?;
     let drops: u64 = rt.errors.iter().map(|e| e.count).sum();
     if drops > 0 {
         return Err(format!("Quiver dropped packets:\n{}", rt.format_errors()));

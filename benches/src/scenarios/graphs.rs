@@ -103,7 +103,7 @@ pub fn ip4(quick: bool) -> Result<String, String> {
         names::IP4_REWRITE,
         names::INTERFACE_OUTPUT,
     ];
-    let (per_node, sum) = node_clocks(&rt, &nodes);
+    let (per_node, sum) = node_clocks(&rt, &nodes)?;
     eprintln!("{}", rt.format_runtime(cycles::tsc_hz()));
     eprintln!("  nodes: {sum:.1} clocks/packet (VPP on Skylake, published: 110.5)");
     Ok(json!({
@@ -151,7 +151,7 @@ pub fn l2xc(quick: bool) -> Result<String, String> {
             names::L2_XCONNECT,
             names::INTERFACE_OUTPUT,
         ],
-    );
+    )?;
     eprintln!("{}", rt.format_runtime(cycles::tsc_hz()));
     Ok(json!({
         "scenario": "graph-l2xc",
@@ -245,15 +245,11 @@ pub fn vxlan(quick: bool) -> Result<String, String> {
         names::L2_XCONNECT,
         names::INTERFACE_OUTPUT,
     ];
-    let (enc_per_node, enc_sum) = node_clocks(&enc, &enc_nodes);
-    let (dec_per_node, dec_sum) = node_clocks(&dec, &dec_nodes);
-    let enc_total = encap_path_clocks(&enc, enc_sum);
-    let encap = enc
-        .node(names::VXLAN4_ENCAP)
-        .map_or(0.0, |n| n.clocks_per_packet());
-    let decap = dec
-        .node(names::VXLAN4_INPUT)
-        .map_or(0.0, |n| n.clocks_per_packet());
+    let (enc_per_node, enc_sum) = node_clocks(&enc, &enc_nodes)?;
+    let (dec_per_node, dec_sum) = node_clocks(&dec, &dec_nodes)?;
+    let enc_total = encap_path_clocks(&enc, enc_sum)?;
+    let encap = clocks_of(&enc, names::VXLAN4_ENCAP)?;
+    let decap = clocks_of(&dec, names::VXLAN4_INPUT)?;
     Ok(json!({
         "scenario": "vxlan",
         "tunnels": TUNNELS,
@@ -331,16 +327,11 @@ fn vxlan_frame(far: u32, our_ip: u32, vni: u32) -> Vec<u8> {
 
 /// The encapsulation path's clocks per packet: `enc_sum` with interface-output's share per
 /// original packet (it runs twice per encapsulated packet, tunnel then uplink, and per-node
-/// clocks divide by the packets it saw).
-fn encap_path_clocks(enc: &dataplane::WorkerRuntime, enc_sum: f64) -> f64 {
+/// clocks divide by the packets it saw). An error when interface-output is not in the runtime.
+fn encap_path_clocks(enc: &dataplane::WorkerRuntime, enc_sum: f64) -> Result<f64, String> {
     // interface-output runs twice per encapsulated packet (tunnel, then uplink): per-node clocks
     // divide by the packets it saw, so count its share per original packet.
-    let io = enc.node(names::INTERFACE_OUTPUT).map_or(0.0, |n| {
-        n.cycles as f64 / enc.worker_loop.busy_packets as f64
-    });
-    enc_sum
-        - enc
-            .node(names::INTERFACE_OUTPUT)
-            .map_or(0.0, |n| n.clocks_per_packet())
-        + io
+    let io = node_of(enc, names::INTERFACE_OUTPUT)?;
+    let per_original = io.cycles as f64 / enc.worker_loop.busy_packets as f64;
+    Ok(enc_sum - io.clocks_per_packet() + per_original)
 }
