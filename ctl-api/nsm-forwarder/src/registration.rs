@@ -185,8 +185,10 @@ enum Watched {
 /// Waits `next` (the refresh), watching Quiver's own entry on nsmgr meanwhile (`Find` with
 /// `watch`): a watch that breaks means nsmgr restarted (or the connection to it went), a
 /// `deleted` answer for Quiver that nsmgr forgot it, and so does a watch that cannot be opened
-/// because nsmgr is gone; each ends the wait early. A registry that does not watch (refuses
-/// with a status of its own, or ends the stream) leaves only the timer.
+/// because nsmgr is gone; each ends the wait early. So does a watch that ends cleanly: nsmgr
+/// ends it so when the registry behind it restarts, and that registry has forgotten Quiver
+/// (waiting for the refresh left new clients with "no candidates found" for ~35 s). A
+/// registry that refuses to watch with a status of its own leaves only the timer.
 async fn watch_until(cfg: &NsmConfig, channel: PeerChannel, next: Duration) -> Watched {
     let due = tokio::time::sleep(next);
     tokio::pin!(due);
@@ -239,10 +241,7 @@ async fn watch_until(cfg: &NsmConfig, channel: PeerChannel, next: Duration) -> W
                         return Watched::Lost("nsmgr deleted Quiver's registration".into());
                     }
                 }
-                Ok(None) => {
-                    due.await;
-                    return Watched::Due;
-                }
+                Ok(None) => return Watched::Lost("nsmgr ended the watch".into()),
                 Err(e) => return Watched::Lost(e.to_string()),
             },
         }
@@ -284,36 +283,42 @@ pub async fn unregister(cfg: &NsmConfig, path: &RegistryPath) {
 
 /// Registers, and again before each registration expires or as soon as nsmgr lost it (see
 /// `watch_until`), along `path`, until `stop` turns true (or its sender goes); a failure is
-/// logged and retried with a growing pause (up to 30 s), as is a registration lost again and
-/// again. A Register already sent when `stop` comes is finished, not dropped: the path nsmgr
+/// logged and retried with a growing pause (up to 30 s). A registration lost after it held
+/// for [`CALM`] is renewed at once; one lost again and again (a registry whose watches end at
+/// once) waits a growing pause first, up to 30 s. A Register already sent when `stop` comes is finished, not dropped: the path nsmgr
 /// answers it with is kept, so the Unregister that follows continues it and reaches nsmgr after
 /// that Register, never before it.
 pub async fn keep_registered(cfg: NsmConfig, path: RegistryPath, mut stop: watch::Receiver<bool>) {
     const FIRST_PAUSE: Duration = Duration::from_millis(250);
     let mut pause = FIRST_PAUSE;
-    let mut lost_pause = FIRST_PAUSE;
+    let mut lost_pause = Duration::ZERO;
     while !stopped_now(&stop) {
         match register_on(&cfg, &path).await {
             Ok((next, channel)) => {
                 tracing::debug!(registry = cfg.connect_to, ?next, "registered with nsmgr");
                 pause = FIRST_PAUSE;
+                let held_since = tokio::time::Instant::now();
                 let Some(watched) =
                     unless_stopped(&mut stop, watch_until(&cfg, channel, next)).await
                 else {
                     return;
                 };
                 match watched {
-                    Watched::Due => lost_pause = FIRST_PAUSE,
+                    Watched::Due => lost_pause = Duration::ZERO,
                     Watched::Lost(why) => {
                         // A new registration, not a refresh: nsmgr no longer has the old one.
                         path.reset();
+                        if held_since.elapsed() >= CALM {
+                            lost_pause = Duration::ZERO;
+                        }
                         tracing::warn!(
                             registry = cfg.connect_to,
                             why,
+                            after = ?lost_pause,
                             "lost the registration with nsmgr: registering again"
                         );
                         unless_stopped(&mut stop, tokio::time::sleep(lost_pause)).await;
-                        lost_pause = (lost_pause * 2).min(Duration::from_secs(30));
+                        lost_pause = (lost_pause * 2).clamp(FIRST_PAUSE, Duration::from_secs(30));
                     }
                 }
             }
@@ -325,6 +330,10 @@ pub async fn keep_registered(cfg: NsmConfig, path: RegistryPath, mut stop: watch
         }
     }
 }
+
+/// A registration that held this long before it was lost is renewed at once: it was lost to
+/// a restart, not to a registry that cannot keep it.
+const CALM: Duration = Duration::from_secs(10);
 
 /// Whether `stop` says stop (true, or its sender is gone).
 fn stopped_now(stop: &watch::Receiver<bool>) -> bool {

@@ -474,14 +474,16 @@ impl NetworkServiceEndpointRegistry for Registry {
         Ok(answer)
     }
 
-    type FindStream =
-        tokio_stream::Iter<std::vec::IntoIter<Result<NetworkServiceEndpointResponse, Status>>>;
+    type FindStream = std::pin::Pin<
+        Box<dyn tokio_stream::Stream<Item = Result<NetworkServiceEndpointResponse, Status>> + Send>,
+    >;
 
     async fn find(
         &self,
         request: Request<NetworkServiceEndpointQuery>,
     ) -> Result<Response<Self::FindStream>, Status> {
         let query = request.into_inner();
+        let watch = query.watch;
         let name = query
             .network_service_endpoint
             .map(|e| e.name)
@@ -492,7 +494,8 @@ impl NetworkServiceEndpointRegistry for Registry {
             .unwrap_or_else(|e| e.into_inner())
             .get(&name)
             .cloned();
-        // An endpoint added by name is found by name (a watch gets it once, then the end).
+        // An endpoint added by name is found by name; a watch gets it, then stays open, as
+        // nsmgr's does (nsmgr ends a watch only when the registry behind it goes).
         let found: Vec<_> = url
             .filter(|_| !name.is_empty())
             .map(|url| {
@@ -507,7 +510,15 @@ impl NetworkServiceEndpointRegistry for Registry {
             })
             .into_iter()
             .collect();
-        Ok(Response::new(tokio_stream::iter(found)))
+        let found = tokio_stream::iter(found);
+        Ok(Response::new(if watch {
+            Box::pin(tokio_stream::StreamExt::chain(
+                found,
+                tokio_stream::pending(),
+            ))
+        } else {
+            Box::pin(found)
+        }))
     }
 
     async fn unregister(
@@ -535,7 +546,8 @@ impl Registry {
 /// nsmgr's registry as a forwarder sees it, for tests: refuses a Register or Unregister that
 /// carries no registry path (`PermissionDenied`, as nsmgr's authorization does), answers a
 /// registration with an expiry and with a new path in its `path` header, records each call,
-/// finds by name the endpoints given to [`TestRegistry::add_endpoint`] and nothing else.
+/// finds by name the endpoints given to [`TestRegistry::add_endpoint`] and nothing else, and
+/// keeps a watch open.
 /// Stops when dropped.
 pub struct TestRegistry {
     log: RegistryLog,

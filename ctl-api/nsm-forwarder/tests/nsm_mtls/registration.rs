@@ -46,13 +46,16 @@ struct RegistryLog {
 /// the registry's own SPIFFE ID; `PermissionDenied` otherwise), grants `expiry`, notes a
 /// registration that comes after its predecessor expired, answers a `Find` from what was
 /// registered and keeps `Find` watches open until it goes down (then they fail, as a
-/// restarting nsmgr's connections do).
+/// restarting nsmgr's connections do) or until [`Registry::end_watches`] (then they end
+/// cleanly, as nsmgr ends them when the registry behind it restarts).
 #[derive(Clone)]
 struct Registry {
     own: SpiffeId,
     expiry: Arc<Mutex<Duration>>,
     log: Arc<Mutex<RegistryLog>>,
     down: Arc<tokio::sync::watch::Sender<bool>>,
+    /// Bumped to end every open watch cleanly.
+    ended: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl Registry {
@@ -62,7 +65,13 @@ impl Registry {
             expiry: Arc::new(Mutex::new(expiry)),
             log: Arc::default(),
             down: Arc::new(tokio::sync::watch::channel(false).0),
+            ended: Arc::new(tokio::sync::watch::channel(0).0),
         }
+    }
+
+    /// Ends every open watch cleanly (the stream closes with no error).
+    fn end_watches(&self) {
+        self.ended.send_modify(|n| *n += 1);
     }
 
     /// Going down: watches fail, calls are refused.
@@ -144,11 +153,24 @@ impl NetworkServiceEndpointRegistry for Registry {
         }
         let (tx, rx) = tokio::sync::mpsc::channel(1);
         let mut down = self.down.subscribe();
+        let mut ended = self.ended.subscribe();
+        let generation = *ended.borrow();
         tokio::spawn(async move {
-            let _ = down.wait_for(|d| *d).await;
-            let _ = tx
-                .send(Err(Status::unavailable("nsmgr is going down")))
-                .await;
+            let going_down = async {
+                let _ = down.wait_for(|d| *d).await;
+            };
+            let ending = async {
+                let _ = ended.wait_for(|n| *n != generation).await;
+            };
+            tokio::select! {
+                () = going_down => {
+                    let _ = tx
+                        .send(Err(Status::unavailable("nsmgr is going down")))
+                        .await;
+                }
+                // The stream ends with no error: `tx` is dropped.
+                () = ending => {}
+            }
         });
         Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(
             rx,
@@ -348,6 +370,17 @@ async fn registration_is_refreshed_before_expiry_renewed_after_a_registry_restar
     *first.expiry.lock().unwrap() = Duration::from_secs(3600);
     let seen = count(&first);
     wait_for("a long registration", EXPIRY * 4, || count(&first) > seen).await;
+
+    // The registry behind nsmgr restarts: nsmgr ends the watch cleanly. Quiver registers
+    // again at once (its next refresh is an hour away).
+    let seen = count(&first);
+    first.end_watches();
+    wait_for(
+        "a registration after the watch ended cleanly",
+        Duration::from_secs(10),
+        || count(&first) > seen,
+    )
+    .await;
 
     // nsmgr restarts on the same socket, knowing nothing: Quiver registers there again.
     first.go_down();
