@@ -2,7 +2,9 @@
 //!
 //! - [`require`]: decide whether a test needing root, tools or hugepages runs; a missing
 //!   prerequisite skips it with a printed reason, or fails it when `QUIVER_REQUIRE_SYSTEM_TESTS=1`
-//!   ([`unavailable`] does the same for a reason found another way).
+//!   ([`unavailable`] does the same for a reason found another way). A skip prints one line
+//!   `SKIP <test>: <why>` ([`SKIP_MARK`]): the harness counts the test as passed, and
+//!   `scripts/test`'s closing line counts these lines as skipped instead.
 //! - [`wait_for`]: wait on a condition with a deadline (never a bare sleep).
 //! - [`interrupt`]: stop a child process the way Ctrl-C does, killing it if it lingers.
 //! - [`TestPmd`]: DPDK's `dpdk-testpmd` as a peer we did not write, always `--no-pci`.
@@ -74,15 +76,22 @@ pub fn require(test: &str, needs: &Needs) -> bool {
     false
 }
 
+/// What a skip's line starts with: `SKIP <test>: <why>`, which `scripts/test` counts (one per
+/// skipped test: a test prints it at most once).
+pub const SKIP_MARK: &str = "SKIP";
+
 /// For a test that cannot run because of `why` (a prerequisite [`Needs`] does not describe):
-/// prints why on the real stderr, for the test to return — or panics when
-/// `QUIVER_REQUIRE_SYSTEM_TESTS=1`.
+/// prints `SKIP <test>: <why>` on the real stderr, for the test to return (it then counts as
+/// skipped) — or panics when `QUIVER_REQUIRE_SYSTEM_TESTS=1`.
 pub fn unavailable(test: &str, why: &str) {
     if std::env::var("QUIVER_REQUIRE_SYSTEM_TESTS").as_deref() == Ok("1") {
         panic!("{test}: QUIVER_REQUIRE_SYSTEM_TESTS=1 but {why}");
     }
     use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "skipping {test}: {why}");
+    // One write of the whole line: the harness prints to the same pipe, and a write this short
+    // is not interleaved with another.
+    let line = format!("{SKIP_MARK} {test}: {}\n", why.replace('\n', " "));
+    let _ = std::io::stderr().write_all(line.as_bytes());
 }
 
 /// Calls `step` until it returns true, yielding between calls; panics after `secs` seconds.

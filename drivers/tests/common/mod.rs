@@ -48,11 +48,7 @@ pub fn system_ready(test: &str) -> bool {
     match missing_prerequisite() {
         None => true,
         Some(why) => {
-            if std::env::var("QUIVER_REQUIRE_SYSTEM_TESTS").as_deref() == Ok("1") {
-                panic!("{test}: QUIVER_REQUIRE_SYSTEM_TESTS=1 but {why}");
-            }
-            use std::io::Write;
-            let _ = writeln!(std::io::stderr(), "skipping {test}: {why}");
+            testkit::unavailable(test, &why);
             false
         }
     }
