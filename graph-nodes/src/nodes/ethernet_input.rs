@@ -2,8 +2,12 @@
 //! cross-connect untouched; L3 interfaces dispatch IPv4 and ARP by EtherType (and IPv6 when
 //! they are L3 cross-connected: Quiver routes no IPv6 otherwise), after
 //! `offload-resolve` has done any checksum or segmentation work a kernel left on the frame.
+//! A tagged frame for a VLAN sub-interface in L2 mode (cross-connected, NSM's VLAN mechanism)
+//! loses its tag here (VPP's `pop 1` tag rewrite) and goes to the cross-connect as the
+//! sub-interface's; `l2-xconnect` pushes the tag again on the way out.
 
 use dataplane::buffer::{flags, BufferMeta};
+use dataplane::offload::Offload;
 use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
 use super::arcs::Arcs;
@@ -110,9 +114,9 @@ fn classify<'s>(
     state: &'s ForwardingState,
     cache: &mut RxCache<'s>,
     meta: &mut BufferMeta,
-    d: &[u8],
+    d: &mut [u8],
 ) -> Result<(Next, u16), u16> {
-    let eth = Ethernet::new_checked(d).map_err(|_| RUNT)?;
+    let eth = Ethernet::new_checked(&*d).map_err(|_| RUNT)?;
     cache.update(state, IfIndex::new(meta.rx_interface));
     let mut iface = cache.iface.ok_or(UNKNOWN_INTERFACE)?;
     meta.l2_offset = meta.data_offset();
@@ -132,6 +136,10 @@ fn classify<'s>(
             .ok_or(UNKNOWN_VLAN)?;
         iface = state.interface(sub).ok_or(UNKNOWN_VLAN)?;
         meta.rx_interface = sub.get();
+        if iface.mode == InterfaceMode::L2 {
+            pop_tag(meta, d);
+            return Ok((XCONNECT, 0));
+        }
         ethertype = tag.ethertype();
         header += wire::VLAN_TAG as u16;
     }
@@ -145,6 +153,24 @@ fn classify<'s>(
             Ok((IP6, header))
         }
         _ => Err(UNKNOWN_ETHERTYPE),
+    }
+}
+
+/// Removes the 802.1Q tag of `d` (checked to be there): the MAC addresses move up over it and
+/// the packet starts 4 bytes later. Offload offsets, counted from the packet's first byte,
+/// follow.
+#[inline(never)]
+fn pop_tag(meta: &mut BufferMeta, d: &mut [u8]) {
+    const ADDRESSES: usize = 12;
+    let tag = wire::VLAN_TAG;
+    d.copy_within(..ADDRESSES, tag);
+    meta.advance(tag as u16);
+    meta.l2_offset = meta.data_offset();
+    if let Some(&o) = meta.offload().filter(|o| o.needs_csum()) {
+        meta.set_offload(Offload {
+            csum_start: o.csum_start.saturating_sub(tag as u16),
+            ..o
+        });
     }
 }
 

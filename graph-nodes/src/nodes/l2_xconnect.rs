@@ -1,7 +1,9 @@
 //! `l2-xconnect`: a frame received on interface A leaves on its cross-connected peer B,
 //! untouched. Counts packets and bytes per cross-connect (by receiving interface). A frame
 //! longer than B's MTU (with its Ethernet header and any 802.1Q tag) is dropped as
-//! `mtu-exceeded`; a super-frame (segmentation left to do) is not, as its segments fit.
+//! `mtu-exceeded`; a super-frame (segmentation left to do) is not, as its segments fit. When B
+//! is a VLAN sub-interface, its 802.1Q tag is pushed first (VPP's tag rewrite for NSM's VLAN
+//! mechanism; `ethernet-input` popped it from what B received), off the common case's loop.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -12,7 +14,7 @@ use dataplane::BufferIndex;
 use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
 use super::names;
-use crate::state::{ForwardingState, IfIndex, MAX_INTERFACES};
+use crate::state::{ForwardingState, IfIndex, InterfaceKind, MAX_INTERFACES};
 use crate::wire::{self, Ethernet};
 
 next_arcs! {
@@ -22,6 +24,7 @@ next_arcs! {
 node_errors! {
     NO_XCONNECT => ("no-xconnect", "L2 frame on an interface with no cross-connect"),
     MTU_EXCEEDED => ("mtu-exceeded", "longer than the outgoing interface's MTU (with its L2 header)"),
+    NO_HEADROOM => ("no-headroom", "no room before the frame for the outgoing VLAN sub-interface's tag"),
 }
 
 /// One worker's per-cross-connect counters, indexed by receiving interface. Written only by
@@ -149,8 +152,16 @@ impl L2Xconnect {
             if rx != run.rx {
                 run.start(rx, state, &self.stats);
             }
-            let len = meta.total_length();
-            if len < run.below || (!run.tx.is_none() && !exceeds(cx.buffers.view(), bi, run.below))
+            if let Some(tci) = run.tag {
+                if !push_tag(cx.buffers.view(), bi, tci) {
+                    cx.buffers.meta_mut(bi).error = cx.error_id(NO_HEADROOM);
+                    self.nexts[first + i] = Next::DROP;
+                    dropped = true;
+                    continue;
+                }
+            }
+            let len = cx.buffers.meta_mut(bi).total_length();
+            if len < run.below || (!run.tx.is_none() && !exceeds(cx.buffers.view(), bi, run.bound))
             {
                 cx.buffers.meta_mut(bi).tx_interface = run.tx.get();
                 run.count(len);
@@ -173,8 +184,13 @@ struct Run {
     bytes: u64,
     /// The cross-connect's other side ([`IfIndex::NONE`]: none).
     tx: IfIndex,
-    /// Frames shorter than this leave on `tx` ([`frame_bound`]).
+    /// Frames shorter than this leave on `tx` untouched, in the common case's loop: the
+    /// [`frame_bound`], or 0 when `tx` needs a tag pushed (every frame takes the other way).
     below: u32,
+    /// `tx`'s [`frame_bound`].
+    bound: u32,
+    /// The 802.1Q tag (TCI) to push for `tx`, a VLAN sub-interface.
+    tag: Option<u16>,
 }
 
 impl Default for Run {
@@ -185,6 +201,8 @@ impl Default for Run {
             bytes: 0,
             tx: IfIndex::NONE,
             below: 0,
+            bound: 0,
+            tag: None,
         }
     }
 }
@@ -197,7 +215,9 @@ impl Run {
         let tx = state.xconnect.get(rx.as_usize()).copied();
         self.rx = rx;
         self.tx = tx.unwrap_or(IfIndex::NONE);
-        self.below = frame_bound(state, self.tx);
+        self.bound = frame_bound(state, self.tx);
+        self.tag = vlan_tag(state, self.tx);
+        self.below = if self.tag.is_some() { 0 } else { self.bound };
     }
 
     #[inline(always)]
@@ -226,6 +246,47 @@ fn frame_bound(state: &ForwardingState, tx: IfIndex) -> u32 {
         Some(i) if i.mtu > 0 => u32::from(i.mtu) + wire::ETHERNET_HEADER as u32 + 1,
         _ => u32::MAX,
     }
+}
+
+/// The tag to push on frames leaving by `tx`, when it is a VLAN sub-interface (priority 0).
+#[inline]
+fn vlan_tag(state: &ForwardingState, tx: IfIndex) -> Option<u16> {
+    match state.interfaces.get(tx.as_usize()).and_then(Option::as_ref) {
+        Some(i) => match i.kind {
+            InterfaceKind::Vlan { vlan, .. } => Some(vlan),
+            _ => None,
+        },
+        None => None,
+    }
+}
+
+/// Puts an 802.1Q tag with `tci` after buffer `bi`'s MAC addresses, in the room before the
+/// frame; false (nothing changed) when there is none or the frame is shorter than its
+/// addresses. Offload offsets, counted from the frame's first byte, follow.
+#[cold]
+#[inline(never)]
+fn push_tag(mut buffers: BufferView<'_>, bi: BufferIndex, tci: u16) -> bool {
+    const ADDRESSES: usize = 12;
+    let tag = wire::VLAN_TAG;
+    let (meta, head, d) = buffers.meta_headroom_and_data_mut(bi);
+    if head.len() < tag || d.len() < ADDRESSES || !meta.retreat(tag as u16) {
+        return false;
+    }
+    if let Some(&o) = meta.offload() {
+        match o.shifted(tag as u16) {
+            Some(shifted) => meta.set_offload(shifted),
+            None => {
+                meta.advance(tag as u16);
+                return false;
+            }
+        }
+    }
+    meta.l2_offset = meta.data_offset();
+    let (_, d) = buffers.meta_and_data_mut(bi);
+    d.copy_within(tag..tag + ADDRESSES, 0);
+    d[ADDRESSES..ADDRESSES + 2].copy_from_slice(&wire::ETHERTYPE_VLAN.to_be_bytes());
+    d[ADDRESSES + 2..ADDRESSES + 4].copy_from_slice(&(tci & 0x0fff).to_be_bytes());
+    true
 }
 
 /// Whether buffer `bi`, at least `below` long, really is too long: an 802.1Q tag is allowed on
