@@ -227,6 +227,7 @@ fn a_malformed_value_of_a_variable_that_applies_stops_quiver_naming_it() {
         ("NSM_MECHANISM_PRIORITY", "MEMIF,,KERNEL"),
         ("TELEMETRY", "on"),
         ("NSM_OPEN_TELEMETRY_ENDPOINT", "otel-collector"),
+        ("NSM_TUNNEL_IP", "fd00:77::1"),
     ] {
         let q = Quiver::spawn_with(&dir, "quiver", &config, &dir.path("admin.sock"), |c| {
             c.arg("--nsm")

@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use spiffe_identity::{Identity, ENDPOINT_ENV};
+use crate::device_selector::DeviceSelector;
 
 /// Where Quiver listens when `NSM_LISTEN_ON` is not set.
 pub const DEFAULT_LISTEN_ON: &str = "unix:///listen.on.socket";
@@ -66,6 +67,9 @@ pub struct NsmConfig {
     /// `NSM_WIREGUARD_PRIVATE_KEY_FILE`: a file holding Quiver's WireGuard private key (base64,
     /// as `wg genkey` writes it); unset: the forwarder makes a key at start.
     pub wireguard_key_file: Option<PathBuf>,
+    /// `NSM_DEVICE_SELECTOR_FILE`: the host interfaces NSM's VLAN mechanism leaves by, by the
+    /// connection's `via` label (read and checked at start; empty: no VLAN mechanism).
+    pub device_selector: DeviceSelector,
     /// `NSM_KERNEL_BACKEND`: the interface a KERNEL mechanism gets (`tap`, the default, or
     /// `veth`).
     pub kernel_backend: KernelBackend,
@@ -151,6 +155,7 @@ impl Default for NsmConfig {
             vxlan_port: 4789,
             tunnel_mtu: 1500,
             wireguard_key_file: None,
+            device_selector: DeviceSelector::default(),
             kernel_backend: KernelBackend::default(),
             node_uplink: true,
             wireguard_public_key: None,
@@ -253,13 +258,24 @@ impl NsmConfig {
         Ok(())
     }
 
-    /// The data plane: the tunnel address, kernel backend, uplink, WireGuard key, VXLAN port.
+    /// The data plane: the tunnel address, kernel backend, uplink, WireGuard key, the VLAN
+    /// device selector, VXLAN port.
     fn dataplane_vars(&mut self, var: &Vars) -> Result<(), ConfigError> {
         if let Some(v) = var("NSM_TUNNEL_IP") {
-            self.tunnel_ip = Some(
-                v.parse()
-                    .map_err(|_| invalid("NSM_TUNNEL_IP", &v, "not an IP address"))?,
-            );
+            let ip: IpAddr = v
+                .parse()
+                .map_err(|_| invalid("NSM_TUNNEL_IP", &v, "not an IP address"))?;
+            if ip.is_ipv6() {
+                // Accepting it would serve nothing: no uplink, no remote mechanism offered, and
+                // the other side refusing with "no acceptable mechanism".
+                return Err(invalid(
+                    "NSM_TUNNEL_IP",
+                    &v,
+                    "an IPv6 underlay is not supported yet: VXLAN and WireGuard to other nodes \
+                     run over IPv4 (give the node's IPv4 address)",
+                ));
+            }
+            self.tunnel_ip = Some(ip);
         }
         if let Some(v) = var("NSM_KERNEL_BACKEND") {
             self.kernel_backend = match v.to_ascii_lowercase().as_str() {
@@ -277,6 +293,10 @@ impl NsmConfig {
         }
         if let Some(v) = var("NSM_WIREGUARD_PRIVATE_KEY_FILE") {
             self.wireguard_key_file = Some(PathBuf::from(v));
+        }
+        if let Some(v) = var("NSM_DEVICE_SELECTOR_FILE") {
+            self.device_selector = DeviceSelector::read(std::path::Path::new(&v))
+                .map_err(|why| invalid("NSM_DEVICE_SELECTOR_FILE", &v, &why))?;
         }
         if let Some(v) = var("NSM_VXLAN_PORT") {
             self.vxlan_port = match v.parse() {
@@ -479,6 +499,14 @@ mod tests {
         assert_eq!(c.listen_on, "unix:///listen.on.socket");
         assert_eq!(c.max_token_lifetime, Duration::from_secs(600));
         assert_eq!(c.dial_timeout, Duration::from_millis(750));
+    }
+
+    #[test]
+    fn an_ipv6_tunnel_ip_is_refused_naming_what_is_missing() {
+        let e = from(&[("NSM_TUNNEL_IP", "fd00:77::1")]).unwrap_err();
+        assert_eq!(e.var, "NSM_TUNNEL_IP");
+        assert!(e.why.contains("IPv6 underlay is not supported"), "{e}");
+        assert!(from(&[("NSM_TUNNEL_IP", "192.0.2.1")]).is_ok());
     }
 
     #[test]
