@@ -1,8 +1,7 @@
-//! Building or refreshing one connection for a checked Request ([`Build`]): the client-side
-//! port, then the endpoint (Quiver Requests it as a client: the candidates `route` found, in
-//! turn, until one accepts), the client-side port again if the
-//! endpoint's answer changed its addresses, the endpoint-side port, the cross-connect, and the
-//! answer. What is already right (a refresh) is left alone; what differs is torn down and
+//! Building or refreshing one connection for a checked Request ([`Build`]): the endpoint
+//! (Quiver Requests it as a client: the candidates `route` found, in turn, until one
+//! accepts), then the client-side port with the addresses and MTU its answer settled, the
+//! endpoint-side port, the cross-connect, and the answer. What is already right (a refresh) is left alone; what differs is torn down and
 //! rebuilt, the old cross-connects first (once).
 
 use std::net::Ipv4Addr;
@@ -212,12 +211,10 @@ impl<'a> Build<'a> {
         mtu::set(&mut conn, mtu);
         let mut side = self.client_side(&client, payload, &own_short, tunnel, mtu)?;
 
-        // 1. The client side.
-        let caller_ip = validate::context(conn.context.as_ref()).unwrap_or_default();
-        let mut want_client = side.spec(&caller_ip);
-        self.client_port(&want_client).await?;
-
-        // 2. The endpoint: Quiver Requests it as a client.
+        // 1. The endpoint: Quiver Requests it as a client. The client side is made after its
+        // answer, as sdk-vpp's chain makes it: the answer settles the addresses (the
+        // endpoint's IPAM) and the MTU, so the client's interface is made once, never made,
+        // removed and made again (a pod would see its interface flap).
         let answered = self
             .endpoint(
                 &mut conn,
@@ -239,15 +236,11 @@ impl<'a> Build<'a> {
         mtu::set(&mut conn, mtu);
         side.mtu = mtu;
 
-        // 3. The client side again, if the endpoint's context changed its addresses (or its
-        // tunnel the MTU).
-        let with_answer = side.spec(&answered.ip);
-        if with_answer != want_client {
-            self.replace_client_port(&want_client, &with_answer).await?;
-            want_client = with_answer;
-        }
+        // 2. The client side, with the addresses and MTU the answer settled.
+        let want_client = side.spec(&answered.ip);
+        self.client_port(&want_client).await?;
 
-        // 4. The endpoint side (made with the cross-connect, in one data-path call).
+        // 3. The endpoint side (made with the cross-connect, in one data-path call).
         let want_endpoint = endpoint_spec(
             self.owner,
             answered.ep,
@@ -257,12 +250,12 @@ impl<'a> Build<'a> {
             mtu,
             answered.wg_port,
         );
-        // 5. The cross-connect.
+        // 4. The cross-connect.
         let xc = self
             .endpoint_side_and_cross_connect(&want_client, &want_endpoint, payload, &answered.ip)
             .await?;
 
-        // 6. The answer.
+        // 5. The answer.
         let client_answer = client_answer(client_mech, &want_client, tunnel);
         let published = published(&answered.answer, &position, client_answer, &conn);
         Ok(Built {
@@ -313,7 +306,7 @@ impl<'a> Build<'a> {
         })
     }
 
-    /// Step 2: Requests the endpoint as a client, offering what reaches it (with a WireGuard
+    /// Step 1: Requests the endpoint as a client, offering what reaches it (with a WireGuard
     /// port claimed for a WireGuard tunnel, freed again if the endpoint answers otherwise), and
     /// reads its answer.
     async fn endpoint(
@@ -359,7 +352,7 @@ impl<'a> Build<'a> {
         })
     }
 
-    /// Steps 4 and 5: the endpoint side's port (made with the cross-connect, in one data-path
+    /// Steps 3 and 4: the endpoint side's port (made with the cross-connect, in one data-path
     /// call) and the cross-connect, L2 or L3 by payload.
     async fn endpoint_side_and_cross_connect(
         &mut self,
@@ -441,7 +434,7 @@ impl<'a> Build<'a> {
         Ok(())
     }
 
-    /// Step 1: the client-side port `want`, unless the old connection has it already.
+    /// Step 2: the client-side port `want`, unless the old connection has it already.
     async fn client_port(&mut self, want: &PortSpec) -> Result<(), Status> {
         if self.old.map(|o| &o.client) == Some(want) {
             return Ok(());
@@ -456,7 +449,7 @@ impl<'a> Build<'a> {
         Ok(())
     }
 
-    /// Step 2: Requests the first of `endpoints` that accepts (the old connection's, or those
+    /// Step 1: Requests the first of `endpoints` that accepts (the old connection's, or those
     /// `route` found, in turn) with Quiver's `offers` for its URL: that endpoint, the answer,
     /// and the fds passed with it. When every one refuses: the refusal of a lone endpoint as
     /// it is, of several one status that lists them (with the last one's code).
@@ -513,7 +506,7 @@ impl<'a> Build<'a> {
         Err(all_refused(&conn.network_service, refusals))
     }
 
-    /// Step 2, the answer: its IP context checked, its mechanism read with the fds the
+    /// Step 1, the answer: its IP context checked, its mechanism read with the fds the
     /// endpoint passed for its `inode://` URLs (held by the connection from now on; `answer`
     /// itself is kept as the endpoint wrote it).
     fn read_answer(
@@ -537,25 +530,7 @@ impl<'a> Build<'a> {
         Ok((ip, ep, answer_fds))
     }
 
-    /// Step 3: the client-side port `current` (made in step 1) replaced by `want`.
-    async fn replace_client_port(
-        &mut self,
-        current: &PortSpec,
-        want: &PortSpec,
-    ) -> Result<(), Status> {
-        if let Some(o) = self.old.filter(|_| !self.disconnected) {
-            self.disconnected = true;
-            let ports = [o.client.name(), o.endpoint.name()];
-            self.parts.dp.disconnect(self.owner, ports).await?;
-        }
-        let port = current.name().clone();
-        self.parts.dp.remove_port(self.owner, port).await?;
-        self.parts.dp.create(self.owner, want.clone()).await?;
-        self.rebuilt = true;
-        Ok(())
-    }
-
-    /// Step 4: the old endpoint-side port removed if it is not `want`; returns `want` when it
+    /// Step 3: the old endpoint-side port removed if it is not `want`; returns `want` when it
     /// is to be made (with the cross-connect).
     async fn endpoint_port(&mut self, want: &PortSpec) -> Result<Option<PortSpec>, Status> {
         if self.old.map(|o| &o.endpoint) == Some(want) {
@@ -570,7 +545,7 @@ impl<'a> Build<'a> {
         Ok(Some(want.clone()))
     }
 
-    /// Step 5: the cross-connect `xc` between the two ports (and the endpoint-side port, when
+    /// Step 4: the cross-connect `xc` between the two ports (and the endpoint-side port, when
     /// it is new: one hand-off), unless the old connection has it as it is.
     async fn cross_connect(
         &mut self,

@@ -11,7 +11,7 @@ use crate::fake_endpoint::*;
 use crate::harness::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unreachable_endpoint_is_unavailable_and_the_client_side_is_rolled_back() {
+async fn unreachable_endpoint_is_unavailable_and_nothing_is_built() {
     let h = harness(Setup {
         endpoint_reachable: false,
         ..DEFAULT
@@ -19,10 +19,23 @@ async fn unreachable_endpoint_is_unavailable_and_the_client_side_is_rolled_back(
     .await;
     let err = h.request(memif_request("c1")).await.unwrap_err();
     assert_eq!(err.code(), Code::Unavailable, "{err:?}");
-    // The client side had been built, and is gone again.
-    assert_eq!(h.dp.created(), ["nsm-c1-client"]);
-    assert_eq!(h.dp.removed(), ["nsm-c1-client"]);
+    // The client side is made only once the endpoint answered.
+    assert!(h.dp.created().is_empty(), "{:?}", h.dp.created());
+    assert!(h.dp.removed().is_empty(), "{:?}", h.dp.removed());
     h.assert_no_state("after an unreachable endpoint");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_side_that_cannot_be_made_closes_the_endpoints_connection() {
+    let h = harness(DEFAULT).await;
+    h.dp.st().fail_create = Some("nsm-c1-client".into());
+    let err = h.request(memif_request("c1")).await.unwrap_err();
+    assert!(err.message().contains("nsm-c1-client"), "{err:?}");
+    // The endpoint had answered: its connection is closed again.
+    let nse = h.nse.lock().unwrap();
+    assert_eq!(nse.closes.len(), 1, "{:?}", nse.order);
+    drop(nse);
+    h.assert_no_state("after a client side that failed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

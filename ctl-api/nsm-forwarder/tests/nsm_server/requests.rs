@@ -336,6 +336,10 @@ async fn ip_payload_gets_an_l3_cross_connect_each_way() {
         panic!()
     };
     assert_eq!(e.ip.addresses[0].to_string(), "172.16.0.3/31");
+    // Each interface made once, with the addresses the endpoint's IPAM chose: never made
+    // without them, removed and made again (the pod would see its interface flap).
+    assert_eq!(h.dp.created(), ["nsm-c1-client", "nsm-c1-endpoint"]);
+    assert!(h.dp.removed().is_empty(), "{:?}", h.dp.removed());
     assert_eq!(
         h.dp.xc("nsm-c1-client"),
         Some(Xc::L3(
