@@ -102,10 +102,6 @@ fn every_variable(dir: &Scratch, spiffe: &str, prometheus: &str) -> Vec<(&'stati
         ("NSM_DEVICE_PLUGIN_PATH", "/var/lib/kubelet/device-plugins/"),
         ("NSM_POD_RESOURCES_PATH", "/var/lib/kubelet/pod-resources/"),
         (
-            "NSM_DEVICE_SELECTOR_FILE",
-            "/var/lib/networkservicemesh/device-selector.yaml",
-        ),
-        (
             "NSM_SRIOV_CONFIG_FILE",
             "/var/lib/networkservicemesh/sriov.yaml",
         ),
@@ -121,7 +117,16 @@ fn every_variable(dir: &Scratch, spiffe: &str, prometheus: &str) -> Vec<(&'stati
     .into_iter()
     .map(|(k, v)| (k, v.to_string()))
     .collect();
+    // The VLAN mechanism's host interfaces, as NSM's remotevlan example selects them (the
+    // interface is not there: Quiver attaches it when a connection needs it).
+    let selector = dir.path("device-selector.yaml");
+    std::fs::write(
+        &selector,
+        "---\ninterfaces:\n  - name: ext_net1\n    matches:\n       - labelSelector:\n           - via: gw1\n",
+    )
+    .unwrap();
     vars.extend([
+        ("NSM_DEVICE_SELECTOR_FILE", selector.display().to_string()),
         // nsmgr is not there: Quiver retries its registration in the background.
         ("NSM_CONNECT_TO", unix("nsmgr.sock")),
         ("NSM_LISTEN_ON", unix("nsm.sock")),
@@ -146,6 +151,7 @@ const APPLIED: &[&str] = &[
     "NSM_PROMETHEUS_SERVER_HEADER_TIMEOUT",
     "NSM_TUNNEL_IP",
     "NSM_VXLAN_PORT",
+    "NSM_DEVICE_SELECTOR_FILE",
     "NSM_MECHANISM_PRIORITY",
     "SPIFFE_ENDPOINT_SOCKET",
     "PROMETHEUS",
@@ -228,6 +234,10 @@ fn a_malformed_value_of_a_variable_that_applies_stops_quiver_naming_it() {
         ("TELEMETRY", "on"),
         ("NSM_OPEN_TELEMETRY_ENDPOINT", "otel-collector"),
         ("NSM_TUNNEL_IP", "fd00:77::1"),
+        (
+            "NSM_DEVICE_SELECTOR_FILE",
+            "/nonexistent/device-selector.yaml",
+        ),
     ] {
         let q = Quiver::spawn_with(&dir, "quiver", &config, &dir.path("admin.sock"), |c| {
             c.arg("--nsm")

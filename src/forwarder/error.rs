@@ -229,15 +229,19 @@ pub enum Owned {
     Address(String, Ipv4Addr, u8),
     /// A VXLAN tunnel, by name.
     Tunnel(String),
+    /// A VLAN sub-interface, by name.
+    Vlan(String),
 }
 
 impl Owned {
     /// Whether this object involves port `name`.
     pub(super) fn uses_port(&self, name: &str) -> bool {
         match self {
-            Owned::Port(p) | Owned::Tunnel(p) | Owned::Neighbor(p, _) | Owned::Address(p, _, _) => {
-                p == name
-            }
+            Owned::Port(p)
+            | Owned::Tunnel(p)
+            | Owned::Vlan(p)
+            | Owned::Neighbor(p, _)
+            | Owned::Address(p, _, _) => p == name,
             Owned::CrossConnect(a, b) | Owned::L3CrossConnect(a, b) => a == name || b == name,
             Owned::Route(..) => false,
         }

@@ -20,6 +20,7 @@ mod dpdk_ports;
 mod error;
 mod open;
 mod runtime;
+mod vlan;
 mod vxlan;
 mod wg_tunnels;
 
@@ -272,6 +273,7 @@ impl Forwarder {
                 Some(t.interface)
             })
             .or_else(|| self.wireguard_interface(name))
+            .or_else(|| self.vlan_interface(name))
             .ok_or_else(|| ForwarderError::NotFound(format!("no port named `{name}`")))
     }
 
@@ -284,6 +286,11 @@ impl Forwarder {
                 Some(t.name.as_str())
             })
             .or_else(|| self.wireguard_name(i))
+            .or_else(|| {
+                let v = self.forwarding.interfaces().find(|x| x.index == i)?;
+                matches!(v.kind, graph_nodes::state::InterfaceKind::Vlan { .. })
+                    .then_some(v.name.as_str())
+            })
     }
 
     fn record(&mut self, owner: Option<&str>, object: Owned) {

@@ -496,6 +496,7 @@ impl Forwarder {
                     self.remove_wireguard(t)
                 }
                 Owned::Tunnel(t) => self.remove_vxlan_tunnel(t),
+                Owned::Vlan(v) => self.remove_vlan(v),
                 Owned::CrossConnect(a, _) | Owned::L3CrossConnect(a, _) => self.disconnect(a),
                 Owned::Route(p, l) => self.remove_route(*p, *l),
                 Owned::Neighbor(p, ip) => self.remove_neighbor(p, *ip),

@@ -14,8 +14,8 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use spiffe_identity::{Identity, ENDPOINT_ENV};
 use crate::device_selector::DeviceSelector;
+use spiffe_identity::{Identity, ENDPOINT_ENV};
 
 /// Where Quiver listens when `NSM_LISTEN_ON` is not set.
 pub const DEFAULT_LISTEN_ON: &str = "unix:///listen.on.socket";

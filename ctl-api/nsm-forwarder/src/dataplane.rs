@@ -180,6 +180,20 @@ pub struct WireguardSpec {
     pub underlay_mtu: u32,
 }
 
+/// An 802.1Q sub-interface to create on a host interface (NSM's VLAN mechanism, toward an
+/// external network): frames cross-connected to it leave `host` tagged with `vlan`, and
+/// frames `host` receives tagged with `vlan` are its own, untagged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VlanSpec {
+    /// Quiver's name for the sub-interface.
+    pub name: PortName,
+    /// The host interface (in Quiver's namespace) the device selector names for the
+    /// connection's `via` label.
+    pub host: String,
+    /// The VLAN (1 to 4094), the endpoint's `vlan-id`.
+    pub vlan: u16,
+}
+
 /// One side of a connection as built in the data path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PortSpec {
@@ -191,6 +205,8 @@ pub enum PortSpec {
     Vxlan(VxlanSpec),
     /// A WireGuard tunnel to another node.
     Wireguard(WireguardSpec),
+    /// A VLAN sub-interface on a host interface.
+    Vlan(VlanSpec),
 }
 
 impl PortSpec {
@@ -201,6 +217,7 @@ impl PortSpec {
             PortSpec::Kernel(k) => &k.name,
             PortSpec::Vxlan(v) => &v.name,
             PortSpec::Wireguard(w) => &w.name,
+            PortSpec::Vlan(v) => &v.name,
         }
     }
 }
@@ -288,6 +305,23 @@ pub trait NsmBackend: Send + Sync + 'static {
         let _ = owner;
         Err(BackendError::InvalidArgument(format!(
             "{}: this data path has no WireGuard tunnels",
+            spec.name
+        )))
+    }
+    /// The MTU of host interface `host` for VLAN sub-interfaces on it (what a connection over
+    /// them carries), readying it for them if it is not yet (Quiver attaches a port to it).
+    /// A data path without VLANs refuses.
+    fn vlan_host(&self, host: &str) -> Result<u32, BackendError> {
+        Err(BackendError::InvalidArgument(format!(
+            "{host}: this data path has no VLAN sub-interfaces"
+        )))
+    }
+    /// Creates a VLAN sub-interface for `owner` on its host interface (readied by
+    /// [`NsmBackend::vlan_host`]). A data path without VLANs refuses.
+    fn create_vlan(&self, owner: &str, spec: &VlanSpec) -> Result<(), BackendError> {
+        let _ = owner;
+        Err(BackendError::InvalidArgument(format!(
+            "{}: this data path has no VLAN sub-interfaces",
             spec.name
         )))
     }

@@ -8,6 +8,7 @@
 //! - [`addr`], [`validate`], [`mechanism`], [`path`]: everything a Request is checked against
 //!   before anything is built, the choice of mechanism, Quiver's path segment, the monitor's
 //!   selector.
+//! - [`device_selector`]: `NSM_DEVICE_SELECTOR_FILE`, the host interfaces of VLAN connections.
 //! - [`dataplane`]: the [`NsmBackend`] trait the forwarder implements (ports, cross-connects,
 //!   everything tagged with the owning connection id).
 //! - [`dial`]: dialing a peer (mTLS with an identity, plaintext on unix sockets without);
@@ -34,6 +35,7 @@ pub mod channels;
 pub mod config;
 pub mod connect;
 pub mod dataplane;
+pub mod device_selector;
 pub mod dial;
 pub mod endpoint;
 pub mod fds;

@@ -9,6 +9,8 @@
 //!   `server-<id>`); or, with the veth backend, a veth pair from `drivers::kernel_interface`
 //!   (its far end in the namespace with that alias, Quiver's end tagged `quiver:<id>/<side>`)
 //!   and an AF_PACKET port of the forwarder on Quiver's end.
+//! - VLAN (`vlan.rs`): a sub-interface of Quiver's AF_PACKET port on the host interface the
+//!   device selector names (attached once, kept), tagged with the connection id.
 //! - cross-connects: the forwarder's, tagged; an L3 one toward a kernel interface also gets
 //!   the far end's MAC as the peer's neighbour, so no ARP is needed. Inside the namespace
 //!   nothing answers ARP either (Quiver has no address there), so the L3 cross-connect adds
@@ -28,7 +30,7 @@ use std::time::Duration;
 use drivers::kernel_interface::{self, KernelInterface};
 use drivers::LinkStatus;
 use nsm_forwarder::dataplane::{
-    FrameMode, KernelSpec, MemifRole as NsmRole, MemifSpec, VxlanSpec, WireguardSpec,
+    FrameMode, KernelSpec, MemifRole as NsmRole, MemifSpec, VlanSpec, VxlanSpec, WireguardSpec,
 };
 use nsm_forwarder::wg_ports;
 use nsm_forwarder::{
@@ -43,6 +45,7 @@ use crate::forwarder::ForwarderError;
 
 mod kernel;
 mod owned;
+mod vlan;
 mod wireguard;
 
 use owned::{kernel_error, mtu16, tag_owner, InsideNeighbors, OwnedPort};
@@ -263,6 +266,14 @@ impl NsmBackend for ForwarderDataplane {
             tunnel: wireguard::tunnel_section(spec, key),
             owner: Some(owner.into()),
         })
+    }
+
+    fn vlan_host(&self, host: &str) -> Result<u32, BackendError> {
+        self.vlan_host_port(host)
+    }
+
+    fn create_vlan(&self, owner: &str, spec: &VlanSpec) -> Result<(), BackendError> {
+        self.create_vlan_sub(owner, spec)
     }
 
     fn remove_port(&self, _owner: &str, port: &PortName) -> Result<(), BackendError> {
@@ -525,6 +536,20 @@ pub fn start(control: &Control, mut cfg: NsmConfig) -> Result<NsmService, NsmSta
         .expect("a new data path has chosen no KERNEL backend yet");
     if let Some(u) = &uplink {
         dp.set_uplink(u.next_hops());
+    }
+    // As cmd-forwarder-vpp at start: each host interface of the device selector attached.
+    for (via, host) in cfg.device_selector.entries() {
+        match dp.vlan_host_port(host) {
+            Ok(mtu) => tracing::info!(
+                via,
+                host,
+                mtu,
+                "VLAN mechanism: connections labelled via={via} leave by {host}"
+            ),
+            Err(e) => {
+                tracing::warn!(via, host, error = %e, "VLAN mechanism: the host interface is not attached yet (tried again by each connection through it)")
+            }
+        }
     }
     let handle = NsmHandle::spawn_with_registry(cfg, dp, 2).map_err(NsmStartError::Serve)?;
     Ok(NsmService {

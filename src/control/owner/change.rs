@@ -21,7 +21,7 @@ pub enum Change {
         /// Its owner.
         owner: Option<String>,
     },
-    /// Remove a port, a VXLAN or a WireGuard tunnel by name.
+    /// Remove a port, a VXLAN or a WireGuard tunnel or a VLAN sub-interface by name.
     RemoveInterface {
         /// Its name.
         name: String,
@@ -126,6 +126,17 @@ pub enum Change {
     },
     /// The UDP port VXLAN is received on.
     SetVxlanPort(u16),
+    /// Add a VLAN sub-interface of a port ([`Applied::Interface`]).
+    AddVlan {
+        /// Its interface name.
+        name: String,
+        /// The port it is a sub-interface of.
+        parent: String,
+        /// Its VLAN (1 to 4094).
+        vlan: u16,
+        /// Its owner.
+        owner: Option<String>,
+    },
     /// Add a WireGuard tunnel ([`Applied::Interface`]).
     AddWireguard {
         /// The tunnel, as `[[wireguard]]` gives it.
@@ -228,6 +239,12 @@ impl Change {
                 interface(f.add_vxlan_tunnel(&name, local, remote, vni, dst_port, owner.as_deref()))
             }
             Change::SetVxlanPort(port) => done(f.set_vxlan_port(port)),
+            Change::AddVlan {
+                name,
+                parent,
+                vlan,
+                owner,
+            } => interface(f.add_vlan(&name, &parent, vlan, owner.as_deref())),
             Change::AddWireguard { tunnel, owner } => {
                 interface(f.add_wireguard(&tunnel, owner.as_deref()))
             }
@@ -252,9 +269,11 @@ fn done<T>(r: Result<T, ForwarderError>) -> Result<Applied, ForwarderError> {
     r.map(|_| Applied::Done)
 }
 
-/// Removes a port, a VXLAN or a WireGuard tunnel by name.
+/// Removes a port, a VXLAN or a WireGuard tunnel or a VLAN sub-interface by name.
 fn remove_interface(f: &mut Forwarder, name: &str) -> Result<(), ForwarderError> {
-    if f.tunnels().iter().any(|t| t.name == name) {
+    if f.is_vlan(name) {
+        f.remove_vlan(name)
+    } else if f.tunnels().iter().any(|t| t.name == name) {
         f.remove_vxlan_tunnel(name)
     } else if f.wireguard_status().iter().any(|t| t.name == name) {
         f.remove_wireguard(name)

@@ -82,10 +82,6 @@ pub const NOT_APPLICABLE: &[NotApplicable] = &[
         why: NO_SRIOV,
     },
     NotApplicable {
-        var: "NSM_DEVICE_SELECTOR_FILE",
-        why: NO_SRIOV,
-    },
-    NotApplicable {
         var: "NSM_SRIOV_CONFIG_FILE",
         why: NO_SRIOV,
     },

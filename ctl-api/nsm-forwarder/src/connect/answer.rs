@@ -8,7 +8,9 @@ use nsm_proto::connection::{Connection, Mechanism, State};
 use tonic::Status;
 
 use super::entry::{endpoint_port, frame_mode};
-use crate::dataplane::{KernelSpec, MemifRole, MemifSpec, PortSpec, VxlanSpec, WireguardSpec};
+use crate::dataplane::{
+    KernelSpec, MemifRole, MemifSpec, PortSpec, VlanSpec, VxlanSpec, WireguardSpec,
+};
 use crate::mechanism::{self, EndpointMechanism, TunnelEnd};
 use crate::mtu;
 use crate::path::Position;
@@ -90,6 +92,11 @@ pub(super) fn endpoint_spec(
             remote_key,
             underlay_mtu: tunnel.map_or(1500, |t| t.mtu),
         }),
+        EndpointMechanism::Vlan { vlan, host } => PortSpec::Vlan(VlanSpec {
+            name: endpoint_port(owner),
+            host,
+            vlan,
+        }),
     }
 }
 
@@ -126,7 +133,7 @@ pub(super) fn client_answer(
                 client_mech.parameters.insert(k.into(), val);
             }
         }
-        PortSpec::Kernel(_) => {}
+        PortSpec::Kernel(_) | PortSpec::Vlan(_) => {}
     }
     client_mech
 }

@@ -17,6 +17,7 @@ use super::check::Checked;
 use super::data_path::{create_port, DataPath};
 use super::endpoint_client::EndpointClient;
 use super::entry::{client_port, frame_mode, memif_socket, short, CrossConnect, Entry};
+use super::vlan;
 use crate::dataplane::{KernelSpec, MemifRole, MemifSpec, PortSpec, VxlanSpec, WireguardSpec};
 use crate::endpoint::Candidate;
 use crate::fds::{HeldFds, Resolved};
@@ -233,6 +234,18 @@ impl<'a> Build<'a> {
             tunnelled(client_remote || endpoint_remote).min(mtu),
             &answered.answer,
         );
+        let mtu = match &answered.ep {
+            // Not the tunnel's: the host interface's (readied for the VLAN here).
+            EndpointMechanism::Vlan { host, .. } => {
+                let h = host.clone();
+                let host_mtu = self.parts.dp.call(move |d| d.vlan_host(&h)).await?;
+                mtu::answered(
+                    vlan::mtu(tunnelled(client_remote), host_mtu),
+                    &answered.answer,
+                )
+            }
+            _ => mtu,
+        };
         mtu::set(&mut conn, mtu);
         side.mtu = mtu;
 
@@ -322,13 +335,20 @@ impl<'a> Build<'a> {
         let suggested = format!("nse-{}", short(&position.own_id));
         let endpoint_wg_port = self.claim_endpoint_wg_port(kind)?;
         let remote_offer = remote.map(|(t, k)| t.offer(k, endpoint_wg_port));
+        // VLAN last, as sdk-vpp's chain appends it after the tunnels.
+        let vlan_offer = vlan::offer(
+            &self.parts.endpoints.cfg.device_selector,
+            validate::payload(&conn.payload)?,
+        );
         let offers = |url: &str| {
-            mechanism::offers(
+            let mut o = mechanism::offers(
                 client_type,
                 &suggested,
                 remote_offer.clone(),
                 is_remote(url),
-            )
+            );
+            o.extend(vlan_offer.clone());
+            o
         };
         let (chosen, answer, passed) = self
             .request_endpoint(conn, path, position, endpoints, offers)
@@ -337,7 +357,9 @@ impl<'a> Build<'a> {
             // Answered and published: a refresh comes back to this endpoint.
             conn.network_service_endpoint_name = chosen.name.clone();
         }
-        let (ip, ep, answer_fds) = self.read_answer(&answer, &passed, &suggested, kind)?;
+        let vlan_offered = vlan_offer.is_some();
+        let (ip, ep, answer_fds) =
+            self.read_answer(&answer, &passed, &suggested, kind, vlan_offered)?;
         if endpoint_wg_port != 0 && !matches!(ep, EndpointMechanism::Wireguard { .. }) {
             // The port offered is not used: free it for other connections.
             self.parts.wg_ports.release_key(&side_key(self.owner, true));
@@ -515,6 +537,7 @@ impl<'a> Build<'a> {
         passed: &ReceivedFds,
         suggested: &str,
         remote: Option<Remote>,
+        vlan_offered: bool,
     ) -> Result<(SidesIp, EndpointMechanism, Resolved), Status> {
         let ip = validate::context(answer.context.as_ref()).map_err(|e| {
             Status::failed_precondition(format!(
@@ -526,7 +549,12 @@ impl<'a> Build<'a> {
             self.parts
                 .answer_fds
                 .resolve_answer(self.owner, passed, answer.mechanism.as_ref())?;
-        let ep = mechanism::endpoint_side(answer_mech.as_ref(), suggested, remote)?;
+        let ep = match answer_mech.as_ref() {
+            Some(m) if vlan_offered && mechanism::vlan::is(m) => {
+                vlan::read(answer, m, &self.parts.endpoints.cfg.device_selector)?
+            }
+            m => mechanism::endpoint_side(m, suggested, remote)?,
+        };
         Ok((ip, ep, answer_fds))
     }
 

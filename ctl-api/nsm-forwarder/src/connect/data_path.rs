@@ -72,6 +72,7 @@ pub(super) fn create_port(
         PortSpec::Kernel(k) => d.create_kernel(owner, k),
         PortSpec::Vxlan(v) => d.create_vxlan(owner, v),
         PortSpec::Wireguard(w) => d.create_wireguard(owner, w),
+        PortSpec::Vlan(v) => d.create_vlan(owner, v),
     }
 }
 

@@ -113,13 +113,14 @@ fn mechanism_and_port(spec: &PortSpec) -> (String, String) {
     (mechanism_type(spec).to_string(), spec.name().0.clone())
 }
 
-/// The NSM mechanism type of a side (`MEMIF`, `KERNEL`, `VXLAN`, `WIREGUARD`).
+/// The NSM mechanism type of a side (`MEMIF`, `KERNEL`, `VXLAN`, `WIREGUARD`, `VLAN`).
 fn mechanism_type(spec: &PortSpec) -> &'static str {
     match spec {
         PortSpec::Memif(_) => mechanism::MEMIF,
         PortSpec::Kernel(_) => mechanism::KERNEL,
         PortSpec::Vxlan(_) => mechanism::VXLAN,
         PortSpec::Wireguard(_) => mechanism::WIREGUARD,
+        PortSpec::Vlan(_) => mechanism::VLAN,
     }
 }
 

@@ -24,6 +24,7 @@ mod endpoint_client;
 mod entry;
 pub mod metrics;
 mod route;
+mod vlan;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -295,7 +296,7 @@ impl Core {
         let netns = |p: &PortSpec| match p {
             PortSpec::Memif(m) => m.netns.clone(),
             PortSpec::Kernel(k) => Some(k.netns.clone()),
-            PortSpec::Vxlan(_) | PortSpec::Wireguard(_) => None,
+            PortSpec::Vxlan(_) | PortSpec::Wireguard(_) | PortSpec::Vlan(_) => None,
         };
         let paths = [netns(&built.client), netns(&built.endpoint)];
         tokio::task::spawn_blocking(move || {

@@ -84,4 +84,12 @@ pub enum EndpointMechanism {
         /// Its public key (`dst_public_key`).
         remote_key: [u8; 32],
     },
+    /// Quiver tags the connection's frames with `vlan` on a host interface (the endpoint is
+    /// on an external network; the connection's `via` label names which).
+    Vlan {
+        /// The endpoint's `vlan-id`.
+        vlan: u16,
+        /// The host interface the device selector names for the answer's `via` label.
+        host: String,
+    },
 }

@@ -16,15 +16,17 @@ pub use checked::{ClientMechanism, EndpointMechanism};
 pub use names::{INODE_URL, KERNEL, LOCAL, MEMIF, MTU, NAME, REMOTE, SOCKETFILE};
 
 mod remote;
+pub mod vlan;
 pub use remote::{
     encode_key, Remote, TunnelEnd, DST_IP, DST_PORT, DST_PUBLIC_KEY, SRC_IP, SRC_PORT,
     SRC_PUBLIC_KEY, VNI, VXLAN, VXLAN_DEFAULT_PORT, WIREGUARD, WIREGUARD_DEFAULT_PORT,
 };
+pub use vlan::{VLAN, VLAN_ID};
 
 /// Every mechanism type NSM defines; a type outside this list is a bad request, a type in it
 /// that Quiver does not support is just skipped.
 pub const KNOWN_TYPES: &[&str] = &[
-    MEMIF, KERNEL, VXLAN, WIREGUARD, "IPSEC", "VLAN", "VFIO", "SRV6",
+    MEMIF, KERNEL, VXLAN, WIREGUARD, "IPSEC", VLAN, "VFIO", "SRV6",
 ];
 
 /// The types Quiver serves on the client side, in no particular order (VXLAN only with a
@@ -62,6 +64,7 @@ pub fn check_syntax(what: &str, m: &Mechanism) -> Result<(), Status> {
             validate::mtu(what, p.get(MTU))?;
         }
         VXLAN | WIREGUARD => remote::check_syntax(what, m)?,
+        VLAN => vlan::check_syntax(what, m)?,
         _ => {}
     }
     Ok(())
