@@ -37,6 +37,7 @@
 //! namespace (with KERNEL pairs, a TAP port made in a namespace too).
 
 mod churn;
+mod concurrent;
 mod mix;
 pub(crate) mod nsm;
 mod options;
@@ -50,6 +51,7 @@ pub(crate) mod util;
 use std::sync::atomic::Ordering;
 
 use churn::churn;
+use concurrent::concurrent;
 use mix::{is_kernel, KernelEnds};
 pub use options::Options;
 use peers::RATE;
@@ -95,7 +97,10 @@ pub fn run(quick: bool, opts: &Options) -> Result<String, String> {
     // The churn.
     let ids: Vec<String> = (0..pairs).map(|i| format!("churn-{pid}-{i}")).collect();
     let churned = churn(&mut w.client, &ids, ends.as_ref(), opts, &netns);
+    // Then clients at once.
+    let at_once = concurrent(&w.listen, ends.as_ref(), &netns, pid);
     let sent_during = stats.sent.load(Ordering::Relaxed) - sent_before;
+    let ids: Vec<String> = ids.into_iter().chain(at_once.ids.iter().cloned()).collect();
     let breakdown = w.dp.report();
 
     // Where the time goes, probed while the traffic still flows.
@@ -138,6 +143,7 @@ pub fn run(quick: bool, opts: &Options) -> Result<String, String> {
         Outcome {
             pairs,
             churned,
+            at_once,
             sent_during,
             breakdown,
             probe,

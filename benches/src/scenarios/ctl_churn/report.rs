@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 use serde_json::json;
 
 use super::churn::Churned;
+use super::concurrent::{self, Concurrent};
 use super::mix;
 use super::options::Options;
 use super::peers::{PeerStats, RATE};
@@ -21,6 +22,7 @@ pub(super) const GOAL_KERNEL_P99_MS: f64 = 10.0;
 pub(super) struct Outcome {
     pub(super) pairs: usize,
     pub(super) churned: Churned,
+    pub(super) at_once: Concurrent,
     pub(super) sent_during: u64,
     pub(super) breakdown: serde_json::Value,
     pub(super) probe: serde_json::Value,
@@ -155,6 +157,33 @@ fn print_figures(o: &Outcome, d: &Derived, stats: &PeerStats, opts: &Options) {
          (client namespace {nsc_left:?}, endpoint namespace {nse_left:?}, veth ends here \
          {host_ends_left:?}); churn links that came up: {churn_links}"
     );
+    let at_once = &o.at_once;
+    eprintln!(
+        "  {} clients at once ({}): Request p50/p99/max {} ms (goal p99 ≤ {} ms: {}), Close p99 \
+         {} ms, {} failures",
+        at_once.calls.pairs,
+        at_once.mechanism,
+        [0.5, 0.99, 1.0]
+            .map(|q| at_once
+                .calls
+                .request_ms(q)
+                .map_or_else(|| "-".into(), |v| format!("{v:.2}")))
+            .join("/"),
+        concurrent::GOAL_P99_MS,
+        match at_once.calls.meets(concurrent::GOAL_P99_MS) {
+            Some(true) => "met",
+            Some(false) => "NOT met",
+            None => "-",
+        },
+        at_once
+            .calls
+            .close_ms(0.99)
+            .map_or_else(|| "-".into(), |v| format!("{v:.2}")),
+        at_once.failures.len(),
+    );
+    for f in at_once.failures.iter().take(5) {
+        eprintln!("  concurrent failure: {f}");
+    }
     eprintln!("  where the time goes (data-path calls during the churn): {breakdown}");
     eprintln!("  probes (traffic flowing): {probe}");
     for f in failures.iter().take(5) {
@@ -165,7 +194,13 @@ fn print_figures(o: &Outcome, d: &Derived, stats: &PeerStats, opts: &Options) {
 /// The JSON line: every key the scenario has always written.
 fn json_line(o: Outcome, d: &Derived, stats: &PeerStats, opts: &Options) -> String {
     let leaks = leaks_json(&o, d);
-    let goal = goal_json(&o.churned, d);
+    let goal = goal_json(&o.churned, &o.at_once, d);
+    let concurrent_json = {
+        let mut c = o.at_once.calls.json();
+        c["clients"] = json!(o.at_once.calls.pairs);
+        c["mechanism"] = json!(o.at_once.mechanism);
+        c
+    };
     let Outcome {
         pairs,
         churned:
@@ -220,6 +255,7 @@ fn json_line(o: Outcome, d: &Derived, stats: &PeerStats, opts: &Options) -> Stri
             "memif": memif.json(),
             "kernel": kernel.json(),
         },
+        "concurrent": concurrent_json,
         "frames": {
             "rate_per_s": RATE,
             "sent": sent,
@@ -286,13 +322,14 @@ fn leaks_json(o: &Outcome, d: &Derived) -> serde_json::Value {
 }
 
 /// `goal` of the JSON line: the goals, and whether the run met them.
-fn goal_json(churned: &Churned, d: &Derived) -> serde_json::Value {
+fn goal_json(churned: &Churned, at_once: &Concurrent, d: &Derived) -> serde_json::Value {
     let (memif, kernel) = (&churned.memif, &churned.kernel);
     let (lost, leaked_total) = (d.lost, d.leaked_total);
     let meets = json!({
         "p99_ms": memif.meets(GOAL_P99_MS),
         "pairs_per_s": d.memif_pairs_per_s.map(|p| p >= GOAL_PAIRS_PER_S),
         "kernel_p99_ms": kernel.meets(GOAL_KERNEL_P99_MS),
+        "concurrent_request_p99_ms": at_once.calls.meets(concurrent::GOAL_P99_MS),
         "no_frame_lost": lost == 0,
         "nothing_leaked": leaked_total == 0,
     });
@@ -300,6 +337,7 @@ fn goal_json(churned: &Churned, d: &Derived) -> serde_json::Value {
         "p99_ms_max": GOAL_P99_MS,
         "pairs_per_s_min": GOAL_PAIRS_PER_S,
         "kernel_request_p99_ms_max": GOAL_KERNEL_P99_MS,
+        "concurrent_request_p99_ms_max": concurrent::GOAL_P99_MS,
         "lost_frames": 0,
         "leaked": 0,
         "met": meets,

@@ -41,6 +41,8 @@ pub(super) struct Setup {
     pub(super) steady_memif: String,
     /// The churn endpoint's memif socket.
     pub(super) churn_memif: String,
+    /// The server's socket (`unix://…`), for more clients.
+    pub(super) listen: String,
 }
 
 impl Setup {
@@ -73,6 +75,7 @@ impl Setup {
             start_free,
             steady_memif,
             churn_memif,
+            listen,
         })
     }
 
