@@ -63,29 +63,42 @@ pub struct Link {
     pub alias: Option<String>,
 }
 
+/// `ip [-n NS] ARGS…` as JSON (`-j`); `None` when the namespace is gone. A dump the kernel
+/// interrupted (the namespace's interfaces or rules changed under it: other tests make and
+/// delete interfaces in this process's namespace all the time) is asked again.
+fn ip_json(ns: Option<&Netns>, args: &[&str]) -> Option<Vec<serde_json::Value>> {
+    let mut all = vec!["-j"];
+    if let Some(ns) = ns {
+        all.extend(["-n", &ns.0]);
+    }
+    all.extend_from_slice(args);
+    let mut why = String::new();
+    for _ in 0..10 {
+        let out = std::process::Command::new(IP)
+            .args(&all)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run ip {all:?}: {e}"));
+        if out.status.success() {
+            return Some(
+                serde_json::from_slice(&out.stdout)
+                    .unwrap_or_else(|e| panic!("ip {all:?} printed no JSON list: {e}")),
+            );
+        }
+        if ns.is_some_and(|ns| !std::path::Path::new(&ns.path()).exists()) {
+            return None;
+        }
+        why = String::from_utf8_lossy(&out.stderr).into_owned();
+        if !why.contains("Dump was interrupted") && !why.contains("Dump terminated") {
+            break;
+        }
+    }
+    panic!("ip {all:?} failed: {why}");
+}
+
 /// Every interface of `ns` (`None`: this process's namespace, Quiver's); `None` when the
 /// namespace is gone (it took its interfaces with it).
 pub fn links(ns: Option<&Netns>) -> Option<Vec<Link>> {
-    let mut args = vec![IP];
-    if let Some(ns) = ns {
-        args.extend(["-n", &ns.0]);
-    }
-    args.extend(["-j", "-d", "link", "show"]);
-    let out = std::process::Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {args:?}: {e}"));
-    if !out.status.success() {
-        let gone = ns.is_some_and(|ns| !std::path::Path::new(&ns.path()).exists());
-        assert!(
-            gone,
-            "{args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        return None;
-    }
-    let all: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{args:?} printed no JSON list: {e}"));
+    let all = ip_json(ns, &["-d", "link", "show"])?;
     Some(
         all.iter()
             .map(|l| Link {
@@ -131,14 +144,9 @@ pub fn in_quivers_namespace(id: &str) -> Vec<Link> {
 pub fn quiver_rules(ns: &Netns) -> Vec<String> {
     let mut rules = Vec::new();
     for family in ["-4", "-6"] {
-        let out = std::process::Command::new(IP)
-            .args(["-n", &ns.0, family, "-j", "rule", "show"])
-            .output()
-            .expect("run ip rule");
-        if !out.status.success() {
-            continue;
-        }
-        let all: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let Some(all) = ip_json(Some(ns), &[family, "rule", "show"]) else {
+            return Vec::new();
+        };
         rules.extend(
             all.into_iter()
                 .filter(|r| r["protocol"].as_str() == Some(&RULE_PROTOCOL.to_string()))
