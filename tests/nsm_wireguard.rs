@@ -5,8 +5,9 @@
 //! WIREGUARD with its address, the connection's port and its public key; B answered with its
 //! own; each built one tunnel whose peer is the other's key; the MTU is 60 bytes under the
 //! uplink's; `ping` crosses NSC → A → WireGuard → B → NSE and back, one hop per forwarder each
-//! way, after a handshake on both. A refresh keeps both tunnels as they are (ports, keys, no new
-//! handshake); Close through A leaves neither forwarder anything but its uplink.
+//! way, after a handshake on both, over IPv4 and IPv6 (a dual-stack connection: both travel in
+//! the tunnel). A refresh keeps both tunnels as they are (ports, keys, no new handshake); Close
+//! through A leaves neither forwarder anything but its uplink.
 
 use nsm_forwarder::testing::{BlockingClient, TestEndpoint, TestNsmgr};
 use nsm_proto::connection::{Connection, State};
@@ -23,14 +24,17 @@ use nsm_support::{kernel_mech, nsc_connection, Netns, TempDir, IP, PING};
 
 const NSC_ADDR: &str = "10.75.0.1";
 const NSE_ADDR: &str = "10.75.0.2";
+const NSC_ADDR6: &str = "fd00:75::1";
+const NSE_ADDR6: &str = "fd00:75::2";
 
 fn request(id: &str, nsc: &Netns, refresh: Option<&Connection>) -> NetworkServiceRequest {
     let conn = refresh.cloned().unwrap_or_else(|| Connection {
         payload: "IP".into(),
         context: Some(ConnectionContext {
             ip_context: Some(IpContext {
-                src_ip_addrs: vec![format!("{NSC_ADDR}/24")],
-                dst_ip_addrs: vec![format!("{NSE_ADDR}/24")],
+                // Dual stack: NSM's client pings every address of the connection.
+                src_ip_addrs: vec![format!("{NSC_ADDR}/24"), format!("{NSC_ADDR6}/64")],
+                dst_ip_addrs: vec![format!("{NSE_ADDR}/24"), format!("{NSE_ADDR6}/64")],
                 ..Default::default()
             }),
             ..Default::default()
@@ -144,6 +148,18 @@ fn ip_payload_crosses_two_forwarders_over_wireguard_and_close_cleans_both() {
     let reply = reply.expect("waited for");
     assert!(reply.contains("ttl=62"), "two forwarders each way: {reply}");
     assert!(nse.ping(NSC_ADDR), "the NSE reaches the NSC");
+    // IPv6 in the same tunnel, its hop limit down by one per forwarder.
+    let mut reply6 = None;
+    wait_for("a ping over IPv6 from the NSC to the NSE", 10, || {
+        reply6 = nsc.ping_reply(NSE_ADDR6, 64);
+        reply6.is_some()
+    });
+    let reply6 = reply6.expect("waited for");
+    assert!(
+        reply6.contains("ttl=62"),
+        "two forwarders each way: {reply6}"
+    );
+    assert!(nse.ping(NSC_ADDR6), "the NSE reaches the NSC over IPv6");
     let (wa, wb) = (wireguard(&a), wireguard(&b));
     for (n, w) in [("A", &wa), ("B", &wb)] {
         let peer = &w[0].peers[0];
@@ -164,6 +180,7 @@ fn ip_payload_crosses_two_forwarders_over_wireguard_and_close_cleans_both() {
         );
     }
     assert!(nsc.ping_reply(NSE_ADDR, 64).is_some(), "after the refresh");
+    assert!(nsc.ping(NSE_ADDR6), "IPv6 after the refresh");
 
     // Close through A: neither forwarder keeps anything but its uplink.
     client.close(again).unwrap();

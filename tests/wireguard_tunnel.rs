@@ -12,7 +12,7 @@
 //! wireguard`, the tunnel works again. Built and cached like the protocol crate's interop tests
 //! (`testkit::wg_peers`). Needs root, ip, ping, wg, python3, Go.
 
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use dataplane::{BufferPool, BufferPoolConfig, HugepagePolicy, IdlePolicy, WorkerConfig};
@@ -21,201 +21,11 @@ use quiver::{Config, Forwarder};
 use testkit::wg_peers::Peer;
 use testkit::{require, wait_for, Needs};
 
-const IP: &str = "/usr/sbin/ip";
-const PING: &str = "/usr/bin/ping";
-const WG: &str = "/usr/bin/wg";
-const PYTHON: &str = testkit::SYSTEM_PYTHON;
-/// The protocol crate's TCP transfer checked for content.
-const TCP_CHECK: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/wireguard/tests/common/tcp_check.py"
-);
+mod wireguard_support;
 
-fn run(args: &[&str]) -> Output {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {args:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{args:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn say(msg: &str) {
-    eprintln!("[wireguard e2e] {msg}");
-}
-
-/// A namespace with a veth into it (`veth0` inside, `root` outside), deleted on drop.
-struct Side {
-    ns: String,
-    root: String,
-}
-
-impl Side {
-    fn new(tag: &str, address: &str, gateway: Option<&str>) -> Side {
-        let id = std::process::id() % 100_000;
-        let side = Side {
-            ns: format!("quiver-wg-{tag}-{id}"),
-            root: format!("qwg{tag}{id}"),
-        };
-        run(&[IP, "netns", "add", &side.ns]);
-        run(&[
-            IP, "link", "add", &side.root, "type", "veth", "peer", "name", "veth0", "netns",
-            &side.ns,
-        ]);
-        let _ = std::fs::write(
-            format!("/proc/sys/net/ipv6/conf/{}/disable_ipv6", side.root),
-            "1",
-        );
-        run(&[IP, "link", "set", &side.root, "up"]);
-        side.ip(&["addr", "add", address, "dev", "veth0"]);
-        side.ip(&["link", "set", "veth0", "up"]);
-        side.ip(&["link", "set", "lo", "up"]);
-        if let Some(gw) = gateway {
-            side.ip(&["route", "add", "default", "via", gw]);
-        }
-        side
-    }
-
-    fn ip(&self, args: &[&str]) {
-        let mut v = vec![IP, "-n", &self.ns];
-        v.extend_from_slice(args);
-        run(&v);
-    }
-
-    fn exec(&self, args: &[&str]) -> Output {
-        let mut v = vec![IP, "netns", "exec", &self.ns];
-        v.extend_from_slice(args);
-        run(&v)
-    }
-
-    /// One ping to `to`: whether a reply came.
-    fn ping(&self, to: &str) -> bool {
-        Command::new(IP)
-            .args([
-                "netns", "exec", &self.ns, PING, "-n", "-c", "1", "-W", "2", to,
-            ])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    }
-}
-
-impl Drop for Side {
-    fn drop(&mut self) {
-        let _ = Command::new(IP).args(["link", "del", &self.root]).output();
-        let _ = Command::new(IP).args(["netns", "del", &self.ns]).output();
-    }
-}
-
-/// The peer on TUN `ifname` in `side`'s namespace, configured with `wg`; killed on drop.
-struct PeerProcess {
-    child: Child,
-    ns: String,
-    ifname: String,
-}
-
-impl PeerProcess {
-    fn start(
-        peer: Peer,
-        bin: &std::path::Path,
-        side: &Side,
-        ifname: &str,
-        key_file: &str,
-        quiver_public: &str,
-    ) -> PeerProcess {
-        let uapi = format!("/var/run/wireguard/{ifname}.sock");
-        // A socket left by an instance before this one would pass for ours.
-        let _ = std::fs::remove_file(&uapi);
-        let log = format!("/tmp/{ifname}.log");
-        let out = std::fs::File::create(&log).expect("log file");
-        let cmd = peer.command(bin, ifname, &log);
-        let child = Command::new(IP)
-            .args(["netns", "exec", &side.ns])
-            .args(&cmd)
-            .stdout(Stdio::from(out.try_clone().expect("log")))
-            .stderr(Stdio::from(out))
-            .spawn()
-            .unwrap_or_else(|e| panic!("{} starts: {e}", peer.name()));
-        wait_for(&format!("{} to open {uapi}", peer.name()), 10, || {
-            std::path::Path::new(&uapi).exists()
-        });
-        side.exec(&[
-            WG,
-            "set",
-            ifname,
-            "private-key",
-            key_file,
-            "listen-port",
-            "51820",
-            "peer",
-            quiver_public,
-            "allowed-ips",
-            "10.81.1.0/24,10.81.9.1/32",
-            "endpoint",
-            "192.168.81.1:51821",
-        ]);
-        side.ip(&["addr", "add", "10.81.9.2/24", "dev", ifname]);
-        side.ip(&["link", "set", ifname, "up"]);
-        side.ip(&["route", "add", "10.81.1.0/24", "dev", ifname]);
-        PeerProcess {
-            child,
-            ns: side.ns.clone(),
-            ifname: ifname.into(),
-        }
-    }
-}
-
-impl Drop for PeerProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        // Its TUN goes with it; a new instance needs the name. (No panic here: this may run
-        // while a failed test unwinds.)
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while std::time::Instant::now() < deadline
-            && Command::new(IP)
-                .args(["-n", &self.ns, "link", "show", &self.ifname])
-                .output()
-                .is_ok_and(|o| o.status.success())
-        {
-            std::thread::yield_now();
-        }
-    }
-}
-
-fn genkey() -> (String, String) {
-    let private = String::from_utf8(run(&[WG, "genkey"]).stdout).expect("utf-8");
-    let mut p = Command::new(WG)
-        .arg("pubkey")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("wg pubkey");
-    use std::io::Write;
-    p.stdin
-        .take()
-        .expect("stdin")
-        .write_all(private.as_bytes())
-        .expect("write");
-    let public = p.wait_with_output().expect("wg pubkey output").stdout;
-    (
-        private.trim().to_string(),
-        String::from_utf8(public).expect("utf-8").trim().to_string(),
-    )
-}
-
-fn errors(f: &Control, node: &str, name: &str) -> u64 {
-    f.dataplane()
-        .runtime()
-        .workers
-        .iter()
-        .map(|w| w.error(node, name))
-        .sum()
-}
+use wireguard_support::{
+    errors, genkey, run, say, PeerProcess, Side, IP, ONE_AT_A_TIME, PING, PYTHON, TCP_CHECK, WG,
+};
 
 /// Sniffs one transport message with data from the peer to Quiver on B's veth, then sends
 /// it twice as it was (replays), once with a new counter and a flipped byte (bad tag), once
@@ -257,9 +67,6 @@ out.sendto(b"\x04\x00\x00\x00" + b"\xee\xee\xee\xee" + m[8:], to)
 out.sendto(m[:20], to)
 print("sent", len(m))
 "#;
-
-/// One test at a time: each runs a forwarder and a peer on the same few cores.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[test]
 fn ping_tcp_and_bad_input_through_a_tunnel_to_wireguard_go() {

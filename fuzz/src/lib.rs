@@ -77,6 +77,7 @@ fn wg_sessions() -> (Vec<WgPeer>, FastMap<u32, WgReceiver>) {
     let peer = WgPeer {
         endpoint: WG_PEER,
         allowed: vec![(ip(10, 9, 0, 0), 24), (ip(10, 0, 1, 0), 24)],
+        allowed6: Vec::new(),
         send: Some(Arc::new(WgSendSession {
             keys: ours,
             counter: Arc::new(SendCounter::new()),

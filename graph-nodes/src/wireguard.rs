@@ -182,6 +182,8 @@ pub struct WgPeer {
     pub endpoint: (u32, u16),
     /// Its allowed IPv4 prefixes (address, length).
     pub allowed: Vec<(u32, u8)>,
+    /// Its allowed IPv6 prefixes (address, length).
+    pub allowed6: Vec<(u128, u8)>,
     /// The session to send with, if any.
     pub send: Option<Arc<WgSendSession>>,
 }
@@ -226,5 +228,36 @@ impl WgTunnel {
                 .iter()
                 .any(|&(a, l)| crate::fib::lpm::mask(l) & (a ^ src) == 0)
         })
+    }
+
+    /// The peer whose allowed IPv6 prefixes hold `dst` most specifically.
+    #[inline]
+    pub fn peer_for6(&self, dst: u128) -> Option<usize> {
+        let mut best: Option<(u8, usize)> = None;
+        for (i, p) in self.peers.iter().enumerate() {
+            for &(a, l) in &p.allowed6 {
+                if mask6(l) & (a ^ dst) == 0 && best.is_none_or(|(b, _)| l > b) {
+                    best = Some((l, i));
+                }
+            }
+        }
+        best.map(|(_, i)| i)
+    }
+
+    /// Whether `src` is in peer `peer`'s allowed IPv6 prefixes.
+    #[inline]
+    pub fn allows6(&self, peer: usize, src: u128) -> bool {
+        self.peers
+            .get(peer)
+            .is_some_and(|p| p.allowed6.iter().any(|&(a, l)| mask6(l) & (a ^ src) == 0))
+    }
+}
+
+/// The IPv6 netmask of a `len`-bit prefix (`len` over 128 is 128).
+#[inline]
+pub fn mask6(len: u8) -> u128 {
+    match len {
+        0 => 0,
+        l => u128::MAX << (128 - u32::from(l.min(128))),
     }
 }

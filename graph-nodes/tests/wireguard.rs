@@ -22,6 +22,8 @@ const PEER: u32 = 0xc000_0202; // 192.0.2.2
 const OUR_PORT: u16 = 51820;
 const PEER_PORT: u16 = 51821;
 const OUR_INDEX: u32 = 0x1111;
+/// fd00:9::/32, the peer's allowed IPv6 prefix.
+const ALLOWED6: u128 = 0xfd00_0009 << 96;
 const PEER_INDEX: u32 = 0x2222;
 
 /// Our keys and the peer's, mirrored.
@@ -47,7 +49,7 @@ fn keys() -> (TransportKeys, TransportKeys) {
 }
 
 /// eth0: hosts (10.0.1.254/24, host A at 10.0.1.2); eth1: the underlay (192.0.2.1/24, the peer
-/// at .2); wg0 to the peer, allowed 10.9.0.0/24, routed. With `session`, keys are in place.
+/// at .2); wg0 to the peer, allowed 10.9.0.0/24 and fd00:9::/32, routed. With `session`, keys are in place.
 fn rig(session: bool) -> (Rig, u32, TransportKeys) {
     let (ours, theirs) = keys();
     let mut tunnel = 0;
@@ -59,6 +61,7 @@ fn rig(session: bool) -> (Rig, u32, TransportKeys) {
         let peer = WgPeer {
             endpoint: (PEER, PEER_PORT),
             allowed: vec![(ip(10, 9, 0, 0), 24)],
+            allowed6: vec![(ALLOWED6, 32)],
             send: None,
         };
         let (wg, t) = f
@@ -86,6 +89,7 @@ fn rig(session: bool) -> (Rig, u32, TransportKeys) {
         let peer = WgPeer {
             endpoint: (PEER, PEER_PORT),
             allowed: vec![(ip(10, 9, 0, 0), 24)],
+            allowed6: vec![(ALLOWED6, 32)],
             send: Some(Arc::new(WgSendSession {
                 keys: ours,
                 counter: Arc::new(SendCounter::new()),
@@ -212,7 +216,7 @@ fn bad_input_is_counted_by_name() {
     assert_eq!(e("truncated"), 1);
     assert_eq!(e("unknown-type"), 1);
     assert_eq!(e("source-not-allowed"), 1);
-    assert_eq!(e("not-ip4"), 1);
+    assert_eq!(e("not-ip"), 1);
     assert_eq!(e("keepalive"), 1);
     assert_eq!(e("punted"), 1);
     let shared = rig.fwd.wireguard_tunnel(tunnel).unwrap().shared.clone();
@@ -350,5 +354,57 @@ fn an_l3_cross_connect_carries_ip_payload_through_a_tunnel_both_ways() {
         (2, 2),
         "the inner packets by the cross-connect, only the two outer ones looked up"
     );
+    rig.assert_no_leaks();
+}
+
+#[test]
+fn an_l3_cross_connect_carries_ipv6_through_a_tunnel_both_ways() {
+    let (mut rig, _, theirs) = rig(true);
+    let wg0 = rig.fwd.interface_by_name("wg0").unwrap().index;
+    let eth0 = rig.ports[0].index;
+    rig.fwd
+        .l3_cross_connect(eth0, wg0, ip(10, 9, 0, 1), ip(10, 0, 1, 2))
+        .unwrap();
+    rig.commit();
+    // Into the tunnel: the peer whose allowed IPv6 prefixes hold the destination.
+    let out = ipv6("fd00:9::7", "fd00:9::9", 64, &[1; 8]);
+    rig.inject(0, &[eth(MAC0, HOST_A, 0x86dd, &out)]);
+    let sent = rig.sent(1);
+    assert_eq!(sent.len(), 1, "errors: {}", rig.total_errors());
+    let mut msg = sent[0][14 + 28..].to_vec();
+    let (_, range) = transport::open(&theirs, &mut msg).unwrap();
+    let mut expect = out.clone();
+    expect[7] -= 1;
+    assert_eq!(&msg[range.start..range.start + out.len()], &expect[..]);
+    assert!(msg[range.start + out.len()..range.end]
+        .iter()
+        .all(|&b| b == 0));
+    // And back: the inner IPv6 packet leaves by eth0 to host A, hop limit decremented.
+    let back = ipv6("fd00:9::5", "fd00:1::2", 64, &[2; 8]);
+    rig.inject(1, &[underlay(&from_peer(&theirs, 0, &back))]);
+    let mut expect = back.clone();
+    expect[7] -= 1;
+    assert_eq!(rig.sent(0), vec![eth(HOST_A, MAC0, 0x86dd, &expect)]);
+    assert_eq!(rig.total_errors(), 0);
+    // An inner IPv6 source outside the peer's allowed prefixes is refused; so is an IPv6
+    // packet whose payload length runs past what was sealed.
+    let spoofed = ipv6("fd00:77::5", "fd00:1::2", 64, &[3; 8]);
+    let mut lying = ipv6("fd00:9::5", "fd00:1::2", 64, &[4; 8]);
+    lying[4..6].copy_from_slice(&200u16.to_be_bytes());
+    rig.inject(
+        1,
+        &[
+            underlay(&from_peer(&theirs, 1, &spoofed)),
+            underlay(&from_peer(&theirs, 2, &lying)),
+        ],
+    );
+    assert!(rig.sent(0).is_empty());
+    assert_eq!(rig.error("wg4-decrypt", "source-not-allowed"), 1);
+    assert_eq!(rig.error("wg4-decrypt", "not-ip"), 1);
+    // An IPv6 destination no peer's allowed IPs hold finds no peer.
+    let nowhere = ipv6("fd00:9::7", "fd00:42::1", 64, &[5; 8]);
+    rig.inject(0, &[eth(MAC0, HOST_A, 0x86dd, &nowhere)]);
+    assert!(rig.sent(1).is_empty());
+    assert_eq!(rig.error("wg4-encrypt", "no-peer"), 1);
     rig.assert_no_leaks();
 }

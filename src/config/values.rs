@@ -1,7 +1,7 @@
 //! The values `quiver.toml` writes as strings: IPv4 addresses, prefixes, MACs and next hops,
 //! parsed into their types, and what is wrong with one that does not parse.
 
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 
 /// What is wrong with one value of the file (the key it belongs to is named by
 /// [`ConfigError::Value`](super::ConfigError::Value)).
@@ -10,11 +10,11 @@ pub enum ValueError {
     /// Not `a.b.c.d`.
     #[error("{0:?} is not an IPv4 address")]
     NotIpv4(String),
-    /// Not `a.b.c.d/len`.
+    /// Not `a.b.c.d/len` (or, where IPv6 is taken, `x:y::z/len`).
     #[error("{0:?} is not a prefix (a.b.c.d/len)")]
     NotPrefix(String),
-    /// A prefix whose length is not 0 to 32.
-    #[error("{0:?}: prefix length must be 0 to 32")]
+    /// A prefix whose length is not 0 to 32 (0 to 128 for IPv6).
+    #[error("{0:?}: prefix length must be 0 to 32 (0 to 128 for IPv6)")]
     PrefixLength(String),
     /// Not `aa:bb:cc:dd:ee:ff`.
     #[error("{0:?} is not a MAC address")]
@@ -67,19 +67,29 @@ pub fn prefix(s: &str) -> Result<(Ipv4Addr, u8), ValueError> {
     Ok((ipv4(ip)?, len))
 }
 
-/// Parses a WireGuard peer's allowed IPs: `a.b.c.d/len`, or `a.b.c.d` for a /32.
-pub fn allowed_ip(s: &str) -> Result<(Ipv4Addr, u8), ValueError> {
-    let (ip, len) = s.split_once('/').unwrap_or((s, "32"));
-    let len: u8 = len
+/// Parses a WireGuard peer's allowed IPs, of either family: `a.b.c.d/len` or `x:y::z/len`, or
+/// an address alone for its host prefix (/32, /128). The address is returned as written
+/// (not masked).
+pub fn allowed_ip(s: &str) -> Result<(IpAddr, u8), ValueError> {
+    let (ip, len) = match s.split_once('/') {
+        Some((ip, len)) => (ip, Some(len)),
+        None => (s, None),
+    };
+    let ip: IpAddr = ip
         .trim()
         .parse()
-        .ok()
-        .filter(|&l| l <= 32)
-        .ok_or_else(|| ValueError::PrefixLength(s.to_string()))?;
-    Ok((
-        ipv4(ip).map_err(|_| ValueError::NotPrefix(s.to_string()))?,
-        len,
-    ))
+        .map_err(|_| ValueError::NotPrefix(s.to_string()))?;
+    let most = if ip.is_ipv4() { 32 } else { 128 };
+    let len = match len {
+        None => most,
+        Some(l) => l
+            .trim()
+            .parse()
+            .ok()
+            .filter(|&l| l <= most)
+            .ok_or_else(|| ValueError::PrefixLength(s.to_string()))?,
+    };
+    Ok((ip, len))
 }
 
 /// Parses `aa:bb:cc:dd:ee:ff`.
@@ -137,8 +147,20 @@ mod tests {
             prefix("10.0.0.0"),
             Err(ValueError::NotPrefix("10.0.0.0".into()))
         );
-        assert_eq!(allowed_ip("10.9.0.2"), Ok((Ipv4Addr::new(10, 9, 0, 2), 32)));
+        assert_eq!(
+            allowed_ip("10.9.0.2"),
+            Ok((IpAddr::V4(Ipv4Addr::new(10, 9, 0, 2)), 32))
+        );
         assert!(allowed_ip("10.9.0/24").is_err());
+        assert!(allowed_ip("10.9.0.0/33").is_err());
+        assert_eq!(
+            allowed_ip("fd00:9::/32"),
+            Ok(("fd00:9::".parse().unwrap(), 32))
+        );
+        assert_eq!(allowed_ip("::/0"), Ok(("::".parse().unwrap(), 0)));
+        assert_eq!(allowed_ip("fd00::1"), Ok(("fd00::1".parse().unwrap(), 128)));
+        assert!(allowed_ip("fd00::/129").is_err());
+        assert!(allowed_ip("fd00:::1/64").is_err());
         assert_eq!(mac("02:fe:00:00:0a:ff"), Ok([2, 0xfe, 0, 0, 0x0a, 0xff]));
         assert_eq!(mac("02:fe:00"), Err(ValueError::NotMac("02:fe:00".into())));
         assert_eq!(via("10.0.0.2@c"), Ok((Ipv4Addr::new(10, 0, 0, 2), "c")));

@@ -1,9 +1,11 @@
-//! WireGuard over IPv4 (issue 23). `wg4-encrypt` seals an IP packet routed (or L3
-//! cross-connected) to a WireGuard interface into a transport message in UDP/IPv4 to its peer's
-//! endpoint and sends it to be routed on the underlay, as `vxlan4-encap` does; `wg4-decrypt`
-//! takes UDP for a tunnel's port from `ip4-local`, checks the receiver index and the replay
-//! window, opens the message in place and hands the inner IPv4 packet to `ip4-input` as received
-//! on the tunnel's interface. Handshake messages and transport messages of sessions the control
+//! WireGuard over IPv4 (issue 23), carrying IPv4 and IPv6. `wg4-encrypt` seals an IP packet
+//! routed (or L3 cross-connected) to a WireGuard interface into a transport message in
+//! UDP/IPv4 to the peer whose allowed IPs (of the packet's family) hold its destination, and
+//! sends it to be routed on the underlay, as `vxlan4-encap` does; `wg4-decrypt` takes UDP for a
+//! tunnel's port from `ip4-local`, checks the receiver index and the replay window, opens the
+//! message in place, checks the inner source against the peer's allowed IPs and hands the inner
+//! packet, as received on the tunnel's interface, to `ip4-input` (IPv4) or `ip6-l3xc` (IPv6:
+//! Quiver carries IPv6 through L3 cross-connects, as NSM's dual-stack IP connections need). Handshake messages and transport messages of sessions the control
 //! side has not confirmed are punted to it (a bounded queue: a full one is a counted drop);
 //! what it sends comes back through the input node `wg4-control-input`. See
 //! `crate::wireguard` for the state and who writes what. Nothing here allocates or blocks.
@@ -17,7 +19,7 @@ use wireguard::wire::TRANSPORT_HEADER_LEN;
 use super::names;
 use super::origin::LOCALLY_ORIGINATED;
 use crate::state::{ForwardingState, IfIndex};
-use crate::wire::{self, Ipv4, Udp, WireError};
+use crate::wire::{self, Ipv4, Ipv6, Udp, WireError};
 use crate::wireguard::{WgDatagram, WgPeerCounters, WgReceiver, WG_DATAGRAM_MAX};
 
 /// Outer IPv4 + UDP.
@@ -53,7 +55,7 @@ mod encrypt {
     dataplane::next_arcs! { pub(super) LOOKUP => names::IP4_LOOKUP }
     dataplane::node_errors! {
         pub(super) NO_TUNNEL => ("no-tunnel", "sent to an interface that is not a WireGuard tunnel"),
-        NOT_IP4 => ("not-ip4", "not an IPv4 packet"),
+        NOT_IP => ("not-ip", "neither an IPv4 nor an IPv6 packet"),
         CHAINED => ("chained", "longer than one buffer"),
         NO_PEER => ("no-peer", "no peer's allowed IPs hold the destination"),
         NO_SESSION => ("no-session", "no session with the peer yet (a handshake was asked for)"),
@@ -109,11 +111,14 @@ impl Node<ForwardingState> for Wg4Encrypt {
                     return Err(CHAINED);
                 }
                 let d = cx.buffers.data(bi);
-                let ip = Ipv4::new_checked(d)
-                    .ok()
-                    .filter(|ip| ip.version() == 4)
-                    .ok_or(NOT_IP4)?;
-                let peer = t.peer_for(ip.dst()).ok_or(NO_PEER)?;
+                let peer = match d.first().map(|b| b >> 4) {
+                    Some(4) => Ipv4::new_checked(d).map(|ip| t.peer_for(ip.dst())),
+                    Some(6) => Ipv6::new_checked(d)
+                        .map(|ip| t.peer_for6(u128::from_be_bytes(ip.dst()))),
+                    _ => Err(WireError::Unsupported),
+                }
+                .map_err(|_| NOT_IP)?
+                .ok_or(NO_PEER)?;
                 let counters = &t.shared.peers[peer];
                 let p = &t.peers[peer];
                 let Some(session) = p.send.as_ref() else {
@@ -177,7 +182,10 @@ impl Node<ForwardingState> for Wg4Encrypt {
 /// `wg4-decrypt`'s arcs and errors.
 mod decrypt {
     use super::names;
-    dataplane::next_arcs! { pub(super) INPUT => names::IP4_INPUT }
+    dataplane::next_arcs! {
+        pub(super) INPUT => names::IP4_INPUT,
+        IP6 => names::IP6_L3XC,
+    }
     dataplane::node_errors! {
         pub(super) TRUNCATED => ("truncated", "too short for its UDP header or WireGuard message"),
         NO_TUNNEL => ("no-tunnel", "no WireGuard tunnel on this address and port"),
@@ -186,7 +194,7 @@ mod decrypt {
         REPLAY => ("replay", "counter replayed or older than the replay window"),
         WINDOW_BUSY => ("replay-window-busy", "another worker held the session's replay window"),
         BAD_TAG => ("bad-tag", "the transport message failed authentication"),
-        NOT_IP4 => ("not-ip4", "decrypted, but not an IPv4 packet that fits"),
+        NOT_IP => ("not-ip", "decrypted, but neither an IPv4 nor an IPv6 packet that fits"),
         SOURCE_NOT_ALLOWED => ("source-not-allowed", "the inner source is not in the peer's allowed IPs"),
         KEEPALIVE => ("keepalive", "keepalives received (not an error)"),
         PUNTED => ("punted", "handed to the control side (not an error)"),
@@ -216,8 +224,10 @@ impl Default for Wg4Decrypt {
 
 /// Where a received datagram goes.
 enum Verdict {
-    /// Decrypted: to `ip4-input`.
+    /// Decrypted, IPv4: to `ip4-input`.
     Inner,
+    /// Decrypted, IPv6: to `ip6-l3xc`.
+    Inner6,
     /// To the control side.
     Punt {
         tunnel: u32,
@@ -301,15 +311,28 @@ fn decrypt_one(
         return Err(KEEPALIVE);
     }
     let plain = &buffers.data(bi)[range.clone()];
-    let inner = Ipv4::new_checked(plain)
-        .ok()
-        .filter(|ip| ip.version() == 4)
-        .ok_or(NOT_IP4)?;
-    let inner_len = usize::from(inner.total_len());
-    if !(wire::IP4_HEADER..=plain.len()).contains(&inner_len) {
-        return Err(NOT_IP4);
+    let (inner_len, allowed, verdict) = match plain.first().map(|b| b >> 4) {
+        Some(4) => {
+            let inner = Ipv4::new_checked(plain).map_err(|_| NOT_IP)?;
+            let len = usize::from(inner.total_len());
+            (len, t.allows(peer, inner.src()), Verdict::Inner)
+        }
+        Some(6) => {
+            let inner = Ipv6::new_checked(plain).map_err(|_| NOT_IP)?;
+            let len = inner.total_len() as usize;
+            let src = u128::from_be_bytes(inner.src());
+            (len, t.allows6(peer, src), Verdict::Inner6)
+        }
+        _ => return Err(NOT_IP),
+    };
+    let least = match verdict {
+        Verdict::Inner => wire::IP4_HEADER,
+        _ => wire::ipv6::HEADER_LEN,
+    };
+    if !(least..=plain.len()).contains(&inner_len) {
+        return Err(NOT_IP);
     }
-    if !t.allows(peer, inner.src()) {
+    if !allowed {
         return Err(SOURCE_NOT_ALLOWED);
     }
     WgPeerCounters::bump(&counters.rx_bytes, inner_len as u64);
@@ -319,7 +342,7 @@ fn decrypt_one(
     meta.rx_interface = t.interface.get();
     meta.flags &= !(flags::IP4_CHECKSUM_OK | flags::FLOW_HASH_VALID | LOCALLY_ORIGINATED);
     meta.l3_offset = meta.data_offset();
-    Ok(Verdict::Inner)
+    Ok(verdict)
 }
 
 impl Node<ForwardingState> for Wg4Decrypt {
@@ -339,6 +362,7 @@ impl Node<ForwardingState> for Wg4Decrypt {
             let verdict = decrypt_one(state, cx.buffers, bi);
             match verdict {
                 Ok(Verdict::Inner) => *next = INPUT,
+                Ok(Verdict::Inner6) => *next = IP6,
                 Ok(Verdict::Punt {
                     tunnel,
                     src,
@@ -383,6 +407,7 @@ mod control {
     dataplane::next_arcs! {
         pub(super) LOOKUP => names::IP4_LOOKUP,
         INPUT => names::IP4_INPUT,
+        IP6 => names::IP6_L3XC,
     }
     dataplane::node_errors! {
         pub(super) NO_BUFFERS => ("no-buffers", "no buffer for a datagram of the control side's"),
@@ -438,10 +463,10 @@ impl Node<ForwardingState> for Wg4ControlInput {
                 continue;
             };
             let data = dg.data();
-            let (arc, at) = if dg.inner {
-                (INPUT, 0)
-            } else {
-                (LOOKUP, OUTER)
+            let (arc, at) = match (dg.inner, data.first().map(|b| b >> 4)) {
+                (true, Some(6)) => (IP6, 0),
+                (true, _) => (INPUT, 0),
+                (false, _) => (LOOKUP, OUTER),
             };
             let total = data.len() + usize::from(at);
             if total > usize::from(cx.buffers.data_size())

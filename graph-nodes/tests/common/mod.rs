@@ -219,6 +219,17 @@ pub fn icmp_echo(kind: u8, id: u16, seq: u16, data: &[u8]) -> Vec<u8> {
 }
 
 /// An Ethernet II frame.
+/// An IPv6 packet (UDP, `payload` bytes) from `src` to `dst` with `hop` as its hop limit.
+pub fn ipv6(src: &str, dst: &str, hop: u8, payload: &[u8]) -> Vec<u8> {
+    let mut p = vec![0x60, 0, 0, 0];
+    p.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+    p.extend_from_slice(&[17, hop]);
+    p.extend_from_slice(&src.parse::<std::net::Ipv6Addr>().unwrap().octets());
+    p.extend_from_slice(&dst.parse::<std::net::Ipv6Addr>().unwrap().octets());
+    p.extend_from_slice(payload);
+    p
+}
+
 pub fn eth(dst: [u8; 6], src: [u8; 6], ethertype: u16, payload: &[u8]) -> Vec<u8> {
     let mut f = Vec::with_capacity(14 + payload.len());
     f.extend_from_slice(&dst);

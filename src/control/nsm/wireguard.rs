@@ -75,7 +75,8 @@ pub fn tunnel_section(spec: &WireguardSpec, private_key: &str) -> WireguardSecti
         peers: vec![WireguardPeerSection {
             public_key: encode_key(&spec.remote_key),
             endpoint: format!("{}:{}", spec.remote, spec.remote_port),
-            allowed_ips: vec![format!("{any}/0")],
+            // Both families: a dual-stack connection's IPv6 travels in the same tunnel.
+            allowed_ips: vec![format!("{any}/0"), "::/0".into()],
             persistent_keepalive: KEEPALIVE_SECS,
         }],
     }
@@ -127,6 +128,6 @@ mod tests {
         );
         assert_eq!(t.peers.len(), 1);
         assert_eq!(t.peers[0].endpoint, "192.168.9.2:51830");
-        assert_eq!(t.peers[0].allowed_ips, ["0.0.0.0/0"]);
+        assert_eq!(t.peers[0].allowed_ips, ["0.0.0.0/0", "::/0"]);
     }
 }

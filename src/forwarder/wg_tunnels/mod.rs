@@ -13,7 +13,7 @@
 //! dropped, so no message is accepted by both windows).
 
 use std::collections::HashMap;
-use std::net::{SocketAddr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
 use ::wireguard::allowed_ips::Prefix;
@@ -31,23 +31,30 @@ fn invalid(name: &str, what: impl std::fmt::Display) -> ForwarderError {
     ForwarderError::InvalidArgument(format!("wireguard {name}: {what}"))
 }
 
-fn parse_v4_prefix(name: &str, s: &str) -> Result<(Ipv4Addr, u8), ForwarderError> {
-    let (a, l) = s.split_once('/').unwrap_or((s, "32"));
-    let a: Ipv4Addr = a
-        .trim()
-        .parse()
-        .map_err(|_| invalid(name, format!("allowed IP {s:?} is not an IPv4 prefix")))?;
-    let l: u8 = l
-        .trim()
-        .parse()
-        .ok()
-        .filter(|&l| l <= 32)
-        .ok_or_else(|| invalid(name, format!("allowed IP {s:?}: bad length")))?;
-    Ok((a, l))
+/// A peer's allowed IPs as the data path matches them: (masked address, length) by family.
+#[derive(Debug, Clone, Default)]
+pub(super) struct PeerAllowed {
+    pub(super) v4: Vec<(u32, u8)>,
+    pub(super) v6: Vec<(u128, u8)>,
+}
+
+impl PeerAllowed {
+    /// Both families, as `address/length`.
+    pub(super) fn to_strings(&self) -> Vec<String> {
+        let v4 = self
+            .v4
+            .iter()
+            .map(|&(a, l)| format!("{}/{l}", Ipv4Addr::from(a)));
+        let v6 = self
+            .v6
+            .iter()
+            .map(|&(a, l)| format!("{}/{l}", std::net::Ipv6Addr::from(a)));
+        v4.chain(v6).collect()
+    }
 }
 
 /// Tunnel `name`'s `Device` with its peers, what the data path gets of each, and each one's
-/// allowed IPs as (masked address, length).
+/// allowed IPs.
 fn wireguard_peers(
     name: &str,
     key: PrivateKey,
@@ -71,12 +78,19 @@ fn wireguard_peers(
             PresharedKey::default(),
             endpoint.map(SocketAddr::V4),
         );
-        let mut allowed = Vec::new();
+        let mut allowed = PeerAllowed::default();
         for a in &p.allowed_ips {
-            let (ip, len) = parse_v4_prefix(name, a)?;
-            let prefix = Prefix::new(ip.into(), len).map_err(|e| invalid(name, e.0))?;
+            let (ip, len) = crate::config::values::allowed_ip(a).map_err(|e| invalid(name, e))?;
+            let prefix = Prefix::new(ip, len).map_err(|e| invalid(name, e.0))?;
             device.peer_mut(id).allowed_ips.insert(prefix);
-            allowed.push((u32::from(ip) & graph_nodes::fib::lpm::mask(len), len));
+            match ip {
+                IpAddr::V4(v4) => allowed
+                    .v4
+                    .push((u32::from(v4) & graph_nodes::fib::lpm::mask(len), len)),
+                IpAddr::V6(v6) => allowed
+                    .v6
+                    .push((u128::from(v6) & graph_nodes::wireguard::mask6(len), len)),
+            }
         }
         if p.persistent_keepalive > 0 {
             let every = Duration::from_secs(p.persistent_keepalive.into());
@@ -87,7 +101,8 @@ fn wireguard_peers(
         }
         wg_peers.push(WgPeer {
             endpoint: endpoint.map_or((0, 0), |e| (u32::from(*e.ip()), e.port())),
-            allowed: allowed.clone(),
+            allowed: allowed.v4.clone(),
+            allowed6: allowed.v6.clone(),
             send: None,
         });
         allowed_all.push(allowed);
@@ -96,7 +111,7 @@ fn wireguard_peers(
 }
 
 /// What [`wireguard_peers`] builds.
-type WireguardPeers = (Device, Vec<WgPeer>, Vec<Vec<(u32, u8)>>);
+type WireguardPeers = (Device, Vec<WgPeer>, Vec<PeerAllowed>);
 
 impl Forwarder {
     /// Adds WireGuard tunnel `cfg` (see `config::wireguard`); returns its interface. On error

@@ -84,7 +84,7 @@ pub struct WgEntry {
     pub(super) local: Ipv4Addr,
     pub(super) port: u16,
     pub(super) device: Device,
-    pub(super) allowed: Vec<Vec<(u32, u8)>>,
+    pub(super) allowed: Vec<super::PeerAllowed>,
     pub(super) shared: Arc<WgShared>,
     /// Receiving sessions handed to the data path, by local index (kept while published).
     pub(super) recv: HashMap<u32, Arc<WgRecvSession>>,
@@ -307,7 +307,8 @@ impl WgEntry {
             }
             peers.push(WgPeer {
                 endpoint,
-                allowed: self.allowed[i].clone(),
+                allowed: self.allowed[i].v4.clone(),
+                allowed6: self.allowed[i].v6.clone(),
                 send,
             });
         }
@@ -330,10 +331,7 @@ impl WgEntry {
                         Some(SocketAddr::V4(e)) => Some(e),
                         _ => None,
                     },
-                    allowed_ips: self.allowed[i]
-                        .iter()
-                        .map(|&(a, l)| format!("{}/{l}", Ipv4Addr::from(a)))
-                        .collect(),
+                    allowed_ips: self.allowed[i].to_strings(),
                     last_handshake: self.last_handshake[i].1,
                     handshakes: p.stats.handshakes,
                     rekeys: p.stats.rekeys,

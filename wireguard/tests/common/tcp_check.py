@@ -21,8 +21,12 @@ def pattern(n):
     return bytes(out[:n])
 
 
+def family(addr):
+    return socket.AF_INET6 if ":" in addr else socket.AF_INET
+
+
 def server(addr, port):
-    s = socket.socket()
+    s = socket.socket(family(addr))
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind((addr, port))
     s.listen(1)

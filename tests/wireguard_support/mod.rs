@@ -1,0 +1,214 @@
+//! What the WireGuard end-to-end tests share: namespaces with a veth into each, a WireGuard
+//! peer we did not write (wireguard-go or boringtun) on a TUN configured with `wg`, keys, the
+//! data path's error counters.
+
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use quiver::control::owner::Control;
+use testkit::wait_for;
+use testkit::wg_peers::Peer;
+
+pub(crate) const IP: &str = "/usr/sbin/ip";
+pub(crate) const PING: &str = "/usr/bin/ping";
+pub(crate) const WG: &str = "/usr/bin/wg";
+pub(crate) const PYTHON: &str = testkit::SYSTEM_PYTHON;
+/// The protocol crate's TCP transfer checked for content.
+pub(crate) const TCP_CHECK: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/wireguard/tests/common/tcp_check.py"
+);
+
+pub(crate) fn run(args: &[&str]) -> Output {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {args:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+pub(crate) fn say(msg: &str) {
+    eprintln!("[wireguard e2e] {msg}");
+}
+
+/// A namespace with a veth into it (`veth0` inside, `root` outside), deleted on drop.
+pub(crate) struct Side {
+    pub(crate) ns: String,
+    pub(crate) root: String,
+}
+
+impl Side {
+    pub(crate) fn new(tag: &str, address: &str, gateway: Option<&str>) -> Side {
+        let id = std::process::id() % 100_000;
+        let side = Side {
+            ns: format!("quiver-wg-{tag}-{id}"),
+            root: format!("qwg{tag}{id}"),
+        };
+        run(&[IP, "netns", "add", &side.ns]);
+        run(&[
+            IP, "link", "add", &side.root, "type", "veth", "peer", "name", "veth0", "netns",
+            &side.ns,
+        ]);
+        let _ = std::fs::write(
+            format!("/proc/sys/net/ipv6/conf/{}/disable_ipv6", side.root),
+            "1",
+        );
+        run(&[IP, "link", "set", &side.root, "up"]);
+        side.ip(&["addr", "add", address, "dev", "veth0"]);
+        side.ip(&["link", "set", "veth0", "up"]);
+        side.ip(&["link", "set", "lo", "up"]);
+        if let Some(gw) = gateway {
+            side.ip(&["route", "add", "default", "via", gw]);
+        }
+        side
+    }
+
+    pub(crate) fn ip(&self, args: &[&str]) {
+        let mut v = vec![IP, "-n", &self.ns];
+        v.extend_from_slice(args);
+        run(&v);
+    }
+
+    pub(crate) fn exec(&self, args: &[&str]) -> Output {
+        let mut v = vec![IP, "netns", "exec", &self.ns];
+        v.extend_from_slice(args);
+        run(&v)
+    }
+
+    /// One ping to `to`: whether a reply came.
+    pub(crate) fn ping(&self, to: &str) -> bool {
+        Command::new(IP)
+            .args([
+                "netns", "exec", &self.ns, PING, "-n", "-c", "1", "-W", "2", to,
+            ])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }
+}
+
+impl Drop for Side {
+    fn drop(&mut self) {
+        let _ = Command::new(IP).args(["link", "del", &self.root]).output();
+        let _ = Command::new(IP).args(["netns", "del", &self.ns]).output();
+    }
+}
+
+/// The peer on TUN `ifname` in `side`'s namespace, configured with `wg` (10.81.9.2/24 and
+/// fd00:81:9::2/64, allowing A's subnets 10.81.1.0/24 and fd00:81:1::/64 and Quiver's
+/// 10.81.9.1); killed on drop.
+pub(crate) struct PeerProcess {
+    child: Child,
+    ns: String,
+    ifname: String,
+}
+
+impl PeerProcess {
+    pub(crate) fn start(
+        peer: Peer,
+        bin: &std::path::Path,
+        side: &Side,
+        ifname: &str,
+        key_file: &str,
+        quiver_public: &str,
+    ) -> PeerProcess {
+        let uapi = format!("/var/run/wireguard/{ifname}.sock");
+        // A socket left by an instance before this one would pass for ours.
+        let _ = std::fs::remove_file(&uapi);
+        let log = format!("/tmp/{ifname}.log");
+        let out = std::fs::File::create(&log).expect("log file");
+        let cmd = peer.command(bin, ifname, &log);
+        let child = Command::new(IP)
+            .args(["netns", "exec", &side.ns])
+            .args(&cmd)
+            .stdout(Stdio::from(out.try_clone().expect("log")))
+            .stderr(Stdio::from(out))
+            .spawn()
+            .unwrap_or_else(|e| panic!("{} starts: {e}", peer.name()));
+        wait_for(&format!("{} to open {uapi}", peer.name()), 10, || {
+            std::path::Path::new(&uapi).exists()
+        });
+        side.exec(&[
+            WG,
+            "set",
+            ifname,
+            "private-key",
+            key_file,
+            "listen-port",
+            "51820",
+            "peer",
+            quiver_public,
+            "allowed-ips",
+            "10.81.1.0/24,10.81.9.1/32,fd00:81:1::/64",
+            "endpoint",
+            "192.168.81.1:51821",
+        ]);
+        side.ip(&["addr", "add", "10.81.9.2/24", "dev", ifname]);
+        // Dual stack: IPv6 inside the tunnel too.
+        side.ip(&["addr", "add", "fd00:81:9::2/64", "dev", ifname, "nodad"]);
+        side.ip(&["link", "set", ifname, "up"]);
+        side.ip(&["route", "add", "10.81.1.0/24", "dev", ifname]);
+        side.ip(&["route", "add", "fd00:81:1::/64", "dev", ifname]);
+        PeerProcess {
+            child,
+            ns: side.ns.clone(),
+            ifname: ifname.into(),
+        }
+    }
+}
+
+impl Drop for PeerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        // Its TUN goes with it; a new instance needs the name. (No panic here: this may run
+        // while a failed test unwinds.)
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::time::Instant::now() < deadline
+            && Command::new(IP)
+                .args(["-n", &self.ns, "link", "show", &self.ifname])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        {
+            std::thread::yield_now();
+        }
+    }
+}
+
+pub(crate) fn genkey() -> (String, String) {
+    let private = String::from_utf8(run(&[WG, "genkey"]).stdout).expect("utf-8");
+    let mut p = Command::new(WG)
+        .arg("pubkey")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("wg pubkey");
+    use std::io::Write;
+    p.stdin
+        .take()
+        .expect("stdin")
+        .write_all(private.as_bytes())
+        .expect("write");
+    let public = p.wait_with_output().expect("wg pubkey output").stdout;
+    (
+        private.trim().to_string(),
+        String::from_utf8(public).expect("utf-8").trim().to_string(),
+    )
+}
+
+pub(crate) fn errors(f: &Control, node: &str, name: &str) -> u64 {
+    f.dataplane()
+        .runtime()
+        .workers
+        .iter()
+        .map(|w| w.error(node, name))
+        .sum()
+}
+
+/// One test at a time: each runs a forwarder and a peer on the same few cores.
+pub(crate) static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
