@@ -8,6 +8,7 @@
 
 mod fast_map;
 pub mod fib;
+pub mod fib6;
 pub mod forwarding;
 pub mod index;
 pub mod nodes;
