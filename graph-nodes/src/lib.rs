@@ -13,8 +13,10 @@ pub mod forwarding;
 pub mod index;
 pub mod nodes;
 pub mod state;
-pub mod wire;
 pub mod wireguard;
+
+/// The wire views, now in the `net` crate every layer shares (kept here under the old path).
+pub use net::wire;
 
 pub use forwarding::{FibConfig, Forwarding, ForwardingError, LocalState, Path, Publisher};
 pub use index::{AdjIndex, IfIndex};

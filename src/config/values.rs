@@ -13,9 +13,12 @@ pub enum ValueError {
     /// Not `a.b.c.d/len` (or, where IPv6 is taken, `x:y::z/len`).
     #[error("{0:?} is not a prefix (a.b.c.d/len)")]
     NotPrefix(String),
-    /// A prefix whose length is not 0 to 32 (0 to 128 for IPv6).
-    #[error("{0:?}: prefix length must be 0 to 32 (0 to 128 for IPv6)")]
+    /// An IPv4 prefix whose length is not 0 to 32.
+    #[error("{0:?}: prefix length must be 0 to 32")]
     PrefixLength(String),
+    /// An IPv6 prefix whose length is not 0 to 128.
+    #[error("{0:?}: prefix length must be 0 to 128")]
+    PrefixLength6(String),
     /// Not `aa:bb:cc:dd:ee:ff`.
     #[error("{0:?} is not a MAC address")]
     NotMac(String),
@@ -87,23 +90,17 @@ pub fn allowed_ip(s: &str) -> Result<(IpAddr, u8), ValueError> {
             .parse()
             .ok()
             .filter(|&l| l <= most)
-            .ok_or_else(|| ValueError::PrefixLength(s.to_string()))?,
+            .ok_or_else(|| match ip {
+                IpAddr::V4(_) => ValueError::PrefixLength(s.to_string()),
+                IpAddr::V6(_) => ValueError::PrefixLength6(s.to_string()),
+            })?,
     };
     Ok((ip, len))
 }
 
-/// Parses `aa:bb:cc:dd:ee:ff`.
+/// Parses `aa:bb:cc:dd:ee:ff` ([`net::mac::parse`]'s one rule, as everywhere in Quiver).
 pub fn mac(s: &str) -> Result<[u8; 6], ValueError> {
-    let bad = || ValueError::NotMac(s.to_string());
-    let parts: Vec<&str> = s.split(':').collect();
-    if parts.len() != 6 {
-        return Err(bad());
-    }
-    let mut mac = [0u8; 6];
-    for (m, p) in mac.iter_mut().zip(parts) {
-        *m = u8::from_str_radix(p, 16).map_err(|_| bad())?;
-    }
-    Ok(mac)
+    net::mac::parse(s).map_err(|_| ValueError::NotMac(s.to_string()))
 }
 
 /// Parses a next hop, `address@port`: the address and the port's (or tunnel's) name.

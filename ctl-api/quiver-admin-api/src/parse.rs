@@ -25,29 +25,14 @@ pub fn parse_prefix(s: &str) -> AdminResult<(Ipv4Addr, u8)> {
     Ok((ip.parse().map_err(|_| bad())?, len))
 }
 
-/// Parses `aa:bb:cc:dd:ee:ff`.
+/// Parses `aa:bb:cc:dd:ee:ff` ([`net::mac::parse`]'s one rule, as everywhere in Quiver).
 pub fn parse_mac(s: &str) -> AdminResult<[u8; 6]> {
-    let bad = || AdminError::InvalidArgument(format!("`{s}` is not a MAC address"));
-    let parts: Vec<&str> = s.trim().split(':').collect();
-    if parts.len() != 6 {
-        return Err(bad());
-    }
-    let mut mac = [0u8; 6];
-    for (m, p) in mac.iter_mut().zip(parts) {
-        if p.is_empty() || p.len() > 2 {
-            return Err(bad());
-        }
-        *m = u8::from_str_radix(p, 16).map_err(|_| bad())?;
-    }
-    Ok(mac)
+    net::mac::parse(s).map_err(|e| AdminError::InvalidArgument(e.to_string()))
 }
 
 /// Formats a MAC address as `aa:bb:cc:dd:ee:ff`.
 pub fn format_mac(m: [u8; 6]) -> String {
-    format!(
-        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-        m[0], m[1], m[2], m[3], m[4], m[5]
-    )
+    net::mac::format(&m)
 }
 
 #[cfg(test)]

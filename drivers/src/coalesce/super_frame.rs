@@ -39,11 +39,3 @@ pub(crate) fn gather<'a>(
     }
     2 + packets.len()
 }
-
-/// Folds a ones'-complement sum to 16 bits (not inverted).
-pub(super) fn fold(mut acc: u64) -> u16 {
-    while acc >> 16 != 0 {
-        acc = (acc & 0xffff) + (acc >> 16);
-    }
-    acc as u16
-}

@@ -13,11 +13,12 @@
 //! segments' own checksums (each segment's payload sum is what its checksum says it is), so a
 //! segment that arrived corrupted still fails the receiver's check, as it would alone.
 
-use dataplane::offload::{ones_sum, Gso, Offload};
+use dataplane::offload::{Gso, Offload};
 use dataplane::BufferIndex;
 use dataplane::WorkerBuffers;
+use net::wire::checksum::{fold, ones_sum};
 
-use super::super_frame::{fold, SuperHeaders, MAX_HEADERS, MAX_IP_LEN, MAX_RUN};
+use super::super_frame::{SuperHeaders, MAX_HEADERS, MAX_IP_LEN, MAX_RUN};
 
 /// Ethernet header bytes.
 const ETHERNET: usize = 14;

@@ -8,11 +8,12 @@
 //! same bytes, each with its own IPv4 header (identification counting up) and UDP checksum.
 
 use dataplane::buffer::flags;
-use dataplane::offload::{ones_sum, Gso, Offload};
+use dataplane::offload::{Gso, Offload};
 use dataplane::BufferIndex;
 use dataplane::WorkerBuffers;
+use net::wire::checksum::{fold, ones_sum};
 
-use super::super_frame::{fold, SuperHeaders, MAX_HEADERS, MAX_IP_LEN, MAX_RUN};
+use super::super_frame::{SuperHeaders, MAX_HEADERS, MAX_IP_LEN, MAX_RUN};
 
 /// Ethernet, IPv4 without options, UDP: the headers of every datagram of a run.
 const HEADERS: usize = 42;

@@ -110,22 +110,10 @@ pub fn host_name_for(connection_id: &str) -> String {
     format!("qvk{:012x}", h >> 16)
 }
 
-/// "aa:bb:cc:dd:ee:ff" → bytes.
+/// "aa:bb:cc:dd:ee:ff" → bytes ([`net::mac::parse`]'s one rule, as everywhere in Quiver).
 pub fn parse_mac(value: &str) -> Result<[u8; 6]> {
-    let bad = || invalid_address(value, "not a MAC address (aa:bb:cc:dd:ee:ff)");
-    let mut mac = [0u8; 6];
-    let mut parts = value.split(':');
-    for byte in &mut mac {
-        let p = parts.next().ok_or_else(bad)?;
-        if p.len() != 2 {
-            return Err(bad());
-        }
-        *byte = u8::from_str_radix(p, 16).map_err(|_| bad())?;
-    }
-    if parts.next().is_some() {
-        return Err(bad());
-    }
-    Ok(mac)
+    net::mac::parse(value)
+        .map_err(|_| invalid_address(value, "not a MAC address (aa:bb:cc:dd:ee:ff)"))
 }
 
 /// A config with every string parsed: what `create` applies.

@@ -2,12 +2,12 @@ use dataplane::BufferIndex;
 use std::sync::Arc;
 
 use dataplane::buffer::{BufferPool, BufferPoolConfig, HugepagePolicy};
-use dataplane::offload::{ones_sum, virtio, Gso, Offload};
+use dataplane::offload::{virtio, Gso, Offload};
 use dataplane::WorkerBuffers;
 
-use super::super::super_frame::fold;
 use super::super::{next_run, Kind, Kinds, Run};
 use super::*;
+use net::wire::checksum::{fold, ones_sum};
 
 fn pool() -> Arc<BufferPool> {
     BufferPool::new(&BufferPoolConfig {

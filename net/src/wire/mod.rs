@@ -75,6 +75,7 @@ macro_rules! header_view {
 }
 
 pub mod arp;
+pub mod checksum;
 pub mod ethernet;
 pub mod icmp;
 pub mod ipv4;
@@ -155,25 +156,13 @@ pub const PROTO_UDP: u8 = 17;
 /// IP protocol TCP.
 pub const PROTO_TCP: u8 = 6;
 
-/// A MAC address.
-pub type Mac = [u8; 6];
-
-/// The broadcast MAC address.
-pub const BROADCAST: Mac = [0xff; 6];
+pub use crate::mac::{Mac, BROADCAST};
 
 /// The ones'-complement sum of `d` as 16-bit big-endian words (odd length padded with zero),
-/// not yet folded or inverted.
+/// folded to 16 bits but not inverted ([`checksum::ones_sum`]).
 #[inline]
 pub fn sum16(d: &[u8]) -> u32 {
-    let mut sum = 0u32;
-    let mut chunks = d.chunks_exact(2);
-    for w in &mut chunks {
-        sum += u16::from_be_bytes([w[0], w[1]]) as u32;
-    }
-    if let [last] = chunks.remainder() {
-        sum += (*last as u32) << 8;
-    }
-    sum
+    u32::from(checksum::fold(checksum::ones_sum(d)))
 }
 
 /// Folds a ones'-complement sum to 16 bits and inverts it: the Internet checksum. Two folds
@@ -216,10 +205,7 @@ pub fn ip4_to_string(a: u32) -> String {
 
 /// Formats a MAC address.
 pub fn mac_to_string(m: &Mac) -> String {
-    format!(
-        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-        m[0], m[1], m[2], m[3], m[4], m[5]
-    )
+    crate::mac::format(m)
 }
 
 /// A 32-bit hash of a flow's addresses, protocol and ports (for ECMP and VXLAN source ports).
