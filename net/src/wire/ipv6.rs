@@ -59,12 +59,69 @@ impl<T: AsRef<[u8]>> Ipv6<T> {
     }
 }
 
+impl<T: AsRef<[u8]>> Ipv6<T> {
+    /// The flow label (20 bits).
+    #[inline(always)]
+    pub fn flow_label(&self) -> u32 {
+        let h = self.header();
+        u32::from_be_bytes([0, h[1] & 0x0f, h[2], h[3]])
+    }
+
+    /// The ones'-complement sum of the pseudo-header an upper-layer checksum covers (RFC 8200
+    /// 8.1) for `upper_len` bytes of protocol `next`, not folded.
+    #[inline]
+    pub fn pseudo_header_sum(&self, next: u8, upper_len: u32) -> u64 {
+        let h = self.header();
+        super::checksum::ones_sum(&h[8..40]) + u64::from(upper_len) + u64::from(next)
+    }
+}
+
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6<T> {
     /// Sets the hop limit.
     #[inline(always)]
     pub fn set_hop_limit(&mut self, hops: u8) {
         if let Some(h) = self.header_mut() {
             h[7] = hops;
+        }
+    }
+
+    /// Writes version 6, traffic class 0 and flow label 0.
+    #[inline]
+    pub fn reset_header(&mut self) {
+        if let Some(h) = self.header_mut() {
+            h[..4].copy_from_slice(&[0x60, 0, 0, 0]);
+        }
+    }
+
+    /// Sets the payload length.
+    #[inline(always)]
+    pub fn set_payload_len(&mut self, len: u16) {
+        if let Some(h) = self.header_mut() {
+            h[4..6].copy_from_slice(&len.to_be_bytes());
+        }
+    }
+
+    /// Sets the next header.
+    #[inline(always)]
+    pub fn set_next_header(&mut self, next: u8) {
+        if let Some(h) = self.header_mut() {
+            h[6] = next;
+        }
+    }
+
+    /// Sets the source address.
+    #[inline(always)]
+    pub fn set_src(&mut self, a: &Ip6Addr) {
+        if let Some(h) = self.header_mut() {
+            h[8..24].copy_from_slice(a);
+        }
+    }
+
+    /// Sets the destination address.
+    #[inline(always)]
+    pub fn set_dst(&mut self, a: &Ip6Addr) {
+        if let Some(h) = self.header_mut() {
+            h[24..40].copy_from_slice(a);
         }
     }
 }
@@ -76,10 +133,97 @@ pub fn is_link_scope(a: &Ip6Addr) -> bool {
     a[0] == 0xff || (a[0] == 0xfe && a[1] & 0xc0 == 0x80)
 }
 
+/// Whether `a` is multicast (ff00::/8).
+#[inline(always)]
+pub fn is_multicast(a: &Ip6Addr) -> bool {
+    a[0] == 0xff
+}
+
+/// Whether `a` is link-local unicast (fe80::/10).
+#[inline(always)]
+pub fn is_link_local(a: &Ip6Addr) -> bool {
+    a[0] == 0xfe && a[1] & 0xc0 == 0x80
+}
+
+/// Whether `a` is the unspecified address (::).
+#[inline(always)]
+pub fn is_unspecified(a: &Ip6Addr) -> bool {
+    *a == [0; 16]
+}
+
+/// The all-nodes multicast address, ff02::1.
+pub const ALL_NODES: Ip6Addr = [0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+
+/// The solicited-node multicast address of `a` (RFC 4291 2.7.1): ff02::1:ff00:0/104 with
+/// `a`'s low 24 bits.
+#[inline]
+pub fn solicited_node(a: &Ip6Addr) -> Ip6Addr {
+    let mut m = [0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, 0, 0, 0];
+    m[13..].copy_from_slice(&a[13..]);
+    m
+}
+
+/// Whether `a` is a solicited-node multicast address.
+#[inline]
+pub fn is_solicited_node(a: &Ip6Addr) -> bool {
+    a[..13] == [0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff]
+}
+
+/// The Ethernet address IPv6 multicast `a` is sent to (RFC 2464 7): 33:33 and its low 32
+/// bits.
+#[inline]
+pub fn multicast_mac(a: &Ip6Addr) -> crate::Mac {
+    [0x33, 0x33, a[12], a[13], a[14], a[15]]
+}
+
+/// The link-local address of an interface with MAC `mac` (RFC 4291 appendix A: fe80::/64 and
+/// the modified EUI-64 interface identifier).
+pub fn link_local(mac: &crate::Mac) -> Ip6Addr {
+    let mut a = [0u8; 16];
+    a[..2].copy_from_slice(&[0xfe, 0x80]);
+    a[8] = mac[0] ^ 0x02;
+    a[9] = mac[1];
+    a[10] = mac[2];
+    a[11] = 0xff;
+    a[12] = 0xfe;
+    a[13] = mac[3];
+    a[14] = mac[4];
+    a[15] = mac[5];
+    a
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::wire::WireError;
+
+    fn a(s: &str) -> Ip6Addr {
+        s.parse::<std::net::Ipv6Addr>().unwrap().octets()
+    }
+
+    #[test]
+    fn the_addresses_neighbour_discovery_derives() {
+        // RFC 4291: solicited-node multicast keeps the low 24 bits.
+        assert_eq!(
+            solicited_node(&a("2001:db8::1:2345:6789")),
+            a("ff02::1:ff45:6789")
+        );
+        assert!(is_solicited_node(&a("ff02::1:ff45:6789")));
+        assert!(!is_solicited_node(&a("ff02::1")));
+        // RFC 2464: 33:33 and the low 32 bits.
+        assert_eq!(
+            multicast_mac(&a("ff02::1:ff45:6789")),
+            [0x33, 0x33, 0xff, 0x45, 0x67, 0x89]
+        );
+        // Modified EUI-64, as Linux makes it for 02:00:00:00:00:01 and 52:54:00:12:34:56.
+        assert_eq!(link_local(&[2, 0, 0, 0, 0, 1]), a("fe80::ff:fe00:1"));
+        assert_eq!(
+            link_local(&[0x52, 0x54, 0, 0x12, 0x34, 0x56]),
+            a("fe80::5054:ff:fe12:3456")
+        );
+        assert!(is_link_local(&a("fe80::1")) && !is_link_local(&a("fec0::1")));
+        assert!(is_multicast(&ALL_NODES) && is_unspecified(&a("::")));
+    }
 
     fn packet() -> [u8; 44] {
         let mut p = [0u8; 44];

@@ -15,6 +15,7 @@
 //! | [`ipv4`] | [`Ipv4`] |
 //! | [`ipv6`] | [`Ipv6`] |
 //! | [`icmp`] | [`Icmp4`] |
+//! | [`icmp6`] | [`Icmp6`]; [`nd`] reads and writes neighbour discovery's messages |
 //! | [`udp`] | [`Udp`] |
 //! | [`vxlan`] | [`Vxlan`] |
 
@@ -78,8 +79,10 @@ pub mod arp;
 pub mod checksum;
 pub mod ethernet;
 pub mod icmp;
+pub mod icmp6;
 pub mod ipv4;
 pub mod ipv6;
+pub mod nd;
 pub mod udp;
 pub mod vxlan;
 
@@ -91,6 +94,7 @@ pub use arp::{Arp, LEN as ARP_LEN};
 pub use ethernet::{Ethernet, Vlan};
 pub use ethernet::{HEADER_LEN as ETHERNET_HEADER, TAG_LEN as VLAN_TAG};
 pub use icmp::Icmp4;
+pub use icmp6::Icmp6;
 pub use ipv4::Ipv4;
 pub use ipv4::HEADER_LEN as IP4_HEADER;
 pub use ipv6::Ipv6;
