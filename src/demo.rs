@@ -147,6 +147,7 @@ mod tests {
         let mut topo = topology(FibConfig {
             long_prefix_groups: 512,
             hugepages: HugepagePolicy::Never,
+            ..FibConfig::default()
         })
         .unwrap();
         let local = LocalState::default();

@@ -142,6 +142,7 @@ impl Rig {
         let mut fwd = Forwarding::new(FibConfig {
             long_prefix_groups: 64,
             hugepages: HugepagePolicy::Never,
+            ..FibConfig::default()
         })
         .unwrap();
         let p: Vec<IfIndex> = (0..PORTS as u8)

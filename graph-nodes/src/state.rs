@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crossbeam_queue::ArrayQueue;
 
 use crate::fib::LpmTable;
+use crate::fib6::Lpm6Table;
 use crate::wire::Mac;
 use crate::wireguard::{WgDatagram, WgTunnel};
 
@@ -70,6 +71,11 @@ pub struct Interface {
     pub kind: InterfaceKind,
     /// Its IPv4 addresses with prefix lengths.
     pub addresses: Vec<(u32, u8)>,
+    /// Its IPv6 addresses (global or unique-local) with prefix lengths.
+    pub addresses6: Vec<(u128, u8)>,
+    /// Its IPv6 link-local address (fe80::/64 and the EUI-64 of its MAC), once it has an IPv6
+    /// address: what neighbour discovery speaks from and answers for on the link.
+    pub link_local: Option<u128>,
     /// Its VLAN sub-interfaces: (tag, sub-interface).
     pub vlans: Vec<(u16, IfIndex)>,
     /// A point-to-point link (an IP-mode memif port): whatever it sends reaches the one peer
@@ -86,6 +92,23 @@ impl Interface {
             .find(|&&(a, l)| crate::fib::lpm::mask(l) & (a ^ ip) == 0)
             .map(|&(a, _)| a)
     }
+
+    /// The IPv6 address of this interface in the subnet that contains `ip` (its link-local
+    /// address for a link-local `ip`), if any.
+    pub fn address6_for(&self, ip: u128) -> Option<u128> {
+        if ip >> 118 == 0xfe80 >> 6 {
+            return self.link_local;
+        }
+        self.addresses6
+            .iter()
+            .find(|&&(a, l)| crate::fib6::mask(l) & (a ^ ip) == 0)
+            .map(|&(a, _)| a)
+    }
+
+    /// Whether `ip` is one of this interface's IPv6 addresses (its link-local one included).
+    pub fn has_address6(&self, ip: u128) -> bool {
+        self.link_local == Some(ip) || self.addresses6.iter().any(|&(a, _)| a == ip)
+    }
 }
 
 /// What an adjacency does with a packet that the FIB sent to it.
@@ -93,9 +116,10 @@ impl Interface {
 pub enum AdjacencyKind {
     /// Rewrite the L2 header and send out of `tx`.
     Rewrite,
-    /// The next hop's MAC is unknown: ask for it with ARP, drop the packet.
+    /// The next hop's MAC is unknown: ask for it (ARP, or neighbour discovery for IPv6),
+    /// drop the packet.
     Arp,
-    /// A connected subnet: ARP for the packet's destination itself.
+    /// A connected subnet: ask for the packet's destination itself.
     Glean,
     /// One of our own addresses: deliver to `ip4-local`.
     Local,
@@ -110,10 +134,13 @@ pub struct Adjacency {
     pub kind: AdjacencyKind,
     /// The interface to send out of.
     pub tx: IfIndex,
-    /// The largest IPv4 packet `tx` sends.
+    /// The largest IP packet `tx` sends.
     pub mtu: u16,
-    /// The next hop's address (for `Arp`).
+    /// The IPv4 next hop's address (for `Arp`).
     pub next_hop: u32,
+    /// The IPv6 next hop's address (for `Arp`: neighbour discovery), as it lies in a header;
+    /// zero for IPv4 adjacencies.
+    pub next_hop6: [u8; 16],
     /// The L2 header to prepend (for `Rewrite`): Ethernet, with a VLAN tag on sub-interfaces.
     pub header: [u8; 18],
     /// The header's length: 14 or 18.
@@ -127,6 +154,7 @@ impl Adjacency {
         tx: IfIndex::NONE,
         mtu: 0,
         next_hop: 0,
+        next_hop6: [0; 16],
         header: [0; 18],
         header_len: 0,
     };
@@ -269,6 +297,16 @@ pub enum DataplaneEvent {
         /// Its MAC.
         mac: Mac,
     },
+    /// Neighbour discovery showed IPv6 `ip` is at `mac` on `interface` (an advertisement, or
+    /// a solicitation's source link-layer address).
+    Neighbor6Learned {
+        /// Where.
+        interface: IfIndex,
+        /// The neighbour's address.
+        ip: [u8; 16],
+        /// Its MAC.
+        mac: Mac,
+    },
 }
 
 /// Everything the nodes read, as of one commit.
@@ -285,8 +323,10 @@ pub struct ForwardingState {
     /// Whether any interface is L3 cross-connected (so `ip4-input` checks `l3xconnect` only
     /// then).
     pub any_l3xconnect: bool,
-    /// The FIB's longest-prefix-match table: destination → load-balance index.
+    /// The IPv4 FIB's longest-prefix-match table: destination → load-balance index.
     pub fib: Arc<LpmTable>,
+    /// The IPv6 FIB's table, likewise.
+    pub fib6: Arc<Lpm6Table>,
     /// Load-balance objects by index.
     pub load_balances: Vec<LoadBalance>,
     /// Adjacencies by index.

@@ -94,6 +94,7 @@ impl Bench {
         let mut fwd = Forwarding::new(FibConfig {
             long_prefix_groups: 64,
             hugepages: HugepagePolicy::Never,
+            ..FibConfig::default()
         })
         .unwrap();
         let a = fwd.add_port("eth0", MAC0, 1500).unwrap();

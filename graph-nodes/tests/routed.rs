@@ -165,6 +165,7 @@ fn routes_change_under_traffic_without_losing_a_packet() {
     let mut fwd = Forwarding::new(FibConfig {
         long_prefix_groups: 4096,
         hugepages: HugepagePolicy::Never,
+        ..FibConfig::default()
     })
     .unwrap();
     let eth0 = fwd.add_port("eth0", MAC0, 1500).unwrap();

@@ -49,8 +49,11 @@ impl From<ForwardingError> for ForwarderError {
             ForwardingError::BadPrefixLength(_)
             | ForwardingError::NoPaths
             | ForwardingError::BadVni(_)
+            | ForwardingError::BadAddress(_)
             | ForwardingError::WrongMode(_) => ForwarderError::InvalidArgument(e.to_string()),
-            ForwardingError::TooManyInterfaces | ForwardingError::Lpm(_) => {
+            ForwardingError::TooManyInterfaces
+            | ForwardingError::Lpm(_)
+            | ForwardingError::Lpm6(_) => {
                 ForwarderError::Internal(e.to_string())
             }
         }

@@ -139,6 +139,7 @@ fn quiver(
     let mut fwd = Forwarding::new(FibConfig {
         long_prefix_groups: 64,
         hugepages: dataplane::HugepagePolicy::Never,
+        ..FibConfig::default()
     })
     .map_err(|e| e.to_string())?;
     let a = fwd

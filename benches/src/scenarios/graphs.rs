@@ -23,6 +23,7 @@ fn fib() -> Result<Forwarding, String> {
     Forwarding::new(FibConfig {
         long_prefix_groups: 65536,
         hugepages: HugepagePolicy::Auto,
+        ..FibConfig::default()
     })
     .map_err(|e| e.to_string())
 }

@@ -242,6 +242,7 @@ pub fn forwarding() -> Forwarding {
     Forwarding::new(FibConfig {
         long_prefix_groups: 256,
         hugepages: HugepagePolicy::Never,
+        ..FibConfig::default()
     })
     .expect("forwarding tables")
 }

@@ -98,6 +98,7 @@ pub(crate) fn forwarding() -> Forwarding {
     Forwarding::new(FibConfig {
         long_prefix_groups: 64,
         hugepages: HugepagePolicy::Never,
+        ..FibConfig::default()
     })
     .unwrap()
 }

@@ -105,6 +105,7 @@ impl Quiver {
         let mut forwarding = Forwarding::new(FibConfig {
             long_prefix_groups: 16,
             hugepages: HugepagePolicy::Never,
+            ..FibConfig::default()
         })
         .unwrap();
         let interfaces: Vec<IfIndex> = ports

@@ -1,33 +1,54 @@
-//! The control side's view of forwarding: interfaces, addresses, routes, neighbours,
-//! cross-connects and tunnels. Changes are staged, then [`Forwarding::commit`] publishes a new
-//! [`ForwardingState`] and updates the FIB in place, in an order that lets workers keep
-//! forwarding throughout:
+//! The control side's view of forwarding: interfaces, addresses, routes of both families,
+//! neighbours, cross-connects and tunnels. Changes are staged, then [`Forwarding::commit`]
+//! (`commit`, the one commit path) publishes a new [`ForwardingState`] and updates each
+//! family's FIB in place, in an order that lets workers keep forwarding throughout:
 //!
 //! 1. publish a snapshot holding every new adjacency and load-balance object;
 //! 2. wait until every worker has moved to it ([`Publisher::synchronize`]);
 //! 3. write the FIB entries that point at them (and remove deleted routes);
-//! 4. wait again; only then are freed table slots, tbl8 groups and FIB node blocks reused.
+//! 4. wait again; only then are freed table slots and FIB nodes reused.
+//!
+//! [`Forwarding`] is made of parts, each owning one kind of thing and staging its own part of
+//! the snapshot: `interfaces` (the interface table), `objects` (adjacencies and load-balance
+//! objects, shared by routes and cross-connects), `fib` (one per family: routes and the table
+//! workers read), `neighbors` (ARP's and neighbour discovery's), `xconnect` (L2 and L3
+//! cross-connects), `vxlan` and `wireguard` (tunnels). What touches several parts (a route
+//! takes an object, removing an interface removes its routes) is a method of [`Forwarding`] in
+//! the file of the part it is about.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crossbeam_queue::ArrayQueue;
 use dataplane::memory::HugepagePolicy;
-use dataplane::Dataplane;
 
-use crate::fib::lpm::{mask, Lpm, LpmError};
-use crate::state::*;
-use crate::wire::{self, Mac};
+use crate::fib::lpm::{Lpm, LpmError};
+use crate::fib6::{Lpm6, Lpm6Error};
+use crate::index::IfIndex;
+use crate::state::{DataplaneEvent, MAX_INTERFACES};
 
+mod commit;
+mod fib;
 mod interfaces;
 mod interned;
-mod publish;
+mod neighbors;
+mod objects;
 mod routes;
+mod routes6;
+mod vxlan;
 mod wireguard;
 mod xconnect;
 
-use interned::Interned;
-pub use publish::{LocalState, Publisher};
+pub use commit::{LocalState, Publisher};
+pub use fib::Route;
+pub use neighbors::{NdProbe, Neighbor6, Neighbor6State};
+
+use fib::Fib;
+use interfaces::Interfaces;
+use neighbors::Neighbors;
+use objects::Objects;
+use vxlan::VxlanTunnels;
+use wireguard::WgTunnels;
+use xconnect::CrossConnects;
 
 /// A configuration change that cannot be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -41,7 +62,7 @@ pub enum ForwardingError {
     /// All interface indices are in use.
     #[error("too many interfaces (at most {MAX_INTERFACES})")]
     TooManyInterfaces,
-    /// A prefix length over 32.
+    /// A prefix length over 32 (over 128 for IPv6).
     #[error("bad prefix length {0}")]
     BadPrefixLength(u8),
     /// A route with no next hop.
@@ -63,12 +84,19 @@ pub enum ForwardingError {
     /// An operation that needs an L2 or L3 interface was given the other kind.
     #[error("interface {0} is in the wrong mode for this")]
     WrongMode(IfIndex),
-    /// The FIB refused a route.
+    /// An address that an interface cannot take or a route cannot go to (a multicast or
+    /// unspecified IPv6 address, a link-local one as a prefix).
+    #[error("{0}")]
+    BadAddress(String),
+    /// The IPv4 FIB refused a route.
     #[error(transparent)]
     Lpm(#[from] LpmError),
+    /// The IPv6 FIB refused a route.
+    #[error(transparent)]
+    Lpm6(#[from] Lpm6Error),
 }
 
-/// A route's next hop.
+/// A route's IPv4 next hop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Path {
     /// The next hop's address.
@@ -77,12 +105,14 @@ pub struct Path {
     pub interface: IfIndex,
 }
 
+/// A route's IPv6 next hop: a global address, or a link-local one (as routers advertise
+/// themselves), on the interface it is reached through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum AdjKey {
-    Neighbor(IfIndex, u32),
-    Glean(IfIndex),
-    Local,
-    Drop,
+pub struct Path6 {
+    /// The next hop's address.
+    pub next_hop: u128,
+    /// The interface it is reached through.
+    pub interface: IfIndex,
 }
 
 /// Where a route came from.
@@ -94,48 +124,36 @@ pub enum RouteSource {
     Connected,
     /// An interface's own address.
     Local,
-    /// A neighbour in a connected subnet (from ARP or configuration).
+    /// A neighbour in a connected subnet (from ARP, neighbour discovery or configuration).
     Host,
 }
 
-/// A route as the control side sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RouteInfo {
-    /// The prefix.
-    pub prefix: u32,
-    /// Its length.
-    pub len: u8,
-    /// Where it came from.
-    pub source: RouteSource,
-    /// The load-balance object it uses.
-    pub load_balance: u32,
-}
-/// The control side's forwarding configuration and the FIB writer.
+/// An IPv4 route as the control side sees it.
+pub type RouteInfo = Route<u32>;
+/// An IPv6 route as the control side sees it.
+pub type Route6Info = Route<u128>;
+
+/// The control side's forwarding configuration and the FIBs' writer.
 pub struct Forwarding {
-    lpm: Lpm,
-    interfaces: Vec<Option<Interface>>,
-    neighbors: HashMap<(IfIndex, u32), Mac>,
-    adjacencies: Interned<AdjKey, AdjIndex>,
-    load_balances: Interned<Vec<AdjIndex>>,
-    routes: HashMap<(u32, u8), (u32, RouteSource)>,
-    /// Changes to `routes` so far, so readers can tell when a copy of the list is stale.
-    route_changes: u64,
-    xconnect: Vec<IfIndex>,
-    /// L3 cross-connects: receiving interface → (sending interface, next hop, adjacency held).
-    l3xconnect: HashMap<IfIndex, (IfIndex, u32, AdjIndex)>,
-    tunnels: Vec<Option<VxlanTunnel>>,
-    vxlan_port: u16,
+    interfaces: Interfaces,
+    objects: Objects,
+    fib4: Fib<Lpm>,
+    fib6: Fib<Lpm6>,
+    neighbors: Neighbors,
+    xconnect: CrossConnects,
+    vxlan: VxlanTunnels,
+    wireguard: WgTunnels,
     events: Arc<ArrayQueue<DataplaneEvent>>,
-    wireguard: Vec<Option<crate::wireguard::WgTunnel>>,
-    wg_output: Arc<ArrayQueue<crate::wireguard::WgDatagram>>,
-    pending_fib: Vec<(u32, u8, Option<u32>)>,
 }
 
-/// How large the FIB is.
+/// How large the FIBs are.
 #[derive(Debug, Clone, Copy)]
 pub struct FibConfig {
-    /// tbl8 groups: one per /24 that holds a route longer than /24.
+    /// IPv4: tbl8 groups, one per /24 that holds a route longer than /24.
     pub long_prefix_groups: u32,
+    /// IPv6: bytes of node memory (mapped at once; 1M routes of a real table's shape take
+    /// about 100 MiB, a commit replacing them all twice that).
+    pub ipv6_node_bytes: u64,
     /// Hugepages for the tables.
     pub hugepages: HugepagePolicy,
 }
@@ -144,6 +162,7 @@ impl Default for FibConfig {
     fn default() -> Self {
         FibConfig {
             long_prefix_groups: 1 << 16,
+            ipv6_node_bytes: 32 << 20,
             hugepages: HugepagePolicy::Auto,
         }
     }
@@ -153,35 +172,20 @@ impl Forwarding {
     /// Empty forwarding: no interfaces, no routes.
     pub fn new(fib: FibConfig) -> Result<Forwarding, ForwardingError> {
         Ok(Forwarding {
-            lpm: Lpm::new(fib.long_prefix_groups, fib.hugepages)?,
-            interfaces: Vec::new(),
-            neighbors: HashMap::new(),
-            adjacencies: Interned::new(),
-            load_balances: Interned::new(),
-            routes: HashMap::new(),
-            route_changes: 0,
-            xconnect: Vec::new(),
-            l3xconnect: HashMap::new(),
-            tunnels: Vec::new(),
-            vxlan_port: wire::VXLAN_PORT,
+            interfaces: Interfaces::new(),
+            objects: Objects::new(),
+            fib4: Fib::new(Lpm::new(fib.long_prefix_groups, fib.hugepages)?),
+            fib6: Fib::new(Lpm6::new(fib.ipv6_node_bytes, fib.hugepages)?),
+            neighbors: Neighbors::new(),
+            xconnect: CrossConnects::new(),
+            vxlan: VxlanTunnels::new(),
+            wireguard: WgTunnels::new(),
             events: Arc::new(ArrayQueue::new(4096)),
-            wireguard: Vec::new(),
-            wg_output: Arc::new(ArrayQueue::new(crate::wireguard::OUTPUT_QUEUE_LEN)),
-            pending_fib: Vec::new(),
         })
     }
 
-    fn iface(&self, i: IfIndex) -> Result<&Interface, ForwardingError> {
-        self.interfaces
-            .get(i.as_usize())
-            .and_then(Option::as_ref)
-            .ok_or(ForwardingError::NoSuchInterface(i))
-    }
-
-    fn iface_mut(&mut self, i: IfIndex) -> Result<&mut Interface, ForwardingError> {
-        self.interfaces
-            .get_mut(i.as_usize())
-            .and_then(Option::as_mut)
-            .ok_or(ForwardingError::NoSuchInterface(i))
+    /// Adjacencies and load-balance objects in use (for leak checks).
+    pub fn object_counts(&self) -> (usize, usize) {
+        self.objects.counts()
     }
 }

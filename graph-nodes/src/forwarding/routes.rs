@@ -1,81 +1,50 @@
-//! Routes, addresses and neighbours, and the load-balance objects and adjacencies they share.
+//! IPv4 routes, addresses and neighbours: what [`Forwarding`] does with the IPv4 FIB, the
+//! objects routes take, and ARP's neighbours.
 
-use super::*;
+use super::objects::AdjKey;
+use super::{Forwarding, ForwardingError, Path, RouteInfo, RouteSource};
+use crate::index::IfIndex;
+use crate::wire::Mac;
 
 impl Forwarding {
     /// The interfaces load-balance object `lb` (a route's, see [`Forwarding::routes`]) sends
     /// through, in path order.
     pub fn load_balance_interfaces(&self, lb: u32) -> Vec<IfIndex> {
-        let Some(Some(adjs)) = self.load_balances.keys.get(lb as usize) else {
-            return Vec::new();
-        };
-        let mut out = Vec::new();
-        for &a in adjs.iter() {
-            if let Some(AdjKey::Neighbor(x, _)) | Some(AdjKey::Glean(x)) =
-                self.adjacencies.keys.get(a.as_usize()).cloned().flatten()
-            {
-                if !out.contains(&x) {
-                    out.push(x);
-                }
-            }
-        }
-        out
+        self.objects.interfaces_of(lb)
     }
 
-    pub(super) fn lb_uses_interface(&self, lb: u32, i: IfIndex) -> bool {
-        self.load_balances.keys[lb as usize]
-            .as_ref()
-            .is_some_and(|adjs| {
-                adjs.iter()
-                    .any(|&a| match self.adjacencies.keys[a.as_usize()] {
-                        Some(AdjKey::Neighbor(x, _)) | Some(AdjKey::Glean(x)) => x == i,
-                        _ => false,
-                    })
-            })
-    }
-
-    pub(super) fn lb_for(&mut self, keys: &[AdjKey]) -> u32 {
-        let adjs: Vec<AdjIndex> = keys
-            .iter()
-            .map(|&k| self.adjacencies.acquire(k).0)
-            .collect();
-        let (lb, new) = self.load_balances.acquire(adjs.clone());
-        if !new {
-            for a in adjs {
-                self.adjacencies.release(a);
-            }
-        }
-        lb
-    }
-
-    pub(super) fn release_lb(&mut self, lb: u32) {
-        if let Some(adjs) = self.load_balances.release(lb) {
-            for a in adjs {
-                self.adjacencies.release(a);
-            }
-        }
-    }
-
+    /// Sets IPv4 route `prefix/len` to spread over the adjacencies `keys` are.
     pub(super) fn set_route(&mut self, prefix: u32, len: u8, keys: &[AdjKey], source: RouteSource) {
-        let prefix = prefix & mask(len);
-        let lb = self.lb_for(keys);
-        self.route_changes += 1;
-        if let Some((old, _)) = self.routes.insert((prefix, len), (lb, source)) {
-            self.release_lb(old);
+        let lb = self.objects.load_balance(keys);
+        if let Some(old) = self.fib4.set(prefix, len, lb, source) {
+            self.objects.release_load_balance(old);
         }
-        self.pending_fib.push((prefix, len, Some(lb)));
     }
 
+    /// Removes IPv4 route `prefix/len`; whether there was one.
     pub(super) fn unset_route(&mut self, prefix: u32, len: u8) -> bool {
-        let prefix = prefix & mask(len);
-        self.route_changes += 1;
-        match self.routes.remove(&(prefix, len)) {
-            Some((lb, _)) => {
-                self.release_lb(lb);
-                self.pending_fib.push((prefix, len, None));
+        match self.fib4.unset(prefix, len) {
+            Some(lb) => {
+                self.objects.release_load_balance(lb);
                 true
             }
             None => false,
+        }
+    }
+
+    /// Removes every route of both families through interface `i`.
+    pub(super) fn unroute_interface(&mut self, i: IfIndex) {
+        for (p, l) in self
+            .fib4
+            .prefixes_using(|lb| self.objects.uses_interface(lb, i))
+        {
+            self.unset_route(p, l);
+        }
+        for (p, l) in self
+            .fib6
+            .prefixes_using(|lb| self.objects.uses_interface(lb, i))
+        {
+            self.unset_route6(p, l);
         }
     }
 
@@ -85,7 +54,7 @@ impl Forwarding {
         if len > 32 {
             return Err(ForwardingError::BadPrefixLength(len));
         }
-        let iface = self.iface_mut(i)?;
+        let iface = self.interfaces.get_mut(i)?;
         if !iface.addresses.contains(&(addr, len)) {
             iface.addresses.push((addr, len));
         }
@@ -103,7 +72,10 @@ impl Forwarding {
         addr: u32,
         len: u8,
     ) -> Result<(), ForwardingError> {
-        self.iface_mut(i)?.addresses.retain(|&a| a != (addr, len));
+        self.interfaces
+            .get_mut(i)?
+            .addresses
+            .retain(|&a| a != (addr, len));
         if len < 32 {
             self.unset_route(addr, len);
         }
@@ -125,7 +97,7 @@ impl Forwarding {
             return Err(ForwardingError::NoPaths);
         }
         for p in paths {
-            self.iface(p.interface)?;
+            self.interfaces.get(p.interface)?;
         }
         let keys: Vec<AdjKey> = paths
             .iter()
@@ -152,11 +124,11 @@ impl Forwarding {
     /// Records that `ip` is at `mac` on interface `i` (configured, or learned from ARP). When
     /// `ip` is in one of the interface's subnets, a host route makes packets for it go there.
     pub fn add_neighbor(&mut self, i: IfIndex, ip: u32, mac: Mac) -> Result<(), ForwardingError> {
-        let iface = self.iface(i)?;
+        let iface = self.interfaces.get(i)?;
         let connected = iface.address_for(ip).is_some();
         let is_ours = iface.addresses.iter().any(|&(a, _)| a == ip);
-        self.neighbors.insert((i, ip), mac);
-        if connected && !is_ours && !self.routes.contains_key(&(ip, 32)) {
+        self.neighbors.set4(i, ip, mac);
+        if connected && !is_ours && self.fib4.get(ip, 32).is_none() {
             self.set_route(ip, 32, &[AdjKey::Neighbor(i, ip)], RouteSource::Host);
         }
         Ok(())
@@ -164,11 +136,11 @@ impl Forwarding {
 
     /// Forgets a neighbour (and its host route).
     pub fn remove_neighbor(&mut self, i: IfIndex, ip: u32) {
-        self.neighbors.remove(&(i, ip));
+        self.neighbors.remove4(i, ip);
         if self
-            .routes
-            .get(&(ip, 32))
-            .is_some_and(|r| r.1 == RouteSource::Host)
+            .fib4
+            .get(ip, 32)
+            .is_some_and(|(_, source)| source == RouteSource::Host)
         {
             self.unset_route(ip, 32);
         }
@@ -176,43 +148,22 @@ impl Forwarding {
 
     /// Every neighbour: (interface, address, MAC).
     pub fn neighbors(&self) -> Vec<(IfIndex, u32, Mac)> {
-        let mut v: Vec<_> = self
-            .neighbors
-            .iter()
-            .map(|(&(i, ip), &m)| (i, ip, m))
-            .collect();
-        v.sort();
-        v
+        self.neighbors.list4()
     }
 
     /// Every route.
     pub fn routes(&self) -> Vec<RouteInfo> {
-        let mut v: Vec<_> = self
-            .routes
-            .iter()
-            .map(|(&(prefix, len), &(lb, source))| RouteInfo {
-                prefix,
-                len,
-                source,
-                load_balance: lb,
-            })
-            .collect();
-        v.sort_by_key(|r| (r.prefix, r.len));
-        v
+        self.fib4.routes()
     }
 
-    /// A number that changes whenever the route list ([`Forwarding::routes`]) may have.
+    /// A number that changes whenever either route list ([`Forwarding::routes`],
+    /// [`Forwarding::routes6`]) may have.
     pub fn route_generation(&self) -> u64 {
-        self.route_changes
+        self.fib4.generation() + self.fib6.generation()
     }
 
-    /// Adjacencies and load-balance objects in use (for leak checks).
-    pub fn object_counts(&self) -> (usize, usize) {
-        (self.adjacencies.live(), self.load_balances.live())
-    }
-
-    /// Number of routes.
+    /// Number of IPv4 routes.
     pub fn route_count(&self) -> usize {
-        self.routes.len()
+        self.fib4.len()
     }
 }

@@ -1,8 +1,41 @@
-//! WireGuard tunnels in the control side's forwarding configuration: the interface, and the
-//! per-tunnel data-path state the control side's handshakes replace (see `crate::wireguard`).
+//! [`WgTunnels`]: WireGuard tunnels in the control side's forwarding configuration (the
+//! interface, and the per-tunnel data-path state the control side's handshakes replace; see
+//! `crate::wireguard`), and the [`Forwarding`] methods that add and change them.
 
-use super::*;
-use crate::wireguard::{WgPeer, WgReceiver, WgShared, WgTunnel, WG4_OVERHEAD};
+use std::sync::Arc;
+
+use crossbeam_queue::ArrayQueue;
+
+use super::{Forwarding, ForwardingError};
+use crate::index::IfIndex;
+use crate::state::{FastMap, InterfaceKind, InterfaceMode};
+use crate::wire;
+use crate::wireguard::{
+    WgDatagram, WgPeer, WgReceiver, WgShared, WgTunnel, OUTPUT_QUEUE_LEN, WG4_OVERHEAD,
+};
+
+/// The tunnels by index (a removed one's slot is free), and the queue the control side sends
+/// datagrams through the graph with.
+pub(super) struct WgTunnels {
+    pub(super) tunnels: Vec<Option<WgTunnel>>,
+    pub(super) output: Arc<ArrayQueue<WgDatagram>>,
+}
+
+impl WgTunnels {
+    pub(super) fn new() -> Self {
+        WgTunnels {
+            tunnels: Vec::new(),
+            output: Arc::new(ArrayQueue::new(OUTPUT_QUEUE_LEN)),
+        }
+    }
+
+    /// Frees tunnel `t`'s slot.
+    pub(super) fn remove(&mut self, t: u32) {
+        if let Some(slot) = self.tunnels.get_mut(t as usize) {
+            *slot = None;
+        }
+    }
+}
 
 impl Forwarding {
     /// Adds a WireGuard tunnel `name` listening on our `local:port` with `peers` peers (no
@@ -16,8 +49,8 @@ impl Forwarding {
         peers: Vec<WgPeer>,
         underlay_mtu: u16,
     ) -> Result<(IfIndex, u32), ForwardingError> {
-        if self
-            .wireguard
+        let tunnels = &self.wireguard.tunnels;
+        if tunnels
             .iter()
             .flatten()
             .any(|t| t.local == local && t.port == port)
@@ -27,11 +60,10 @@ impl Forwarding {
                 wire::ip4_to_string(local)
             )));
         }
-        let slot = self
-            .wireguard
+        let slot = tunnels
             .iter()
             .position(Option::is_none)
-            .unwrap_or(self.wireguard.len());
+            .unwrap_or(tunnels.len());
         let interface = self.add_interface(
             name,
             [0; 6],
@@ -49,17 +81,18 @@ impl Forwarding {
             peers,
             receivers: FastMap::default(),
         };
-        if slot == self.wireguard.len() {
-            self.wireguard.push(Some(t));
+        let tunnels = &mut self.wireguard.tunnels;
+        if slot == tunnels.len() {
+            tunnels.push(Some(t));
         } else {
-            self.wireguard[slot] = Some(t);
+            tunnels[slot] = Some(t);
         }
         Ok((interface, slot as u32))
     }
 
     /// Tunnel `t` as the data path will see it at the next commit.
     pub fn wireguard_tunnel(&self, t: u32) -> Option<&WgTunnel> {
-        self.wireguard.get(t as usize)?.as_ref()
+        self.wireguard.tunnels.get(t as usize)?.as_ref()
     }
 
     /// Replaces tunnel `t`'s peers (endpoints, allowed IPs, sending sessions) and receiving
@@ -72,6 +105,7 @@ impl Forwarding {
     ) -> Result<(), ForwardingError> {
         let tunnel = self
             .wireguard
+            .tunnels
             .get_mut(t as usize)
             .and_then(Option::as_mut)
             .ok_or(ForwardingError::NoSuchInterface(IfIndex::NONE))?;
@@ -84,7 +118,7 @@ impl Forwarding {
     }
 
     /// The queue the control side sends WireGuard datagrams through the graph with.
-    pub fn wireguard_output(&self) -> &Arc<ArrayQueue<crate::wireguard::WgDatagram>> {
-        &self.wg_output
+    pub fn wireguard_output(&self) -> &Arc<ArrayQueue<WgDatagram>> {
+        &self.wireguard.output
     }
 }

@@ -113,8 +113,9 @@ impl Node<ForwardingState> for Wg4Encrypt {
                 let d = cx.buffers.data(bi);
                 let peer = match d.first().map(|b| b >> 4) {
                     Some(4) => Ipv4::new_checked(d).map(|ip| t.peer_for(ip.dst())),
-                    Some(6) => Ipv6::new_checked(d)
-                        .map(|ip| t.peer_for6(u128::from_be_bytes(ip.dst()))),
+                    Some(6) => {
+                        Ipv6::new_checked(d).map(|ip| t.peer_for6(u128::from_be_bytes(ip.dst())))
+                    }
                     _ => Err(WireError::Unsupported),
                 }
                 .map_err(|_| NOT_IP)?

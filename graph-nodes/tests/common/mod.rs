@@ -61,6 +61,7 @@ impl Rig {
         let mut fwd = Forwarding::new(FibConfig {
             long_prefix_groups: 1024,
             hugepages: HugepagePolicy::Never,
+            ..FibConfig::default()
         })
         .unwrap();
         let indices: Vec<IfIndex> = macs
