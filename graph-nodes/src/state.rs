@@ -309,6 +309,18 @@ pub enum DataplaneEvent {
     },
 }
 
+/// A unicast neighbour solicitation the control side asks the data path to send (to confirm
+/// a stale IPv6 neighbour; see `forwarding::neighbors`), taken by `ip6-nd-probe`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NdProbe {
+    /// The interface to send it from.
+    pub interface: IfIndex,
+    /// The neighbour asked, as it lies in a header.
+    pub target: [u8; 16],
+    /// Its link-layer address (the solicitation is sent to it).
+    pub mac: Mac,
+}
+
 /// Everything the nodes read, as of one commit.
 pub struct ForwardingState {
     /// Interfaces by index.
@@ -341,6 +353,8 @@ pub struct ForwardingState {
     pub vxlan_port: u16,
     /// Events for the control side (bounded; the data path never blocks on it).
     pub events: Arc<ArrayQueue<DataplaneEvent>>,
+    /// Unicast neighbour solicitations the control side asks for (bounded).
+    pub nd_probes: Arc<ArrayQueue<NdProbe>>,
     /// WireGuard tunnels by index (`None`: a removed tunnel's slot).
     pub wireguard: Vec<Option<WgTunnel>>,
     /// What the control side sends through the graph for WireGuard (handshake messages,

@@ -101,7 +101,7 @@ fn ethernet_input_drops_name_their_reason() {
     let mut r = routed();
     let cases: Vec<(Vec<u8>, &str)> = vec![
         (vec![0u8; 13], "runt"),
-        (eth(MAC0, HOST_A, 0x86dd, &[0; 40]), "unknown-ethertype"),
+        (eth(MAC0, HOST_A, 0x88cc, &[0; 40]), "unknown-ethertype"),
         (
             eth([0x02, 9, 9, 9, 9, 9], HOST_A, 0x0800, &[0; 40]),
             "not-for-us",

@@ -221,6 +221,7 @@ impl Forwarding {
             tunnel_by_key: self.vxlan.by_key(),
             vxlan_port: self.vxlan.port,
             events: self.events.clone(),
+            nd_probes: self.nd_probes.clone(),
             wireguard: self.wireguard.tunnels.clone(),
             wg_output: self.wireguard.output.clone(),
         }

@@ -24,7 +24,7 @@ use dataplane::memory::HugepagePolicy;
 use crate::fib::lpm::{Lpm, LpmError};
 use crate::fib6::{Lpm6, Lpm6Error};
 use crate::index::IfIndex;
-use crate::state::{DataplaneEvent, MAX_INTERFACES};
+use crate::state::{DataplaneEvent, NdProbe, MAX_INTERFACES};
 
 mod commit;
 mod fib;
@@ -40,7 +40,7 @@ mod xconnect;
 
 pub use commit::{LocalState, Publisher};
 pub use fib::Route;
-pub use neighbors::{NdProbe, Neighbor6, Neighbor6State};
+pub use neighbors::{Neighbor6, Neighbor6State};
 
 use fib::Fib;
 use interfaces::Interfaces;
@@ -144,6 +144,7 @@ pub struct Forwarding {
     vxlan: VxlanTunnels,
     wireguard: WgTunnels,
     events: Arc<ArrayQueue<DataplaneEvent>>,
+    nd_probes: Arc<ArrayQueue<NdProbe>>,
 }
 
 /// How large the FIBs are.
@@ -181,6 +182,7 @@ impl Forwarding {
             vxlan: VxlanTunnels::new(),
             wireguard: WgTunnels::new(),
             events: Arc::new(ArrayQueue::new(4096)),
+            nd_probes: Arc::new(ArrayQueue::new(1024)),
         })
     }
 

@@ -43,17 +43,7 @@ pub struct Neighbor6 {
     pub state: Neighbor6State,
 }
 
-/// A unicast neighbour solicitation the control side is to send (to confirm a stale
-/// neighbour).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NdProbe {
-    /// The interface to send it from.
-    pub interface: IfIndex,
-    /// The neighbour asked.
-    pub target: u128,
-    /// Its link-layer address (the solicitation is sent to it).
-    pub mac: Mac,
-}
+pub use crate::state::NdProbe;
 
 #[derive(Debug, Clone, Copy)]
 enum Learned {
@@ -212,7 +202,7 @@ impl Neighbors {
             *last_probe = Some(now);
             probes.push(NdProbe {
                 interface,
-                target,
+                target: target.to_be_bytes(),
                 mac: e.mac,
             });
         }
@@ -252,7 +242,7 @@ mod tests {
                 probes,
                 vec![NdProbe {
                     interface: i,
-                    target: 7,
+                    target: 7u128.to_be_bytes(),
                     mac: [2; 6]
                 }]
             );

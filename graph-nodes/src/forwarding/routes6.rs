@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use super::neighbors::{NdProbe, Neighbor6};
+use super::neighbors::Neighbor6;
 use super::objects::AdjKey;
 use super::{Forwarding, ForwardingError, Path6, Route6Info, RouteSource};
 use crate::index::IfIndex;
@@ -200,14 +200,20 @@ impl Forwarding {
     }
 
     /// Ages the learned IPv6 neighbours to `now` (see `neighbors`): the unicast solicitations
-    /// to send, for the caller to send; forgotten neighbours lose their host routes (commit
-    /// afterwards).
-    pub fn age_neighbors6(&mut self, now: Instant) -> Vec<NdProbe> {
+    /// due are handed to the data path (`ip6-nd-probe`), forgotten neighbours lose their host
+    /// routes. Returns (solicitations handed over, neighbours forgotten); commit when any were
+    /// forgotten.
+    pub fn age_neighbors6(&mut self, now: Instant) -> (usize, usize) {
         let (probes, gone) = self.neighbors.age6(now);
+        let sent = probes
+            .into_iter()
+            .filter(|&p| self.nd_probes.push(p).is_ok())
+            .count();
+        let forgotten = gone.len();
         for (i, ip) in gone {
             self.remove_neighbor6(i, ip);
         }
-        probes
+        (sent, forgotten)
     }
 
     /// Every IPv6 neighbour, with its state as of `now`.

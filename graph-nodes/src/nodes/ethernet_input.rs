@@ -1,6 +1,5 @@
 //! `ethernet-input`: Ethernet II with at most one 802.1Q tag. L2-mode interfaces go to the
-//! cross-connect untouched; L3 interfaces dispatch IPv4 and ARP by EtherType (and IPv6 when
-//! they are L3 cross-connected: Quiver routes no IPv6 otherwise), after
+//! cross-connect untouched; L3 interfaces dispatch IPv4, ARP and IPv6 by EtherType, after
 //! `offload-resolve` has done any checksum or segmentation work a kernel left on the frame.
 //! A tagged frame for a VLAN sub-interface in L2 mode (cross-connected, NSM's VLAN mechanism)
 //! loses its tag here (VPP's `pop 1` tag rewrite) and goes to the cross-connect as the
@@ -20,7 +19,7 @@ next_arcs! {
     ARP => names::ARP_INPUT,
     XCONNECT => names::L2_XCONNECT,
     RESOLVE => names::OFFLOAD_RESOLVE,
-    IP6 => names::IP6_L3XC,
+    IP6 => names::IP6_INPUT,
 }
 
 node_errors! {
@@ -149,9 +148,7 @@ fn classify<'s>(
     match ethertype {
         wire::ETHERTYPE_IP4 => Ok((IP4, header)),
         wire::ETHERTYPE_ARP => Ok((ARP, header)),
-        wire::ETHERTYPE_IP6 if state.l3xconnect(IfIndex::new(meta.rx_interface)).is_some() => {
-            Ok((IP6, header))
-        }
+        wire::ETHERTYPE_IP6 => Ok((IP6, header)),
         _ => Err(UNKNOWN_ETHERTYPE),
     }
 }

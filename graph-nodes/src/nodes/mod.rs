@@ -3,6 +3,7 @@
 mod arcs;
 mod arp;
 mod ethernet_input;
+mod icmp6_error;
 mod interface_output;
 mod ip4_icmp_error;
 mod ip4_input;
@@ -10,15 +11,22 @@ mod ip4_l3xc;
 mod ip4_local;
 mod ip4_lookup;
 mod ip4_rewrite;
+mod ip6_input;
 mod ip6_l3xc;
+mod ip6_local;
+mod ip6_lookup;
+mod ip6_rewrite;
 mod l2_xconnect;
+mod nd;
 mod offload_resolve;
 mod origin;
+mod reply_on_link;
 mod vxlan;
 mod wireguard;
 
 pub use arp::{ArpInput, Ip4Arp};
 pub use ethernet_input::EthernetInput;
+pub use icmp6_error::Ip6IcmpError;
 pub use interface_output::InterfaceOutput;
 pub use ip4_icmp_error::Ip4IcmpError;
 pub use ip4_input::Ip4Input;
@@ -26,8 +34,13 @@ pub use ip4_l3xc::Ip4L3xc;
 pub use ip4_local::Ip4Local;
 pub use ip4_lookup::Ip4Lookup;
 pub use ip4_rewrite::Ip4Rewrite;
+pub use ip6_input::{Ip6Input, EXTENSION_BOUND};
 pub use ip6_l3xc::Ip6L3xc;
+pub use ip6_local::Ip6Local;
+pub use ip6_lookup::Ip6Lookup;
+pub use ip6_rewrite::Ip6Rewrite;
 pub use l2_xconnect::{L2Xconnect, XconnectStats};
+pub use nd::{Ip6Nd, Ip6NdProbe, Ip6NdResolve};
 pub use offload_resolve::OffloadResolve;
 pub use origin::LOCALLY_ORIGINATED;
 pub use vxlan::{Vxlan4Encap, Vxlan4Input};
@@ -47,8 +60,24 @@ pub mod names {
     pub const IP4_INPUT: &str = "ip4-input";
     /// L3 cross-connect: IPv4 from an interface to its peer's next hop, bypassing the FIB.
     pub const IP4_L3XC: &str = "ip4-l3xc";
-    /// L3 cross-connect for IPv6 (Quiver routes no IPv6 otherwise).
+    /// L3 cross-connect for IPv6.
     pub const IP6_L3XC: &str = "ip6-l3xc";
+    /// Checks IPv6 headers and extension headers; local, cross-connected or looked up.
+    pub const IP6_INPUT: &str = "ip6-input";
+    /// IPv6 longest-prefix match and ECMP.
+    pub const IP6_LOOKUP: &str = "ip6-lookup";
+    /// Hop limit, MTU, L2 header.
+    pub const IP6_REWRITE: &str = "ip6-rewrite";
+    /// ICMPv6 errors (Packet Too Big, Time Exceeded) back to a packet's source.
+    pub const IP6_ICMP_ERROR: &str = "ip6-icmp-error";
+    /// IPv6 packets for this node: echo, neighbour discovery.
+    pub const IP6_LOCAL: &str = "ip6-local";
+    /// Neighbour discovery received: solicitations answered, advertisements learned.
+    pub const IP6_ND: &str = "ip6-nd";
+    /// Neighbour solicitations for unresolved next hops.
+    pub const IP6_ND_RESOLVE: &str = "ip6-nd-resolve";
+    /// Unicast neighbour solicitations the control side asks for.
+    pub const IP6_ND_PROBE: &str = "ip6-nd-probe";
     /// Longest-prefix match and ECMP.
     pub const IP4_LOOKUP: &str = "ip4-lookup";
     /// TTL, checksum, MTU, L2 header.
@@ -99,6 +128,14 @@ pub fn add_forwarding_nodes(
         .add(Ip4Input::new())
         .add(Ip4L3xc::new())
         .add(Ip6L3xc::new())
+        .add(Ip6Input::new())
+        .add(Ip6Lookup::new())
+        .add(Ip6Rewrite::new())
+        .add(Ip6IcmpError::new())
+        .add(Ip6Local::new())
+        .add(Ip6Nd::new())
+        .add(Ip6NdResolve::new())
+        .add(Ip6NdProbe::new())
         .add(Ip4Lookup::new())
         .add(Ip4Rewrite::new())
         .add(Ip4IcmpError::new())

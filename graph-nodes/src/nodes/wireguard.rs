@@ -4,8 +4,7 @@
 //! sends it to be routed on the underlay, as `vxlan4-encap` does; `wg4-decrypt` takes UDP for a
 //! tunnel's port from `ip4-local`, checks the receiver index and the replay window, opens the
 //! message in place, checks the inner source against the peer's allowed IPs and hands the inner
-//! packet, as received on the tunnel's interface, to `ip4-input` (IPv4) or `ip6-l3xc` (IPv6:
-//! Quiver carries IPv6 through L3 cross-connects, as NSM's dual-stack IP connections need). Handshake messages and transport messages of sessions the control
+//! packet, as received on the tunnel's interface, to `ip4-input` or `ip6-input`. Handshake messages and transport messages of sessions the control
 //! side has not confirmed are punted to it (a bounded queue: a full one is a counted drop);
 //! what it sends comes back through the input node `wg4-control-input`. See
 //! `crate::wireguard` for the state and who writes what. Nothing here allocates or blocks.
@@ -185,7 +184,7 @@ mod decrypt {
     use super::names;
     dataplane::next_arcs! {
         pub(super) INPUT => names::IP4_INPUT,
-        IP6 => names::IP6_L3XC,
+        IP6 => names::IP6_INPUT,
     }
     dataplane::node_errors! {
         pub(super) TRUNCATED => ("truncated", "too short for its UDP header or WireGuard message"),
@@ -227,7 +226,7 @@ impl Default for Wg4Decrypt {
 enum Verdict {
     /// Decrypted, IPv4: to `ip4-input`.
     Inner,
-    /// Decrypted, IPv6: to `ip6-l3xc`.
+    /// Decrypted, IPv6: to `ip6-input`.
     Inner6,
     /// To the control side.
     Punt {
@@ -408,7 +407,7 @@ mod control {
     dataplane::next_arcs! {
         pub(super) LOOKUP => names::IP4_LOOKUP,
         INPUT => names::IP4_INPUT,
-        IP6 => names::IP6_L3XC,
+        IP6 => names::IP6_INPUT,
     }
     dataplane::node_errors! {
         pub(super) NO_BUFFERS => ("no-buffers", "no buffer for a datagram of the control side's"),

@@ -126,6 +126,93 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6<T> {
     }
 }
 
+/// Next header: hop-by-hop options (must come first).
+pub const HOP_BY_HOP: u8 = 0;
+/// Next header: a routing header.
+pub const ROUTING: u8 = 43;
+/// Next header: a fragment header.
+pub const FRAGMENT: u8 = 44;
+/// Next header: destination options.
+pub const DEST_OPTIONS: u8 = 60;
+/// Next header: authentication header (its length counts 4-byte units).
+pub const AUTH: u8 = 51;
+/// Next header: nothing follows.
+pub const NO_NEXT: u8 = 59;
+
+/// Whether `next` names an extension header [`walk`] steps over (RFC 8200 4, and those of
+/// RFC 7045's list with the common format).
+#[inline(always)]
+pub fn is_extension(next: u8) -> bool {
+    matches!(
+        next,
+        HOP_BY_HOP | ROUTING | FRAGMENT | DEST_OPTIONS | AUTH | 135 | 139 | 140
+    )
+}
+
+/// Where the upper layer of a packet is, after its extension headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Upper {
+    /// The upper layer's protocol (or [`NO_NEXT`]).
+    pub protocol: u8,
+    /// Its offset from the start of the IPv6 payload.
+    pub offset: usize,
+    /// The packet is a fragment other than the first: what follows is not the upper layer's
+    /// header.
+    pub later_fragment: bool,
+    /// How many extension headers were stepped over.
+    pub extensions: usize,
+}
+
+/// Why [`walk`] gave up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ExtensionError {
+    /// An extension header runs past the bytes at hand.
+    #[error("an extension header runs past the packet")]
+    Truncated,
+    /// More extension headers than the bound, or hop-by-hop options after the first.
+    #[error("more extension headers than the bound, or hop-by-hop options out of place")]
+    PastBound,
+}
+
+/// Steps over the extension headers at the start of `payload` (an IPv6 packet's payload; the
+/// fixed header said `next`), at most `bound` of them, all within `payload`: where the upper
+/// layer is. Hop-by-hop options anywhere but first are refused (RFC 8200 4.1).
+pub fn walk(payload: &[u8], mut next: u8, bound: usize) -> Result<Upper, ExtensionError> {
+    let mut at = 0usize;
+    let mut extensions = 0;
+    let mut later_fragment = false;
+    while is_extension(next) {
+        if extensions == bound || (next == HOP_BY_HOP && extensions > 0) {
+            return Err(ExtensionError::PastBound);
+        }
+        let h = payload.get(at..at + 8).ok_or(ExtensionError::Truncated)?;
+        let len = match next {
+            FRAGMENT => {
+                let offset = u16::from_be_bytes([h[2], h[3]]) >> 3;
+                later_fragment |= offset != 0;
+                8
+            }
+            AUTH => (usize::from(h[1]) + 2) * 4,
+            _ => (usize::from(h[1]) + 1) * 8,
+        };
+        if at + len > payload.len() {
+            return Err(ExtensionError::Truncated);
+        }
+        next = h[0];
+        at += len;
+        extensions += 1;
+        if later_fragment {
+            break;
+        }
+    }
+    Ok(Upper {
+        protocol: next,
+        offset: at,
+        later_fragment,
+        extensions,
+    })
+}
+
 /// Whether `a` is link-local unicast (fe80::/10) or multicast (ff00::/8): an address whose
 /// traffic stays on its link.
 #[inline]
@@ -199,6 +286,44 @@ mod tests {
 
     fn a(s: &str) -> Ip6Addr {
         s.parse::<std::net::Ipv6Addr>().unwrap().octets()
+    }
+
+    #[test]
+    fn extension_headers_are_walked_within_their_bound() {
+        // Hop-by-hop (8 bytes) → destination options (16) → UDP.
+        let mut p = vec![DEST_OPTIONS, 0, 0, 0, 0, 0, 0, 0];
+        p.extend_from_slice(&[17, 1]);
+        p.extend_from_slice(&[0; 14]);
+        p.extend_from_slice(&[0; 8]);
+        let up = walk(&p, HOP_BY_HOP, 8).unwrap();
+        assert_eq!((up.protocol, up.offset, up.extensions), (17, 24, 2));
+        assert!(!up.later_fragment);
+        assert_eq!(walk(&p, 17, 8).unwrap().offset, 0, "no extension header");
+        assert_eq!(walk(&p, HOP_BY_HOP, 1), Err(ExtensionError::PastBound));
+        assert_eq!(
+            walk(&p[..20], HOP_BY_HOP, 8),
+            Err(ExtensionError::Truncated)
+        );
+        assert_eq!(walk(&p[..4], HOP_BY_HOP, 8), Err(ExtensionError::Truncated));
+        // Hop-by-hop after another header is refused.
+        let mut late = vec![HOP_BY_HOP, 0, 0, 0, 0, 0, 0, 0];
+        late.extend_from_slice(&[17, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(walk(&late, DEST_OPTIONS, 8), Err(ExtensionError::PastBound));
+        // A fragment other than the first: no upper header follows it.
+        let frag = [17, 0, 0, 8 << 3, 0, 0, 0, 1];
+        let up = walk(&frag, FRAGMENT, 8).unwrap();
+        assert!(up.later_fragment && up.protocol == 17 && up.offset == 8);
+        let first = [17, 0, 0, 1, 0, 0, 0, 1];
+        assert!(!walk(&first, FRAGMENT, 8).unwrap().later_fragment);
+        // A chain as long as the bound allows, and one longer.
+        let chain: Vec<u8> = (0..9)
+            .flat_map(|k| [if k < 8 { DEST_OPTIONS } else { 17 }, 0, 0, 0, 0, 0, 0, 0])
+            .collect();
+        assert_eq!(walk(&chain, DEST_OPTIONS, 9).unwrap().extensions, 9);
+        assert_eq!(
+            walk(&chain, DEST_OPTIONS, 8),
+            Err(ExtensionError::PastBound)
+        );
     }
 
     #[test]

@@ -1,0 +1,176 @@
+//! `ip6-lookup`: longest-prefix match on the IPv6 destination, then ECMP by flow hash, as
+//! `ip4-lookup` does: the whole frame's destinations go down the table together so that its
+//! misses overlap.
+
+use dataplane::buffer::{flags, BufferMeta, BufferView};
+use dataplane::BufferIndex;
+use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
+
+use super::arcs::Arcs;
+use super::names;
+use crate::state::{AdjIndex, AdjacencyKind, ForwardingState, SinglePath};
+use crate::wire::{self, Ipv6};
+
+next_arcs! {
+    REWRITE => names::IP6_REWRITE,
+    LOCAL => names::IP6_LOCAL,
+    RESOLVE => names::IP6_ND_RESOLVE,
+}
+
+node_errors! {
+    NO_ROUTE => ("no-route", "no route to the destination"),
+    BLACKHOLE => ("blackhole", "the route drops (a blackhole)"),
+    BAD_OBJECT => ("bad-object", "the route points at a missing object (a bug)"),
+}
+
+/// The `ip6-lookup` node.
+pub struct Ip6Lookup {
+    nexts: [Next; FRAME_SIZE],
+    dsts: [u128; FRAME_SIZE],
+    results: [u32; FRAME_SIZE],
+}
+
+impl Ip6Lookup {
+    /// A new node.
+    pub fn new() -> Self {
+        Ip6Lookup {
+            nexts: [Next::DROP; FRAME_SIZE],
+            dsts: [0; FRAME_SIZE],
+            results: [0; FRAME_SIZE],
+        }
+    }
+}
+
+impl Default for Ip6Lookup {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A 32-bit hash of an IPv6 flow: its addresses, flow label and next header (ports are not
+/// looked for behind extension headers: the flow label stands for them, RFC 6437).
+#[inline]
+pub(crate) fn flow_hash6(ip: &Ipv6<&[u8]>) -> u32 {
+    let fold = |a: [u8; 16]| {
+        let w = u128::from_be_bytes(a);
+        (w as u64 ^ (w >> 64) as u64) as u32 ^ ((w as u64 ^ (w >> 64) as u64) >> 32) as u32
+    };
+    let ports = match ip.next_header() {
+        wire::PROTO_TCP | wire::PROTO_UDP => ip
+            .payload()
+            .first_chunk::<4>()
+            .map_or(0, |p| u32::from_be_bytes(*p)),
+        _ => 0,
+    };
+    wire::flow_hash(
+        fold(ip.src()),
+        fold(ip.dst()) ^ ip.flow_label(),
+        ip.next_header(),
+        ports,
+    )
+}
+
+impl Node<ForwardingState> for Ip6Lookup {
+    fn spec(&self) -> NodeSpec {
+        NodeSpec::internal(names::IP6_LOOKUP)
+            .nexts(NEXTS)
+            .errors(ERRORS)
+    }
+
+    fn process(&mut self, cx: &mut Context<'_, ForwardingState>, frame: &mut Frame) -> usize {
+        let state = cx.state();
+        let errors = [
+            cx.error_id(NO_ROUTE),
+            cx.error_id(BLACKHOLE),
+            cx.error_id(BAD_OBJECT),
+        ];
+        let bis = frame.as_slice();
+        let n = bis.len();
+        let (dsts, results) = (&mut self.dsts[..n], &mut self.results[..n]);
+        let mut buffers = cx.buffers.view();
+        for (&bi, dst) in bis.iter().zip(dsts.iter_mut()) {
+            // ip6-input guaranteed 40 bytes; be defensive for packets that skipped it (an
+            // unspecified destination has no route).
+            *dst = Ipv6::new_checked(&*buffers.meta_and_data_mut(bi).1)
+                .map_or(0, |ip| u128::from_be_bytes(ip.dst()));
+        }
+        state.fib6.lookup_batch(dsts, results);
+        let mut arcs = Arcs::new(&mut self.nexts[..n], REWRITE);
+        let single_paths: &[SinglePath] = &state.single_paths;
+        for (i, (&bi, &lb)) in bis.iter().zip(results.iter()).enumerate() {
+            let path = single_paths.get(lb as usize).copied();
+            if let Some(adj) = path.and_then(SinglePath::rewrite) {
+                buffers.meta_mut(bi).adjacency = adj.get();
+                continue;
+            }
+            arcs.set(i, other(state, &mut buffers, bi, path, lb, &errors));
+        }
+        arcs.enqueue(cx, frame);
+        n
+    }
+}
+
+/// Where a packet whose route is not a single rewrite path goes; sets its adjacency or error.
+#[inline(never)]
+fn other(
+    state: &ForwardingState,
+    buffers: &mut BufferView<'_>,
+    bi: BufferIndex,
+    path: Option<SinglePath>,
+    lb: u32,
+    errors: &[u16; 3],
+) -> Next {
+    let (meta, d) = buffers.meta_and_data_mut(bi);
+    let verdict = match path.and_then(SinglePath::get) {
+        Some((adj, kind)) => route(adj, kind),
+        None => general(state, meta, d, lb),
+    };
+    match verdict {
+        Ok((to, adj)) => {
+            meta.adjacency = adj.get();
+            to
+        }
+        Err(code) => {
+            meta.error = errors[code as usize];
+            Next::DROP
+        }
+    }
+}
+
+/// Where a packet for adjacency `adj` of kind `kind` goes.
+#[inline(always)]
+fn route(adj: AdjIndex, kind: AdjacencyKind) -> Result<(Next, AdjIndex), u16> {
+    let next = match kind {
+        AdjacencyKind::Rewrite => REWRITE,
+        AdjacencyKind::Local => LOCAL,
+        AdjacencyKind::Arp | AdjacencyKind::Glean => RESOLVE,
+        AdjacencyKind::Drop => return Err(BLACKHOLE),
+    };
+    Ok((next, adj))
+}
+
+/// The general way from load-balance object `lb` to an adjacency: ECMP by flow hash.
+#[inline]
+fn general(
+    state: &ForwardingState,
+    meta: &BufferMeta,
+    d: &[u8],
+    lb: u32,
+) -> Result<(Next, AdjIndex), u16> {
+    let lb = state.load_balances.get(lb as usize).ok_or(NO_ROUTE)?;
+    let adj_index = if lb.buckets.len() == 1 {
+        lb.buckets[0]
+    } else {
+        let h = if meta.flags & flags::FLOW_HASH_VALID != 0 {
+            meta.flow_hash
+        } else {
+            Ipv6::new_checked(d).map_or(0, |ip| flow_hash6(&ip))
+        };
+        lb.buckets[h as usize % lb.buckets.len()]
+    };
+    let adj = state
+        .adjacencies
+        .get(adj_index.as_usize())
+        .ok_or(BAD_OBJECT)?;
+    route(adj_index, adj.kind)
+}
