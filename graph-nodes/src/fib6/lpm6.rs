@@ -28,8 +28,9 @@ pub use super::table::{Lpm6Prefetcher, Lpm6Table};
 
 /// No node (a free root word's child, a root child's parent).
 const NONE: u32 = u32::MAX;
-/// Lines the node memory can address (entries name a line in 31 bits).
-const MAX_LINES: u64 = (CHILD - 1) as u64;
+/// Lines the node memory may have (4 GiB: a batch keeps the 32-bit halves' index of an entry
+/// in 32 bits).
+const MAX_LINES: u64 = 1 << 26;
 
 /// The writer's copy of one node.
 #[derive(Default)]

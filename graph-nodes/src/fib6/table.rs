@@ -42,6 +42,10 @@ pub(super) const NODE_HEADER: usize = 5;
 /// Node levels below the root (depths 16, 24, …, 120).
 pub(super) const LEVELS: usize = (128 - ROOT_BITS as usize) / 8;
 
+/// What of an entry names a line, by its top bit: nothing of a route (so that a lookup that
+/// ends prefetches line 0, always cached), all of a child's.
+const CHILD_MASK: [u32; 2] = [0, u32::MAX];
+
 /// How many lookups ahead a batch prefetches root words.
 const PREFETCH_AHEAD: usize = 16;
 /// Lookups a batch keeps in flight at most (the rest of a longer batch waits for the next).
@@ -118,11 +122,11 @@ impl Lpm6Table {
             if e & CHILD == 0 {
                 break;
             }
-            let (next, default) = step(nodes, line_word(e), byte_at(addr, level));
+            let (entry, default) = locate(nodes, line_word(e), byte_at(addr, level));
             if default != 0 {
                 best = default;
             }
-            e = next;
+            e = (word(nodes, entry / 2) >> (32 * (entry % 2))) as u32;
         }
         // An entry still naming a child here (never, from a correct writer) reads as the default.
         let v = if e != 0 && e & CHILD == 0 { e } else { best };
@@ -130,8 +134,9 @@ impl Lpm6Table {
     }
 
     /// Looks up every address of `addrs` into `out` (`u32::MAX` for no route), keeping many
-    /// cache misses in flight: the batch goes down the trie one level at a time, each lookup's
-    /// next node prefetched when it is found and read only in the next pass over the batch.
+    /// cache misses in flight: the batch goes down the trie one level at a time in two passes,
+    /// one over the nodes' headers (finding each entry and prefetching it), one over the entries
+    /// (prefetching each next node), so that every read was prefetched a pass before.
     #[inline]
     pub fn lookup_batch(&self, addrs: &[u128], out: &mut [u32]) {
         #[cfg(target_arch = "x86_64")]
@@ -175,17 +180,16 @@ impl Lpm6Table {
         let mut at = [0u32; BATCH];
         let mut best = [0u32; BATCH];
         let mut count = 0;
+        // No branch depends on the table's contents: every lookup writes its result (a child's
+        // is overwritten later) and is kept in the pending list only if it goes on.
         for (i, (&a, o)) in addrs.iter().zip(out.iter_mut()).enumerate() {
             if let Some(&ahead) = addrs.get(i + PREFETCH_AHEAD) {
                 prefetch(&root[root_index(ahead)]);
             }
             let re = root[root_index(a)].load(Ordering::Acquire);
             let e = re as u32;
-            if e & CHILD == 0 {
-                *o = decode(e);
-                continue;
-            }
-            let w = line_word(e);
+            *o = decode(e);
+            let w = line_word(e & CHILD_MASK[(e >> 31) as usize]);
             prefetch_node(nodes, w);
             if let (Some(p), Some(t), Some(b)) = (
                 pending.get_mut(count),
@@ -193,35 +197,47 @@ impl Lpm6Table {
                 best.get_mut(count),
             ) {
                 (*p, *t, *b) = (i as u8, w as u32, (re >> 32) as u32);
-                count += 1;
             }
+            count += (e >> 31) as usize;
         }
         for level in 0..LEVELS {
             if count == 0 {
                 break;
             }
-            let mut kept = 0;
-            for k in 0..count {
-                let (i, w, b) = (pending[k] as usize, at[k] as usize, best[k]);
-                let (Some(&a), Some(o)) = (addrs.get(i), out.get_mut(i)) else {
+            let count_now = count.min(BATCH);
+            // First pass: each node's header and bitmap (prefetched) give the entry's place,
+            // which is prefetched in turn (a node of more than six runs spans lines).
+            for k in 0..count_now {
+                let (i, w) = (pending[k] as usize, at[k] as usize);
+                let Some(&a) = addrs.get(i) else {
                     continue;
                 };
-                let (e, default) = step(nodes, w, byte_at(a, level));
-                let b = if default != 0 { default } else { b };
-                if e & CHILD != 0 {
-                    let w = line_word(e);
-                    prefetch_node(nodes, w);
-                    // `kept` ≤ `k`: the slot was read above.
-                    (pending[kept], at[kept], best[kept]) = (i as u8, w as u32, b);
-                    kept += 1;
-                } else {
-                    *o = decode(if e != 0 { e } else { b });
+                let (entry, default) = locate(nodes, w, byte_at(a, level));
+                prefetch_node(nodes, entry / 2);
+                at[k] = entry as u32;
+                if default != 0 {
+                    best[k] = default;
                 }
+            }
+            // Second pass: the entries.
+            let mut kept = 0;
+            for k in 0..count_now {
+                let (i, entry, b) = (pending[k] as usize, at[k] as usize, best[k]);
+                let Some(o) = out.get_mut(i) else {
+                    continue;
+                };
+                let e = (word(nodes, entry / 2) >> (32 * (entry % 2))) as u32;
+                *o = decode(if e != 0 { e } else { b });
+                let w = line_word(e & CHILD_MASK[(e >> 31) as usize]);
+                prefetch_node(nodes, w);
+                // `kept` ≤ `k`: the slot was read above.
+                (pending[kept], at[kept], best[kept]) = (i as u8, w as u32, b);
+                kept += (e >> 31) as usize;
             }
             count = kept;
         }
         // Lookups still pending here met a malformed chain (never, from a correct writer).
-        for &i in &pending[..count] {
+        for &i in &pending[..count.min(BATCH)] {
             if let Some(o) = out.get_mut(i as usize) {
                 *o = u32::MAX;
             }
@@ -284,9 +300,10 @@ fn word(nodes: &[AtomicU64], k: usize) -> u64 {
     nodes.get(k).map_or(0, |w| w.load(Ordering::Relaxed))
 }
 
-/// The entry for prefix number `j` in the node at word `at`, and the node's default.
+/// Where the entry for prefix number `j` of the node at word `at` is (an index of the node
+/// memory's 32-bit halves), and the node's default.
 #[inline(always)]
-fn step(nodes: &[AtomicU64], at: usize, j: u32) -> (u32, u32) {
+fn locate(nodes: &[AtomicU64], at: usize, j: u32) -> (usize, u32) {
     let h = word(nodes, at);
     let w = (j >> 6) as usize;
     // The bitmap word holding j, shifted so that only bits 0..=j remain (at the top).
@@ -294,8 +311,10 @@ fn step(nodes: &[AtomicU64], at: usize, j: u32) -> (u32, u32) {
     let run = ((h >> (24 + 8 * w)) & 0xff) as usize + upto.count_ones() as usize;
     // Bit 0 of a node's bitmap is always set, so `run` is at least 1.
     let i = run.wrapping_sub(1);
-    let e = word(nodes, at.wrapping_add(NODE_HEADER + i / 2)) >> (32 * (i % 2));
-    (e as u32, (h & 0xffff) as u32)
+    (
+        at.wrapping_add(NODE_HEADER).wrapping_mul(2).wrapping_add(i),
+        (h & 0xffff) as u32,
+    )
 }
 
 /// Hints the CPU to fetch the first cache line of the node at word `at`.

@@ -62,7 +62,14 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    #![proptest_config(ProptestConfig {
+        cases: 64,
+        // Beside this file, which is what this module may touch.
+        failure_persistence: Some(Box::new(
+            proptest::test_runner::FileFailurePersistence::SourceParallel("proptest-regressions"),
+        )),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn matches_a_naive_reference(
@@ -72,6 +79,7 @@ proptest! {
         let mut lpm = Lpm6::new(4 << 20, HugepagePolicy::Never).unwrap();
         let empty_bytes = lpm.table_bytes();
         let mut routes = BTreeMap::new();
+        let mut deferred = false;
         for op in ops {
             match op {
                 Op::Add(a, l, v) => {
@@ -86,11 +94,24 @@ proptest! {
                     prop_assert_eq!(lpm.remove(key.0, key.1), None);
                 }
                 Op::Recycle => lpm.recycle_retired(),
-                Op::Defer => lpm.defer_updates(),
-                Op::Flush => lpm.flush().unwrap(),
+                Op::Defer => {
+                    lpm.defer_updates();
+                    deferred = true;
+                }
+                Op::Flush => {
+                    lpm.flush().unwrap();
+                    deferred = false;
+                }
                 _ => {}
             }
             prop_assert_eq!(lpm.len(), routes.len());
+            if !deferred {
+                // What readers see now, at the first address of every route and the probes.
+                let t = lpm.table();
+                for a in routes.keys().map(|k| k.0).chain(probes.iter().copied()) {
+                    prop_assert_eq!(t.lookup(a), naive(&routes, a), "address {:#x}", a);
+                }
+            }
         }
         lpm.flush().unwrap();
         let t = lpm.table().clone();
