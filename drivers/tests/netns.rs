@@ -26,7 +26,7 @@ use drivers::netns::{NetNs, NetNsError};
 use drivers::{LinkStatus, Port};
 use memif::socket::ControlSocket;
 use memif::{InterfaceConfig, Master, MasterConfig, Role, Slave, SocketAddress};
-use nix::errno::Errno::ENETUNREACH;
+use nix::errno::Errno::EINVAL;
 use serde_json::Value;
 
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -109,6 +109,7 @@ fn config(connection_id: &str, name: &str) -> KernelInterfaceConfig {
             ip: "10.60.0.9".into(),
             mac: "02:00:00:00:00:09".into(),
         }],
+        peer_addresses: Vec::new(),
         policies: Vec::new(),
         alias: String::new(),
     }
@@ -458,12 +459,13 @@ fn bad_requests_get_their_error_and_leave_nothing_behind() {
         assert!(matches!(e, KernelInterfaceError::AlreadyExists(_)), "{e}");
         nothing_left("an existing name");
 
-        // The kernel refuses a step midway (a gateway no address reaches): rolled back.
+        // The kernel refuses a step midway (a multicast gateway: on-link, as every gateway
+        // is, it must still be a unicast address): rolled back.
         let mut c = config(&id, "nsm0");
-        c.routes[0].next_hop = Some("192.0.2.1".into());
+        c.routes[0].next_hop = Some("224.0.0.1".into());
         let e = KernelInterface::create(&client_ns, &c).unwrap_err();
         assert!(
-            matches!(e, KernelInterfaceError::Netlink { source, .. } if source == ENETUNREACH),
+            matches!(e, KernelInterfaceError::Netlink { source, .. } if source == EINVAL),
             "{e}"
         );
         nothing_left("a route the kernel refuses");

@@ -122,9 +122,12 @@ pub struct IpConfig {
     pub neighbors: Vec<NeighborSpec>,
     /// Policy routes (the client side's; sdk-kernel applies them in the client's namespace).
     pub policies: Vec<PolicySpec>,
-    /// The other side's addresses: for an L3 cross-connect they resolve to Quiver inside this
-    /// side's namespace (static neighbours; nothing answers ARP or neighbour discovery there).
-    pub peers: Vec<IpAddr>,
+    /// The other side's addresses, with their prefix lengths as the context has them: a KERNEL
+    /// interface gets a route to each one's prefix that this side's own prefixes do not hold
+    /// (as sdk-kernel's `routes` element does), and for an L3 cross-connect they resolve to
+    /// Quiver inside this side's namespace (static neighbours; nothing answers ARP or neighbour
+    /// discovery there).
+    pub peers: Vec<IpPrefix>,
 }
 
 /// A kernel interface to create: a veth pair with one end moved into `netns` and named

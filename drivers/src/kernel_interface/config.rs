@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use super::policy::PlannedPolicy;
 pub use super::policy::PolicyConfig;
-use super::route::{invalid_address, parse_ip, plan_route, PlannedRoute};
+use super::route::{invalid_address, masked, parse_ip, plan_route, PlannedRoute};
 pub use super::route::{parse_cidr, RouteConfig};
 
 use super::error::{KernelInterfaceError, Result};
@@ -42,8 +42,16 @@ pub struct KernelInterfaceConfig {
     /// Addresses of the namespace end, "a.b.c.d/len" or "x::y/len" (IPv6 ones are added
     /// without duplicate address detection, usable at once).
     pub addresses: Vec<String>,
-    /// Routes in the namespace, through this interface.
+    /// Routes in the namespace, through this interface (a next hop is marked on-link, so it
+    /// need not be in a subnet of the interface's).
     pub routes: Vec<RouteConfig>,
+    /// The other side's addresses ("a.b.c.d/len" or "x::y/len"; NSM's `dst_ip_addrs` for the
+    /// client's interface, `src_ip_addrs` for the endpoint's): each one that none of
+    /// [`addresses`](Self::addresses)' prefixes holds gets a route to its prefix through the
+    /// interface, so that this side can answer every address of the other (as sdk-kernel's
+    /// `routes` does). They go in before [`routes`](Self::routes), which win on the same
+    /// prefix.
+    pub peer_addresses: Vec<String>,
     /// Static neighbours on this interface.
     pub neighbors: Vec<NeighborConfig>,
     /// Policy routes: each an `ip rule` with a routing table of its own holding its routes.
@@ -119,6 +127,8 @@ pub fn parse_mac(value: &str) -> Result<[u8; 6]> {
 /// A config with every string parsed: what `create` applies.
 pub(super) struct Plan {
     pub(super) addresses: Vec<(IpAddr, u8)>,
+    /// The routes to the other side's prefixes (see [`peer_routes`]), made first.
+    pub(super) peer_routes: Vec<PlannedRoute>,
     pub(super) routes: Vec<PlannedRoute>,
     pub(super) neighbors: Vec<(IpAddr, [u8; 6])>,
     pub(super) policies: Vec<PlannedPolicy>,
@@ -128,6 +138,7 @@ impl Plan {
     /// Whether anything of the plan is IPv6 (the interface then needs IPv6 on).
     pub(super) fn has_ipv6(&self) -> bool {
         self.addresses.iter().any(|a| a.0.is_ipv6())
+            || self.peer_routes.iter().any(|r| r.0.is_ipv6())
             || self.routes.iter().any(|r| r.0.is_ipv6())
             || self.neighbors.iter().any(|n| n.0.is_ipv6())
             || self.policies.iter().any(|p| p.is_ipv6())
@@ -145,8 +156,13 @@ impl Plan {
         if config.mtu != 0 && !(68..=65535).contains(&config.mtu) {
             return Err(KernelInterfaceError::InvalidMtu(config.mtu));
         }
-        let addresses = config
+        let addresses: Vec<(IpAddr, u8)> = config
             .addresses
+            .iter()
+            .map(|a| parse_cidr(a))
+            .collect::<Result<_>>()?;
+        let peers: Vec<(IpAddr, u8)> = config
+            .peer_addresses
             .iter()
             .map(|a| parse_cidr(a))
             .collect::<Result<_>>()?;
@@ -162,12 +178,34 @@ impl Plan {
             .collect::<Result<_>>()?;
         let policies = super::policy::plan(&config.policies)?;
         Ok(Plan {
+            peer_routes: peer_routes(&addresses, &peers),
             addresses,
             routes,
             neighbors,
             policies,
         })
     }
+}
+
+/// The routes to the other side's addresses `peers` (prefixes, host bits set) from a side
+/// whose own addresses are `own`: for each peer address that no prefix of `own` holds, a route
+/// to the peer's prefix, straight out of the interface (no next hop), each prefix once. What
+/// NSM's IP context asks of sdk-kernel's `routes` element (the api's
+/// `IPContext.GetDstIPRoutes` / `GetSrcIPRoutes`: the client's side is routed to the
+/// endpoint's addresses, the endpoint's side to the client's). A peer address inside one of
+/// `own`'s prefixes is reached by that prefix's own route.
+pub(super) fn peer_routes(own: &[(IpAddr, u8)], peers: &[(IpAddr, u8)]) -> Vec<PlannedRoute> {
+    let holds = |&(net, len): &(IpAddr, u8), ip: IpAddr| {
+        net.is_ipv4() == ip.is_ipv4() && masked(net, len) == masked(ip, len)
+    };
+    let mut routes: Vec<PlannedRoute> = Vec::new();
+    for &(ip, len) in peers {
+        let route = (masked(ip, len), len, None);
+        if !own.iter().any(|o| holds(o, ip)) && !routes.contains(&route) {
+            routes.push(route);
+        }
+    }
+    routes
 }
 
 #[cfg(test)]

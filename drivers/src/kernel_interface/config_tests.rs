@@ -108,6 +108,7 @@ fn a_config_is_checked_whole_before_anything_is_made() {
             ip: "10.0.0.2".into(),
             mac: "02:00:00:00:00:02".into(),
         }],
+        peer_addresses: vec!["10.0.0.2/24".into()],
         policies: vec![PolicyConfig {
             from: "10.0.0.0/24".into(),
             proto: "tcp".into(),
@@ -162,10 +163,91 @@ fn a_config_is_checked_whole_before_anything_is_made() {
         Plan::new(&c),
         Err(KernelInterfaceError::InvalidAddress { .. })
     ));
+    let mut c = good.clone();
+    c.peer_addresses.push("10.0.0.300/32".into());
+    assert!(matches!(
+        Plan::new(&c),
+        Err(KernelInterfaceError::InvalidAddress { .. })
+    ));
     let mut c = good;
     c.neighbors[0].mac = "nope".into();
     assert!(matches!(
         Plan::new(&c),
         Err(KernelInterfaceError::InvalidAddress { .. })
     ));
+}
+
+fn v(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn cidrs(list: &[&str]) -> Vec<(IpAddr, u8)> {
+    list.iter().map(|c| parse_cidr(c).unwrap()).collect()
+}
+
+/// NSM's IP context asks each side to be routed to the other side's addresses (the api's
+/// GetDstIPRoutes / GetSrcIPRoutes, which sdk-kernel's `routes` adds through the interface):
+/// a route to each peer address's prefix, unless one of the side's own prefixes holds it.
+#[test]
+fn each_side_is_routed_to_the_other_sides_addresses_its_own_prefixes_do_not_hold() {
+    // deployments-k8s' apps/nse-kernel-pbr: the NSE's endpoint adds the policies' `from`
+    // prefixes (172.16.2.201/24 twice, 2004::3/120) to the NSC's addresses; IPAM gave the
+    // NSC 172.16.1.101/32 and the NSE 172.16.1.100/32.
+    let nsc = cidrs(&[
+        "172.16.1.101/32",
+        "172.16.2.201/24",
+        "172.16.2.201/24",
+        "2004::3/120",
+    ]);
+    let nse = cidrs(&["172.16.1.100/32"]);
+    assert_eq!(
+        peer_routes(&nse, &nsc),
+        vec![
+            (v("172.16.1.101"), 32, None),
+            (v("172.16.2.0"), 24, None),
+            (v("2004::"), 120, None),
+        ],
+        "the NSE reaches every address of the NSC, each prefix once"
+    );
+    assert_eq!(
+        peer_routes(&nsc, &nse),
+        vec![(v("172.16.1.100"), 32, None)],
+        "and the NSC the NSE's"
+    );
+    // Addresses in a shared subnet need nothing more: the subnet's own route reaches them.
+    let a = cidrs(&["10.76.0.1/24", "fd00:76::1/64"]);
+    let b = cidrs(&["10.76.0.2/24", "fd00:76::2/64"]);
+    assert!(peer_routes(&a, &b).is_empty());
+    assert!(peer_routes(&b, &a).is_empty());
+    // Held by a prefix of the other family does not count; no peers, no routes.
+    assert_eq!(
+        peer_routes(&cidrs(&["0.0.0.0/0"]), &cidrs(&["fd00::2/128"])),
+        vec![(v("fd00::2"), 128, None)]
+    );
+    assert!(peer_routes(&a, &[]).is_empty());
+}
+
+#[test]
+fn the_plan_routes_the_peers_first_and_counts_their_family() {
+    let config = KernelInterfaceConfig {
+        connection_id: "c1".into(),
+        name: "nsm0".into(),
+        addresses: vec!["172.16.1.100/32".into()],
+        routes: vec![RouteConfig {
+            prefix: "172.16.1.101/32".into(),
+            next_hop: None,
+        }],
+        peer_addresses: vec!["172.16.1.101/32".into(), "2004::3/120".into()],
+        ..KernelInterfaceConfig::default()
+    };
+    let plan = Plan::new(&config).unwrap();
+    assert_eq!(
+        plan.peer_routes,
+        vec![(v("172.16.1.101"), 32, None), (v("2004::"), 120, None)]
+    );
+    assert_eq!(plan.routes, vec![(v("172.16.1.101"), 32, None)]);
+    assert!(
+        plan.has_ipv6(),
+        "a route to an IPv6 peer needs IPv6 on the interface"
+    );
 }

@@ -12,7 +12,7 @@ use netlink_packet_route::neighbour::{
     NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState,
 };
 use netlink_packet_route::route::{
-    RouteAddress, RouteAttribute, RouteMessage, RouteProtocol, RouteScope, RouteType,
+    RouteAddress, RouteAttribute, RouteFlags, RouteMessage, RouteProtocol, RouteScope, RouteType,
 };
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use nix::errno::Errno;
@@ -84,9 +84,10 @@ pub(super) fn delete_link(rtnl: &mut Rtnl, index: u32) -> std::result::Result<bo
     }
 }
 
-/// Adds the addresses, then the routes (which may need them for their next hops), then the
-/// neighbours, on interface `index` through `rtnl` (a socket in the interface's namespace).
-/// IPv6 addresses skip duplicate address detection, so they are usable at once.
+/// Adds the addresses, then the routes to the other side's prefixes, then the context's routes
+/// (replacing those to the same prefixes), then the neighbours, on interface `index` through
+/// `rtnl` (a socket in the interface's namespace). IPv6 addresses skip duplicate address
+/// detection, so they are usable at once.
 pub(super) fn apply_ip_context(rtnl: &mut Rtnl, index: u32, plan: &Plan, name: &str) -> Result<()> {
     for &(ip, len) in &plan.addresses {
         let mut msg = AddressMessage::default();
@@ -114,7 +115,7 @@ pub(super) fn apply_ip_context(rtnl: &mut Rtnl, index: u32, plan: &Plan, name: &
         )
         .map_err(netlink(format!("add address {ip}/{len} to {name}")))?;
     }
-    for &route in &plan.routes {
+    for &route in plan.peer_routes.iter().chain(&plan.routes) {
         add_route(rtnl, index, route, u32::from(libc::RT_TABLE_MAIN), name)?;
     }
     for &(ip, mac) in &plan.neighbors {
@@ -131,20 +132,39 @@ fn family(ip: IpAddr) -> AddressFamily {
 }
 
 /// Adds (or replaces) the route `(dst, len, via)` through interface `index` (`name`) in
-/// routing table `table`.
+/// routing table `table`. A next hop is marked on-link (`RTNH_F_ONLINK`), as sdk-kernel marks
+/// every gateway of NSM's routes and policies: the kernel takes it as on the interface's link
+/// whether or not a subnet of the interface holds it.
 pub(super) fn add_route(
     rtnl: &mut Rtnl,
     index: u32,
-    (dst, len, via): PlannedRoute,
+    route: PlannedRoute,
     table: u32,
     name: &str,
 ) -> Result<()> {
+    let (dst, len, via) = route;
+    let what = match via {
+        Some(gw) => format!("add route {dst}/{len} via {gw} dev {name} onlink table {table}"),
+        None => format!("add route {dst}/{len} dev {name} table {table}"),
+    };
+    rtnl.request(
+        RouteNetlinkMessage::NewRoute(route_message(index, route, table)),
+        NLM_F_CREATE | NLM_F_REPLACE,
+    )
+    .map_err(netlink(what))
+}
+
+/// The message [`add_route`] sends: a unicast route of protocol `boot`, link-scoped without a
+/// next hop (IPv4), its next hop on-link.
+fn route_message(index: u32, (dst, len, via): PlannedRoute, table: u32) -> RouteMessage {
     let mut msg = RouteMessage::default();
     msg.header.address_family = family(dst);
     msg.header.destination_prefix_length = len;
     // Tables above 255 are named by the attribute alone.
     msg.header.table = u8::try_from(table).unwrap_or(0);
-    msg.header.protocol = RouteProtocol::Static;
+    // As sdk-kernel's routes are (vishvananda/netlink's default): `ip route` names no
+    // protocol, and NSM's checks of `ip route get` match Quiver's.
+    msg.header.protocol = RouteProtocol::Boot;
     msg.header.kind = RouteType::Unicast;
     msg.header.scope = if via.is_some() || dst.is_ipv6() {
         RouteScope::Universe
@@ -156,20 +176,13 @@ pub(super) fn add_route(
             .push(RouteAttribute::Destination(RouteAddress::from(dst)));
     }
     if let Some(gw) = via {
+        msg.header.flags = RouteFlags::Onlink;
         msg.attributes
             .push(RouteAttribute::Gateway(RouteAddress::from(gw)));
     }
     msg.attributes.push(RouteAttribute::Oif(index));
     msg.attributes.push(RouteAttribute::Table(table));
-    let what = match via {
-        Some(gw) => format!("add route {dst}/{len} via {gw} dev {name} table {table}"),
-        None => format!("add route {dst}/{len} dev {name} table {table}"),
-    };
-    rtnl.request(
-        RouteNetlinkMessage::NewRoute(msg),
-        NLM_F_CREATE | NLM_F_REPLACE,
-    )
-    .map_err(netlink(what))
+    msg
 }
 
 /// Adds (or replaces) the permanent neighbour `ip` at `mac` on interface `index` (`name`).
@@ -197,4 +210,50 @@ pub(super) fn add_neighbor(
         NLM_F_CREATE | NLM_F_REPLACE,
     )
     .map_err(netlink(format!("add neighbour {ip} on {name}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// sdk-kernel's `routes` and `iprule` set `FLAG_ONLINK` on every route with a gateway:
+    /// a next hop outside the interface's subnets still works.
+    #[test]
+    fn a_next_hop_is_on_link_and_a_route_without_one_is_the_links() {
+        let via = route_message(
+            7,
+            (
+                "172.16.3.0".parse().unwrap(),
+                24,
+                Some("192.0.2.1".parse().unwrap()),
+            ),
+            300,
+        );
+        assert_eq!(via.header.flags, RouteFlags::Onlink);
+        assert_eq!(via.header.scope, RouteScope::Universe);
+        assert_eq!(via.header.protocol, RouteProtocol::Boot, "as NSM's routes");
+        assert_eq!(via.header.table, 0, "above 255: the attribute only");
+        assert!(via.attributes.contains(&RouteAttribute::Table(300)));
+        assert!(via.attributes.contains(&RouteAttribute::Oif(7)));
+        let v6 = route_message(
+            7,
+            (
+                "2004::".parse().unwrap(),
+                120,
+                Some("2004::6".parse().unwrap()),
+            ),
+            5,
+        );
+        assert_eq!(v6.header.flags, RouteFlags::Onlink);
+        let dev = route_message(7, ("0.0.0.0".parse().unwrap(), 0, None), 3);
+        assert!(dev.header.flags.is_empty());
+        assert_eq!(dev.header.scope, RouteScope::Link);
+        assert_eq!(dev.header.destination_prefix_length, 0);
+        assert!(
+            !dev.attributes
+                .iter()
+                .any(|a| matches!(a, RouteAttribute::Destination(_))),
+            "a default route names no destination"
+        );
+    }
 }

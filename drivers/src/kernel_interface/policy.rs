@@ -1,7 +1,9 @@
 //! Policy routes (NSM's `IPContext.policies`): each policy is an `ip rule` selecting traffic by
 //! source prefix, IP protocol and ports, which sends it to a routing table of its own holding
-//! the policy's routes through the interface. Tables are picked free in the namespace (no rule
-//! or route uses them) when the interface is made; the rules are removed with it.
+//! the policy's routes through the interface, or, for a policy without routes, a default route
+//! through it (as sdk-kernel's `iprule` does); gateways are on-link. Tables are picked free in
+//! the namespace (no rule or route uses them) when the interface is made; the rules are
+//! removed with it.
 //!
 //! A rule outlives its interface when Quiver dies without removing it (SIGKILL, OOM): the
 //! interface goes (a TAP with Quiver's descriptors, a veth when the next Quiver reaps it) and
@@ -9,7 +11,7 @@
 //! interface Quiver makes in that namespace (a healed connection's, say) first removes those of
 //! its rules whose table has no route left (`rules::remove_orphan_rules`).
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use netlink_packet_route::route::RouteProtocol;
 use netlink_packet_route::rule::{RuleAction, RuleAttribute, RuleMessage, RulePortRange};
@@ -33,7 +35,8 @@ pub struct PolicyConfig {
     pub src_port: String,
     /// Destination port or range; empty is any.
     pub dst_port: String,
-    /// The routes of the policy's table (through the interface).
+    /// The routes of the policy's table (through the interface); none: a default route
+    /// through the interface (`0.0.0.0/0`, or `::/0` for an IPv6 policy).
     pub routes: Vec<RouteConfig>,
 }
 
@@ -97,11 +100,15 @@ pub(super) fn plan(policies: &[PolicyConfig]) -> Result<Vec<PlannedPolicy>> {
                 Some((masked(ip, len), len))
             }
         };
-        let routes: Vec<PlannedRoute> = p.routes.iter().map(plan_route).collect::<Result<_>>()?;
+        let mut routes: Vec<PlannedRoute> =
+            p.routes.iter().map(plan_route).collect::<Result<_>>()?;
         let v6 = match (from, routes.first()) {
             (Some((ip, _)), _) | (None, Some(&(ip, _, _))) => ip.is_ipv6(),
             (None, None) => false,
         };
+        if routes.is_empty() {
+            routes.push(default_route(v6));
+        }
         if let Some(r) = routes.iter().find(|r| r.0.is_ipv6() != v6) {
             return Err(invalid(
                 "routes",
@@ -127,6 +134,18 @@ pub(super) fn plan(policies: &[PolicyConfig]) -> Result<Vec<PlannedPolicy>> {
         out.push(planned);
     }
     Ok(out)
+}
+
+/// The route of a policy without routes: the default route of its family through the
+/// interface. sdk-kernel's `iprule` gives such a policy `0.0.0.0/0` whatever its family; an
+/// IPv6 rule looks up IPv6 routes only, so an IPv6 policy gets `::/0`.
+fn default_route(v6: bool) -> PlannedRoute {
+    let any = if v6 {
+        IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+    } else {
+        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+    };
+    (any, 0, None)
 }
 
 impl PlannedPolicy {
@@ -242,6 +261,42 @@ mod tests {
             "a table above 255 goes in the attribute only"
         );
         assert!(rule.attributes.contains(&RuleAttribute::Table(300)));
+    }
+
+    /// sdk-kernel's `iprule`: "If policy doesn't contain any route - add default".
+    #[test]
+    fn a_policy_without_routes_gets_its_familys_default_route() {
+        let p = plan(&[
+            policy("172.16.2.201/24", "6", "", &[]),
+            policy("", "17", "6666", &[]),
+            policy("2004::3/120", "17", "5555", &[]),
+            policy(
+                "172.16.2.201/24",
+                "6",
+                "6666",
+                &[("172.16.3.0/24", "172.16.2.200")],
+            ),
+        ])
+        .unwrap();
+        let any4: IpAddr = Ipv4Addr::UNSPECIFIED.into();
+        let any6: IpAddr = Ipv6Addr::UNSPECIFIED.into();
+        assert_eq!(p[0].routes(), [(any4, 0, None)]);
+        assert_eq!(p[1].routes(), [(any4, 0, None)], "no source: IPv4");
+        assert_eq!(
+            p[2].routes(),
+            [(any6, 0, None)],
+            "an IPv6 rule's table: ::/0"
+        );
+        assert!(p[2].is_ipv6());
+        assert_eq!(
+            p[3].routes(),
+            [(
+                "172.16.3.0".parse().unwrap(),
+                24,
+                Some("172.16.2.200".parse().unwrap())
+            )],
+            "a policy with routes keeps them, and nothing else"
+        );
     }
 
     #[test]

@@ -72,8 +72,8 @@ fn tables_with_routes(rtnl: &mut Rtnl, v6: bool) -> Result<Vec<u32>> {
 /// Removes Quiver's rules (see [`RULE_PROTOCOL`]) whose table holds no route: their interface
 /// is gone, so nothing removes them otherwise (a Quiver killed before its Close). Returns how
 /// many it removed. Others' rules are left alone, and so are Quiver's whose table still routes
-/// (a live interface's). A rule of a policy without routes selects into an empty table: such
-/// a rule does nothing, and removing it changes nothing.
+/// (a live interface's: every policy's table holds a route of the rule's family through it, a
+/// default route when the policy has none).
 pub(super) fn remove_orphan_rules(rtnl: &mut Rtnl) -> Result<usize> {
     let mut removed = 0;
     for v6 in [false, true] {

@@ -8,9 +8,10 @@
 //!   end an AF_PACKET port (with virtio-net headers too), tagged so that a restarted Quiver
 //!   reaps it.
 //!
-//! Either way the IP context is applied inside the namespace as sdk-kernel does.
-
-use std::net::IpAddr;
+//! Either way the IP context is applied inside the namespace as sdk-kernel does: the side's
+//! addresses, a route to each of the other side's addresses its own prefixes do not hold, the
+//! context's routes with their gateways on-link, the neighbours and, on the client's side, the
+//! policies (an `ip rule` and a table each; a default route for a policy without routes).
 
 use drivers::kernel_interface::{KernelInterface, KernelInterfaceConfig, NeighborConfig};
 use drivers::netns::NetNs;
@@ -83,6 +84,7 @@ impl ForwarderDataplane {
             mtu: spec.mtu.unwrap_or(0),
             addresses: spec.ip.addresses.iter().map(|a| a.to_string()).collect(),
             routes: spec.ip.routes.iter().map(route_config).collect(),
+            peer_addresses: spec.ip.peers.iter().map(|p| p.to_string()).collect(),
             neighbors: spec
                 .ip
                 .neighbors
@@ -106,7 +108,7 @@ impl ForwarderDataplane {
                 .routes
                 .iter()
                 .filter_map(|r| r.via)
-                .chain(spec.ip.peers.iter().copied().filter(IpAddr::is_ipv6))
+                .chain(spec.ip.peers.iter().map(|p| p.addr))
                 .collect(),
             configured: spec.ip.neighbors.iter().map(|n| (n.ip, n.mac.0)).collect(),
             added: Vec::new(),

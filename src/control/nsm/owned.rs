@@ -25,7 +25,8 @@ pub(super) struct OwnedPort {
 #[derive(Default)]
 pub(super) struct InsideNeighbors {
     /// What the namespace reaches through the veth directly: the next hops of its routes and
-    /// the other side's IPv6 addresses (its IPv4 next hop comes with the cross-connect).
+    /// the other side's addresses (its first IPv4 one, the next hop, comes with the
+    /// cross-connect too), each routed through the interface.
     pub(super) route_hops: Vec<IpAddr>,
     /// The neighbours the IP context asked for (put back when the cross-connect goes).
     pub(super) configured: Vec<(IpAddr, [u8; 6])>,

@@ -532,11 +532,7 @@ fn ip_context(c: &IpContext) -> Result<SidesIp, Status> {
         addrs("ip_context.src_ip_addrs", &c.src_ip_addrs)?,
         addrs("ip_context.dst_ip_addrs", &c.dst_ip_addrs)?,
     );
-    let addresses_of = |v: &[IpPrefix]| v.iter().map(|p| p.addr).collect::<Vec<_>>();
-    let (client_peers, endpoint_peers) = (
-        addresses_of(&endpoint_addresses),
-        addresses_of(&client_addresses),
-    );
+    let (client_peers, endpoint_peers) = (endpoint_addresses.clone(), client_addresses.clone());
     Ok(SidesIp {
         client: IpConfig {
             peers: client_peers,

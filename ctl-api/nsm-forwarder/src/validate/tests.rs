@@ -184,14 +184,13 @@ fn context_splits_sides_and_refuses_bad_fields() {
     assert_eq!(s.client.routes.len(), 1);
     assert_eq!(s.client.neighbors.len(), 1);
     assert!(s.endpoint.routes.is_empty());
-    assert_eq!(
-        s.client.peers,
-        vec!["172.16.0.3".parse::<IpAddr>().unwrap()]
-    );
-    assert_eq!(
-        s.endpoint.peers,
-        vec!["172.16.0.2".parse::<IpAddr>().unwrap()]
-    );
+    // Each side's peers are the other side's addresses, their prefix lengths kept.
+    let prefix = |a: &str, len| IpPrefix {
+        addr: a.parse::<IpAddr>().unwrap(),
+        len,
+    };
+    assert_eq!(s.client.peers, vec![prefix("172.16.0.3", 31)]);
+    assert_eq!(s.endpoint.peers, vec![prefix("172.16.0.2", 31)]);
     // The cross-connect's next hop is an IPv4 address whatever the order.
     let mut dual = good.clone();
     dual.dst_ip_addrs = vec!["fd00::3/64".into(), "172.16.0.3/31".into()];
