@@ -2,11 +2,11 @@
 //! MAC and next hop parses, every name a section refers to is defined, and what the ports'
 //! drivers would refuse at start (a MAC they cannot set, a memif ring size) is refused here
 //! instead. The first error names its key as the file writes it: `route[2].via[0]: "10.0.0.x"
-//! is not an IPv4 address`. What it makes of the file's topology is a [`Topology`] of typed
+//! is not an IPv4 or IPv6 address`. What it makes of the file's topology is a [`Topology`] of typed
 //! values.
 
 use std::collections::HashSet;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use super::values::{self, ValueError};
 use super::{
@@ -34,8 +34,8 @@ pub struct Topology<'a> {
 pub struct Address<'a> {
     /// As written (its `port` is defined).
     pub section: &'a AddressSection,
-    /// The address.
-    pub ip: Ipv4Addr,
+    /// The address (IPv4 or IPv6).
+    pub ip: IpAddr,
     /// Its prefix length.
     pub len: u8,
 }
@@ -45,8 +45,9 @@ pub struct Address<'a> {
 pub struct Neighbor<'a> {
     /// As written (its `port` is defined).
     pub section: &'a NeighborSection,
-    /// The neighbour's address.
-    pub ip: Ipv4Addr,
+    /// The neighbour's address (IPv4: a static ARP entry; IPv6: a static neighbour
+    /// discovery one).
+    pub ip: IpAddr,
     /// Its MAC.
     pub mac: [u8; 6],
 }
@@ -56,12 +57,13 @@ pub struct Neighbor<'a> {
 pub struct Route<'a> {
     /// As written.
     pub section: &'a RouteSection,
-    /// The destination prefix's address.
-    pub prefix: Ipv4Addr,
+    /// The destination prefix's address (IPv4 or IPv6).
+    pub prefix: IpAddr,
     /// Its length.
     pub len: u8,
-    /// The next hops: an address and a port's or a WireGuard tunnel's name (defined).
-    pub via: Vec<(Ipv4Addr, &'a str)>,
+    /// The next hops: an address of the prefix's family and a port's or a WireGuard
+    /// tunnel's name (defined).
+    pub via: Vec<(IpAddr, &'a str)>,
 }
 
 /// Where a value is wrong: its key, and what is wrong with it.
@@ -124,7 +126,7 @@ impl Config {
             port(format!("neighbor[{i}].port"), &n.port)?;
             t.neighbors.push(Neighbor {
                 section: n,
-                ip: values::ipv4(&n.ip).map_err(at(format!("neighbor[{i}].ip")))?,
+                ip: values::ip(&n.ip).map_err(at(format!("neighbor[{i}].ip")))?,
                 mac: values::mac(&n.mac).map_err(at(format!("neighbor[{i}].mac")))?,
             });
         }
@@ -135,6 +137,12 @@ impl Config {
             for (j, v) in r.via.iter().enumerate() {
                 let key = format!("route[{i}].via[{j}]");
                 let (next_hop, name) = values::via(v).map_err(at(key.clone()))?;
+                if next_hop.is_ipv4() != prefix.is_ipv4() {
+                    return Err(at(key)(ValueError::Family {
+                        prefix: r.prefix.clone(),
+                        next_hop,
+                    }));
+                }
                 if !ports.contains(name) && !tunnels.contains(name) {
                     return Err(at(key)(ValueError::Unknown {
                         what: "port or wireguard tunnel",
@@ -287,7 +295,7 @@ impl Config {
 
 #[cfg(test)]
 mod tests {
-    use std::net::Ipv4Addr;
+    use std::net::{IpAddr, Ipv4Addr};
 
     use crate::config::{Config, ConfigError};
 
@@ -320,7 +328,10 @@ socket = "@q"
         let c = Config::parse(&format!(
             "{PORTS}[[xconnect]]\na = \"a\"\nb = \"b\"\n[[address]]\nport = \"a\"\nip = \"10.0.0.1/24\"\n\
              [[neighbor]]\nport = \"a\"\nip = \"10.0.0.2\"\nmac = \"02:00:00:00:00:02\"\n\
-             [[route]]\nprefix = \"10.1.0.0/16\"\nvia = [\"10.0.0.2@a\", \"10.0.0.3@b\"]\n"
+             [[route]]\nprefix = \"10.1.0.0/16\"\nvia = [\"10.0.0.2@a\", \"10.0.0.3@b\"]\n\
+             [[address]]\nport = \"a\"\nip = \"2001:db8::1/64\"\n\
+             [[neighbor]]\nport = \"a\"\nip = \"2001:db8::2\"\nmac = \"02:00:00:00:00:02\"\n\
+             [[route]]\nprefix = \"2001:db8:1::/48\"\nvia = [\"fe80::2@a\"]\n"
         ))
         .unwrap();
         let t = c.topology().unwrap();
@@ -330,16 +341,24 @@ socket = "@q"
         );
         assert_eq!(
             (t.addresses[0].ip, t.addresses[0].len),
-            (Ipv4Addr::new(10, 0, 0, 1), 24)
+            (Ipv4Addr::new(10, 0, 0, 1).into(), 24)
         );
+        assert_eq!(
+            (t.addresses[1].ip, t.addresses[1].len),
+            ("2001:db8::1".parse().unwrap(), 64)
+        );
+        assert_eq!(t.neighbors[1].ip, "2001:db8::2".parse::<IpAddr>().unwrap());
+        let r6 = &t.routes[1];
+        assert_eq!((r6.prefix, r6.len), ("2001:db8:1::".parse().unwrap(), 48));
+        assert_eq!(r6.via, vec![("fe80::2".parse().unwrap(), "a")]);
         assert_eq!(t.neighbors[0].mac, [2, 0, 0, 0, 0, 2]);
         let r = &t.routes[0];
-        assert_eq!((r.prefix, r.len), (Ipv4Addr::new(10, 1, 0, 0), 16));
+        assert_eq!((r.prefix, r.len), (Ipv4Addr::new(10, 1, 0, 0).into(), 16));
         assert_eq!(
             r.via,
             vec![
-                (Ipv4Addr::new(10, 0, 0, 2), "a"),
-                (Ipv4Addr::new(10, 0, 0, 3), "b")
+                (Ipv4Addr::new(10, 0, 0, 2).into(), "a"),
+                (Ipv4Addr::new(10, 0, 0, 3).into(), "b")
             ]
         );
     }
@@ -352,12 +371,22 @@ socket = "@q"
                  [[route]]\nprefix = \"10.2.0.0/16\"\n\
                  [[route]]\nprefix = \"10.3.0.0/16\"\nvia = [\"10.0.0.2@a\", \"10.0.0.x@b\"]\n",
                 "route[2].via[1]",
-                "route[2].via[1]: \"10.0.0.x\" is not an IPv4 address",
+                "route[2].via[1]: \"10.0.0.x\" is not an IPv4 or IPv6 address",
             ),
             (
                 "[[route]]\nprefix = \"10.1.0.0\"\n",
                 "route[0].prefix",
-                "route[0].prefix: \"10.1.0.0\" is not a prefix (a.b.c.d/len)",
+                "route[0].prefix: \"10.1.0.0\" is not a prefix (a.b.c.d/len or x:y::z/len)",
+            ),
+            (
+                "[[route]]\nprefix = \"2001:db8::/32\"\nvia = [\"10.0.0.1@a\"]\n",
+                "route[0].via[0]",
+                "route[0].via[0]: next hop 10.0.0.1 is not of the family of prefix 2001:db8::/32",
+            ),
+            (
+                "[[address]]\nport = \"a\"\nip = \"2001:db8::1/130\"\n",
+                "address[0].ip",
+                "address[0].ip: \"2001:db8::1/130\": prefix length must be 0 to 128",
             ),
             (
                 "[[route]]\nprefix = \"10.1.0.0/16\"\nvia = [\"10.0.0.1\"]\n",
@@ -377,7 +406,7 @@ socket = "@q"
             (
                 "[[neighbor]]\nport = \"a\"\nip = \"10.0.0.256\"\nmac = \"02:00:00:00:00:02\"\n",
                 "neighbor[0].ip",
-                "neighbor[0].ip: \"10.0.0.256\" is not an IPv4 address",
+                "neighbor[0].ip: \"10.0.0.256\" is not an IPv4 or IPv6 address",
             ),
             (
                 "[metrics]\nlisten = \"localhost\"\n",

@@ -293,13 +293,15 @@ pub struct XconnectSection {
     pub b: String,
 }
 
-/// One `[[address]]`: an IPv4 address of ours on a port (answers ARP and ping).
+/// One `[[address]]`: an address of ours on a port, IPv4 or IPv6 (answers ARP or neighbour
+/// discovery, and ping; its subnet is connected). A port's first IPv6 address also gives it
+/// its EUI-64 link-local address.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AddressSection {
     /// The port.
     pub port: String,
-    /// Address and prefix length, `10.0.1.1/24`.
+    /// Address and prefix length, `10.0.1.1/24` or `2001:db8:1::1/64`.
     pub ip: String,
 }
 
@@ -307,14 +309,17 @@ pub struct AddressSection {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RouteSection {
-    /// Destination prefix, `10.2.0.0/16` (`0.0.0.0/0` for the default route).
+    /// Destination prefix, `10.2.0.0/16` or `2001:db8:2::/48` (`0.0.0.0/0`, `::/0` for the
+    /// default routes).
     pub prefix: String,
-    /// Next hops, each `address@port`; several spread flows (ECMP). Empty: drop.
+    /// Next hops, each `address@port` of the prefix's family (IPv6: global, or link-local as
+    /// routers advertise themselves); several spread flows (ECMP). Empty: drop.
     #[serde(default)]
     pub via: Vec<String>,
 }
 
-/// One `[[neighbor]]`: a static ARP entry.
+/// One `[[neighbor]]`: a static ARP entry, or for an IPv6 address a static neighbour
+/// discovery one (never aged).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NeighborSection {
@@ -324,16 +329,6 @@ pub struct NeighborSection {
     pub ip: String,
     /// Its MAC.
     pub mac: String,
-}
-
-/// Parses `a.b.c.d` as a host-order `u32` (see [`values::ipv4`]).
-pub fn parse_ip(s: &str) -> Result<u32, ValueError> {
-    values::ipv4(s).map(u32::from)
-}
-
-/// Parses `a.b.c.d/len` as a host-order `u32` and the length (see [`values::prefix`]).
-pub fn parse_prefix(s: &str) -> Result<(u32, u8), ValueError> {
-    values::prefix(s).map(|(ip, len)| (u32::from(ip), len))
 }
 
 /// Parses `aa:bb:cc:dd:ee:ff` (see [`values::mac`]).
@@ -346,13 +341,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn addresses_prefixes_and_macs_parse_and_nonsense_is_refused() {
-        assert_eq!(parse_ip("10.0.1.2"), Ok(0x0a00_0102));
-        assert_eq!(parse_prefix("10.2.0.0/16"), Ok((0x0a02_0000, 16)));
-        assert_eq!(parse_prefix("0.0.0.0/0"), Ok((0, 0)));
-        assert!(parse_prefix("10.0.0.0/33").is_err());
-        assert!(parse_prefix("10.0.0.0").is_err());
-        assert!(parse_ip("10.0.0.256").is_err());
+    fn macs_parse_and_nonsense_is_refused() {
         assert_eq!(
             parse_mac("02:fe:00:00:0a:ff"),
             Ok([0x02, 0xfe, 0, 0, 0x0a, 0xff])

@@ -1,5 +1,5 @@
-//! The values `quiver.toml` writes as strings: IPv4 addresses, prefixes, MACs and next hops,
-//! parsed into their types, and what is wrong with one that does not parse.
+//! The values `quiver.toml` writes as strings: addresses and prefixes (IPv4, IPv6), MACs and
+//! next hops, parsed into their types, and what is wrong with one that does not parse.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 
@@ -10,9 +10,20 @@ pub enum ValueError {
     /// Not `a.b.c.d`.
     #[error("{0:?} is not an IPv4 address")]
     NotIpv4(String),
-    /// Not `a.b.c.d/len` (or, where IPv6 is taken, `x:y::z/len`).
-    #[error("{0:?} is not a prefix (a.b.c.d/len)")]
+    /// Not `a.b.c.d` or `x:y::z`.
+    #[error("{0:?} is not an IPv4 or IPv6 address")]
+    NotIp(String),
+    /// Not `a.b.c.d/len` or `x:y::z/len`.
+    #[error("{0:?} is not a prefix (a.b.c.d/len or x:y::z/len)")]
     NotPrefix(String),
+    /// A next hop of the other family than its route's prefix.
+    #[error("next hop {next_hop} is not of the family of prefix {prefix}")]
+    Family {
+        /// The prefix, as written.
+        prefix: String,
+        /// The next hop.
+        next_hop: IpAddr,
+    },
     /// An IPv4 prefix whose length is not 0 to 32.
     #[error("{0:?}: prefix length must be 0 to 32")]
     PrefixLength(String),
@@ -57,17 +68,33 @@ pub fn ipv4(s: &str) -> Result<Ipv4Addr, ValueError> {
         .map_err(|_| ValueError::NotIpv4(s.to_string()))
 }
 
-/// Parses `a.b.c.d/len`.
-pub fn prefix(s: &str) -> Result<(Ipv4Addr, u8), ValueError> {
-    let (ip, len) = s
+/// Parses an address of either family, `a.b.c.d` or `x:y::z` (surrounding spaces allowed).
+pub fn ip(s: &str) -> Result<IpAddr, ValueError> {
+    s.trim()
+        .parse()
+        .map_err(|_| ValueError::NotIp(s.to_string()))
+}
+
+/// Parses a prefix of either family, `a.b.c.d/len` (0-32) or `x:y::z/len` (0-128).
+pub fn prefix(s: &str) -> Result<(IpAddr, u8), ValueError> {
+    let (addr, len) = s
         .split_once('/')
         .ok_or_else(|| ValueError::NotPrefix(s.to_string()))?;
+    let addr: IpAddr = addr
+        .trim()
+        .parse()
+        .map_err(|_| ValueError::NotPrefix(s.to_string()))?;
+    let most = if addr.is_ipv4() { 32 } else { 128 };
     let len: u8 = len
+        .trim()
         .parse()
         .ok()
-        .filter(|&l| l <= 32)
-        .ok_or_else(|| ValueError::PrefixLength(s.to_string()))?;
-    Ok((ipv4(ip)?, len))
+        .filter(|&l| l <= most)
+        .ok_or_else(|| match addr {
+            IpAddr::V4(_) => ValueError::PrefixLength(s.to_string()),
+            IpAddr::V6(_) => ValueError::PrefixLength6(s.to_string()),
+        })?;
+    Ok((addr, len))
 }
 
 /// Parses a WireGuard peer's allowed IPs, of either family: `a.b.c.d/len` or `x:y::z/len`, or
@@ -103,12 +130,13 @@ pub fn mac(s: &str) -> Result<[u8; 6], ValueError> {
     net::mac::parse(s).map_err(|_| ValueError::NotMac(s.to_string()))
 }
 
-/// Parses a next hop, `address@port`: the address and the port's (or tunnel's) name.
-pub fn via(s: &str) -> Result<(Ipv4Addr, &str), ValueError> {
-    let (ip, port) = s
+/// Parses a next hop, `address@port` (either family): the address and the port's (or
+/// tunnel's) name.
+pub fn via(s: &str) -> Result<(IpAddr, &str), ValueError> {
+    let (addr, port) = s
         .split_once('@')
         .ok_or_else(|| ValueError::NotVia(s.to_string()))?;
-    Ok((ipv4(ip)?, port))
+    Ok((ip(addr)?, port))
 }
 
 /// Parses the address to listen on, `IP:PORT` (surrounding spaces allowed).
@@ -135,7 +163,7 @@ mod tests {
             ipv4("10.0.0.x").unwrap_err().to_string(),
             "\"10.0.0.x\" is not an IPv4 address"
         );
-        assert_eq!(prefix("0.0.0.0/0"), Ok((Ipv4Addr::UNSPECIFIED, 0)));
+        assert_eq!(prefix("0.0.0.0/0"), Ok((Ipv4Addr::UNSPECIFIED.into(), 0)));
         assert_eq!(
             prefix("10.0.0.0/33"),
             Err(ValueError::PrefixLength("10.0.0.0/33".into()))
@@ -143,6 +171,24 @@ mod tests {
         assert_eq!(
             prefix("10.0.0.0"),
             Err(ValueError::NotPrefix("10.0.0.0".into()))
+        );
+        assert_eq!(
+            prefix("2001:db8::/32"),
+            Ok(("2001:db8::".parse().unwrap(), 32))
+        );
+        assert_eq!(prefix("::/0"), Ok(("::".parse().unwrap(), 0)));
+        assert_eq!(
+            prefix("2001:db8::/129"),
+            Err(ValueError::PrefixLength6("2001:db8::/129".into()))
+        );
+        assert_eq!(
+            prefix("2001:db8:::/64"),
+            Err(ValueError::NotPrefix("2001:db8:::/64".into()))
+        );
+        assert_eq!(ip(" fe80::1"), Ok("fe80::1".parse().unwrap()));
+        assert_eq!(
+            ip("10.0.0.x").unwrap_err().to_string(),
+            "\"10.0.0.x\" is not an IPv4 or IPv6 address"
         );
         assert_eq!(
             allowed_ip("10.9.0.2"),
@@ -160,7 +206,11 @@ mod tests {
         assert!(allowed_ip("fd00:::1/64").is_err());
         assert_eq!(mac("02:fe:00:00:0a:ff"), Ok([2, 0xfe, 0, 0, 0x0a, 0xff]));
         assert_eq!(mac("02:fe:00"), Err(ValueError::NotMac("02:fe:00".into())));
-        assert_eq!(via("10.0.0.2@c"), Ok((Ipv4Addr::new(10, 0, 0, 2), "c")));
+        assert_eq!(
+            via("10.0.0.2@c"),
+            Ok((Ipv4Addr::new(10, 0, 0, 2).into(), "c"))
+        );
+        assert_eq!(via("fe80::1@c"), Ok(("fe80::1".parse().unwrap(), "c")));
         assert_eq!(via("10.0.0.2"), Err(ValueError::NotVia("10.0.0.2".into())));
         assert!(listen_address(" 127.0.0.1:9464").is_ok());
         assert_eq!(

@@ -226,7 +226,7 @@ impl Mirror {
         let (ip, len) = (self.link.ip, self.link.prefix_len);
         self.apply(Change::AddAddress {
             port: UPLINK_PORT.into(),
-            ip,
+            ip: ip.into(),
             len,
             owner: None,
         })
@@ -238,9 +238,9 @@ impl Mirror {
                 .map_err(refused)?;
             if !has_default {
                 self.apply(Change::AddRoute {
-                    prefix: Ipv4Addr::UNSPECIFIED,
+                    prefix: Ipv4Addr::UNSPECIFIED.into(),
                     len: 0,
-                    via: vec![(gw, UPLINK_PORT.into())],
+                    via: vec![(gw.into(), UPLINK_PORT.into())],
                     owner: None,
                 })
                 .map_err(refused)?;
@@ -312,14 +312,14 @@ impl Mirror {
                 self.known.insert(ip, mac);
                 Change::AddNeighbor {
                     port: UPLINK_PORT.into(),
-                    ip,
+                    ip: ip.into(),
                     mac,
                     owner: None,
                 }
             }
             Neighbour::Unknown(ip) if self.known.remove(&ip).is_some() => Change::RemoveNeighbor {
                 port: UPLINK_PORT.into(),
-                ip,
+                ip: ip.into(),
             },
             _ => return,
         };

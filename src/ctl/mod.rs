@@ -45,9 +45,12 @@ enum CtlCommand {
     /// Add or delete routes.
     #[command(subcommand)]
     Route(tables::Route),
-    /// Add or delete neighbours (static ARP entries).
+    /// Add or delete neighbours (static ARP or IPv6 neighbour-discovery entries).
     #[command(subcommand, alias = "neighbour")]
     Neighbor(tables::Neighbor),
+    /// Add or delete an interface's addresses (IPv4 or IPv6).
+    #[command(subcommand)]
+    Address(tables::Address),
     /// Add or delete cross-connects.
     #[command(subcommand, alias = "cross-connect")]
     Xconnect(tables::Xconnect),
@@ -93,6 +96,7 @@ pub fn run(args: CtlArgs) -> Result<(), String> {
         CtlCommand::Clear(c) => tables::clear(&client, c, json),
         CtlCommand::Route(c) => tables::route(&client, c, json),
         CtlCommand::Neighbor(c) => tables::neighbor(&client, c, json),
+        CtlCommand::Address(c) => tables::address(&client, c, json),
         CtlCommand::Xconnect(c) => tables::xconnect(&client, c, json),
         CtlCommand::Interface(c) => interface::run(&client, c, json),
         CtlCommand::Watch(w) => watch::run(&client, &w, json, &args.socket),

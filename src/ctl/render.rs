@@ -351,9 +351,14 @@ pub fn fib_json(r: &pb::ShowFibReply) -> Value {
 
 /// `show neighbors`.
 pub fn neighbors(r: &pb::ShowNeighborsReply) -> String {
-    let mut t = Table::new(&["Interface", "IP", "MAC"]);
+    let mut t = Table::new(&["Interface", "IP", "MAC", "State"]);
     for n in &r.neighbors {
-        t.row(vec![n.interface.clone(), n.ip.clone(), n.mac.clone()]);
+        t.row(vec![
+            n.interface.clone(),
+            n.ip.clone(),
+            n.mac.clone(),
+            n.state.clone(),
+        ]);
     }
     t.render()
 }
@@ -363,7 +368,7 @@ pub fn neighbors_json(r: &pb::ShowNeighborsReply) -> Value {
     Value::Array(
         r.neighbors
             .iter()
-            .map(|n| json!({"interface": n.interface, "ip": n.ip, "mac": n.mac}))
+            .map(|n| json!({"interface": n.interface, "ip": n.ip, "mac": n.mac, "state": n.state}))
             .collect(),
     )
 }

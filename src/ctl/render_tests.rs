@@ -278,15 +278,28 @@ fn show_trace_prints_each_packet_with_its_lines_or_says_there_are_none() {
 #[test]
 fn small_tables_render_their_rows() {
     let n = neighbors(&pb::ShowNeighborsReply {
-        neighbors: vec![pb::Neighbor {
-            interface: "memif1".into(),
-            ip: "10.0.1.2".into(),
-            mac: "02:00:00:00:00:02".into(),
-        }],
+        neighbors: vec![
+            pb::Neighbor {
+                interface: "memif1".into(),
+                ip: "10.0.1.2".into(),
+                mac: "02:00:00:00:00:02".into(),
+                state: String::new(),
+            },
+            pb::Neighbor {
+                interface: "memif1".into(),
+                ip: "fe80::2".into(),
+                mac: "02:00:00:00:00:02".into(),
+                state: "probing 2".into(),
+            },
+        ],
     });
+    let rows: Vec<&str> = n.lines().skip(1).map(str::trim_end).collect();
     assert_eq!(
-        n.lines().nth(1).unwrap(),
-        "memif1     10.0.1.2  02:00:00:00:00:02"
+        rows,
+        [
+            "memif1     10.0.1.2  02:00:00:00:00:02",
+            "memif1     fe80::2   02:00:00:00:00:02  probing 2"
+        ]
     );
     let x = cross_connects(&pb::ShowCrossConnectsReply {
         cross_connects: vec![pb::CrossConnect {

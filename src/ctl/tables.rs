@@ -1,4 +1,4 @@
-//! `quiver ctl trace|clear|route|neighbor|xconnect …`: changes to the forwarding tables and
+//! `quiver ctl trace|clear|route|neighbor|address|xconnect …`: changes to the forwarding tables and
 //! the counters, each one admin call answered with nothing but success.
 
 use clap::Subcommand;
@@ -23,12 +23,13 @@ pub enum Clear {
 
 #[derive(Subcommand)]
 pub enum Route {
-    /// Add (or replace) a route: `route add 10.2.0.0/16 --via 10.0.1.2@memif1` (several
-    /// `--via`: ECMP; none: drop).
+    /// Add (or replace) a route: `route add 10.2.0.0/16 --via 10.0.1.2@memif1`, `route add
+    /// 2001:db8:2::/48 --via fe80::1@memif1` (several `--via`: ECMP; none: drop).
     Add {
-        /// Destination prefix, a.b.c.d/len.
+        /// Destination prefix, a.b.c.d/len or x:y::z/len.
         prefix: String,
-        /// Next hop as address@interface.
+        /// Next hop as address@interface, of the prefix's family (IPv6: global or
+        /// link-local).
         #[arg(long)]
         via: Vec<String>,
     },
@@ -39,7 +40,8 @@ pub enum Route {
 
 #[derive(Subcommand)]
 pub enum Neighbor {
-    /// `neighbor add <interface> <ip> <mac>`.
+    /// `neighbor add <interface> <ip> <mac>`: a static ARP entry, or for an IPv6 address a
+    /// static neighbour-discovery entry (never aged).
     Add {
         interface: String,
         ip: String,
@@ -48,6 +50,17 @@ pub enum Neighbor {
     /// `neighbor del <interface> <ip>`.
     #[command(alias = "delete")]
     Del { interface: String, ip: String },
+}
+
+#[derive(Subcommand)]
+pub enum Address {
+    /// `address add <interface> <ip/len>`: an address of ours (answers ARP or neighbour
+    /// discovery and ping; its subnet becomes connected). The first IPv6 address also gives
+    /// the interface its EUI-64 link-local address.
+    Add { interface: String, address: String },
+    /// `address del <interface> <ip/len>`.
+    #[command(alias = "delete")]
+    Del { interface: String, address: String },
 }
 
 #[derive(Subcommand)]
@@ -139,6 +152,24 @@ pub fn neighbor(client: &AdminClient, cmd: Neighbor, json: bool) -> Result<(), S
             client,
             json,
             s.delete_neighbor(pb::DeleteNeighborRequest { interface, ip })
+        ),
+    }
+    Ok(())
+}
+
+/// `address add|del`.
+pub fn address(client: &AdminClient, cmd: Address, json: bool) -> Result<(), String> {
+    let mut s = client.stub();
+    match cmd {
+        Address::Add { interface, address } => change!(
+            client,
+            json,
+            s.add_address(pb::AddressRequest { interface, address })
+        ),
+        Address::Del { interface, address } => change!(
+            client,
+            json,
+            s.delete_address(pb::AddressRequest { interface, address })
         ),
     }
     Ok(())

@@ -1,7 +1,7 @@
 //! What a runtime change can fail with, what starting the forwarder can fail with, and what
 //! an owner can own.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use dataplane::CommandError;
 use drivers::PortError;
@@ -9,7 +9,6 @@ use graph_nodes::ForwardingError;
 
 use super::dpdk_ports::DpdkStartError;
 use super::open::OpenError;
-use crate::config::values::ValueError;
 use crate::config::ConfigError;
 
 /// Why a runtime change was refused. Each variant maps to one gRPC status code.
@@ -53,9 +52,7 @@ impl From<ForwardingError> for ForwarderError {
             | ForwardingError::WrongMode(_) => ForwarderError::InvalidArgument(e.to_string()),
             ForwardingError::TooManyInterfaces
             | ForwardingError::Lpm(_)
-            | ForwardingError::Lpm6(_) => {
-                ForwarderError::Internal(e.to_string())
-            }
+            | ForwardingError::Lpm6(_) => ForwarderError::Internal(e.to_string()),
         }
     }
 }
@@ -174,23 +171,6 @@ pub enum StartError {
         #[source]
         source: ForwarderError,
     },
-    /// A value of a `[[route]]` through a WireGuard tunnel does not parse.
-    #[error("{source}")]
-    RouteValue {
-        /// The route's prefix as written.
-        prefix: String,
-        /// What is wrong.
-        #[source]
-        source: ValueError,
-    },
-    /// A next hop of a `[[route]]` through a WireGuard tunnel is not `address@port`.
-    #[error("route {prefix}: via `{via}` is not address@port")]
-    Via {
-        /// The route's prefix as written.
-        prefix: String,
-        /// The next hop as written.
-        via: String,
-    },
     /// A `[[route]]` through a WireGuard tunnel was refused.
     #[error("route {prefix}: {source}")]
     WireguardRoute {
@@ -224,12 +204,12 @@ pub enum Owned {
     CrossConnect(String, String),
     /// An L3 cross-connect between two ports (both ways).
     L3CrossConnect(String, String),
-    /// A route: prefix and length.
-    Route(Ipv4Addr, u8),
+    /// A route: prefix (masked) and length, of either family.
+    Route(IpAddr, u8),
     /// A neighbour: port and address.
-    Neighbor(String, Ipv4Addr),
+    Neighbor(String, IpAddr),
     /// An address of ours: port, address, prefix length.
-    Address(String, Ipv4Addr, u8),
+    Address(String, IpAddr, u8),
     /// A VXLAN tunnel, by name.
     Tunnel(String),
     /// A VLAN sub-interface, by name.

@@ -19,12 +19,13 @@ mod cut_through;
 mod dpdk_ports;
 mod error;
 mod open;
+mod routes;
 mod runtime;
 mod vlan;
 mod vxlan;
 mod wg_tunnels;
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use dataplane::{
@@ -33,13 +34,12 @@ use dataplane::{
 };
 use drivers::memif_port::{MemifControl, MemifPort};
 use drivers::{LinkStatus, Port};
+use graph_nodes::forwarding::Path6;
 use graph_nodes::nodes::InterfaceOutput;
 use graph_nodes::{
     add_forwarding_nodes, names, FibConfig, Forwarding, ForwardingState, IfIndex, LocalState, Path,
 };
 
-// `wg_tunnels` still reads its routes from their strings.
-use crate::config::topology::{parse_ip, parse_prefix};
 use crate::config::{Config, MemifMode, PortSection};
 
 pub use dpdk_ports::DpdkStartError;
@@ -97,6 +97,8 @@ pub struct Forwarder {
     /// WireGuard tunnels and their handshakes (`wg_tunnels`).
     wireguard: Vec<wg_tunnels::tunnel::WgEntry>,
     workers: usize,
+    /// When housekeeping next ages the learned IPv6 neighbours.
+    next_nd_aging: std::time::Instant,
     /// The memif control thread, once there is a memif port (stopped on drop, after the
     /// workers).
     memif: Option<MemifControl>,
@@ -217,6 +219,7 @@ impl Forwarder {
             tunnels: Vec::new(),
             wireguard: Vec::new(),
             workers: nworkers,
+            next_nd_aging: std::time::Instant::now(),
             memif,
             dpdk,
             captures: Vec::new(),
@@ -310,6 +313,7 @@ impl Forwarder {
     /// frees retired state. True when it committed a change.
     pub fn housekeeping(&mut self) -> Result<bool, ForwarderError> {
         let mut learned = self.forwarding.take_events() > 0;
+        learned |= self.age_neighbors(std::time::Instant::now());
         learned |= self.wireguard_housekeeping();
         if learned {
             self.commit()?;
@@ -406,48 +410,78 @@ fn configure(cfg: &Config, ports: &[PortEntry], f: &mut Forwarding) -> Result<()
         f.cross_connect(b, a).map_err(refused)?;
     }
     for a in &topology.addresses {
-        f.add_address(port(&a.section.port)?, u32::from(a.ip), a.len)
-            .map_err(|source| StartError::Address {
-                ip: a.section.ip.clone(),
-                source,
-            })?;
+        let i = port(&a.section.port)?;
+        match a.ip {
+            IpAddr::V4(ip) => f.add_address(i, u32::from(ip), a.len),
+            IpAddr::V6(ip) => f.add_address6(i, u128::from(ip), a.len),
+        }
+        .map_err(|source| StartError::Address {
+            ip: a.section.ip.clone(),
+            source,
+        })?;
     }
     for n in &topology.neighbors {
-        f.add_neighbor(port(&n.section.port)?, u32::from(n.ip), n.mac)
-            .map_err(|source| StartError::Neighbor {
-                ip: n.section.ip.clone(),
-                source,
-            })?;
+        let i = port(&n.section.port)?;
+        match n.ip {
+            IpAddr::V4(ip) => f.add_neighbor(i, u32::from(ip), n.mac),
+            IpAddr::V6(ip) => f.add_neighbor6(i, u128::from(ip), n.mac),
+        }
+        .map_err(|source| StartError::Neighbor {
+            ip: n.section.ip.clone(),
+            source,
+        })?;
     }
     for r in &topology.routes {
         if cfg.route_through_wireguard(r.section) {
             // Added once the tunnel exists (`Forwarder::configure_wireguard`).
             continue;
         }
-        let (prefix, len) = (u32::from(r.prefix), r.len);
-        if r.via.is_empty() {
-            f.add_drop_route(prefix, len)
-                .map_err(|source| StartError::DropRoute {
-                    prefix: r.section.prefix.clone(),
-                    source,
-                })?;
-            continue;
+        let refused = |source| StartError::Route {
+            prefix: r.section.prefix.clone(),
+            source,
+        };
+        match r.prefix {
+            IpAddr::V4(p) if r.via.is_empty() => {
+                f.add_drop_route(u32::from(p), r.len)
+                    .map_err(|source| StartError::DropRoute {
+                        prefix: r.section.prefix.clone(),
+                        source,
+                    })?
+            }
+            IpAddr::V6(p) if r.via.is_empty() => {
+                f.add_drop_route6(u128::from(p), r.len)
+                    .map_err(|source| StartError::DropRoute {
+                        prefix: r.section.prefix.clone(),
+                        source,
+                    })?
+            }
+            IpAddr::V4(p) => {
+                let mut paths = Vec::new();
+                for &(next_hop, name) in &r.via {
+                    // The file's check made every next hop of the prefix's family.
+                    if let IpAddr::V4(nh) = next_hop {
+                        paths.push(Path {
+                            next_hop: u32::from(nh),
+                            interface: port(name)?,
+                        });
+                    }
+                }
+                f.add_route(u32::from(p), r.len, &paths).map_err(refused)?;
+            }
+            IpAddr::V6(p) => {
+                let mut paths = Vec::new();
+                for &(next_hop, name) in &r.via {
+                    if let IpAddr::V6(nh) = next_hop {
+                        paths.push(Path6 {
+                            next_hop: u128::from(nh),
+                            interface: port(name)?,
+                        });
+                    }
+                }
+                f.add_route6(u128::from(p), r.len, &paths)
+                    .map_err(refused)?;
+            }
         }
-        let paths = r
-            .via
-            .iter()
-            .map(|&(next_hop, p)| {
-                Ok(Path {
-                    next_hop: u32::from(next_hop),
-                    interface: port(p)?,
-                })
-            })
-            .collect::<Result<Vec<Path>, StartError>>()?;
-        f.add_route(prefix, len, &paths)
-            .map_err(|source| StartError::Route {
-                prefix: r.section.prefix.clone(),
-                source,
-            })?;
     }
     Ok(())
 }

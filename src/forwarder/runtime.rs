@@ -240,12 +240,7 @@ impl Forwarder {
         let entry = self.ports.remove(k);
         let section = self.sections.remove(k);
         self.close(&section, entry.port);
-        let routes: Vec<(Ipv4Addr, u8)> = self
-            .forwarding
-            .routes()
-            .iter()
-            .map(|r| (Ipv4Addr::from(r.prefix), r.len))
-            .collect();
+        let routes = self.route_keys();
         self.forget(|o| match o {
             Owned::Route(p, l) => routes.contains(&(*p, *l)),
             o => !o.uses_port(name),
@@ -353,128 +348,6 @@ impl Forwarder {
         Ok(())
     }
 
-    /// Adds (or replaces) a route to `prefix/len` over `via` (next hop, port) pairs — ECMP
-    /// when several, a blackhole when none.
-    pub fn add_route(
-        &mut self,
-        prefix: Ipv4Addr,
-        len: u8,
-        via: &[(Ipv4Addr, &str)],
-        owner: Option<&str>,
-    ) -> Result<(), ForwarderError> {
-        if len > 32 {
-            return Err(ForwarderError::InvalidArgument(format!(
-                "prefix length {len} is over 32"
-            )));
-        }
-        let paths = via
-            .iter()
-            .map(|&(nh, port)| {
-                Ok(Path {
-                    next_hop: u32::from(nh),
-                    interface: self.interface(port)?,
-                })
-            })
-            .collect::<Result<Vec<Path>, ForwarderError>>()?;
-        if paths.is_empty() {
-            self.forwarding.add_drop_route(u32::from(prefix), len)?;
-        } else {
-            self.forwarding.add_route(u32::from(prefix), len, &paths)?;
-        }
-        self.commit()?;
-        let masked = Ipv4Addr::from(u32::from(prefix) & mask(len));
-        self.record(owner, Owned::Route(masked, len));
-        Ok(())
-    }
-
-    /// Removes the route to `prefix/len`.
-    pub fn remove_route(&mut self, prefix: Ipv4Addr, len: u8) -> Result<(), ForwarderError> {
-        if len > 32 {
-            return Err(ForwarderError::InvalidArgument(format!(
-                "prefix length {len} is over 32"
-            )));
-        }
-        if !self.forwarding.remove_route(u32::from(prefix), len) {
-            return Err(ForwarderError::NotFound(format!("no route {prefix}/{len}")));
-        }
-        self.commit()?;
-        let masked = Ipv4Addr::from(u32::from(prefix) & mask(len));
-        self.forget(|o| *o != Owned::Route(masked, len));
-        Ok(())
-    }
-
-    /// Records that `ip` is at `mac` on `port`.
-    pub fn add_neighbor(
-        &mut self,
-        port: &str,
-        ip: Ipv4Addr,
-        mac: [u8; 6],
-        owner: Option<&str>,
-    ) -> Result<(), ForwarderError> {
-        let i = self.interface(port)?;
-        self.forwarding.add_neighbor(i, u32::from(ip), mac)?;
-        self.commit()?;
-        self.record(owner, Owned::Neighbor(port.into(), ip));
-        Ok(())
-    }
-
-    /// Forgets the neighbour `ip` on `port`.
-    pub fn remove_neighbor(&mut self, port: &str, ip: Ipv4Addr) -> Result<(), ForwarderError> {
-        let i = self.interface(port)?;
-        if !self
-            .forwarding
-            .neighbors()
-            .iter()
-            .any(|&(x, a, _)| x == i && a == u32::from(ip))
-        {
-            return Err(ForwarderError::NotFound(format!(
-                "no neighbour {ip} on {port}"
-            )));
-        }
-        self.forwarding.remove_neighbor(i, u32::from(ip));
-        self.commit()?;
-        self.forget(|o| *o != Owned::Neighbor(port.into(), ip));
-        Ok(())
-    }
-
-    /// Adds an address of ours, `ip/len`, on `port` (answers ARP and ping; a connected route).
-    pub fn add_address(
-        &mut self,
-        port: &str,
-        ip: Ipv4Addr,
-        len: u8,
-        owner: Option<&str>,
-    ) -> Result<(), ForwarderError> {
-        let i = self.interface(port)?;
-        self.forwarding.add_address(i, u32::from(ip), len)?;
-        self.commit()?;
-        self.record(owner, Owned::Address(port.into(), ip, len));
-        Ok(())
-    }
-
-    /// Removes the address `ip/len` from `port`.
-    pub fn remove_address(
-        &mut self,
-        port: &str,
-        ip: Ipv4Addr,
-        len: u8,
-    ) -> Result<(), ForwarderError> {
-        let i = self.interface(port)?;
-        let has = self
-            .forwarding
-            .interfaces()
-            .any(|x| x.index == i && x.addresses.contains(&(u32::from(ip), len)));
-        if !has {
-            return Err(ForwarderError::NotFound(format!(
-                "no address {ip}/{len} on {port}"
-            )));
-        }
-        self.forwarding.remove_address(i, u32::from(ip), len)?;
-        self.commit()?;
-        self.forget(|o| *o != Owned::Address(port.into(), ip, len));
-        Ok(())
-    }
-
     /// Everything `owner` made that still exists, in creation order.
     pub fn owned_by(&self, owner: &str) -> Vec<Owned> {
         self.owned
@@ -540,14 +413,6 @@ impl Forwarder {
         if closes_slowly(section) {
             self.dispose(Box::new(port));
         }
-    }
-}
-
-fn mask(len: u8) -> u32 {
-    if len == 0 {
-        0
-    } else {
-        u32::MAX << (32 - len.min(32))
     }
 }
 

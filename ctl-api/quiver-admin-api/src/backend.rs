@@ -1,7 +1,7 @@
 //! What the admin service asks of the daemon ([`AdminBackend`]), the typed requests the server
 //! hands it, and how it refuses ([`AdminError`], one gRPC status code each).
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use crate::proto as pb;
 
@@ -139,13 +139,17 @@ pub trait AdminBackend: Send + Sync + 'static {
     /// Forgets trace records and stops tracing.
     fn trace_clear(&self) -> AdminResult<()>;
     /// Adds (or replaces) a route to `prefix/len` over (next hop, interface) pairs; none: drop.
-    fn add_route(&self, prefix: Ipv4Addr, len: u8, via: &[(Ipv4Addr, String)]) -> AdminResult<()>;
+    fn add_route(&self, prefix: IpAddr, len: u8, via: &[(IpAddr, String)]) -> AdminResult<()>;
     /// Removes the route to `prefix/len`.
-    fn delete_route(&self, prefix: Ipv4Addr, len: u8) -> AdminResult<()>;
+    fn delete_route(&self, prefix: IpAddr, len: u8) -> AdminResult<()>;
     /// Records that `ip` is at `mac` on `interface`.
-    fn add_neighbor(&self, interface: &str, ip: Ipv4Addr, mac: [u8; 6]) -> AdminResult<()>;
+    fn add_neighbor(&self, interface: &str, ip: IpAddr, mac: [u8; 6]) -> AdminResult<()>;
     /// Forgets neighbour `ip` on `interface`.
-    fn delete_neighbor(&self, interface: &str, ip: Ipv4Addr) -> AdminResult<()>;
+    fn delete_neighbor(&self, interface: &str, ip: IpAddr) -> AdminResult<()>;
+    /// Adds an address of ours, `ip/len`, to `interface` (IPv4 or IPv6).
+    fn add_address(&self, interface: &str, ip: IpAddr, len: u8) -> AdminResult<()>;
+    /// Removes an address from `interface`.
+    fn delete_address(&self, interface: &str, ip: IpAddr, len: u8) -> AdminResult<()>;
     /// Cross-connects `a` and `b`: L2, or L3 toward `l3`'s peers.
     fn add_cross_connect(&self, a: &str, b: &str, l3: Option<L3Peers>) -> AdminResult<()>;
     /// Removes the cross-connect of `interface` (either end).

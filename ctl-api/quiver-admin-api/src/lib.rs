@@ -33,7 +33,7 @@ pub use backend::{
     AdminBackend, AdminError, AdminResult, AfPacketSpec, CaptureSpec, L3Peers, MemifSpec,
 };
 pub use client::{AdminClient, ClientError};
-pub use parse::{format_mac, parse_ip, parse_mac, parse_prefix};
+pub use parse::{format_mac, parse_ip, parse_ip4, parse_mac, parse_prefix};
 pub use peer::{PeerCredentials, PeerPolicy};
 pub use server::{serve, AdminServer, ServeError, StartError, MAX_REPLY_SIZE, MAX_REQUEST_SIZE};
 pub use socket::{bind_socket, SocketError, SOCKET_MODE};

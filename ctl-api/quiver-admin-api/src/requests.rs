@@ -3,7 +3,7 @@
 //! naming it.
 
 use crate::backend::{AdminError, AdminResult, AfPacketSpec, CaptureSpec, L3Peers, MemifSpec};
-use crate::parse::{parse_ip, parse_mac};
+use crate::parse::{parse_ip4, parse_mac};
 use crate::proto as pb;
 
 /// Snap length when the request gives none.
@@ -131,8 +131,8 @@ pub(crate) fn l3_peers(r: &pb::AddCrossConnectRequest) -> AdminResult<Option<L3P
     match (r.peer_a.trim(), r.peer_b.trim()) {
         ("", "") => Ok(None),
         (a, b) if !a.is_empty() && !b.is_empty() => Ok(Some(L3Peers {
-            peer_a: parse_ip("peer", a)?,
-            peer_b: parse_ip("peer", b)?,
+            peer_a: parse_ip4("peer", a)?,
+            peer_b: parse_ip4("peer", b)?,
         })),
         _ => Err(AdminError::InvalidArgument(
             "an L3 cross-connect needs both peers".into(),

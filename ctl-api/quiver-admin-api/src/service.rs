@@ -1,7 +1,7 @@
 //! The gRPC service (`quiver.admin.Admin`) over an [`AdminBackend`]: each call's request is
 //! checked (see `requests`), then the backend runs on tokio's blocking pool.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
@@ -157,7 +157,7 @@ impl Admin for Service {
                         name("next hop interface", &v.interface)?,
                     ))
                 })
-                .collect::<AdminResult<Vec<(Ipv4Addr, String)>>>()?;
+                .collect::<AdminResult<Vec<(IpAddr, String)>>>()?;
             b.add_route(prefix, len, &via).map(|()| pb::Empty {})
         })
         .await
@@ -198,6 +198,32 @@ impl Admin for Service {
             let interface = name("interface", &r.interface)?;
             let ip = parse_ip("neighbour", &r.ip)?;
             b.delete_neighbor(&interface, ip).map(|()| pb::Empty {})
+        })
+        .await
+    }
+
+    async fn add_address(
+        &self,
+        r: Request<pb::AddressRequest>,
+    ) -> Result<Response<pb::Empty>, Status> {
+        let r = r.into_inner();
+        self.call(move |b| {
+            let interface = name("interface", &r.interface)?;
+            let (ip, len) = parse_prefix(&r.address)?;
+            b.add_address(&interface, ip, len).map(|()| pb::Empty {})
+        })
+        .await
+    }
+
+    async fn delete_address(
+        &self,
+        r: Request<pb::AddressRequest>,
+    ) -> Result<Response<pb::Empty>, Status> {
+        let r = r.into_inner();
+        self.call(move |b| {
+            let interface = name("interface", &r.interface)?;
+            let (ip, len) = parse_prefix(&r.address)?;
+            b.delete_address(&interface, ip, len).map(|()| pb::Empty {})
         })
         .await
     }

@@ -1,7 +1,7 @@
 //! The admin service end to end on a unix socket: the socket's setup, requests reaching a
 //! backend typed, refusals coming back as gRPC statuses.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -96,17 +96,23 @@ impl AdminBackend for Recorder {
     fn trace_clear(&self) -> AdminResult<()> {
         self.log("trace clear".into())
     }
-    fn add_route(&self, prefix: Ipv4Addr, len: u8, via: &[(Ipv4Addr, String)]) -> AdminResult<()> {
+    fn add_route(&self, prefix: IpAddr, len: u8, via: &[(IpAddr, String)]) -> AdminResult<()> {
         self.log(format!("route {prefix}/{len} {via:?}"))
     }
-    fn delete_route(&self, prefix: Ipv4Addr, len: u8) -> AdminResult<()> {
+    fn delete_route(&self, prefix: IpAddr, len: u8) -> AdminResult<()> {
         Err(AdminError::NotFound(format!("no route {prefix}/{len}")))
     }
-    fn add_neighbor(&self, interface: &str, ip: Ipv4Addr, mac: [u8; 6]) -> AdminResult<()> {
+    fn add_neighbor(&self, interface: &str, ip: IpAddr, mac: [u8; 6]) -> AdminResult<()> {
         self.log(format!("neighbor {interface} {ip} {mac:?}"))
     }
-    fn delete_neighbor(&self, interface: &str, ip: Ipv4Addr) -> AdminResult<()> {
+    fn delete_neighbor(&self, interface: &str, ip: IpAddr) -> AdminResult<()> {
         self.log(format!("del neighbor {interface} {ip}"))
+    }
+    fn add_address(&self, interface: &str, ip: IpAddr, len: u8) -> AdminResult<()> {
+        self.log(format!("address {interface} {ip}/{len}"))
+    }
+    fn delete_address(&self, interface: &str, ip: IpAddr, len: u8) -> AdminResult<()> {
+        self.log(format!("del address {interface} {ip}/{len}"))
     }
     fn add_cross_connect(&self, a: &str, b: &str, l3: Option<L3Peers>) -> AdminResult<()> {
         self.log(format!("xc {a} {b} {l3:?}"))
@@ -183,6 +189,21 @@ fn changes_reach_the_backend(client: &AdminClient, s: &mut Stub) {
         }))
         .unwrap();
     client
+        .block_on(s.add_route(pb::AddRouteRequest {
+            prefix: "2001:db8:2::/48".into(),
+            via: vec![pb::NextHop {
+                next_hop: "fe80::2".into(),
+                interface: "memif0".into(),
+            }],
+        }))
+        .unwrap();
+    client
+        .block_on(s.add_address(pb::AddressRequest {
+            interface: "memif0".into(),
+            address: "2001:db8:1::1/64".into(),
+        }))
+        .unwrap();
+    client
         .block_on(s.add_cross_connect(pb::AddCrossConnectRequest {
             a: "a".into(),
             b: "b".into(),
@@ -225,6 +246,16 @@ fn refusals_come_back_as_statuses(client: &AdminClient, s: &mut Stub) {
         prefix: "10.1.2.0/40".into(),
         via: Vec::new(),
     }))));
+    invalid(refused(client.block_on(s.add_route(pb::AddRouteRequest {
+        prefix: "2001:db8::/129".into(),
+        via: Vec::new(),
+    }))));
+    invalid(refused(client.block_on(s.add_address(
+        pb::AddressRequest {
+            interface: "memif0".into(),
+            address: "2001:db8::zz/64".into(),
+        },
+    ))));
     invalid(refused(client.block_on(s.add_neighbor(
         pb::AddNeighborRequest {
             interface: "memif0".into(),
@@ -263,6 +294,8 @@ fn the_backend_saw_typed_requests(backend: &Recorder) {
         log,
         [
             "route 10.1.2.0/24 [(10.0.0.2, \"memif0\")]".to_string(),
+            "route 2001:db8:2::/48 [(fe80::2, \"memif0\")]".to_string(),
+            "address memif0 2001:db8:1::1/64".to_string(),
             "xc a b Some(L3Peers { peer_a: 10.0.0.2, peer_b: 10.0.1.2 })".to_string(),
             format!(
                 "{:?}",

@@ -1,7 +1,7 @@
 //! [`AdminBackend`] over the owner: reads from its published view and the data path, changes
 //! as [`Change`]s.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use quiver_admin_api::proto as pb;
 use quiver_admin_api::{
@@ -90,7 +90,7 @@ impl AdminBackend for ForwarderAdmin {
         Ok(())
     }
 
-    fn add_route(&self, prefix: Ipv4Addr, len: u8, via: &[(Ipv4Addr, String)]) -> AdminResult<()> {
+    fn add_route(&self, prefix: IpAddr, len: u8, via: &[(IpAddr, String)]) -> AdminResult<()> {
         self.apply(Change::AddRoute {
             prefix,
             len,
@@ -100,11 +100,11 @@ impl AdminBackend for ForwarderAdmin {
         .map(drop)
     }
 
-    fn delete_route(&self, prefix: Ipv4Addr, len: u8) -> AdminResult<()> {
+    fn delete_route(&self, prefix: IpAddr, len: u8) -> AdminResult<()> {
         self.apply(Change::RemoveRoute { prefix, len }).map(drop)
     }
 
-    fn add_neighbor(&self, interface: &str, ip: Ipv4Addr, mac: [u8; 6]) -> AdminResult<()> {
+    fn add_neighbor(&self, interface: &str, ip: IpAddr, mac: [u8; 6]) -> AdminResult<()> {
         self.apply(Change::AddNeighbor {
             port: interface.into(),
             ip,
@@ -114,10 +114,29 @@ impl AdminBackend for ForwarderAdmin {
         .map(drop)
     }
 
-    fn delete_neighbor(&self, interface: &str, ip: Ipv4Addr) -> AdminResult<()> {
+    fn delete_neighbor(&self, interface: &str, ip: IpAddr) -> AdminResult<()> {
         self.apply(Change::RemoveNeighbor {
             port: interface.into(),
             ip,
+        })
+        .map(drop)
+    }
+
+    fn add_address(&self, interface: &str, ip: IpAddr, len: u8) -> AdminResult<()> {
+        self.apply(Change::AddAddress {
+            port: interface.into(),
+            ip,
+            len,
+            owner: None,
+        })
+        .map(drop)
+    }
+
+    fn delete_address(&self, interface: &str, ip: IpAddr, len: u8) -> AdminResult<()> {
+        self.apply(Change::RemoveAddress {
+            port: interface.into(),
+            ip,
+            len,
         })
         .map(drop)
     }

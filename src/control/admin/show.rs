@@ -1,11 +1,12 @@
 //! What `quiver ctl show …` reads, as the admin API's messages: the owner's view (interfaces,
 //! routes, neighbours, cross-connects, memifs), the data path's counters and WireGuard status.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use dataplane::{NodeKind, WorkerRuntime};
 use drivers::{LinkStatus, PortStats};
-use graph_nodes::state::{AdjacencyKind, InterfaceKind};
+use graph_nodes::forwarding::{Neighbor6State, RouteSource};
+use graph_nodes::state::{Adjacency, AdjacencyKind, Interface, InterfaceKind};
 use graph_nodes::{IfIndex, InterfaceMode};
 use quiver_admin_api::format_mac;
 use quiver_admin_api::proto as pb;
@@ -31,7 +32,7 @@ pub(super) fn interfaces(
                 InterfaceMode::L2 => "l2",
             }
             .into(),
-            addresses: i.addresses.iter().map(|&(a, l)| prefix(a, l)).collect(),
+            addresses: addresses(i),
             ..Default::default()
         };
         match i.kind {
@@ -63,8 +64,21 @@ pub(super) fn interfaces(
     out
 }
 
-/// The routes of `f`, each with its distinct paths.
+/// The routes of `f`, each with its distinct paths: IPv4's, then IPv6's.
 pub(super) fn fib(f: &ForwarderView) -> Vec<pb::Route> {
+    let v4 = f.routes.iter().map(|r| {
+        let prefix = format!("{}/{}", Ipv4Addr::from(r.prefix), r.len);
+        route(f, prefix, r.source, r.load_balance)
+    });
+    let v6 = f.routes6.iter().map(|r| {
+        let prefix = format!("{}/{}", Ipv6Addr::from(r.prefix), r.len);
+        route(f, prefix, r.source, r.load_balance)
+    });
+    v4.chain(v6).collect()
+}
+
+/// One route: `prefix`, where it came from and the distinct paths of load balance `lb`.
+fn route(f: &ForwarderView, prefix: String, source: RouteSource, lb: u32) -> pb::Route {
     let state = &f.state;
     let name = |i: IfIndex| {
         state
@@ -72,59 +86,76 @@ pub(super) fn fib(f: &ForwarderView) -> Vec<pb::Route> {
             .map(|x| x.name.clone())
             .unwrap_or_default()
     };
-    f.routes
-        .iter()
-        .map(|r| {
-            let buckets = state
-                .load_balances
-                .get(r.load_balance as usize)
-                .map(|lb| lb.buckets.to_vec())
-                .unwrap_or_default();
-            let mut paths: Vec<pb::RoutePath> = Vec::new();
-            for a in buckets {
-                let Some(adj) = state.adjacencies.get(a.as_usize()) else {
-                    continue;
-                };
-                let (kind, next_hop, interface) = match adj.kind {
-                    AdjacencyKind::Rewrite => ("rewrite", adj.next_hop, name(adj.tx)),
-                    AdjacencyKind::Arp => ("arp", adj.next_hop, name(adj.tx)),
-                    AdjacencyKind::Glean => ("glean", 0, name(adj.tx)),
-                    AdjacencyKind::Local => ("local", 0, String::new()),
-                    AdjacencyKind::Drop => ("drop", 0, String::new()),
-                };
-                let p = pb::RoutePath {
-                    kind: kind.into(),
-                    next_hop: if next_hop == 0 {
-                        String::new()
-                    } else {
-                        Ipv4Addr::from(next_hop).to_string()
-                    },
-                    interface,
-                };
-                // An ECMP object may list a path in several buckets.
-                if !paths.contains(&p) {
-                    paths.push(p);
-                }
-            }
-            pb::Route {
-                prefix: prefix(r.prefix, r.len),
-                source: format!("{:?}", r.source).to_lowercase(),
-                paths,
-            }
-        })
-        .collect()
+    let buckets = state
+        .load_balances
+        .get(lb as usize)
+        .map(|lb| lb.buckets.to_vec())
+        .unwrap_or_default();
+    let mut paths: Vec<pb::RoutePath> = Vec::new();
+    for a in buckets {
+        let Some(adj) = state.adjacencies.get(a.as_usize()) else {
+            continue;
+        };
+        let (kind, interface) = match adj.kind {
+            AdjacencyKind::Rewrite => ("rewrite", name(adj.tx)),
+            AdjacencyKind::Arp => ("arp", name(adj.tx)),
+            AdjacencyKind::Glean => ("glean", name(adj.tx)),
+            AdjacencyKind::Local => ("local", String::new()),
+            AdjacencyKind::Drop => ("drop", String::new()),
+        };
+        let next_hop = match adj.kind {
+            AdjacencyKind::Rewrite | AdjacencyKind::Arp => next_hop(adj),
+            _ => String::new(),
+        };
+        let p = pb::RoutePath {
+            kind: kind.into(),
+            next_hop,
+            interface,
+        };
+        // An ECMP object may list a path in several buckets.
+        if !paths.contains(&p) {
+            paths.push(p);
+        }
+    }
+    pb::Route {
+        prefix,
+        source: format!("{source:?}").to_lowercase(),
+        paths,
+    }
 }
 
-/// The neighbours of `f`.
+/// An adjacency's next hop as text: its IPv6 address for an IPv6 adjacency, else its IPv4
+/// address; empty for a point-to-point or unnumbered one.
+fn next_hop(adj: &Adjacency) -> String {
+    if adj.next_hop6 != [0; 16] {
+        Ipv6Addr::from(adj.next_hop6).to_string()
+    } else if adj.next_hop != 0 {
+        Ipv4Addr::from(adj.next_hop).to_string()
+    } else {
+        String::new()
+    }
+}
+
+/// The neighbours of `f`: IPv4's, then IPv6's with where their aging stands.
 pub(super) fn neighbors(f: &ForwarderView) -> Vec<pb::Neighbor> {
-    f.neighbors
-        .iter()
-        .map(|&(i, ip, mac)| pb::Neighbor {
-            interface: f.interface_name(i).unwrap_or_default().to_string(),
-            ip: Ipv4Addr::from(ip).to_string(),
-            mac: format_mac(mac),
-        })
-        .collect()
+    let name = |i: IfIndex| f.interface_name(i).unwrap_or_default().to_string();
+    let v4 = f.neighbors.iter().map(|&(i, ip, mac)| pb::Neighbor {
+        interface: name(i),
+        ip: Ipv4Addr::from(ip).to_string(),
+        mac: format_mac(mac),
+        state: String::new(),
+    });
+    let v6 = f.neighbors6.iter().map(|n| pb::Neighbor {
+        interface: name(n.interface),
+        ip: Ipv6Addr::from(n.ip).to_string(),
+        mac: format_mac(n.mac),
+        state: match n.state {
+            Neighbor6State::Static => "static".into(),
+            Neighbor6State::Reachable => "reachable".into(),
+            Neighbor6State::Probing(k) => format!("probing {k}"),
+        },
+    });
+    v4.chain(v6).collect()
 }
 
 /// The L2 and L3 cross-connects of `f`, each once (from its lower interface index).
@@ -315,7 +346,16 @@ fn detail(s: &PortStats) -> Vec<pb::Counter> {
         .collect()
 }
 
-/// `a.b.c.d/len`.
-fn prefix(ip: u32, len: u8) -> String {
-    format!("{}/{len}", Ipv4Addr::from(ip))
+/// `i`'s addresses as `address/len`: IPv4's, IPv6's, then its IPv6 link-local address.
+fn addresses(i: &Interface) -> Vec<String> {
+    let v4 = i
+        .addresses
+        .iter()
+        .map(|&(a, l)| format!("{}/{l}", Ipv4Addr::from(a)));
+    let v6 = i
+        .addresses6
+        .iter()
+        .map(|&(a, l)| format!("{}/{l}", Ipv6Addr::from(a)));
+    let ll = i.link_local.map(|a| format!("{}/64", Ipv6Addr::from(a)));
+    v4.chain(v6).chain(ll).collect()
 }

@@ -1,4 +1,4 @@
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use quiver_admin_api::AdminBackend;
 
@@ -17,7 +17,7 @@ fn the_backend_shows_what_it_changed_and_refuses_what_cannot_be() {
     assert!(admin.fib().unwrap().is_empty());
 
     admin
-        .add_route(Ipv4Addr::new(192, 0, 2, 0), 24, &[])
+        .add_route(Ipv4Addr::new(192, 0, 2, 0).into(), 24, &[])
         .unwrap();
     let fib = admin.fib().unwrap();
     assert_eq!(fib.len(), 1);
@@ -26,17 +26,19 @@ fn the_backend_shows_what_it_changed_and_refuses_what_cannot_be() {
     assert_eq!(fib[0].paths[0].kind, "drop");
     assert_eq!(
         admin.add_route(
-            Ipv4Addr::new(10, 0, 0, 0),
+            Ipv4Addr::new(10, 0, 0, 0).into(),
             8,
-            &[(Ipv4Addr::new(10, 0, 0, 1), "nosuch".into())]
+            &[(Ipv4Addr::new(10, 0, 0, 1).into(), "nosuch".into())]
         ),
         Err(AdminError::NotFound("no port named `nosuch`".into()))
     );
     assert!(matches!(
-        admin.delete_route(Ipv4Addr::new(10, 0, 0, 0), 8),
+        admin.delete_route(Ipv4Addr::new(10, 0, 0, 0).into(), 8),
         Err(AdminError::NotFound(_))
     ));
-    admin.delete_route(Ipv4Addr::new(192, 0, 2, 0), 24).unwrap();
+    admin
+        .delete_route(Ipv4Addr::new(192, 0, 2, 0).into(), 24)
+        .unwrap();
     assert!(admin.fib().unwrap().is_empty());
     assert!(matches!(
         admin.trace_add("nosuch", 1),
@@ -62,6 +64,47 @@ fn the_backend_shows_what_it_changed_and_refuses_what_cannot_be() {
     }));
     assert_eq!(admin.connections().unwrap()[0].id, "c1");
 
+    drop(admin);
+    owner.stop().unwrap().stop();
+}
+
+#[test]
+fn ipv6_routes_show_beside_ipv4_and_mixed_families_are_refused() {
+    let owner = ConfigOwner::start(
+        crate::control::owner::test_forwarder(),
+        std::time::Duration::from_millis(1),
+    );
+    let admin = ForwarderAdmin::new(owner.control(), ConnectionSlot::default());
+    let v6: IpAddr = "2001:db8:1::".parse().unwrap();
+    admin.add_route(v6, 48, &[]).unwrap();
+    admin
+        .add_route(Ipv4Addr::new(192, 0, 2, 0).into(), 24, &[])
+        .unwrap();
+    let fib = admin.fib().unwrap();
+    let prefixes: Vec<&str> = fib.iter().map(|r| r.prefix.as_str()).collect();
+    assert_eq!(prefixes, ["192.0.2.0/24", "2001:db8:1::/48"]);
+    assert_eq!(fib[1].paths[0].kind, "drop");
+    // A next hop of the other family, a prefix too long: refused, nothing changed.
+    let refused = admin.add_route(
+        "2001:db8:2::".parse().unwrap(),
+        48,
+        &[(Ipv4Addr::new(10, 0, 0, 1).into(), "nosuch".into())],
+    );
+    assert!(
+        matches!(&refused, Err(AdminError::InvalidArgument(m)) if m.contains("is IPv4")),
+        "{refused:?}"
+    );
+    assert!(matches!(
+        admin.add_route(v6, 129, &[]),
+        Err(AdminError::InvalidArgument(_))
+    ));
+    assert_eq!(admin.fib().unwrap().len(), 2);
+    assert!(matches!(
+        admin.delete_route("2001:db8:3::".parse().unwrap(), 48),
+        Err(AdminError::NotFound(_))
+    ));
+    admin.delete_route(v6, 48).unwrap();
+    assert_eq!(admin.fib().unwrap().len(), 1);
     drop(admin);
     owner.stop().unwrap().stop();
 }

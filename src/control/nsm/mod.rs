@@ -326,7 +326,7 @@ impl NsmBackend for ForwarderDataplane {
             .into_iter()
             .map(|(port, ip, mac)| Change::AddNeighbor {
                 port,
-                ip,
+                ip: ip.into(),
                 mac,
                 owner: Some(owner.into()),
             })

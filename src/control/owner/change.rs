@@ -2,7 +2,7 @@
 //! tests build one, [`super::Control::apply`] hands it to the owner, and the owner applies it
 //! with [`Change::apply`] — the only place a client's change meets the [`Forwarder`].
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use graph_nodes::IfIndex;
 
@@ -53,30 +53,30 @@ pub enum Change {
         /// The port.
         port: String,
     },
-    /// Add (or replace) a route through `via` (next hop, port) paths.
+    /// Add (or replace) a route of either family through `via` (next hop, port) paths.
     AddRoute {
         /// Destination.
-        prefix: Ipv4Addr,
+        prefix: IpAddr,
         /// Prefix length.
         len: u8,
         /// Paths (ECMP when several).
-        via: Vec<(Ipv4Addr, String)>,
+        via: Vec<(IpAddr, String)>,
         /// Its owner.
         owner: Option<String>,
     },
     /// Remove a route.
     RemoveRoute {
         /// Destination.
-        prefix: Ipv4Addr,
+        prefix: IpAddr,
         /// Prefix length.
         len: u8,
     },
-    /// Add a static neighbour.
+    /// Add a static neighbour (ARP's, or neighbour discovery's).
     AddNeighbor {
         /// The port.
         port: String,
         /// Its address.
-        ip: Ipv4Addr,
+        ip: IpAddr,
         /// Its MAC.
         mac: [u8; 6],
         /// Its owner.
@@ -87,14 +87,14 @@ pub enum Change {
         /// The port.
         port: String,
         /// Its address.
-        ip: Ipv4Addr,
+        ip: IpAddr,
     },
     /// Add an address to a port.
     AddAddress {
         /// The port.
         port: String,
         /// The address.
-        ip: Ipv4Addr,
+        ip: IpAddr,
         /// Its prefix length.
         len: u8,
         /// Its owner.
@@ -105,7 +105,7 @@ pub enum Change {
         /// The port.
         port: String,
         /// The address.
-        ip: Ipv4Addr,
+        ip: IpAddr,
         /// Its prefix length.
         len: u8,
     },
@@ -209,7 +209,7 @@ impl Change {
                 via,
                 owner,
             } => {
-                let via: Vec<(Ipv4Addr, &str)> =
+                let via: Vec<(IpAddr, &str)> =
                     via.iter().map(|(ip, port)| (*ip, port.as_str())).collect();
                 done(f.add_route(prefix, len, &via, owner.as_deref()))
             }

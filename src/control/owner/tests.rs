@@ -10,7 +10,7 @@ fn forwarder() -> Forwarder {
 
 fn drop_route(prefix: Ipv4Addr, len: u8) -> Change {
     Change::AddRoute {
-        prefix,
+        prefix: prefix.into(),
         len,
         via: Vec::new(),
         owner: Some("c1".into()),
@@ -48,9 +48,9 @@ fn changes_are_applied_in_order_and_show_in_the_next_view() {
 
     // A refused change: a clear error, nothing changed.
     let refused = control.apply(Change::AddRoute {
-        prefix: Ipv4Addr::new(10, 0, 0, 0),
+        prefix: Ipv4Addr::new(10, 0, 0, 0).into(),
         len: 8,
-        via: vec![(Ipv4Addr::new(10, 0, 0, 1), "nosuch".into())],
+        via: vec![(Ipv4Addr::new(10, 0, 0, 1).into(), "nosuch".into())],
         owner: None,
     });
     assert_eq!(

@@ -7,7 +7,7 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use graph_nodes::forwarding::RouteInfo;
+use graph_nodes::forwarding::{Neighbor6, Route6Info, RouteInfo};
 use graph_nodes::state::Interface;
 use graph_nodes::{ForwardingState, IfIndex};
 
@@ -25,6 +25,8 @@ pub struct ForwarderView {
     pub interfaces: Vec<Interface>,
     /// Every neighbour: (interface, address, MAC).
     pub neighbors: Vec<(IfIndex, u32, [u8; 6])>,
+    /// Every IPv6 neighbour, with its state as of the view.
+    pub neighbors6: Vec<Neighbor6>,
     /// L2 cross-connects, one entry per direction: (receiving, transmitting) interface.
     pub cross_connects: Vec<(IfIndex, IfIndex)>,
     /// L3 cross-connects, one entry per direction: (receiving, transmitting, peer address).
@@ -37,6 +39,8 @@ pub struct ForwarderView {
     /// again at most every [`ROUTE_LIST_EVERY`] (a large table changed route by route must not
     /// be copied whole at every change), so it may lag that much behind.
     pub routes: Arc<Vec<RouteInfo>>,
+    /// Every IPv6 route, sorted by prefix, made again when `routes` is.
+    pub routes6: Arc<Vec<Route6Info>>,
     /// [`graph_nodes::Forwarding::route_generation`] as of `routes`.
     route_generation: u64,
     /// When `routes` was made.
@@ -65,11 +69,19 @@ impl ForwarderView {
     /// [`ForwarderView::of`], `eager` routes at most made again at every change.
     fn of_with(f: &Forwarder, previous: Option<&ForwarderView>, eager: usize) -> ForwarderView {
         let fw = f.forwarding();
-        let (routes, route_generation, routes_made) = match previous {
-            Some(p) if !p.routes_due_with(f, eager) => {
-                (p.routes.clone(), p.route_generation, p.routes_made)
-            }
-            _ => (Arc::new(fw.routes()), fw.route_generation(), Instant::now()),
+        let (routes, routes6, route_generation, routes_made) = match previous {
+            Some(p) if !p.routes_due_with(f, eager) => (
+                p.routes.clone(),
+                p.routes6.clone(),
+                p.route_generation,
+                p.routes_made,
+            ),
+            _ => (
+                Arc::new(fw.routes()),
+                Arc::new(fw.routes6()),
+                fw.route_generation(),
+                Instant::now(),
+            ),
         };
         let interfaces: Vec<Interface> = fw.interfaces().cloned().collect();
         let cross_connects = interfaces
@@ -88,11 +100,13 @@ impl ForwarderView {
             sections: f.port_sections().to_vec(),
             interfaces,
             neighbors: fw.neighbors(),
+            neighbors6: fw.neighbors6(Instant::now()),
             cross_connects,
             l3_cross_connects,
             cut_throughs: f.cut_throughs(),
             tunnels: f.tunnels().to_vec(),
             routes,
+            routes6,
             route_generation,
             routes_made,
             state: Arc::new(fw.snapshot()),
@@ -109,11 +123,13 @@ impl ForwarderView {
             sections: Vec::new(),
             interfaces: self.interfaces.clone(),
             neighbors: self.neighbors.clone(),
+            neighbors6: self.neighbors6.clone(),
             cross_connects: self.cross_connects.clone(),
             l3_cross_connects: self.l3_cross_connects.clone(),
             cut_throughs: self.cut_throughs.clone(),
             tunnels: self.tunnels.clone(),
             routes: self.routes.clone(),
+            routes6: self.routes6.clone(),
             route_generation: self.route_generation,
             routes_made: self.routes_made,
             state: self.state.clone(),
@@ -141,7 +157,8 @@ impl ForwarderView {
     fn routes_due_with(&self, f: &Forwarder, eager: usize) -> bool {
         let fw = f.forwarding();
         self.route_generation != fw.route_generation()
-            && (fw.route_count() <= eager || self.routes_made.elapsed() >= ROUTE_LIST_EVERY)
+            && (fw.route_count() + fw.route_count6() <= eager
+                || self.routes_made.elapsed() >= ROUTE_LIST_EVERY)
     }
 
     /// The port called `name`.
@@ -219,7 +236,7 @@ mod tests {
     use super::*;
 
     fn drop_route(f: &mut Forwarder, third: u8) {
-        f.add_route(Ipv4Addr::new(192, 0, third, 0), 24, &[], None)
+        f.add_route(Ipv4Addr::new(192, 0, third, 0).into(), 24, &[], None)
             .unwrap();
     }
 

@@ -298,23 +298,15 @@ impl Forwarder {
                     source,
                 })?;
         }
-        for r in cfg.route.iter().filter(|r| cfg.route_through_wireguard(r)) {
-            let value = |source| StartError::RouteValue {
-                prefix: r.prefix.clone(),
-                source,
-            };
-            let (prefix, len) = parse_prefix(&r.prefix).map_err(value)?;
-            let mut via = Vec::new();
-            for v in &r.via {
-                let (ip, p) = v.split_once('@').ok_or_else(|| StartError::Via {
-                    prefix: r.prefix.clone(),
-                    via: v.clone(),
-                })?;
-                via.push((Ipv4Addr::from(parse_ip(ip).map_err(value)?), p));
-            }
-            f.add_route(Ipv4Addr::from(prefix), len, &via, None)
+        let topology = cfg.topology()?;
+        for r in topology
+            .routes
+            .iter()
+            .filter(|r| cfg.route_through_wireguard(r.section))
+        {
+            f.add_route(r.prefix, r.len, &r.via, None)
                 .map_err(|source| StartError::WireguardRoute {
-                    prefix: r.prefix.clone(),
+                    prefix: r.section.prefix.clone(),
                     source,
                 })?;
         }
