@@ -101,7 +101,7 @@ fn key_of(level: u8, prefix: u128, len: u8) -> (u16, std::ops::Range<usize>) {
 
 impl Lpm6 {
     /// An empty table whose nodes may take up to `node_bytes` bytes (mapped, and with
-    /// hugepages reserved, at once). 1M routes shaped like a real IPv6 table take about 100 MiB
+    /// hugepages reserved, at once). 1M routes shaped like a real IPv6 table take about 75 MiB
     /// of nodes; a change that replaces all of them needs room for both copies until the next
     /// [`Lpm6::recycle_retired`].
     pub fn new(node_bytes: u64, hugepages: HugepagePolicy) -> Result<Lpm6, Lpm6Error> {

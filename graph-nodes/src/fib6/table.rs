@@ -317,8 +317,17 @@ fn locate(nodes: &[AtomicU64], at: usize, j: u32) -> (usize, u32) {
     )
 }
 
-/// Hints the CPU to fetch the first cache line of the node at word `at`.
+/// Hints the CPU to fetch the cache line holding word `at` of the node memory into the
+/// second-level cache.
 #[inline(always)]
 fn prefetch_node(nodes: &[AtomicU64], at: usize) {
-    prefetch(nodes.as_ptr().wrapping_add(at));
+    let p = nodes.as_ptr().wrapping_add(at);
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint: it neither faults nor changes memory, for any address.
+    #[allow(unused_unsafe)]
+    unsafe {
+        core::arch::x86_64::_mm_prefetch(p.cast::<i8>(), core::arch::x86_64::_MM_HINT_T1);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
