@@ -176,7 +176,11 @@ fn ipv6_is_routed_between_two_namespaces_beside_ipv4() {
     for (port, host) in [("a", "2001:db8:76:1::2"), ("b", "2001:db8:76:2::2")] {
         let n = support::one(&neighbours, "ip", host);
         assert_eq!(n["interface"], port, "{neighbours}");
-        assert_eq!(n["state"], "reachable", "{neighbours}");
+        let state = n["state"].as_str().unwrap();
+        assert!(
+            state == "reachable" || state.starts_with("probing"),
+            "learned, so aged (not static): {neighbours}"
+        );
     }
 
     // The hop limit: a packet that arrives with one hop left is Quiver's to refuse, by an

@@ -20,6 +20,10 @@ impl std::hash::Hasher for WordHasher {
     fn write_u32(&mut self, v: u32) {
         self.write_u64(v as u64);
     }
+    fn write_u128(&mut self, v: u128) {
+        self.write_u64(v as u64);
+        self.write_u64((v >> 64) as u64);
+    }
     fn write_u64(&mut self, v: u64) {
         self.0 = (self.0.rotate_left(23) ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     }

@@ -42,9 +42,14 @@ pub enum InterfaceKind {
         /// The VLAN id.
         vlan: u16,
     },
-    /// A VXLAN tunnel's L2 side: frames sent here are encapsulated.
+    /// A VXLAN tunnel's L2 side: frames sent here are encapsulated in IPv4.
     Vxlan {
         /// Index into [`ForwardingState::tunnels`].
+        tunnel: u32,
+    },
+    /// A VXLAN tunnel over IPv6's L2 side: frames sent here are encapsulated in IPv6.
+    Vxlan6 {
+        /// Index into [`ForwardingState::tunnels6`].
         tunnel: u32,
     },
     /// A WireGuard tunnel's L3 side: IP packets sent here are encrypted to a peer.
@@ -238,8 +243,33 @@ pub struct VxlanTunnel {
     pub dst_port: u16,
 }
 
+/// A VXLAN tunnel over IPv6 (RFC 7348 section 5 allows either family outside). As for
+/// [`VxlanTunnel`], what encapsulation reads comes first.
+#[derive(Debug, Clone)]
+#[repr(C, align(64))]
+pub struct Vxlan6Tunnel {
+    /// The outer IPv6 + UDP + VXLAN header, with the flow label, payload length, UDP source
+    /// port, length and checksum zero (filled per packet).
+    pub header: [u8; 56],
+    /// The ones'-complement sum, not folded, of what the UDP checksum covers that never
+    /// changes: the pseudo-header's addresses and next header, the destination port and the
+    /// VXLAN header.
+    pub fixed_sum: u32,
+    /// The tunnel's L2 interface.
+    pub interface: IfIndex,
+    /// Our underlay address.
+    pub src: u128,
+    /// The far end's underlay address.
+    pub dst: u128,
+    /// The VXLAN network identifier (24 bits).
+    pub vni: u32,
+    /// The far end's UDP port.
+    pub dst_port: u16,
+}
+
 /// How `interface-output` reaches an interface, packed in one word per interface so that the
-/// per-packet lookup touches a small array: the kind in the top two bits, an index below.
+/// per-packet lookup touches a small array: the kind in the top two bits, an index below (a
+/// VXLAN tunnel's family in the index's top bit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TxClass(u32);
 
@@ -256,9 +286,17 @@ impl TxClass {
     pub fn vlan(parent: IfIndex) -> TxClass {
         TxClass(1 << 30 | (parent.get() & Self::INDEX))
     }
-    /// A VXLAN tunnel: encapsulate with tunnel `t`.
+    /// Marks a VXLAN class's tunnel as one of [`ForwardingState::tunnels6`].
+    const VXLAN6: u32 = 1 << 29;
+
+    /// A VXLAN tunnel over IPv4: encapsulate with tunnel `t`.
     pub fn vxlan(t: u32) -> TxClass {
-        TxClass(2 << 30 | (t & Self::INDEX))
+        TxClass(2 << 30 | (t & Self::INDEX & !Self::VXLAN6))
+    }
+
+    /// A VXLAN tunnel over IPv6: encapsulate with tunnel `t` of the IPv6 ones.
+    pub fn vxlan6(t: u32) -> TxClass {
+        TxClass(2 << 30 | Self::VXLAN6 | (t & Self::INDEX & !Self::VXLAN6))
     }
 
     /// A WireGuard tunnel: encrypt with tunnel `t`.
@@ -278,10 +316,16 @@ impl TxClass {
         (self.0 >> 30 <= 1).then_some(IfIndex::new(self.0 & Self::INDEX))
     }
 
-    /// The tunnel, if this is a VXLAN interface.
+    /// The tunnel, if this is a VXLAN interface over IPv4.
     #[inline(always)]
     pub fn tunnel(self) -> Option<u32> {
-        (self.0 >> 30 == 2).then_some(self.0 & Self::INDEX)
+        (self.0 >> 29 == 4).then_some(self.0 & Self::INDEX)
+    }
+
+    /// The tunnel, if this is a VXLAN interface over IPv6.
+    #[inline(always)]
+    pub fn tunnel6(self) -> Option<u32> {
+        (self.0 >> 29 == 5).then_some(self.0 & Self::INDEX & !Self::VXLAN6)
     }
 }
 
@@ -349,7 +393,11 @@ pub struct ForwardingState {
     pub tunnels: Vec<VxlanTunnel>,
     /// VXLAN tunnels by (outer source, outer destination, VNI) as received.
     pub tunnel_by_key: FastMap<(u32, u32, u32), u32>,
-    /// The UDP port VXLAN is received on.
+    /// VXLAN tunnels over IPv6 by index.
+    pub tunnels6: Vec<Vxlan6Tunnel>,
+    /// VXLAN tunnels over IPv6 by (outer source, outer destination, VNI) as received.
+    pub tunnel6_by_key: FastMap<(u128, u128, u32), u32>,
+    /// The UDP port VXLAN is received on (both families).
     pub vxlan_port: u16,
     /// Events for the control side (bounded; the data path never blocks on it).
     pub events: Arc<ArrayQueue<DataplaneEvent>>,

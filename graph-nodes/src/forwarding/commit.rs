@@ -167,6 +167,7 @@ impl Forwarding {
                 Some((i, InterfaceKind::Port)) => TxClass::port(i),
                 Some((_, InterfaceKind::Vlan { parent, .. })) => TxClass::vlan(parent),
                 Some((_, InterfaceKind::Vxlan { tunnel })) => TxClass::vxlan(tunnel),
+                Some((_, InterfaceKind::Vxlan6 { tunnel })) => TxClass::vxlan6(tunnel),
                 Some((_, InterfaceKind::Wireguard { tunnel })) => TxClass::wireguard(tunnel),
                 None => TxClass::NONE,
             })
@@ -219,6 +220,8 @@ impl Forwarding {
             single_paths,
             tunnels: self.vxlan.snapshot(),
             tunnel_by_key: self.vxlan.by_key(),
+            tunnels6: self.vxlan.snapshot6(),
+            tunnel6_by_key: self.vxlan.by_key6(),
             vxlan_port: self.vxlan.port,
             events: self.events.clone(),
             nd_probes: self.nd_probes.clone(),

@@ -206,6 +206,7 @@ impl Forwarding {
         }
         match iface.kind {
             InterfaceKind::Vxlan { tunnel } => self.vxlan.remove(tunnel),
+            InterfaceKind::Vxlan6 { tunnel } => self.vxlan.remove6(tunnel),
             InterfaceKind::Wireguard { tunnel } => self.wireguard.remove(tunnel),
             InterfaceKind::Port | InterfaceKind::Vlan { .. } => {}
         }

@@ -41,6 +41,7 @@ mod xconnect;
 pub use commit::{LocalState, Publisher};
 pub use fib::Route;
 pub use neighbors::{Neighbor6, Neighbor6State};
+pub use vxlan::VXLAN6_HEADER;
 
 use fib::Fib;
 use interfaces::Interfaces;

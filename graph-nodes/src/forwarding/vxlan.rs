@@ -1,30 +1,88 @@
-//! [`VxlanTunnels`]: VXLAN tunnels over IPv4 (RFC 7348) and the port they are received on, and
-//! the [`Forwarding`] methods that add them.
+//! [`VxlanTunnels`]: VXLAN tunnels (RFC 7348) over IPv4 and over IPv6 and the port they are
+//! received on, and the [`Forwarding`] methods that add them.
+
+use std::net::Ipv6Addr;
 
 use super::{Forwarding, ForwardingError};
 use crate::index::IfIndex;
-use crate::state::{FastMap, InterfaceKind, InterfaceMode, VxlanTunnel};
-use crate::wire::{self, Ipv4, Udp, Vxlan};
+use crate::state::{FastMap, InterfaceKind, InterfaceMode, Vxlan6Tunnel, VxlanTunnel};
+use crate::wire::{self, ipv6, Ipv4, Ipv6, Udp, Vxlan};
 
-/// The tunnels by index (a removed one's slot is free) and the UDP port VXLAN arrives on.
+/// Bytes of the outer headers over IPv6: IPv6, UDP, VXLAN.
+pub const VXLAN6_HEADER: usize = ipv6::HEADER_LEN + wire::UDP_HEADER + wire::VXLAN_HEADER;
+
+/// The tunnels of both families by index (a removed one's slot is free) and the UDP port
+/// VXLAN arrives on.
 pub(super) struct VxlanTunnels {
     tunnels: Vec<Option<VxlanTunnel>>,
+    tunnels6: Vec<Option<Vxlan6Tunnel>>,
     pub(super) port: u16,
+}
+
+/// The first free slot of `slots`, or its end.
+fn free_slot<T>(slots: &[Option<T>]) -> usize {
+    slots.iter().position(Option::is_none).unwrap_or(slots.len())
+}
+
+/// Puts `t` in `slots[at]` (a free slot, or the end).
+fn fill_slot<T>(slots: &mut Vec<Option<T>>, at: usize, t: T) {
+    if at == slots.len() {
+        slots.push(Some(t));
+    } else {
+        slots[at] = Some(t);
+    }
 }
 
 impl VxlanTunnels {
     pub(super) fn new() -> Self {
         VxlanTunnels {
             tunnels: Vec::new(),
+            tunnels6: Vec::new(),
             port: wire::VXLAN_PORT,
         }
     }
 
-    /// Frees tunnel `t`'s slot.
+    /// Frees IPv4 tunnel `t`'s slot.
     pub(super) fn remove(&mut self, t: u32) {
         if let Some(slot) = self.tunnels.get_mut(t as usize) {
             *slot = None;
         }
+    }
+
+    /// Frees IPv6 tunnel `t`'s slot.
+    pub(super) fn remove6(&mut self, t: u32) {
+        if let Some(slot) = self.tunnels6.get_mut(t as usize) {
+            *slot = None;
+        }
+    }
+
+    /// The IPv6 tunnels as the snapshot holds them (a removed one's slot sends nowhere).
+    pub(super) fn snapshot6(&self) -> Vec<Vxlan6Tunnel> {
+        self.tunnels6
+            .iter()
+            .map(|t| {
+                t.clone().unwrap_or(Vxlan6Tunnel {
+                    header: [0; VXLAN6_HEADER],
+                    fixed_sum: 0,
+                    interface: IfIndex::NONE,
+                    src: 0,
+                    dst: 0,
+                    vni: 0,
+                    dst_port: 0,
+                })
+            })
+            .collect()
+    }
+
+    /// The IPv6 tunnels by (outer source, outer destination, VNI) as packets arrive on them.
+    pub(super) fn by_key6(&self) -> FastMap<(u128, u128, u32), u32> {
+        let mut by_key = FastMap::default();
+        for (i, t) in self.tunnels6.iter().enumerate() {
+            if let Some(t) = t {
+                by_key.insert((t.dst, t.src, t.vni), i as u32);
+            }
+        }
+        by_key
     }
 
     /// The tunnels as the snapshot holds them (a removed one's slot sends nowhere).
@@ -84,10 +142,7 @@ impl Forwarding {
                 vni,
             });
         }
-        let slot = tunnels
-            .iter()
-            .position(Option::is_none)
-            .unwrap_or(tunnels.len());
+        let slot = free_slot(tunnels);
         let interface = self.add_interface(
             name,
             [0; 6],
@@ -107,12 +162,56 @@ impl Forwarding {
             header,
             ip_sum,
         };
-        let tunnels = &mut self.vxlan.tunnels;
-        if slot == tunnels.len() {
-            tunnels.push(Some(t));
-        } else {
-            tunnels[slot] = Some(t);
+        fill_slot(&mut self.vxlan.tunnels, slot, t);
+        Ok(interface)
+    }
+
+    /// Adds a VXLAN tunnel over IPv6 from our `src` to `dst` with `vni`, sending to UDP port
+    /// `dst_port`; returns its L2 interface.
+    pub fn add_vxlan6_tunnel(
+        &mut self,
+        name: &str,
+        src: u128,
+        dst: u128,
+        vni: u32,
+        dst_port: u16,
+    ) -> Result<IfIndex, ForwardingError> {
+        if vni >= 1 << 24 {
+            return Err(ForwardingError::BadVni(vni));
         }
+        let tunnels = &self.vxlan.tunnels6;
+        if tunnels
+            .iter()
+            .flatten()
+            .any(|t| t.src == src && t.dst == dst && t.vni == vni)
+        {
+            return Err(ForwardingError::DuplicateTunnel {
+                src: Ipv6Addr::from(src).to_string(),
+                dst: Ipv6Addr::from(dst).to_string(),
+                vni,
+            });
+        }
+        let slot = free_slot(tunnels);
+        let interface = self.add_interface(
+            name,
+            [0; 6],
+            9000,
+            InterfaceMode::L2,
+            InterfaceKind::Vxlan6 {
+                tunnel: slot as u32,
+            },
+        )?;
+        let (header, fixed_sum) = vxlan6_template(src, dst, vni, dst_port);
+        let t = Vxlan6Tunnel {
+            header,
+            fixed_sum,
+            interface,
+            src,
+            dst,
+            vni,
+            dst_port,
+        };
+        fill_slot(&mut self.vxlan.tunnels6, slot, t);
         Ok(interface)
     }
 
@@ -145,6 +244,35 @@ fn vxlan_template(src: u32, dst: u32, vni: u32, dst_port: u16) -> ([u8; 36], u32
     }
     let ip_sum = wire::sum16(&header[..wire::IP4_HEADER]);
     (header, ip_sum)
+}
+
+/// A VXLAN tunnel's outer IPv6 + UDP + VXLAN header from `src` to `dst:dst_port` for `vni`,
+/// with what changes per packet (flow label, payload length, UDP source port, length and
+/// checksum) zero, and the unfolded sum of what the UDP checksum covers that never changes
+/// (the pseudo-header's addresses and next header, the destination port, the VXLAN header).
+fn vxlan6_template(src: u128, dst: u128, vni: u32, dst_port: u16) -> ([u8; VXLAN6_HEADER], u32) {
+    let mut header = [0u8; VXLAN6_HEADER];
+    let (ip, rest) = header.split_at_mut(ipv6::HEADER_LEN);
+    let (udp, vx) = rest.split_at_mut(wire::UDP_HEADER);
+    if let (Ok(mut ip), Ok(mut udp), Ok(mut vx)) = (
+        Ipv6::new_checked(ip),
+        Udp::new_checked(udp),
+        Vxlan::new_checked(vx),
+    ) {
+        ip.reset_header();
+        ip.set_next_header(wire::PROTO_UDP);
+        ip.set_hop_limit(64);
+        ip.set_src(&src.to_be_bytes());
+        ip.set_dst(&dst.to_be_bytes());
+        udp.set_dst_port(dst_port);
+        vx.set_flags(wire::vxlan::FLAG_I);
+        vx.set_vni(vni);
+    }
+    let sum = wire::checksum::ones_sum(&header[8..ipv6::HEADER_LEN])
+        + u64::from(wire::PROTO_UDP)
+        + u64::from(dst_port)
+        + wire::checksum::ones_sum(&header[ipv6::HEADER_LEN + wire::UDP_HEADER..]);
+    (header, u32::from(wire::checksum::fold(sum)))
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ use crate::state::{ForwardingState, IfIndex};
 
 next_arcs! {
     ENCAP => names::VXLAN4_ENCAP,
+    ENCAP6 => names::VXLAN6_ENCAP,
     ENCRYPT => names::WG4_ENCRYPT,
     RESOLVE => names::OFFLOAD_RESOLVE,
 }
@@ -31,6 +32,7 @@ node_errors! {
 
 const TO_ENCAP: u32 = u32::MAX - 1;
 const TO_ENCRYPT: u32 = u32::MAX - 2;
+const TO_ENCAP6: u32 = u32::MAX - 3;
 const TO_DROP: u32 = u32::MAX;
 
 /// The `interface-output` node of one worker.
@@ -112,6 +114,7 @@ impl Node<ForwardingState> for InterfaceOutput {
                     (Some(port), _) => port.get(),
                     (None, Some(_)) => TO_ENCAP,
                     (None, None) if class.wireguard_tunnel().is_some() => TO_ENCRYPT,
+                    (None, None) if class.tunnel6().is_some() => TO_ENCAP6,
                     (None, None) => TO_DROP,
                 };
                 one_port &= i == 0 || p == last_port;
@@ -156,6 +159,8 @@ impl InterfaceOutput {
         match port {
             TO_ENCAP if offload => cx.enqueue_slice(RESOLVE, run),
             TO_ENCAP => cx.enqueue_slice(ENCAP, run),
+            TO_ENCAP6 if offload => cx.enqueue_slice(RESOLVE, run),
+            TO_ENCAP6 => cx.enqueue_slice(ENCAP6, run),
             TO_ENCRYPT if offload => cx.enqueue_slice(RESOLVE, run),
             TO_ENCRYPT => cx.enqueue_slice(ENCRYPT, run),
             TO_DROP => cx.enqueue_slice(Next::DROP, run),

@@ -1,8 +1,9 @@
 //! `ip6-local`: IPv6 packets for this node (its addresses, its link-local address, the
 //! multicast groups it is in). ICMPv6 echo requests are answered (so people can ping Quiver):
 //! through the FIB, or, to a link-local source, straight back on its link; neighbour discovery
-//! goes to `ip6-nd`; anything else is counted and dropped. ICMPv6 is found behind extension
-//! headers too.
+//! goes to `ip6-nd`; VXLAN (UDP to the VXLAN port, right after the IPv6 header, to a unicast
+//! address of ours) to `vxlan6-input`; anything else is counted and dropped. ICMPv6 is found
+//! behind extension headers too.
 
 use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
@@ -12,12 +13,13 @@ use super::origin::LOCALLY_ORIGINATED;
 use super::reply_on_link::reply_on_link;
 use crate::state::ForwardingState;
 use crate::wire::icmp6::{self, Icmp6};
-use crate::wire::{self, ipv6, Ipv6};
+use crate::wire::{self, ipv6, Ipv6, Udp};
 
 next_arcs! {
     LOOKUP => names::IP6_LOOKUP,
     ND => names::IP6_ND,
     OUTPUT => names::INTERFACE_OUTPUT,
+    VXLAN => names::VXLAN6_INPUT,
 }
 
 node_errors! {
@@ -49,12 +51,18 @@ impl Default for Ip6Local {
     }
 }
 
-/// Where packet `d` (IPv6 header first) goes: neighbour discovery, or an echo request turned
-/// into its reply in place.
-fn handle(d: &mut [u8]) -> Result<Next, u16> {
+/// Where packet `d` (IPv6 header first) goes: neighbour discovery, VXLAN (to UDP port
+/// `vxlan_port`), or an echo request turned into its reply in place.
+fn handle(d: &mut [u8], vxlan_port: u16) -> Result<Next, u16> {
     let ip = Ipv6::new_checked(&*d).map_err(|_| BAD_ICMP)?;
     let upper = ipv6::walk(ip.payload(), ip.next_header(), EXTENSION_BOUND)
         .map_err(|_| UNKNOWN_PROTOCOL)?;
+    if upper.protocol == wire::PROTO_UDP && upper.offset == 0 && !ipv6::is_multicast(&ip.dst()) {
+        return match Udp::new_checked(ip.payload()).map(|u| u.dst_port()) {
+            Ok(port) if port == vxlan_port => Ok(VXLAN),
+            _ => Err(UNKNOWN_PROTOCOL),
+        };
+    }
     if upper.protocol != icmp6::PROTO_ICMP6 || upper.later_fragment {
         return Err(UNKNOWN_PROTOCOL);
     }
@@ -111,7 +119,7 @@ impl Node<ForwardingState> for Ip6Local {
         let n = bis.len();
         let state = cx.state();
         for (&bi, next) in bis.iter().zip(&mut self.nexts[..n]) {
-            let verdict = handle(cx.buffers.data_mut(bi));
+            let verdict = handle(cx.buffers.data_mut(bi), state.vxlan_port);
             // A reply to a link-local source goes back on its link, not through the FIB.
             let on_link = verdict == Ok(LOOKUP)
                 && Ipv6::new_checked(cx.buffers.data(bi))

@@ -22,6 +22,7 @@ mod offload_resolve;
 mod origin;
 mod reply_on_link;
 mod vxlan;
+mod vxlan6;
 mod wireguard;
 
 pub use arp::{ArpInput, Ip4Arp};
@@ -44,6 +45,7 @@ pub use nd::{Ip6Nd, Ip6NdProbe, Ip6NdResolve};
 pub use offload_resolve::OffloadResolve;
 pub use origin::LOCALLY_ORIGINATED;
 pub use vxlan::{Vxlan4Encap, Vxlan4Input};
+pub use vxlan6::{Vxlan6Encap, Vxlan6Input};
 pub use wireguard::{Wg4ControlInput, Wg4Decrypt, Wg4Encrypt};
 
 use std::sync::Arc;
@@ -96,6 +98,10 @@ pub mod names {
     pub const VXLAN4_ENCAP: &str = "vxlan4-encap";
     /// VXLAN decapsulation.
     pub const VXLAN4_INPUT: &str = "vxlan4-input";
+    /// VXLAN encapsulation over IPv6.
+    pub const VXLAN6_ENCAP: &str = "vxlan6-encap";
+    /// VXLAN decapsulation over IPv6.
+    pub const VXLAN6_INPUT: &str = "vxlan6-input";
     /// WireGuard encryption (IP packet → transport message in UDP/IPv4).
     pub const WG4_ENCRYPT: &str = "wg4-encrypt";
     /// WireGuard decryption (UDP for a tunnel's port → inner IPv4 packet).
@@ -145,6 +151,8 @@ pub fn add_forwarding_nodes(
         .add(xc)
         .add(Vxlan4Encap::new())
         .add(Vxlan4Input::new())
+        .add(Vxlan6Encap::new())
+        .add(Vxlan6Input::new())
         .add(Wg4Encrypt::new())
         .add(Wg4Decrypt::new())
         .add(Wg4ControlInput::new())

@@ -8,18 +8,25 @@ use dataplane::{Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 use super::names;
 use super::origin::LOCALLY_ORIGINATED;
 use crate::state::ForwardingState;
-use crate::wire::{self, ipv4, Ethernet, Ipv4, Udp, Vxlan};
+use super::ip6_lookup::flow_hash6;
+use crate::wire::{self, ipv4, Ethernet, Ipv4, Ipv6, Udp, Vxlan};
 
 /// Bytes the encapsulation adds before the outer Ethernet header.
 pub const ENCAP_LEN: u16 = (wire::IP4_HEADER + wire::UDP_HEADER + wire::VXLAN_HEADER) as u16;
 
-/// The UDP source port for an inner frame: a hash of its headers, in 49152–65535.
+/// The UDP source port for an inner frame: a hash of its headers (IPv4's or IPv6's flow, else
+/// the MACs), in 49152–65535; and the hash.
 #[inline]
 pub fn source_port(inner: &[u8]) -> (u16, u32) {
     let h = match Ethernet::new_checked(inner) {
-        Ok(eth) => match Ipv4::new_checked(eth.payload()) {
-            Ok(ip) if eth.ethertype() == wire::ETHERTYPE_IP4 => ip.flow_hash(),
-            // Not IPv4 (or too short for it): the MAC addresses.
+        Ok(eth) => match (eth.ethertype(), eth.payload()) {
+            (wire::ETHERTYPE_IP4, p) if Ipv4::new_checked(p).is_ok() => {
+                Ipv4::new_checked(p).map_or(0, |ip| ip.flow_hash())
+            }
+            (wire::ETHERTYPE_IP6, p) if Ipv6::new_checked(p).is_ok() => {
+                Ipv6::new_checked(p).map_or(0, |ip| flow_hash6(&ip))
+            }
+            // Neither (or too short for its header): the MAC addresses.
             _ => {
                 let [a, b, c] = eth.address_words();
                 wire::flow_hash(a, b, 0, c)

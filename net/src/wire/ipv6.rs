@@ -93,6 +93,17 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6<T> {
         }
     }
 
+    /// Sets the flow label (its low 20 bits), keeping the version and traffic class.
+    #[inline(always)]
+    pub fn set_flow_label(&mut self, label: u32) {
+        if let Some(h) = self.header_mut() {
+            let [_, a, b, c] = label.to_be_bytes();
+            h[1] = (h[1] & 0xf0) | (a & 0x0f);
+            h[2] = b;
+            h[3] = c;
+        }
+    }
+
     /// Sets the payload length.
     #[inline(always)]
     pub fn set_payload_len(&mut self, len: u16) {
