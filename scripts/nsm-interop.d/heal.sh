@@ -9,127 +9,88 @@
 #
 #   local-nsmgr-restart       NSC on node 1, NSE on node 2 (VXLAN); node 1's nsmgr is killed
 #                             and started again: the NSC heals through it, in place
-#   registry-restart          NSCs and NSE on node 1; the registry is killed and started again:
-#                             a new NSC gets through at once, the old connections are refreshed
-#                             through Quiver and keep their interfaces (the link IDs)
+#   registry-restart          NSCs and NSEs on node 1; the registry is killed and started
+#                             again: a new NSC gets through at once, the old connections are
+#                             refreshed through Quiver and keep their interfaces (the link IDs)
 #   remote-forwarder-restart  NSC on node 1, NSE on node 2 (VXLAN); Quiver on node 2 is killed
 #                             and started again: the NSC heals through the new one
 #   dataplane-interrupt       NSC and NSE on node 1; the NSC's nsm-1 is set down: the NSC's
 #                             liveness check sees it and heals, the policy routes come back
 #
-# The NSE serves a policy-based routing file in each (deployments-k8s' heal examples run the
-# icmp-responder of apps/nse-kernel-pbr), and each scenario asks the NSC's kernel, as NSM's
-# examples do with `ip route get`, where the policies' traffic goes, before and after.
+# As in NSM's examples the NSE is apps/nse-kernel-pbr's icmp-responder with the example's
+# NSM_CIDR_PREFIX (172.16.1.100/31; registry-restart's 172.16.1.100/30,172.16.2.200/30), serving
+# NSM's policy file (pbr.sh's nsm_pbr_file): NSM's endpoint adds its `from` prefixes to the NSC's
+# addresses, which the NSC's liveness check pings from, so a heal that came back without the
+# route to them on the NSE's side would show as another heal. Each scenario checks, before and
+# after, what NSM's example checks: pings both ways (and here from and to the `from` address),
+# and the policies with `ip route get` (nsm_pbr_check, word for word as the example greps).
 
 # Each runs in the default list under both KERNEL backends, as the other heal scenarios do.
 SCENARIOS+=(local-nsmgr-restart local-nsmgr-restart@veth registry-restart registry-restart@veth
   remote-forwarder-restart remote-forwarder-restart@veth dataplane-interrupt dataplane-interrupt@veth)
 
-# heal_pbr NSE [NEXT-HOP]: the policy-based routing file nse_start gives NSE, with policies of
-# the kinds deployments-k8s' apps/nse-kernel-pbr has (every heal example's NSE serves it): by
-# protocol and destination port, via a next hop; by protocol and source port; by protocol and a
-# destination port range. Each has a route of its own, the first via NEXT-HOP when given (the
-# NSE's address of the only connection: Quiver does not mark a gateway on-link, so it must be
-# on the link already). Unlike there, no policy selects by source (`from`) and each has a
-# route, for two differences from NSM's kernel forwarders: NSM's endpoint adds a policy's
-# `from` to the NSC's addresses (sdk policyroute), and NSM's forwarders route each side's
-# interface to the other side's addresses (sdk-kernel's link routes) while Quiver adds only
-# the context's routes, so the NSE cannot answer that address and the NSC's liveness check,
-# which pings from each of its addresses, fails and heals again every ~1.5 s; and a policy
-# without routes gets a default route through the interface from NSM's forwarders, an empty
-# table from Quiver.
-heal_pbr() {
-  local via=${2:+"
-      nexthop: $2"}
-  cat >"$WORK/$1-pbr.yaml" <<YAML
-- proto: "6"
-  dstport: "6666"
-  routes:
-    - prefix: 172.16.3.0/24$via
-- proto: "6"
-  srcport: "5555"
-  routes:
-    - prefix: 172.16.4.0/24
-- proto: "17"
-  dstport: "6667-6670"
-  routes:
-    - prefix: 172.16.5.0/24
-YAML
-  HEAL_PBR_VIA=${2:-}
-}
+# Per NSE started by heal_nse: its network service, whether its IPAM is IPv6 (6) or IPv4,
+# how many policy rules its policy file makes in each NSC, and whether it is NSM's
+# apps/nse-kernel-pbr file (pbr.sh's nsm_pbr_file; its `from` address is pinged both ways).
+declare -A NSE_SVC=() NSE_FAMILY=() NSE_RULES=() NSE_PBR=()
 
-# heal_route POD ARGS...: the first line of `ip route get ARGS` in pod POD.
-heal_route() { ip -n "$PFX-$1" route get "${@:2}" 2>&1 | head -1; }
-
-# heal_pbr_check POD: the NSC POD sends each policy's traffic of heal_pbr through a table of
-# its own and nsm-1, as NSM's examples check (`ip route get` with the policy's selectors), and
-# other traffic to those prefixes nowhere (the pod has no other route there); the three tables
-# differ, each holds its one route and nothing else, and the pod has exactly three rules of
-# Quiver's. Sets FAIL, or PBR_TABLES.
-heal_pbr_check() {
-  local pod=$1 got t1 t2 t3 t routes rules via=${HEAL_PBR_VIA:+ via ${HEAL_PBR_VIA//./\\.}}
-  got=$(heal_route "$pod" 172.16.3.1 ipproto tcp dport 6666)
-  t1=$(sed -nE "s/^172\.16\.3\.1$via dev nsm-1 table ([0-9]+) .*/\1/p" <<<"$got")
-  [[ -n $t1 ]] ||
-    { FAIL="$pod: TCP to 172.16.3.1:6666 goes '$got', not by a table of its own${HEAL_PBR_VIA:+ via $HEAL_PBR_VIA} through nsm-1"; return 1; }
-  got=$(heal_route "$pod" 172.16.4.1 ipproto tcp sport 5555)
-  t2=$(sed -nE "s/^172\.16\.4\.1 dev nsm-1 table ([0-9]+) .*/\1/p" <<<"$got")
-  [[ -n $t2 ]] || { FAIL="$pod: TCP from port 5555 to 172.16.4.1 goes '$got', not by a table of its own through nsm-1"; return 1; }
-  got=$(heal_route "$pod" 172.16.5.1 ipproto udp dport 6668)
-  t3=$(sed -nE "s/^172\.16\.5\.1 dev nsm-1 table ([0-9]+) .*/\1/p" <<<"$got")
-  [[ -n $t3 ]] || { FAIL="$pod: UDP to 172.16.5.1:6668 goes '$got', not by a table of its own through nsm-1"; return 1; }
-  got=$(heal_route "$pod" 172.16.3.1 ipproto tcp dport 6667)
-  [[ $got == *unreachable* ]] || { FAIL="$pod: TCP to 172.16.3.1:6667, which no policy selects, goes '$got'"; return 1; }
-  if [[ $t1 == "$t2" || $t2 == "$t3" || $t1 == "$t3" ]]; then
-    FAIL="$pod: policies share a table: $t1 $t2 $t3"
-    return 1
-  fi
-  for t in "$t1" "$t2" "$t3"; do
-    routes=$(ip -n "$PFX-$pod" route show table "$t")
-    if [[ $(wc -l <<<"$routes") != 1 ]]; then
-      FAIL="$pod: table $t holds $(tr '\n' ';' <<<"$routes"), not one route"
-      return 1
-    fi
-  done
-  rules=$(pods_rules | awk -v p="$pod" '$1 == p')
-  if [[ $(grep -c . <<<"$rules") != 3 ]]; then
-    FAIL="$pod has $(grep -c . <<<"$rules") rules of Quiver's, not 3: $(tr '\n' ';' <<<"$rules")"
-    return 1
-  fi
-  PBR_TABLES="$t1,$t2,$t3"
+# heal_nse NSE NODE SERVICE FAMILY RULES PBR [VAR=value...]: nse_start with the service name,
+# and what heal_connect and heal_expected need to know of it; PBR is 1 when its file is NSM's.
+heal_nse() {
+  local nse=$1 n=$2
+  NSE_SVC[$nse]=$3 NSE_FAMILY[$nse]=$4 NSE_RULES[$nse]=$5 NSE_PBR[$nse]=$6
+  shift 6
+  nse_start "$nse" "$n" NSM_SERVICE_NAMES="${NSE_SVC[$nse]}" "$@"
 }
 
 # heal_peer NSE ADDR: the NSE's own address toward the NSC at ADDR (the source of its route
-# there, through an interface of the connection); fails when it has none.
+# there, through an interface of the connection; IPv6 for an IPv6 ADDR); fails when it has
+# none.
 heal_peer() {
-  ip -n "$PFX-$1" -4 route get "$2" 2>/dev/null | sed -nE 's/.* dev ([^ ]+) .*src ([0-9.]+).*/\1 \2/p' |
+  local fam=-4
+  [[ $2 != *:* ]] || fam=-6
+  ip -n "$PFX-$1" "$fam" route get "$2" 2>/dev/null |
+    sed -nE 's/.* dev ([^ ]+) .*src ([0-9a-f.:]+).*/\1 \2/p' |
     awk '$1 != "lo" {print $2; ok = 1} END {exit !ok}'
 }
+
+# The first address of the NSC's nsm-1 of its NSE's IPAM family (an IPv4 one comes first: its
+# IPAM's, then those its NSE's policies added).
+heal_addr() {
+  if [[ ${NSE_FAMILY[$2]} == 6 ]]; then addr6 "$1" nsm-1; else addr4 "$1" nsm-1; fi
+}
+
+has_heal_addr() { [[ -n $(heal_addr "$@") ]]; }
+
+# ping_any NS ADDR: ping or ping -6 from pod NS to ADDR.
+ping_any() { if [[ $2 == *:* ]]; then ping6_from "$@"; else ping_from "$@"; fi; }
 
 # Per NSC, its address and the NSE's on its connection (heal_connect).
 declare -A NSC_ADDR=() NSE_ADDR=()
 
-# heal_pings NSC NSE TIMEOUT: ping NSC -> NSE resumes within TIMEOUT s, then NSE -> NSC.
+# heal_pings NSC NSE TIMEOUT: ping NSC -> NSE resumes within TIMEOUT s, then NSE -> NSC; with
+# NSM's policy file, also from and to the NSC's `from` address (nsm_pbr_pings).
 heal_pings() {
   local nsc=$1 nse=$2
-  wait_for "$3" ping_from "$nsc" "${NSE_ADDR[$nsc]}" ||
+  wait_for "$3" ping_any "$nsc" "${NSE_ADDR[$nsc]}" ||
     { FAIL="ping $nsc ${NSC_ADDR[$nsc]} -> $nse ${NSE_ADDR[$nsc]} fails (waited $3 s)$(liveness "$nsc")"; return 1; }
-  ping_from "$nse" "${NSC_ADDR[$nsc]}" ||
+  ping_any "$nse" "${NSC_ADDR[$nsc]}" ||
     { FAIL="ping $nse ${NSE_ADDR[$nsc]} -> $nsc ${NSC_ADDR[$nsc]} fails$(liveness "$nsc")"; return 1; }
+  [[ ${NSE_PBR[$nse]} != 1 ]] || nsm_pbr_pings "$nsc" "$nse" "${NSE_ADDR[$nsc]}"
 }
 
 # heal_connect NSC NODE NSE [VAR=value...]: the NSC on node NODE Requests
-# kernel://icmp-responder/nsm-1 (served by NSE, started); its nsm-1 gets an address, the NSE
-# its side, and they ping each other. Sets NSC_ADDR[NSC], NSE_ADDR[NSC].
+# kernel://SERVICE/nsm-1 (NSE's, started by heal_nse); its nsm-1 gets an address of the NSE's
+# family, the NSE its side, and they ping each other. Sets NSC_ADDR[NSC], NSE_ADDR[NSC].
 heal_connect() {
   local nsc=$1 n=$2 nse=$3
   shift 3
-  nsc_start "$nsc" "$n" kernel://icmp-responder/nsm-1 "$@"
-  if ! wait_for 60 has_addr4 "$nsc" nsm-1; then
-    FAIL="$nsc's nsm-1 got no IPv4 address within 60 s; nsc: $(nsc_failure "$SLOG/$nsc.log")"
+  nsc_start "$nsc" "$n" "kernel://${NSE_SVC[$nse]}/nsm-1" "$@"
+  if ! wait_for 60 has_heal_addr "$nsc" "$nse"; then
+    FAIL="$nsc's nsm-1 got no IPv${NSE_FAMILY[$nse]} address within 60 s; nsc: $(nsc_failure "$SLOG/$nsc.log")"
     return 1
   fi
-  NSC_ADDR[$nsc]=$(addr4 "$nsc" nsm-1)
+  NSC_ADDR[$nsc]=$(heal_addr "$nsc" "$nse")
   wait_for 30 heal_peer "$nse" "${NSC_ADDR[$nsc]}" ||
     { FAIL="$nsc has ${NSC_ADDR[$nsc]} but $nse has no interface toward it"; return 1; }
   NSE_ADDR[$nsc]=$(heal_peer "$nse" "${NSC_ADDR[$nsc]}")
@@ -140,7 +101,7 @@ heal_connect() {
 # (NSM's examples ping the same addresses after the heal).
 heal_addresses_kept() {
   local nsc=$1 now peer
-  now=$(addr4 "$nsc" nsm-1)
+  now=$(heal_addr "$nsc" "$2")
   peer=$(heal_peer "$2" "$now")
   if [[ $now != "${NSC_ADDR[$nsc]}" || $peer != "${NSE_ADDR[$nsc]}" ]]; then
     FAIL="after the heal $nsc has ${now:-no address} and $2 ${peer:-none} toward it, before ${NSC_ADDR[$nsc]} and ${NSE_ADDR[$nsc]}"
@@ -170,17 +131,18 @@ heal_state() {
 
 # heal_expected CONNECTION...: heal_state of the connections, each `NSC NODE NSE NODE`, made
 # once with the KERNEL backend in use: per pod one interface (a TAP, `tun`, or a veth's end)
-# with NSM's alias and, in the NSC's, heal_pbr's three rules; with veths, each side's veth's
-# other end, tagged, in that side's node; in each Quiver the connection, its cross-connect and its two
-# ports (KERNEL ones of the backend's type, a VXLAN one toward the other node).
+# with NSM's alias and, in the NSC's, a rule per policy of its NSE's file (heal_nse's RULES);
+# with veths, each side's veth's other end, tagged, in that side's node; in each Quiver the
+# connection, its cross-connect and its two ports (KERNEL ones of the backend's type, a VXLAN
+# one toward the other node).
 heal_expected() {
-  local kind=tun port=tap c nsc cn nse en
+  local kind=tun port=tap c nsc cn nse en i
   [[ ${KERNEL_BACKEND:-tap} == veth ]] && kind=veth port=af_packet
   for c in "$@"; do
     read -r nsc cn nse en <<<"$c"
     echo "$nsc $kind client-"
     echo "$nse $kind server-"
-    printf '%s rule\n' "$nsc" "$nsc" "$nsc"
+    for ((i = 0; i < ${NSE_RULES[$nse]}; i++)); do echo "$nsc rule"; done
     if [[ $kind == veth ]]; then
       printf 'node%s veth quiver:\n' "$cn" "$en"
     fi
@@ -254,6 +216,17 @@ heal_heals() {
   return 1
 }
 
+# heal_in_place NSC: the NSC never saw the data plane down nor reselected (a heal it made, if
+# any, was a Request again on the same path, keeping its interface): what is left of a
+# connection's heals when one of its refreshes fell in the registry's outage, which nsmgr
+# answers "network service ... is not found" until the NSE has registered again.
+heal_in_place() {
+  if grep -q -E "Data plane is down|Reconnect with reselect" "$SLOG/$1.log"; then
+    FAIL="$1 saw the data plane down or reselected$(liveness "$1")"
+    return 1
+  fi
+}
+
 # The time now, and the seconds since T0 (one decimal).
 heal_now() { echo "$EPOCHREALTIME"; }
 heal_since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
@@ -273,17 +246,23 @@ heal_close() {
   done
 }
 
+# heal_pbr_nse NODE: nse1 on node NODE as NSM's heal examples have it: apps/nse-kernel-pbr's
+# icmp-responder with NSM's policy file and the examples' NSM_CIDR_PREFIX=172.16.1.100/31.
+heal_pbr_nse() {
+  nsm_pbr_file nse1
+  heal_nse nse1 "$1" icmp-responder 4 5 1 NSM_CIDR_PREFIX=172.16.1.100/31
+}
+
 # The two-node set-up of local-nsmgr-restart and remote-forwarder-restart: the NSE on node 2
-# with heal_pbr, the NSC on node 1, over VXLAN; checks the policies and the state.
+# (heal_pbr_nse), the NSC on node 1, over VXLAN; checks the policies and the state.
 heal_two_nodes_up() {
   registry_start || return 1
   underlay_start || return 1
   node_start 1 || return 1
   node_start 2 || return 1
-  heal_pbr nse1 172.16.1.96
-  nse_start nse1 2 || return 1
+  heal_pbr_nse 2 || return 1
   heal_connect nsc1 1 nse1 || return 1
-  heal_pbr_check nsc1 || return 1
+  nsm_pbr_check nsc1 "${NSC_ADDR[nsc1]}" || return 1
   HEAL_WANT=$(heal_expected "nsc1 1 nse1 2")
   heal_made_once "before the restart" "$HEAL_WANT" 1 2
 }
@@ -322,7 +301,7 @@ scenario_local-nsmgr-restart() {
   [[ $(heal_link nsc1 nsm-1) == "$link" ]] ||
     { FAIL="the NSC's nsm-1 was made again (link $link before, $(heal_link nsc1 nsm-1) after)"; return 1; }
   heal_addresses_kept nsc1 nse1 || return 1
-  heal_pbr_check nsc1 || return 1
+  nsm_pbr_check nsc1 "${NSC_ADDR[nsc1]}" || return 1
   heal_made_once "after the heal" "$HEAL_WANT" 1 2 || return 1
   heal_heals nsc1 $((heals + 1)) || return 1
   heal_close nsc1 -- 1 2 || return 1
@@ -351,7 +330,7 @@ scenario_remote-forwarder-restart() {
     { FAIL="ping resumed but the NSC logged no heal since Quiver 2 was killed"; return 1; }
   heal_pings nsc1 nse1 5 || return 1
   heal_addresses_kept nsc1 nse1 || return 1
-  heal_pbr_check nsc1 || return 1
+  nsm_pbr_check nsc1 "${NSC_ADDR[nsc1]}" || return 1
   heal_made_once "after the heal" "$HEAL_WANT" 1 2 || return 1
   heal_heals nsc1 $((heals + 1)) || return 1
   heal_close nsc1 -- 1 2 || return 1
@@ -368,10 +347,9 @@ scenario_remote-forwarder-restart() {
 scenario_dataplane-interrupt() {
   registry_start || return 1
   node_start 1 || return 1
-  heal_pbr nse1 172.16.1.96
-  nse_start nse1 1 || return 1
+  heal_pbr_nse 1 || return 1
   heal_connect nsc1 1 nse1 || return 1
-  heal_pbr_check nsc1 || return 1
+  nsm_pbr_check nsc1 "${NSC_ADDR[nsc1]}" || return 1
   local want
   want=$(heal_expected "nsc1 1 nse1 1")
   heal_made_once "before the interruption" "$want" 1 || return 1
@@ -379,7 +357,7 @@ scenario_dataplane-interrupt() {
   downs=$(heal_count "$SLOG/nsc1.log" "Data plane is down")
   heals=$(heal_count "$SLOG/nsc1.log" "Heal success")
   # NSM's pinger, every 0.2 s (stopped below, or with the scenario).
-  start pinger nsc1 "$SLOG/pinger.log" -- ping -i 0.2 -W 1 "${NSE_ADDR[nsc1]}"
+  start pinger nsc1 "$SLOG/pinger.log" -- ping -i 0.2 -W 1 -I "${NSC_ADDR[nsc1]}" "${NSE_ADDR[nsc1]}"
   local t0
   wait_for 5 grep -q "bytes from" "$SLOG/pinger.log" || { FAIL="the pinger got no reply"; return 1; }
   ip -n "$PFX-nsc1" link set nsm-1 down
@@ -398,38 +376,56 @@ scenario_dataplane-interrupt() {
   ((${sent:-0} > ${got:-0})) || { FAIL="the pinger missed no reply (${got:-?} of ${sent:-?}): the interruption did not interrupt"; return 1; }
   heal_link_up nsc1 nsm-1 || { FAIL="after the heal nsm-1 is not up: $(ip -n "$PFX-nsc1" link show dev nsm-1 | head -1)"; return 1; }
   heal_addresses_kept nsc1 nse1 || return 1
-  heal_pbr_check nsc1 || return 1
+  nsm_pbr_check nsc1 "${NSC_ADDR[nsc1]}" || return 1
   heal_made_once "after the heal" "$want" 1 || return 1
   heal_heals nsc1 $((heals + 1)) || return 1
   heal_close nsc1 -- 1 || return 1
   NOTE="healed ${healed} s after nsm-1 went down (the pinger missed $((sent - got)) of $sent); tables $PBR_TABLES back; made once before and after"
 }
 
-# deployments-k8s examples/heal/registry-restart: NSCs and NSE on node 1 (NSM's nettools, with
-# the liveness check, and client-cp, without it, whose token lives 2 minutes), the registry
-# deleted and started again, a new NSC applied: it pings the NSE both ways; after 120 s both
-# old NSCs' interfaces have the link IDs they had; the policy routes. Here: the registry is
-# killed with -9 and started again; the new NSC nsc3 must get through within 10 s of the
-# registry being back (the NSE and Quiver register again at once; Quiver took ~35 s before it
-# re-registered when its watch ended cleanly, issue 34 item 6); the old NSCs' tokens live 20 s,
-# so each refreshes every ~4 s, and instead of NSM's 120 s the scenario waits (up to 15 s) for
-# a refresh of each through Quiver after the restart (each connection's expiry moves on: the
-# refresh found its forwarder and its endpoint in the new registry), then checks the link IDs,
-# the pings of all three, the old NSC's policies, and that each connection is made once;
-# after the Close Quiver is empty.
+# deployments-k8s examples/heal/registry-restart: NSCs and NSEs on node 1 (NSM's nettools, with
+# the liveness check, on nse-kernel, apps/nse-kernel-pbr's icmp-responder with
+# NSM_CIDR_PREFIX=172.16.1.100/30,172.16.2.200/30; client-cp, without it, whose token lives 2
+# minutes, on nse-kernel-ipv6, 2001:db8::/116, whose policy file has one policy from
+# 172.16.3.101/32), the registry deleted and started again, a new NSC applied: it pings the NSE
+# both ways; after 120 s both old NSCs' interfaces have the link IDs they had; nettools' policy
+# routes. Here: the registry is killed with -9 and started again; the new NSC nsc3 must get
+# through within 10 s of the registry being back (the NSEs and Quiver register again at once;
+# Quiver took ~35 s before it re-registered when its watch ended cleanly, issue 34 item 6); the
+# old NSCs' tokens live 20 s, so each refreshes every ~4 s, and instead of NSM's 120 s the
+# scenario waits (up to 15 s) for a refresh of each through Quiver after the restart (each
+# connection's expiry moves on: the refresh found its forwarder and its endpoint in the new
+# registry), then checks the link IDs, the pings of all three, nsc1's policies, and that each
+# connection is made once; after the Close Quiver is empty. Unlike NSM's example, the new NSC
+# is nse-kernel-ipv6's (nse2's), not nse-kernel's: every connection of nse-kernel has its
+# policies' `from` address 172.16.2.201, and the route the forwarder gives the NSE's side to it
+# (sdk-kernel's, Quiver's alike: one route per prefix, the last connection's) can go through
+# one connection only; nettools' own IPAM address 172.16.2.201/32 (of the second prefix) keeps
+# the NSE's replies to it on nettools' connection, so a second NSC there would never get its
+# pings from 172.16.2.201 answered and its liveness check would heal it again and again.
+# nse-kernel-ipv6's NSCs share 172.16.3.101 too, but their liveness checks ping over IPv6
+# only (NSM's pings pair addresses of one family, and the NSE has IPv6 ones only).
 scenario_registry-restart() {
   registry_start || return 1
   node_start 1 || return 1
-  heal_pbr nse1
-  nse_start nse1 1 || return 1
+  nsm_pbr_file nse1
+  heal_nse nse1 1 registry-restart 4 5 1 NSM_CIDR_PREFIX=172.16.1.100/30,172.16.2.200/30 || return 1
+  cat >"$WORK/nse2-pbr.yaml" <<'YAML'
+- from: 172.16.3.101/32
+  proto: 6
+  dstport: 6666
+  routes:
+    - prefix: 172.16.3.100/32
+YAML
+  heal_nse nse2 1 registry-restart-ipv6 6 1 0 NSM_CIDR_PREFIX=2001:db8::/116 || return 1
   # As NSM's client-cp, a Request timeout well under the token's life: nsmgr closes a
   # connection when the previous segment's token expires less the Request's timeout.
   local short=(NSM_MAX_TOKEN_LIFETIME=20s NSM_REQUEST_TIMEOUT=5s)
   heal_connect nsc1 1 nse1 "${short[@]}" || return 1
-  heal_connect nsc2 1 nse1 "${short[@]}" NSM_LIVENESS_CHECK_ENABLED=false || return 1
-  heal_pbr_check nsc1 || return 1
+  heal_connect nsc2 1 nse2 "${short[@]}" NSM_LIVENESS_CHECK_ENABLED=false || return 1
+  nsm_pbr_check nsc1 "${NSC_ADDR[nsc1]}" || return 1
   local want
-  want=$(heal_expected "nsc1 1 nse1 1" "nsc2 1 nse1 1")
+  want=$(heal_expected "nsc1 1 nse1 1" "nsc2 1 nse2 1")
   heal_made_once "before the restart" "$want" 1 || return 1
   local link1 link2 before t0
   link1=$(heal_link nsc1 nsm-1) link2=$(heal_link nsc2 nsm-1)
@@ -438,7 +434,7 @@ scenario_registry-restart() {
   registry_start || return 1
   t0=$(heal_now)
   before=$(heal_expiries 1)
-  heal_connect nsc3 1 nse1 || return 1
+  heal_connect nsc3 1 nse2 || return 1
   local joined
   joined=$(heal_since "$t0")
   if awk -v t="$joined" 'BEGIN { exit !(t > 10) }'; then
@@ -452,13 +448,17 @@ scenario_registry-restart() {
   [[ $(heal_link nsc1 nsm-1) == "$link1" && $(heal_link nsc2 nsm-1) == "$link2" ]] ||
     { FAIL="the link IDs changed: nsc1 $link1 -> $(heal_link nsc1 nsm-1), nsc2 $link2 -> $(heal_link nsc2 nsm-1)"; return 1; }
   heal_pings nsc1 nse1 5 || return 1
-  heal_pings nsc2 nse1 5 || return 1
+  heal_pings nsc2 nse2 5 || return 1
+  heal_pings nsc3 nse2 5 || return 1
   heal_addresses_kept nsc1 nse1 || return 1
-  heal_addresses_kept nsc2 nse1 || return 1
-  heal_pbr_check nsc1 || return 1
-  heal_made_once "after the restart" "$(heal_expected "nsc1 1 nse1 1" "nsc2 1 nse1 1" "nsc3 1 nse1 1")" 1 || return 1
-  heal_heals nsc1 0 || return 1
-  heal_heals nsc2 0 || return 1
+  heal_addresses_kept nsc2 nse2 || return 1
+  nsm_pbr_check nsc1 "${NSC_ADDR[nsc1]}" || return 1
+  heal_made_once "after the restart" "$(heal_expected "nsc1 1 nse1 1" "nsc2 1 nse2 1" "nsc3 1 nse2 1")" 1 || return 1
+  local nsc in_place=""
+  for nsc in nsc1 nsc2 nsc3; do
+    heal_in_place "$nsc" || return 1
+    in_place+=" $(heal_count "$SLOG/$nsc.log" "Heal success")"
+  done
   heal_close nsc1 nsc2 nsc3 -- 1 || return 1
-  NOTE="a new NSC pinged ${joined} s after the registry was back; both old connections refreshed through Quiver ${refreshed} s after it, links $link1 and $link2 kept; made once before and after"
+  NOTE="a new NSC pinged ${joined} s after the registry was back; both old connections refreshed through Quiver ${refreshed} s after it, links $link1 and $link2 kept; no data plane down or reselect (heals in place of nsc1-3:$in_place); made once before and after"
 }
