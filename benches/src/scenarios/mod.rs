@@ -8,6 +8,8 @@ pub mod graphs;
 pub mod host_state;
 pub mod kernel;
 pub mod lpm;
+pub mod lpm6;
+pub mod lpm6_routes;
 pub mod memif_rate;
 pub mod memif_xc;
 pub mod procs;
