@@ -352,3 +352,88 @@ fn a_concurrent_reader_sees_the_old_or_the_new_route() {
         "the reader ran throughout"
     );
 }
+
+/// A reader beside a writer that shows every change at once (no deferring), recycling memory
+/// after each of the reader's quiescent states, never sees a value that was not the address's
+/// route in some state the writer went through.
+#[test]
+fn a_concurrent_reader_of_single_changes_sees_only_real_states() {
+    use std::collections::HashSet;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    let (a, b) = (config(0), config(1));
+    // The changes: b's routes in, a's out, then back, one at a time.
+    let mut ops: Vec<(bool, (u128, u8, u32))> = Vec::new();
+    for round in 0..2 {
+        let (from, to) = if round == 0 { (&a, &b) } else { (&b, &a) };
+        ops.extend(to.iter().map(|&r| (true, r)));
+        ops.extend(from.iter().map(|&r| (false, r)));
+    }
+    let probes: Vec<u128> = (0..2048u128)
+        .map(|k| ip("2001:db8::") | (k % 128) << 80 | (k / 128) << 75 | ((k % 3) * 17))
+        .chain((0..64u128).map(|k| ip("2a00::") | k << 98))
+        .collect();
+    // Every value each probe has in some state along the way.
+    let mut state: Vec<(u128, u8, u32)> = a.clone();
+    let mut valid: Vec<HashSet<u32>> = probes
+        .iter()
+        .map(|&p| HashSet::from([naive(&state, p).unwrap_or(u32::MAX)]))
+        .collect();
+    for &(add, (p, l, v)) in &ops {
+        state.retain(|r| (r.0, r.1) != (p, l));
+        if add {
+            state.push((p, l, v));
+        }
+        for (set, &probe) in valid.iter_mut().zip(&probes) {
+            set.insert(naive(&state, probe).unwrap_or(u32::MAX));
+        }
+    }
+    let mut lpm = small();
+    for &(p, l, v) in &a {
+        lpm.insert(p, l, v).unwrap();
+    }
+    let table = lpm.table().clone();
+    let passes = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (passes, stop, probes) = (passes.clone(), stop.clone(), probes.clone());
+        std::thread::spawn(move || {
+            let mut out = vec![0; probes.len()];
+            let mut bad = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                table.lookup_batch(&probes, &mut out);
+                for (i, &o) in out.iter().enumerate() {
+                    if !valid[i].contains(&o) && bad.len() < 10 {
+                        bad.push((probes[i], o));
+                    }
+                }
+                passes.fetch_add(1, Ordering::Release);
+            }
+            bad
+        })
+    };
+    for (k, &(add, (p, l, v))) in ops.iter().enumerate() {
+        if add {
+            lpm.insert(p, l, v).unwrap();
+        } else {
+            assert!(lpm.remove(p, l).is_some());
+        }
+        if k % 8 == 7 {
+            let start = passes.load(Ordering::Acquire);
+            while passes.load(Ordering::Acquire) < start + 2 {
+                std::thread::yield_now();
+            }
+            lpm.recycle_retired();
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let bad = reader.join().unwrap();
+    assert!(bad.is_empty(), "(address, seen): {bad:x?}");
+    // Routes of both sets with the same prefix went out with the second set: as in `state`.
+    assert_eq!(lpm.len(), state.len());
+    for &p in &probes {
+        assert_eq!(lpm.table().lookup(p), naive(&state, p), "{p:#x}");
+    }
+    assert!(passes.load(Ordering::Relaxed) >= 2 * (ops.len() as u64 / 8));
+}
