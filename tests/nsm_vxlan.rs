@@ -8,7 +8,7 @@
 //! nothing; Close through A removes everything on both forwarders, and so does a Close at B:
 //! A watches B (MonitorConnections, through the nsmgrs) and closes its side when B's goes.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use dataplane::{BufferPool, BufferPoolConfig, HugepagePolicy, IdlePolicy, WorkerConfig};
@@ -129,8 +129,8 @@ impl TwoNodes {
         // Each built one tunnel toward the other, with the VNI B chose.
         let (ta, tb) = (a.tunnels(), b.tunnels());
         assert_eq!((ta.len(), tb.len()), (1, 1), "{ta:?} {tb:?}");
-        assert_eq!((ta[0].local, ta[0].remote), (A_IP, B_IP));
-        assert_eq!((tb[0].local, tb[0].remote), (B_IP, A_IP));
+        assert_eq!((ta[0].local, ta[0].remote), (A_IP.into(), B_IP.into()));
+        assert_eq!((tb[0].local, tb[0].remote), (B_IP.into(), A_IP.into()));
         assert_eq!(ta[0].vni, tb[0].vni);
         assert!((1..1 << 24).contains(&ta[0].vni));
 
@@ -356,6 +356,9 @@ socket = "{}"
 [[address]]
 port = "m0"
 ip = "10.9.0.1/24"
+[[address]]
+port = "m0"
+ip = "2001:db8:9::1/64"
 "#,
         dir.join("m0.sock").display()
     ))
@@ -371,19 +374,59 @@ ip = "10.9.0.1/24"
         idle: IdlePolicy::ADAPTIVE,
     };
     let mut f = Forwarder::start(&cfg, &workers, pool).unwrap();
-    let (local, remote) = (Ipv4Addr::new(10, 9, 0, 1), Ipv4Addr::new(10, 9, 0, 2));
+    let (local, remote): (IpAddr, IpAddr) = (
+        Ipv4Addr::new(10, 9, 0, 1).into(),
+        Ipv4Addr::new(10, 9, 0, 2).into(),
+    );
+    let (local6, remote6): (IpAddr, IpAddr) = (
+        "2001:db8:9::1".parse().unwrap(),
+        "2001:db8:9::2".parse().unwrap(),
+    );
     use quiver::ForwarderError as E;
     let refusals = [
         (
-            f.add_vxlan_tunnel("t0", Ipv4Addr::new(10, 9, 0, 7), remote, 5, 4789, None),
+            f.add_vxlan_tunnel(
+                "t0",
+                Ipv4Addr::new(10, 9, 0, 7).into(),
+                remote,
+                5,
+                4789,
+                None,
+            ),
             "not an address of Quiver's",
+        ),
+        (
+            f.add_vxlan_tunnel(
+                "t0",
+                "2001:db8:9::7".parse().unwrap(),
+                remote6,
+                5,
+                4789,
+                None,
+            ),
+            "not an address of Quiver's",
+        ),
+        (
+            f.add_vxlan_tunnel("t0", local6, remote, 5, 4789, None),
+            "not of one family",
+        ),
+        (
+            f.add_vxlan_tunnel("t0", local6, "ff0e::1".parse().unwrap(), 5, 4789, None),
+            "remote VTEP",
         ),
         (
             f.add_vxlan_tunnel("t0", local, remote, 1 << 24, 4789, None),
             "VNI",
         ),
         (
-            f.add_vxlan_tunnel("t0", local, Ipv4Addr::new(239, 0, 0, 1), 5, 4789, None),
+            f.add_vxlan_tunnel(
+                "t0",
+                local,
+                Ipv4Addr::new(239, 0, 0, 1).into(),
+                5,
+                4789,
+                None,
+            ),
             "remote VTEP",
         ),
         (
@@ -420,6 +463,17 @@ ip = "10.9.0.1/24"
     f.cross_connect("t2", "m0", None).unwrap();
     assert!(matches!(f.remove_vxlan_tunnel("nope"), Err(E::NotFound(_))));
     f.remove_vxlan_tunnel("t2").unwrap();
+    assert!(f.tunnels().is_empty());
+    // Over IPv6 likewise, and the same VNI to the same remote only once.
+    f.add_vxlan_tunnel("t6", local6, remote6, 5, 4789, None)
+        .unwrap();
+    assert!(matches!(
+        f.add_vxlan_tunnel("t7", local6, remote6, 5, 4789, None),
+        Err(E::AlreadyExists(_))
+    ));
+    assert_eq!(f.tunnels()[0].remote, remote6);
+    f.cross_connect("t6", "m0", None).unwrap();
+    f.remove_vxlan_tunnel("t6").unwrap();
     assert!(f.tunnels().is_empty());
     f.stop();
 }

@@ -210,6 +210,95 @@ fn vxlan_to_the_kernel_carries_ping_both_ways() {
 }
 
 #[test]
+fn vxlan_over_ipv6_to_the_kernel_carries_ping_both_ways_at_full_size() {
+    if !system_ready("vxlan_over_ipv6_to_the_kernel_carries_ping_both_ways_at_full_size") {
+        return;
+    }
+    const VNI: u32 = 43;
+    let (ns1, ns2) = (Netns::new(), Netns::new());
+    let (v1, v2) = (Veth::new(&ns1, "10.0.6.1/24"), Veth::new(&ns2, ""));
+    // The underlay is IPv6 only; the kernel's VXLAN device sends UDP checksums over IPv6 and
+    // refuses datagrams without one (udp6zerocsumtx/rx off, its defaults).
+    ns2.sh("sysctl -qw net.ipv6.conf.veth0.disable_ipv6=0");
+    ns2.ip(&[
+        "-6",
+        "addr",
+        "add",
+        "2001:db8:6::2/64",
+        "dev",
+        "veth0",
+        "nodad",
+    ]);
+    ns2.ip(&[
+        "link",
+        "add",
+        "vx43",
+        "type",
+        "vxlan",
+        "id",
+        "43",
+        "local",
+        "2001:db8:6::2",
+        "remote",
+        "2001:db8:6::1",
+        "dstport",
+        "4789",
+        "dev",
+        "veth0",
+    ]);
+    ns2.ip(&["addr", "add", "10.0.6.2/24", "dev", "vx43"]);
+    ns2.ip(&["link", "set", "vx43", "up"]);
+
+    let v6 = |s: &str| u128::from(s.parse::<std::net::Ipv6Addr>().unwrap());
+    let mut fwd = forwarding();
+    let overlay = af_packet_port(&mut fwd, &v1.root, 1);
+    let underlay = af_packet_port(&mut fwd, &v2.root, 1);
+    fwd.add_address6(underlay.1, v6("2001:db8:6::1"), 64)
+        .unwrap();
+    let tunnel = fwd
+        .add_vxlan6_tunnel(
+            "vxlan43",
+            v6("2001:db8:6::1"),
+            v6("2001:db8:6::2"),
+            VNI,
+            4789,
+        )
+        .unwrap();
+    fwd.cross_connect(overlay.1, tunnel).unwrap();
+    let q = Quiver::start(fwd, &[overlay.clone(), underlay.clone()], &[0]);
+
+    let out = ns1.ping("10.0.6.2", PING_DEADLINE);
+    assert!(reply_ttls(&out).iter().all(|&t| t == 64), "bridged: {out}");
+    ns2.ping("10.0.6.1", PING_DEADLINE);
+    // The largest frame vx43 carries (its MTU is 1500 - 70): every byte's checksum checked
+    // by the kernel one way and by vxlan6-input the other.
+    let mtu: u32 = String::from_utf8_lossy(&ns2.sh("cat /sys/class/net/vx43/mtu").stdout)
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(mtu, 1430, "the kernel's own VXLAN-over-IPv6 overhead");
+    ns1.sh("ip link set veth0 mtu 1430");
+    let full = (mtu - 28).to_string();
+    let out = ns1.exec(&[
+        "ping", "-n", "-c", "3", "-i", "0.2", "-W", "2", "-M", "do", "-s", &full, "10.0.6.2",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("3 received"), "full-size pings: {text}");
+
+    assert!(q.node_packets(names::VXLAN6_ENCAP) >= 9, "into the tunnel");
+    assert!(q.node_packets(names::VXLAN6_INPUT) >= 9, "out of it");
+    assert_eq!(q.error(names::VXLAN6_INPUT, "bad-checksum"), 0);
+    // The kernel took our datagrams: none failed its UDP checksum, vx43 decapsulated them.
+    let udp6_errors = ns2.sh("nstat -az Udp6InCsumErrors | awk '/Udp6InCsumErrors/ {print $2}'");
+    assert_eq!(String::from_utf8_lossy(&udp6_errors.stdout).trim(), "0");
+    assert!(ns2.counter("vx43", "rx_packets") >= 9);
+    // Neighbour discovery on the underlay, both ways.
+    assert!(q.error(names::IP6_ND, "solicitations-answered") >= 1);
+    wait_counters_match(&ns1, &v1.inner, &*overlay.0);
+    wait_counters_match(&ns2, &v2.inner, &*underlay.0);
+}
+
+#[test]
 fn tap_port_answers_the_host_stack() {
     if !system_ready("tap_port_answers_the_host_stack") {
         return;

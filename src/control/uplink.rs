@@ -10,7 +10,7 @@
 //! (`NTF_USE`), and asked again every [`REFRESH`] so the kernel keeps confirming it.
 
 use std::collections::{HashMap, HashSet};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -354,8 +354,10 @@ impl Mirror {
         let remotes = view
             .tunnels()
             .iter()
-            .filter(|t| t.local == self.link.ip)
-            .map(|t| t.remote)
+            .filter_map(|t| match (t.local, t.remote) {
+                (IpAddr::V4(local), IpAddr::V4(remote)) if local == self.link.ip => Some(remote),
+                _ => None,
+            })
             .chain(self.wg_endpoints.iter().copied());
         let mut hops: Vec<Ipv4Addr> = remotes.filter_map(|r| self.link.next_hop(r)).collect();
         hops.sort_unstable();

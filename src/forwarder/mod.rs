@@ -47,6 +47,7 @@ use error::port_error;
 pub use error::{ForwarderError, Owned, StartError};
 use open::open_port;
 pub use open::OpenError;
+pub(crate) use vxlan::has_address;
 pub use wg_tunnels::tunnel::{WgPeerStatus, WgTunnelStatus};
 
 /// One port and the interface it is in the forwarding state.
@@ -71,9 +72,9 @@ pub struct TunnelEntry {
     /// Its interface index.
     pub interface: IfIndex,
     /// Quiver's address the tunnel's packets come from.
-    pub local: Ipv4Addr,
-    /// The remote VTEP.
-    pub remote: Ipv4Addr,
+    pub local: IpAddr,
+    /// The remote VTEP (of `local`'s family).
+    pub remote: IpAddr,
     /// The VXLAN network identifier (24 bits).
     pub vni: u32,
     /// The UDP port packets are sent to.

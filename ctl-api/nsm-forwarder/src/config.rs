@@ -265,15 +265,8 @@ impl NsmConfig {
             let ip: IpAddr = v
                 .parse()
                 .map_err(|_| invalid("NSM_TUNNEL_IP", &v, "not an IP address"))?;
-            if ip.is_ipv6() {
-                // Accepting it would serve nothing: no uplink, no remote mechanism offered, and
-                // the other side refusing with "no acceptable mechanism".
-                return Err(invalid(
-                    "NSM_TUNNEL_IP",
-                    &v,
-                    "an IPv6 underlay is not supported yet: VXLAN and WireGuard to other nodes \
-                     run over IPv4 (give the node's IPv4 address)",
-                ));
+            if ip.is_unspecified() || ip.is_multicast() {
+                return Err(invalid("NSM_TUNNEL_IP", &v, "not a unicast address"));
             }
             self.tunnel_ip = Some(ip);
         }
@@ -502,11 +495,15 @@ mod tests {
     }
 
     #[test]
-    fn an_ipv6_tunnel_ip_is_refused_naming_what_is_missing() {
-        let e = from(&[("NSM_TUNNEL_IP", "fd00:77::1")]).unwrap_err();
-        assert_eq!(e.var, "NSM_TUNNEL_IP");
-        assert!(e.why.contains("IPv6 underlay is not supported"), "{e}");
+    fn a_tunnel_ip_of_either_family_is_taken_and_a_non_unicast_one_refused() {
+        let c = from(&[("NSM_TUNNEL_IP", "fd00:77::1")]).unwrap();
+        assert_eq!(c.tunnel_ip, Some("fd00:77::1".parse().unwrap()));
         assert!(from(&[("NSM_TUNNEL_IP", "192.0.2.1")]).is_ok());
+        for bad in ["::", "ff02::1", "0.0.0.0", "224.0.0.1"] {
+            let e = from(&[("NSM_TUNNEL_IP", bad)]).unwrap_err();
+            assert_eq!(e.var, "NSM_TUNNEL_IP");
+            assert!(e.why.contains("unicast"), "{e}");
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! id — so that `remove_owned` can remove all of it at Close, expiry or after a failed
 //! Request, and `owners` lets a restarted Quiver remove what no connection owns.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::path::PathBuf;
 
 use crate::addr::{IpPrefix, MacAddr};
@@ -152,10 +152,10 @@ pub struct KernelSpec {
 pub struct VxlanSpec {
     /// Quiver's name for the tunnel.
     pub name: PortName,
-    /// Quiver's tunnel address (`NSM_TUNNEL_IP`).
-    pub local: Ipv4Addr,
-    /// The other forwarder's tunnel address.
-    pub remote: Ipv4Addr,
+    /// Quiver's tunnel address (`NSM_TUNNEL_IP`), IPv4 or IPv6.
+    pub local: IpAddr,
+    /// The other forwarder's tunnel address (of `local`'s family).
+    pub remote: IpAddr,
     /// The VXLAN network identifier (24 bits).
     pub vni: u32,
     /// The UDP port the other forwarder receives VXLAN on.
@@ -170,11 +170,11 @@ pub struct WireguardSpec {
     /// Quiver's name for the tunnel.
     pub name: PortName,
     /// Quiver's tunnel address (`NSM_TUNNEL_IP`).
-    pub local: Ipv4Addr,
+    pub local: IpAddr,
     /// The UDP port Quiver receives the tunnel's datagrams on (one per connection).
     pub port: u16,
     /// The other forwarder's tunnel address.
-    pub remote: Ipv4Addr,
+    pub remote: IpAddr,
     /// The UDP port it receives on.
     pub remote_port: u16,
     /// Its public key.

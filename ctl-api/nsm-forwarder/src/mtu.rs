@@ -1,7 +1,7 @@
 //! The MTU of a connection, as NSM defines it: the connection context's `MTU` when the Request
 //! has one, else [`DEFAULT_MTU`] (cmd-forwarder-vpp's); a tunnel lowers it by its overhead
-//! ([`VXLAN4_OVERHEAD`], [`WIREGUARD4_OVERHEAD`]) below the uplink's MTU; the endpoint may lower it further in its
-//! answer. Both ends of the connection get the result, and the answer carries it.
+//! ([`VXLAN4_OVERHEAD`], [`VXLAN6_OVERHEAD`], [`WIREGUARD4_OVERHEAD`]) below the uplink's
+//! MTU; the endpoint may lower it further in its answer. Both ends of the connection get the result, and the answer carries it.
 
 use nsm_proto::connection::Connection;
 use nsm_proto::connectioncontext::ConnectionContext;
@@ -22,6 +22,10 @@ pub const MAX_MTU: u32 = 9216;
 /// Ethernet header (14).
 pub const VXLAN4_OVERHEAD: u32 = 50;
 
+/// What VXLAN over IPv6 adds: outer IPv6 (40), UDP (8), VXLAN (8) and the inner Ethernet
+/// header (14).
+pub const VXLAN6_OVERHEAD: u32 = 70;
+
 /// What WireGuard over IPv4 adds to each IP packet: outer IPv4 (20), UDP (8), the transport
 /// header (16) and the tag (16).
 pub const WIREGUARD4_OVERHEAD: u32 = 60;
@@ -37,15 +41,22 @@ pub fn requested(conn: &Connection) -> Result<u32, Status> {
     }
 }
 
-/// `mtu` lowered to what a VXLAN tunnel over an uplink of `uplink_mtu` carries.
-pub fn through_vxlan(mtu: u32, uplink_mtu: u32) -> u32 {
-    mtu.min(uplink_mtu.saturating_sub(VXLAN4_OVERHEAD))
+/// `mtu` lowered to what a VXLAN tunnel over an uplink of `uplink_mtu` carries (`ipv6`: over
+/// an IPv6 underlay).
+pub fn through_vxlan(mtu: u32, uplink_mtu: u32, ipv6: bool) -> u32 {
+    let overhead = if ipv6 {
+        VXLAN6_OVERHEAD
+    } else {
+        VXLAN4_OVERHEAD
+    };
+    mtu.min(uplink_mtu.saturating_sub(overhead))
 }
 
-/// `mtu` lowered to what a tunnel of `kind` over an uplink of `uplink_mtu` carries.
-pub fn through(kind: Remote, mtu: u32, uplink_mtu: u32) -> u32 {
+/// `mtu` lowered to what a tunnel of `kind` over an uplink of `uplink_mtu` carries (`ipv6`:
+/// over an IPv6 underlay).
+pub fn through(kind: Remote, mtu: u32, uplink_mtu: u32, ipv6: bool) -> u32 {
     match kind {
-        Remote::Vxlan => through_vxlan(mtu, uplink_mtu),
+        Remote::Vxlan => through_vxlan(mtu, uplink_mtu, ipv6),
         Remote::Wireguard => mtu.min(uplink_mtu.saturating_sub(WIREGUARD4_OVERHEAD)),
     }
 }
@@ -91,12 +102,14 @@ mod tests {
 
     #[test]
     fn tunnels_and_endpoints_only_lower_it() {
-        assert_eq!(through_vxlan(9000, 1500), 1450);
-        assert_eq!(through_vxlan(1400, 1500), 1400);
-        assert_eq!(through_vxlan(9000, 9000), 8950);
-        assert_eq!(through(Remote::Vxlan, 9000, 1500), 1450);
-        assert_eq!(through(Remote::Wireguard, 9000, 1500), 1440);
-        assert_eq!(through(Remote::Wireguard, 1400, 1500), 1400);
+        assert_eq!(through_vxlan(9000, 1500, false), 1450);
+        assert_eq!(through_vxlan(1400, 1500, false), 1400);
+        assert_eq!(through_vxlan(9000, 9000, false), 8950);
+        assert_eq!(through_vxlan(9000, 1500, true), 1430);
+        assert_eq!(through(Remote::Vxlan, 9000, 1500, false), 1450);
+        assert_eq!(through(Remote::Wireguard, 9000, 1500, false), 1440);
+        assert_eq!(through(Remote::Wireguard, 1400, 1500, false), 1400);
+        assert_eq!(through(Remote::Vxlan, 9000, 1500, true), 1430);
         assert_eq!(answered(9000, &with(1400)), 1400);
         assert_eq!(answered(1400, &with(9000)), 1400);
         assert_eq!(answered(1400, &with(0)), 1400);

@@ -3,7 +3,7 @@
 //! as the receiving side, kept across refreshes.
 
 use std::collections::HashMap;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::sync::Mutex;
 
 /// The largest VNI (24 bits).
@@ -12,7 +12,7 @@ pub const MAX_VNI: u32 = (1 << 24) - 1;
 /// Which VNI each connection holds toward each remote tunnel address.
 #[derive(Debug, Default)]
 pub struct VniTable {
-    held: Mutex<HashMap<(Ipv4Addr, u32), String>>,
+    held: Mutex<HashMap<(IpAddr, u32), String>>,
 }
 
 impl VniTable {
@@ -20,9 +20,9 @@ impl VniTable {
     /// `owner`'s (a refresh keeps its VNI), else the first free one from a start derived from
     /// `owner` (so a connection tends to get the same VNI again). Whatever else `owner` held is
     /// released: a connection has one VXLAN client side. `None` when all 2^24 - 1 are taken.
-    pub fn claim(&self, remote: Ipv4Addr, owner: &str, preferred: Option<u32>) -> Option<u32> {
+    pub fn claim(&self, remote: IpAddr, owner: &str, preferred: Option<u32>) -> Option<u32> {
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        let free = |held: &HashMap<(Ipv4Addr, u32), String>, vni: u32| {
+        let free = |held: &HashMap<(IpAddr, u32), String>, vni: u32| {
             (1..=MAX_VNI).contains(&vni) && held.get(&(remote, vni)).is_none_or(|o| o == owner)
         };
         let vni = match preferred.filter(|&v| free(&held, v)) {
@@ -64,10 +64,12 @@ fn fnv1a(b: &[u8]) -> u32 {
 
 #[cfg(test)]
 mod tests {
+    use std::net::Ipv4Addr;
+
     use super::*;
 
-    const A: Ipv4Addr = Ipv4Addr::new(192, 168, 50, 1);
-    const B: Ipv4Addr = Ipv4Addr::new(192, 168, 50, 2);
+    const A: IpAddr = IpAddr::V4(Ipv4Addr::new(192, 168, 50, 1));
+    const B: IpAddr = IpAddr::V4(Ipv4Addr::new(192, 168, 50, 2));
 
     #[test]
     fn unique_per_remote_and_kept_on_refresh() {

@@ -56,7 +56,7 @@ pub(super) fn interfaces(
                 }
             }
             InterfaceKind::Vlan { .. } => x.r#type = "vlan".into(),
-            InterfaceKind::Vxlan { .. } => x.r#type = "vxlan".into(),
+            InterfaceKind::Vxlan { .. } | InterfaceKind::Vxlan6 { .. } => x.r#type = "vxlan".into(),
             InterfaceKind::Wireguard { .. } => x.r#type = "wireguard".into(),
         }
         out.push(x);

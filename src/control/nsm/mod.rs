@@ -141,7 +141,11 @@ impl ForwarderDataplane {
 
     /// Before a tunnel from `local` to `remote` is made: its next hop known on the node
     /// uplink, so its first packet is not dropped while the kernel resolves it.
-    fn prepare_next_hop(&self, local: Ipv4Addr, remote: Ipv4Addr) {
+    fn prepare_next_hop(&self, local: IpAddr, remote: IpAddr) {
+        // The node uplink is IPv4's: an IPv6 underlay's next hops are Quiver's own to find.
+        let (IpAddr::V4(local), IpAddr::V4(remote)) = (local, remote) else {
+            return;
+        };
         if let Some(hops) = self.uplink.get().filter(|h| h.ip() == local) {
             if !hops.prepare(remote, NEXT_HOP_WAIT) {
                 tracing::debug!(%remote, "node uplink: the next hop is not resolved yet");
@@ -261,6 +265,12 @@ impl NsmBackend for ForwarderDataplane {
         let key = self.wg_key.get().ok_or_else(|| {
             BackendError::InvalidArgument(format!("{}: Quiver has no WireGuard key", spec.name))
         })?;
+        if !(spec.local.is_ipv4() && spec.remote.is_ipv4()) {
+            return Err(BackendError::InvalidArgument(format!(
+                "{}: WireGuard to {} from {}: only over an IPv4 underlay",
+                spec.name, spec.remote, spec.local
+            )));
+        }
         self.prepare_next_hop(spec.local, spec.remote);
         self.apply(Change::AddWireguard {
             tunnel: wireguard::tunnel_section(spec, key),
@@ -487,7 +497,7 @@ pub fn start(control: &Control, mut cfg: NsmConfig) -> Result<NsmService, NsmSta
         .apply(Change::SetVxlanPort(cfg.vxlan_port))
         .map_err(NsmStartError::VxlanPort)?;
     let uplink = match cfg.tunnel_ip {
-        Some(IpAddr::V4(ip)) if cfg.node_uplink && !control.view().is_own_address(ip) => {
+        Some(IpAddr::V4(ip)) if cfg.node_uplink && !control.view().is_own_address(ip.into()) => {
             let ports = std::iter::once(cfg.vxlan_port)
                 .chain(wg_ports::FIRST..wg_ports::FIRST + wg_ports::COUNT)
                 .collect();
@@ -501,13 +511,13 @@ pub fn start(control: &Control, mut cfg: NsmConfig) -> Result<NsmService, NsmSta
             .map_err(NsmStartError::DefaultRoute)?
             .map(IpAddr::V4);
     }
-    if let Some(IpAddr::V4(ip)) = cfg.tunnel_ip {
+    if let Some(ip) = cfg.tunnel_ip {
         if let Some(mtu) = control.view().mtu_of_address(ip) {
             cfg.tunnel_mtu = u32::from(mtu);
         }
     }
     match cfg.tunnel_ip {
-        Some(IpAddr::V4(ip)) if !control.view().is_own_address(ip) => tracing::warn!(
+        Some(ip) if !control.view().is_own_address(ip) => tracing::warn!(
             %ip,
             "NSM_TUNNEL_IP is not an address of Quiver's: VXLAN to other nodes will fail until \
              an uplink port has it ([[address]] in quiver.toml)"

@@ -114,9 +114,9 @@ mod tests {
     fn a_connections_tunnel_has_one_peer_allowed_everything() {
         let spec = WireguardSpec {
             name: PortName("nsm-abc-endpoint".into()),
-            local: Ipv4Addr::new(192, 168, 9, 1),
+            local: Ipv4Addr::new(192, 168, 9, 1).into(),
             port: 51821,
-            remote: Ipv4Addr::new(192, 168, 9, 2),
+            remote: Ipv4Addr::new(192, 168, 9, 2).into(),
             remote_port: 51830,
             remote_key: [3; 32],
             underlay_mtu: 1500,

@@ -114,9 +114,9 @@ pub enum Change {
         /// Its interface name.
         name: String,
         /// Source address (one of Quiver's).
-        local: Ipv4Addr,
-        /// Destination address.
-        remote: Ipv4Addr,
+        local: IpAddr,
+        /// Destination address (of `local`'s family).
+        remote: IpAddr,
         /// VXLAN network identifier.
         vni: u32,
         /// Destination UDP port.

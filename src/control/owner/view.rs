@@ -3,7 +3,7 @@
 //! the current one (an `Arc` clone) and never waits for a change in progress. Counters are live:
 //! ports, the workers and captures are read through handles, not copied.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,7 +13,7 @@ use graph_nodes::{ForwardingState, IfIndex};
 
 use crate::capture::CaptureWatch;
 use crate::config::PortSection;
-use crate::forwarder::{format_interfaces, Forwarder, Owned, PortEntry, TunnelEntry};
+use crate::forwarder::{format_interfaces, has_address, Forwarder, Owned, PortEntry, TunnelEntry};
 
 /// The running configuration as of the last applied change.
 pub struct ForwarderView {
@@ -206,17 +206,15 @@ impl ForwarderView {
     }
 
     /// Whether `ip` is an address of one of the interfaces.
-    pub fn is_own_address(&self, ip: Ipv4Addr) -> bool {
-        self.interfaces
-            .iter()
-            .any(|i| i.addresses.iter().any(|&(a, _)| a == u32::from(ip)))
+    pub fn is_own_address(&self, ip: IpAddr) -> bool {
+        self.interfaces.iter().any(|i| has_address(i, ip))
     }
 
     /// The MTU of the interface holding `ip`, if one does.
-    pub fn mtu_of_address(&self, ip: Ipv4Addr) -> Option<u16> {
+    pub fn mtu_of_address(&self, ip: IpAddr) -> Option<u16> {
         self.interfaces
             .iter()
-            .find(|i| i.addresses.iter().any(|&(a, _)| a == u32::from(ip)))
+            .find(|i| has_address(i, ip))
             .map(|i| i.mtu)
     }
 
@@ -236,8 +234,13 @@ mod tests {
     use super::*;
 
     fn drop_route(f: &mut Forwarder, third: u8) {
-        f.add_route(Ipv4Addr::new(192, 0, third, 0).into(), 24, &[], None)
-            .unwrap();
+        f.add_route(
+            std::net::Ipv4Addr::new(192, 0, third, 0).into(),
+            24,
+            &[],
+            None,
+        )
+        .unwrap();
     }
 
     #[test]

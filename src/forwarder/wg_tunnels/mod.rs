@@ -194,7 +194,7 @@ impl Forwarder {
             .address
             .parse()
             .map_err(|_| invalid(name, format!("address {:?} is not IPv4", cfg.address)))?;
-        if !self.is_own_address(local) {
+        if !self.is_own_address(local.into()) {
             return Err(invalid(
                 name,
                 format!("{local} is not an address of Quiver's (add it to a port first)"),

@@ -2,7 +2,7 @@
 //! endpoint-side port an endpoint's answer asks for, the answer to the caller, the connection
 //! Quiver publishes, and the status when every endpoint refused.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use nsm_proto::connection::{Connection, Mechanism, State};
 use tonic::Status;
@@ -73,7 +73,7 @@ pub(super) fn endpoint_spec(
         } => PortSpec::Vxlan(VxlanSpec {
             name: endpoint_port(owner),
             // Offered only with a tunnel end.
-            local: tunnel.map_or(Ipv4Addr::UNSPECIFIED, |t| t.ip),
+            local: tunnel.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |t| t.ip),
             remote,
             vni,
             dst_port: remote_port,
@@ -85,7 +85,7 @@ pub(super) fn endpoint_spec(
         } => PortSpec::Wireguard(WireguardSpec {
             name: endpoint_port(owner),
             // Offered only with a tunnel end.
-            local: tunnel.map_or(Ipv4Addr::UNSPECIFIED, |t| t.ip),
+            local: tunnel.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |t| t.ip),
             port: wg_port,
             remote,
             remote_port,

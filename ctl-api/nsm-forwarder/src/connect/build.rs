@@ -4,7 +4,7 @@
 //! endpoint-side port, the cross-connect, and the answer. What is already right (a refresh) is left alone; what differs is torn down and
 //! rebuilt, the old cross-connects first (once).
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::SystemTime;
 
 use grpc_unix::ReceivedFds;
@@ -135,7 +135,9 @@ impl ClientSide<'_> {
                 ..
             } => PortSpec::Vxlan(VxlanSpec {
                 name: client_port(owner),
-                local: self.tunnel.map_or(Ipv4Addr::UNSPECIFIED, |t| t.ip),
+                local: self
+                    .tunnel
+                    .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |t| t.ip),
                 remote: *remote,
                 vni: self.vni,
                 dst_port: *remote_port,
@@ -147,7 +149,9 @@ impl ClientSide<'_> {
                 ..
             } => PortSpec::Wireguard(WireguardSpec {
                 name: client_port(owner),
-                local: self.tunnel.map_or(Ipv4Addr::UNSPECIFIED, |t| t.ip),
+                local: self
+                    .tunnel
+                    .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |t| t.ip),
                 port: self.wg_port,
                 remote: *remote,
                 remote_port: *remote_port,
@@ -200,7 +204,7 @@ impl<'a> Build<'a> {
         // The MTU: a tunnel on either side lowers it (toward the endpoint when every
         // candidate is on another node); the endpoint may lower it in its answer.
         let tunnelled = |through: bool| match remote {
-            Some((t, k)) if through => mtu::through(k, requested_mtu, t.mtu),
+            Some((t, k)) if through => mtu::through(k, requested_mtu, t.mtu, t.ip.is_ipv6()),
             _ => requested_mtu,
         };
         let all_remote = !endpoints.is_empty() && endpoints.iter().all(|e| is_remote(&e.url));

@@ -45,17 +45,14 @@ pub(super) fn connection_id(req: &NetworkServiceRequest) -> Result<String, Statu
     Ok(id)
 }
 
-/// Quiver's end of tunnels to other nodes, when it has a tunnel address (IPv4).
+/// Quiver's end of tunnels to other nodes, when it has a tunnel address.
 pub(super) fn tunnel_end(cfg: &NsmConfig) -> Option<TunnelEnd> {
-    match cfg.tunnel_ip {
-        Some(std::net::IpAddr::V4(ip)) => Some(TunnelEnd {
-            ip,
-            port: cfg.vxlan_port,
-            mtu: cfg.tunnel_mtu,
-            wg_public_key: cfg.wireguard_public_key,
-        }),
-        _ => None,
-    }
+    cfg.tunnel_ip.map(|ip| TunnelEnd {
+        ip,
+        port: cfg.vxlan_port,
+        mtu: cfg.tunnel_mtu,
+        wg_public_key: cfg.wireguard_public_key,
+    })
 }
 
 /// The REMOTE mechanism Quiver serves for `payload`, if any: VXLAN for ETHERNET, WireGuard for

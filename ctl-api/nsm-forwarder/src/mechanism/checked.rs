@@ -1,7 +1,7 @@
 //! A mechanism as Quiver took it: [`ClientMechanism`] on the client side, [`EndpointMechanism`]
 //! on the endpoint's, each checked (local ones in [`super`], REMOTE ones in `remote`).
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::path::PathBuf;
 
 /// The client-side mechanism, checked.
@@ -26,7 +26,7 @@ pub enum ClientMechanism {
     /// Quiver is the answering end of a VXLAN tunnel from another node's forwarder.
     Vxlan {
         /// The requesting forwarder's tunnel address (`src_ip`).
-        remote: Ipv4Addr,
+        remote: IpAddr,
         /// The UDP port it receives on (`src_port`).
         remote_port: u16,
         /// The VNI Quiver chose before (on a refresh), to keep.
@@ -35,7 +35,7 @@ pub enum ClientMechanism {
     /// Quiver is the answering end of a WireGuard tunnel from another node's forwarder.
     Wireguard {
         /// The requesting forwarder's tunnel address (`src_ip`).
-        remote: Ipv4Addr,
+        remote: IpAddr,
         /// The UDP port it receives on (`src_port`).
         remote_port: u16,
         /// Its public key (`src_public_key`).
@@ -69,7 +69,7 @@ pub enum EndpointMechanism {
     /// Quiver is the requesting end of a VXLAN tunnel to another node's forwarder.
     Vxlan {
         /// The answering forwarder's tunnel address (`dst_ip`).
-        remote: Ipv4Addr,
+        remote: IpAddr,
         /// The UDP port it receives on (`dst_port`).
         remote_port: u16,
         /// The VNI it chose.
@@ -78,7 +78,7 @@ pub enum EndpointMechanism {
     /// Quiver is the requesting end of a WireGuard tunnel to another node's forwarder.
     Wireguard {
         /// The answering forwarder's tunnel address (`dst_ip`).
-        remote: Ipv4Addr,
+        remote: IpAddr,
         /// The UDP port it receives on (`dst_port`).
         remote_port: u16,
         /// Its public key (`dst_public_key`).

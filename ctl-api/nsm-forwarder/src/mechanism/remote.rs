@@ -3,7 +3,7 @@
 //! end in `src_*` parameters, the answering one its end in `dst_*`.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
@@ -60,8 +60,8 @@ impl Remote {
 /// MTU, and its WireGuard public key when it has one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TunnelEnd {
-    /// `NSM_TUNNEL_IP` (or the address of the default route's interface).
-    pub ip: Ipv4Addr,
+    /// `NSM_TUNNEL_IP` (or the address of the default route's interface), IPv4 or IPv6.
+    pub ip: IpAddr,
     /// `NSM_VXLAN_PORT`.
     pub port: u16,
     /// The MTU of the uplink holding `ip` (a tunnel carries its overhead less:
@@ -72,11 +72,13 @@ pub struct TunnelEnd {
 }
 
 impl TunnelEnd {
-    /// The REMOTE mechanism for a payload (`ip`: IP, else ETHERNET), if Quiver has one.
+    /// The REMOTE mechanism for a payload (`ip`: IP, else ETHERNET), if Quiver has one:
+    /// VXLAN over either family, WireGuard (with a key) over IPv4.
     pub fn remote_for(&self, ip: bool) -> Option<Remote> {
         match ip {
             false => Some(Remote::Vxlan),
-            true => self.wg_public_key.map(|_| Remote::Wireguard),
+            true if self.ip.is_ipv4() => self.wg_public_key.map(|_| Remote::Wireguard),
+            true => None,
         }
     }
 
@@ -137,19 +139,40 @@ pub(super) fn check_syntax(what: &str, m: &Mechanism) -> Result<(), Status> {
     Ok(())
 }
 
-/// A tunnel mechanism's address parameter `key`, which must be unicast IPv4.
-fn tunnel_ip(what: &str, m: &Mechanism, key: &str) -> Result<Ipv4Addr, Status> {
+/// A tunnel mechanism's address parameter `key`, which must be unicast (IPv4 or IPv6).
+fn tunnel_ip(what: &str, m: &Mechanism, key: &str) -> Result<IpAddr, Status> {
     match m.parameters.get(key).filter(|v| !v.is_empty()) {
         None => Err(Status::invalid_argument(format!(
             "{what}: {key} is missing"
         ))),
         Some(v) => match v.parse::<IpAddr>() {
-            Ok(IpAddr::V4(ip)) if !ip.is_unspecified() && !ip.is_multicast() => Ok(ip),
+            Ok(ip) if is_routable_unicast(ip) => Ok(ip),
             _ => Err(Status::invalid_argument(format!(
-                "{what}: {key} {v:?} is not a unicast IPv4 address"
+                "{what}: {key} {v:?} is not a unicast address beyond the link"
             ))),
         },
     }
+}
+
+/// Whether `ip` can be a tunnel's end: unicast, and (IPv6) not link-local, whose scope a
+/// route to another node cannot name.
+fn is_routable_unicast(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(a) => !(a.is_unspecified() || a.is_multicast() || a.is_broadcast()),
+        IpAddr::V6(a) => {
+            !(a.is_unspecified() || a.is_multicast() || a.segments()[0] & 0xffc0 == 0xfe80)
+        }
+    }
+}
+
+/// A WireGuard tunnel's far end, `remote`: over IPv4 only (an IPv6 underlay is VXLAN's).
+fn wireguard_remote(what: &str, key: &str, remote: IpAddr) -> Result<IpAddr, Status> {
+    if remote.is_ipv6() {
+        return Err(Status::invalid_argument(format!(
+            "{what}: {key} {remote}: WireGuard runs over an IPv4 underlay only"
+        )));
+    }
+    Ok(remote)
 }
 
 /// A tunnel mechanism's port parameter `key` (`default` when absent or 0); syntax was checked.
@@ -186,7 +209,7 @@ pub(super) fn client_side(what: &str, m: &Mechanism) -> Result<ClientMechanism, 
     let remote = tunnel_ip(what, m, SRC_IP)?;
     if m.r#type == WIREGUARD {
         return Ok(ClientMechanism::Wireguard {
-            remote,
+            remote: wireguard_remote(what, SRC_IP, remote)?,
             remote_port: tunnel_port(m, SRC_PORT, WIREGUARD_DEFAULT_PORT)
                 .unwrap_or(WIREGUARD_DEFAULT_PORT),
             remote_key: public_key(what, m, SRC_PUBLIC_KEY)?,
@@ -207,7 +230,7 @@ pub(super) fn endpoint_side(what: &str, m: &Mechanism) -> Result<EndpointMechani
     let remote = tunnel_ip(what, m, DST_IP).map_err(precondition)?;
     if m.r#type == WIREGUARD {
         return Ok(EndpointMechanism::Wireguard {
-            remote,
+            remote: wireguard_remote(what, DST_IP, remote).map_err(precondition)?,
             remote_port: tunnel_port(m, DST_PORT, WIREGUARD_DEFAULT_PORT)
                 .unwrap_or(WIREGUARD_DEFAULT_PORT),
             remote_key: public_key(what, m, DST_PUBLIC_KEY).map_err(precondition)?,

@@ -112,7 +112,7 @@ fn vxlan_is_served_only_with_a_tunnel_end() {
     assert_eq!(
         c,
         ClientMechanism::Vxlan {
-            remote: Ipv4Addr::new(192, 168, 7, 1),
+            remote: Ipv4Addr::new(192, 168, 7, 1).into(),
             remote_port: 4790,
             vni: None
         }
@@ -135,7 +135,7 @@ fn vxlan_is_served_only_with_a_tunnel_end() {
             ..
         }
     ));
-    // src_ip is required and must be unicast IPv4.
+    // src_ip is required and must be unicast beyond the link (either family).
     for bad in [
         mech(REMOTE, VXLAN, &[]),
         mech(REMOTE, VXLAN, &[(SRC_IP, "224.0.0.1")]),
@@ -153,7 +153,7 @@ fn vxlan_is_served_only_with_a_tunnel_end() {
 #[test]
 fn offers_add_vxlan_last_or_alone() {
     let end = TunnelEnd {
-        ip: Ipv4Addr::new(10, 9, 0, 1),
+        ip: Ipv4Addr::new(10, 9, 0, 1).into(),
         port: 4789,
         mtu: 1500,
         wg_public_key: None,
@@ -170,12 +170,42 @@ fn offers_add_vxlan_last_or_alone() {
 }
 
 #[test]
+fn an_ipv6_tunnel_end_offers_vxlan_over_ipv6_and_no_wireguard() {
+    let end = TunnelEnd {
+        ip: "2001:db8:9::1".parse().unwrap(),
+        port: 4789,
+        mtu: 1500,
+        wg_public_key: Some([7; 32]),
+    };
+    assert_eq!(end.remote_for(false), Some(Remote::Vxlan));
+    assert_eq!(end.remote_for(true), None, "WireGuard runs over IPv4 only");
+    let o = end.offer(Remote::Vxlan, 0);
+    assert_eq!(o.parameters[SRC_IP], "2001:db8:9::1");
+    let m = mech(REMOTE, VXLAN, &[(DST_IP, "2001:db8:9::2"), (VNI, "5")]);
+    assert_eq!(
+        endpoint_side(Some(&m), "x", Some(Remote::Vxlan)).unwrap(),
+        EndpointMechanism::Vxlan {
+            remote: "2001:db8:9::2".parse().unwrap(),
+            remote_port: 4789,
+            vni: 5
+        }
+    );
+    let multicast = mech(REMOTE, VXLAN, &[(DST_IP, "ff02::1"), (VNI, "5")]);
+    assert_eq!(
+        endpoint_side(Some(&multicast), "x", Some(Remote::Vxlan))
+            .unwrap_err()
+            .code(),
+        Code::FailedPrecondition
+    );
+}
+
+#[test]
 fn vxlan_answers() {
     let m = mech(REMOTE, VXLAN, &[(DST_IP, "10.9.0.2"), (VNI, "5")]);
     assert_eq!(
         endpoint_side(Some(&m), "x", Some(Remote::Vxlan)).unwrap(),
         EndpointMechanism::Vxlan {
-            remote: Ipv4Addr::new(10, 9, 0, 2),
+            remote: Ipv4Addr::new(10, 9, 0, 2).into(),
             remote_port: 4789,
             vni: 5
         }
@@ -268,7 +298,7 @@ const KEY_A: &str = "YC5kWEPQ5pjNh3fhzRRLqNAQMvBPxoPwJcaX5Z7dbkM=";
 #[test]
 fn wireguard_is_served_for_ip_payload_with_a_key() {
     let end = TunnelEnd {
-        ip: Ipv4Addr::new(10, 9, 0, 1),
+        ip: Ipv4Addr::new(10, 9, 0, 1).into(),
         port: 4789,
         mtu: 1500,
         wg_public_key: Some([7; 32]),
@@ -294,7 +324,7 @@ fn wireguard_is_served_for_ip_payload_with_a_key() {
     assert_eq!(
         c,
         ClientMechanism::Wireguard {
-            remote: Ipv4Addr::new(10, 9, 0, 1),
+            remote: Ipv4Addr::new(10, 9, 0, 1).into(),
             remote_port: 51821,
             remote_key: [7; 32],
             port: None
@@ -367,7 +397,10 @@ fn wireguard_answers() {
     else {
         panic!("{ep:?}");
     };
-    assert_eq!((remote, remote_port), (Ipv4Addr::new(10, 9, 0, 2), 51830));
+    assert_eq!(
+        (remote, remote_port),
+        (Ipv4Addr::new(10, 9, 0, 2).into(), 51830)
+    );
     assert_eq!(encode_key(&remote_key), KEY_A);
     // Not offered, or without the answering end's key or address: the endpoint's fault.
     for (bad, offered) in [
