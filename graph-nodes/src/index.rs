@@ -22,6 +22,15 @@ index_type! {
     AdjIndex
 }
 
+/// A routing table's number (a VRF; the default table is 0). Every interface is in one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct TableId(pub u16);
+
+impl TableId {
+    /// The table every interface starts in.
+    pub const DEFAULT: TableId = TableId(0);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

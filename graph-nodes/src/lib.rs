@@ -19,6 +19,6 @@ pub mod wireguard;
 pub use net::wire;
 
 pub use forwarding::{FibConfig, Forwarding, ForwardingError, LocalState, Path, Publisher};
-pub use index::{AdjIndex, IfIndex};
+pub use index::{AdjIndex, IfIndex, TableId};
 pub use nodes::{add_forwarding_nodes, names, ForwardingHandles};
 pub use state::{ForwardingState, InterfaceMode};

@@ -15,7 +15,7 @@ pub use crate::fast_map::{FastMap, WordHasher};
 /// Most interfaces Quiver handles (interface indices are below this).
 pub const MAX_INTERFACES: usize = 4096;
 
-pub use crate::index::{AdjIndex, IfIndex};
+pub use crate::index::{AdjIndex, IfIndex, TableId};
 
 /// How an interface's received frames are handled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +83,8 @@ pub struct Interface {
     pub link_local: Option<u128>,
     /// Its VLAN sub-interfaces: (tag, sub-interface).
     pub vlans: Vec<(u16, IfIndex)>,
+    /// The routing table its packets are looked up in (and its connected routes are in).
+    pub table: TableId,
     /// A point-to-point link (an IP-mode memif port): whatever it sends reaches the one peer
     /// at its far end, so its next hops need no neighbour resolution (no ARP is sent into a
     /// link without a link layer).
@@ -383,6 +385,15 @@ pub struct ForwardingState {
     pub fib: Arc<LpmTable>,
     /// The IPv6 FIB's table, likewise.
     pub fib6: Arc<Lpm6Table>,
+    /// Every routing table's IPv4 FIB by number (`fibs[0]` is `fib`; `None`: a free number).
+    pub fibs: Vec<Option<Arc<LpmTable>>>,
+    /// Every routing table's IPv6 FIB by number.
+    pub fibs6: Vec<Option<Arc<Lpm6Table>>>,
+    /// The routing table of each interface (by index).
+    pub rx_table: Vec<u16>,
+    /// Whether any table besides the default one exists: only then do lookups read
+    /// `rx_table` (one table costs nothing).
+    pub multi_table: bool,
     /// Load-balance objects by index.
     pub load_balances: Vec<LoadBalance>,
     /// Adjacencies by index.
@@ -439,6 +450,21 @@ impl ForwardingState {
                     .is_some_and(|t| t.port == port && t.local == local)
             })
             .map(|t| t as u32)
+    }
+
+    /// The IPv4 FIB packets received on `rx` are looked up in (the default table's for what
+    /// Quiver sends itself, `rx` out of range); `None` for a removed table.
+    #[inline(always)]
+    pub fn fib_of(&self, rx: u32) -> Option<&LpmTable> {
+        let t = self.rx_table.get(rx as usize).copied().unwrap_or(0);
+        self.fibs.get(usize::from(t))?.as_deref()
+    }
+
+    /// The IPv6 FIB packets received on `rx` are looked up in (see [`Self::fib_of`]).
+    #[inline(always)]
+    pub fn fib6_of(&self, rx: u32) -> Option<&Lpm6Table> {
+        let t = self.rx_table.get(rx as usize).copied().unwrap_or(0);
+        self.fibs6.get(usize::from(t))?.as_deref()
     }
 
     /// The interface `i`, if it exists.

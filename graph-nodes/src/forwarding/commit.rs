@@ -213,8 +213,15 @@ impl Forwarding {
             xconnect: self.xconnect.l2.clone(),
             l3xconnect,
             any_l3xconnect: !self.xconnect.l3.is_empty(),
-            fib: self.fib4.table(),
-            fib6: self.fib6.table(),
+            fib: self.tables.default_table().fib4.table(),
+            fib6: self.tables.default_table().fib6.table(),
+            fibs: self.tables.snapshot4(),
+            fibs6: self.tables.snapshot6(),
+            rx_table: interfaces
+                .iter()
+                .map(|i| i.as_ref().map_or(0, |i| i.table.0))
+                .collect(),
+            multi_table: self.tables.several(),
             load_balances,
             adjacencies,
             single_paths,
@@ -230,41 +237,58 @@ impl Forwarding {
         }
     }
 
-    /// Publishes the staged changes and updates both FIBs, without stopping any worker (see
+    /// Publishes the staged changes and updates every table's FIBs, without stopping any worker (see
     /// the module docs for the order). A route a FIB cannot hold is withdrawn and reported.
     pub fn commit(&mut self, to: &dyn Publisher) -> Result<(), ForwardingError> {
         to.publish(self.snapshot());
-        if !self.fib4.has_pending() && !self.fib6.has_pending() {
+        if !self
+            .tables
+            .iter()
+            .any(|(_, t)| t.fib4.has_pending() || t.fib6.has_pending())
+        {
             return Ok(());
         }
         to.synchronize();
         let mut withdrawn = Vec::new();
-        let (failed4, mut flushed4) = self.fib4.write_pending(&mut withdrawn);
-        let (failed6, mut flushed6) = self.fib6.write_pending(&mut withdrawn);
+        let mut failed = None;
+        // Per table (in one order throughout): whether each family's flush failed.
+        let mut flushed = Vec::new();
+        for t in self.tables.iter_mut() {
+            let (failed4, flushed4) = t.fib4.write_pending(&mut withdrawn);
+            let (failed6, flushed6) = t.fib6.write_pending(&mut withdrawn);
+            failed = failed.or(failed4).or(failed6);
+            flushed.push((flushed4, flushed6));
+        }
         for lb in withdrawn {
             self.objects.release_load_balance(lb);
         }
-        let mut failed = failed4.or(failed6);
-        if flushed4.is_err() || flushed6.is_err() {
+        if flushed.iter().any(|(a, b)| a.is_err() || b.is_err()) {
             // The node memory is full of nodes this commit replaced: reuse them and retry.
             to.synchronize();
-            self.fib4.recycle_retired();
-            self.fib6.recycle_retired();
-            if flushed4.is_err() {
-                flushed4 = self.fib4.flush();
-            }
-            if flushed6.is_err() {
-                flushed6 = self.fib6.flush();
+            for (t, (flushed4, flushed6)) in self.tables.iter_mut().zip(&mut flushed) {
+                t.fib4.recycle_retired();
+                t.fib6.recycle_retired();
+                if flushed4.is_err() {
+                    *flushed4 = t.fib4.flush();
+                }
+                if flushed6.is_err() {
+                    *flushed6 = t.fib6.flush();
+                }
             }
         }
         to.synchronize();
-        self.fib4.recycle_retired();
-        self.fib6.recycle_retired();
-        match flushed4.and(flushed6) {
-            Ok(()) => self.objects.recycle(),
+        for t in self.tables.iter_mut() {
+            t.fib4.recycle_retired();
+            t.fib6.recycle_retired();
+        }
+        let still = flushed
+            .into_iter()
+            .find_map(|(a, b)| a.and(b).err());
+        match still {
+            None => self.objects.recycle(),
             // Some parts of a table still show readers their old routes, which may use objects
             // this commit released: keep those slots until a commit gets the table written.
-            Err(e) => {
+            Some(e) => {
                 failed.get_or_insert(e);
             }
         }

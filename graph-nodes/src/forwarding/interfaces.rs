@@ -2,7 +2,7 @@
 //! [`Forwarding`] methods that add, change and remove interfaces.
 
 use super::{Forwarding, ForwardingError};
-use crate::index::IfIndex;
+use crate::index::{IfIndex, TableId};
 use crate::state::{Interface, InterfaceKind, InterfaceMode, MAX_INTERFACES};
 use crate::wire::Mac;
 
@@ -84,6 +84,7 @@ impl Interfaces {
             addresses6: Vec::new(),
             link_local: None,
             vlans: Vec::new(),
+            table: TableId::DEFAULT,
             point_to_point: false,
         });
         Ok(index)

@@ -21,8 +21,8 @@ use std::sync::Arc;
 use crossbeam_queue::ArrayQueue;
 use dataplane::memory::HugepagePolicy;
 
-use crate::fib::lpm::{Lpm, LpmError};
-use crate::fib6::{Lpm6, Lpm6Error};
+use crate::fib::lpm::LpmError;
+use crate::fib6::Lpm6Error;
 use crate::index::IfIndex;
 use crate::state::{DataplaneEvent, NdProbe, MAX_INTERFACES};
 
@@ -34,6 +34,7 @@ mod neighbors;
 mod objects;
 mod routes;
 mod routes6;
+mod tables;
 mod vxlan;
 mod wireguard;
 mod xconnect;
@@ -41,12 +42,14 @@ mod xconnect;
 pub use commit::{LocalState, Publisher};
 pub use fib::Route;
 pub use neighbors::{Neighbor6, Neighbor6State};
+pub use tables::{DEFAULT_TABLE_NAME, MAX_TABLES};
 pub use vxlan::VXLAN6_HEADER;
+pub use crate::index::TableId;
 
-use fib::Fib;
 use interfaces::Interfaces;
 use neighbors::Neighbors;
 use objects::Objects;
+use tables::Tables;
 use vxlan::VxlanTunnels;
 use wireguard::WgTunnels;
 use xconnect::CrossConnects;
@@ -89,6 +92,24 @@ pub enum ForwardingError {
     /// unspecified IPv6 address, a link-local one as a prefix).
     #[error("{0}")]
     BadAddress(String),
+    /// No table with that number.
+    #[error("no table {0}")]
+    NoSuchTable(u16),
+    /// A table of that name exists (or the name is empty).
+    #[error("a table named `{0}` exists (or the name is empty)")]
+    TableNameTaken(String),
+    /// All table numbers are in use.
+    #[error("too many tables (at most {})", tables::MAX_TABLES)]
+    TooManyTables,
+    /// A table that interfaces are in, or the default table, cannot be removed.
+    #[error("table `{0}` is in use (or is the default table)")]
+    TableInUse(String),
+    /// A route's path through an interface of another table.
+    #[error("interface {0} is in another table than the route")]
+    OtherTable(IfIndex),
+    /// An interface with addresses cannot change tables.
+    #[error("interface {0} has addresses: remove them before moving it to another table")]
+    HasAddresses(IfIndex),
     /// The IPv4 FIB refused a route.
     #[error(transparent)]
     Lpm(#[from] LpmError),
@@ -138,8 +159,7 @@ pub type Route6Info = Route<u128>;
 pub struct Forwarding {
     interfaces: Interfaces,
     objects: Objects,
-    fib4: Fib<Lpm>,
-    fib6: Fib<Lpm6>,
+    tables: Tables,
     neighbors: Neighbors,
     xconnect: CrossConnects,
     vxlan: VxlanTunnels,
@@ -176,8 +196,7 @@ impl Forwarding {
         Ok(Forwarding {
             interfaces: Interfaces::new(),
             objects: Objects::new(),
-            fib4: Fib::new(Lpm::new(fib.long_prefix_groups, fib.hugepages)?),
-            fib6: Fib::new(Lpm6::new(fib.ipv6_node_bytes, fib.hugepages)?),
+            tables: Tables::new(&fib)?,
             neighbors: Neighbors::new(),
             xconnect: CrossConnects::new(),
             vxlan: VxlanTunnels::new(),

@@ -10,7 +10,7 @@ use std::time::Instant;
 use super::neighbors::Neighbor6;
 use super::objects::AdjKey;
 use super::{Forwarding, ForwardingError, Path6, Route6Info, RouteSource};
-use crate::index::IfIndex;
+use crate::index::{IfIndex, TableId};
 use crate::wire::ipv6;
 use crate::wire::Mac;
 
@@ -32,23 +32,29 @@ fn unicast(a: u128, what: &str) -> Result<(), ForwardingError> {
 }
 
 impl Forwarding {
-    /// Sets IPv6 route `prefix/len` to spread over the adjacencies `keys` are.
+    /// Sets IPv6 route `prefix/len` of table `t` to spread over the adjacencies `keys` are.
     pub(super) fn set_route6(
         &mut self,
+        t: TableId,
         prefix: u128,
         len: u8,
         keys: &[AdjKey],
         source: RouteSource,
-    ) {
+    ) -> Result<(), ForwardingError> {
+        self.tables.get(t)?;
         let lb = self.objects.load_balance(keys);
-        if let Some(old) = self.fib6.set(prefix, len, lb, source) {
+        if let Some(old) = self.tables.get_mut(t)?.fib6.set(prefix, len, lb, source) {
             self.objects.release_load_balance(old);
         }
+        Ok(())
     }
 
-    /// Removes IPv6 route `prefix/len`; whether there was one.
-    pub(super) fn unset_route6(&mut self, prefix: u128, len: u8) -> bool {
-        match self.fib6.unset(prefix, len) {
+    /// Removes IPv6 route `prefix/len` of table `t`; whether there was one.
+    pub(super) fn unset_route6(&mut self, t: TableId, prefix: u128, len: u8) -> bool {
+        let Ok(table) = self.tables.get_mut(t) else {
+            return false;
+        };
+        match table.fib6.unset(prefix, len) {
             Some(lb) => {
                 self.objects.release_load_balance(lb);
                 true
@@ -77,11 +83,11 @@ impl Forwarding {
         if iface.link_local.is_none() && !iface.point_to_point && iface.mac != [0; 6] {
             iface.link_local = Some(u128::from_be_bytes(ipv6::link_local(&iface.mac)));
         }
+        let t = iface.table;
         if len < 128 {
-            self.set_route6(addr, len, &[AdjKey::Glean6(i)], RouteSource::Connected);
+            self.set_route6(t, addr, len, &[AdjKey::Glean6(i)], RouteSource::Connected)?;
         }
-        self.set_route6(addr, 128, &[AdjKey::Local], RouteSource::Local);
-        Ok(())
+        self.set_route6(t, addr, 128, &[AdjKey::Local], RouteSource::Local)
     }
 
     /// Removes an IPv6 address and its connected and local routes (and the link-local address
@@ -103,16 +109,29 @@ impl Forwarding {
         if iface.addresses6.is_empty() {
             iface.link_local = None;
         }
+        let t = iface.table;
         if len < 128 {
-            self.unset_route6(addr, len);
+            self.unset_route6(t, addr, len);
         }
-        self.unset_route6(addr, 128);
+        self.unset_route6(t, addr, 128);
         Ok(())
     }
 
-    /// Adds (or replaces) an IPv6 route spreading flows over `paths` (ECMP when several).
+    /// Adds (or replaces) an IPv6 route of the default table spreading flows over `paths`
+    /// (ECMP when several).
     pub fn add_route6(
         &mut self,
+        prefix: u128,
+        len: u8,
+        paths: &[Path6],
+    ) -> Result<(), ForwardingError> {
+        self.add_route6_in(TableId::DEFAULT, prefix, len, paths)
+    }
+
+    /// Adds (or replaces) an IPv6 route of table `t`; each path's interface must be in `t`.
+    pub fn add_route6_in(
+        &mut self,
+        t: TableId,
         prefix: u128,
         len: u8,
         paths: &[Path6],
@@ -124,29 +143,42 @@ impl Forwarding {
             return Err(ForwardingError::NoPaths);
         }
         for p in paths {
-            self.interfaces.get(p.interface)?;
             unicast(p.next_hop, "next hop")?;
         }
+        self.check_paths_in(t, paths.iter().map(|p| p.interface))?;
         let keys: Vec<AdjKey> = paths
             .iter()
             .map(|p| AdjKey::Neighbor6(p.interface, p.next_hop))
             .collect();
-        self.set_route6(prefix, len, &keys, RouteSource::Static);
-        Ok(())
+        self.set_route6(t, prefix, len, &keys, RouteSource::Static)
     }
 
-    /// Adds an IPv6 route that drops everything it matches.
+    /// Adds an IPv6 route of the default table that drops everything it matches.
     pub fn add_drop_route6(&mut self, prefix: u128, len: u8) -> Result<(), ForwardingError> {
+        self.add_drop_route6_in(TableId::DEFAULT, prefix, len)
+    }
+
+    /// Adds an IPv6 route of table `t` that drops everything it matches.
+    pub fn add_drop_route6_in(
+        &mut self,
+        t: TableId,
+        prefix: u128,
+        len: u8,
+    ) -> Result<(), ForwardingError> {
         if len > 128 {
             return Err(ForwardingError::BadPrefixLength(len));
         }
-        self.set_route6(prefix, len, &[AdjKey::Drop], RouteSource::Static);
-        Ok(())
+        self.set_route6(t, prefix, len, &[AdjKey::Drop], RouteSource::Static)
     }
 
-    /// Removes an IPv6 route; `false` when there was none.
+    /// Removes an IPv6 route of the default table; `false` when there was none.
     pub fn remove_route6(&mut self, prefix: u128, len: u8) -> bool {
-        self.unset_route6(prefix, len)
+        self.unset_route6(TableId::DEFAULT, prefix, len)
+    }
+
+    /// Removes an IPv6 route of table `t`; `false` when there was none.
+    pub fn remove_route6_in(&mut self, t: TableId, prefix: u128, len: u8) -> bool {
+        self.unset_route6(t, prefix, len)
     }
 
     /// A host route for neighbour `ip` on `i` when it is in one of `i`'s subnets and not ours
@@ -154,8 +186,10 @@ impl Forwarding {
     fn host_route6(&mut self, i: IfIndex, ip: u128) -> Result<(), ForwardingError> {
         let iface = self.interfaces.get(i)?;
         let connected = !link_local(ip) && iface.address6_for(ip).is_some();
-        if connected && !iface.has_address6(ip) && self.fib6.get(ip, 128).is_none() {
-            self.set_route6(ip, 128, &[AdjKey::Neighbor6(i, ip)], RouteSource::Host);
+        let t = iface.table;
+        if connected && !iface.has_address6(ip) && self.tables.get(t)?.fib6.get(ip, 128).is_none()
+        {
+            self.set_route6(t, ip, 128, &[AdjKey::Neighbor6(i, ip)], RouteSource::Host)?;
         }
         Ok(())
     }
@@ -190,12 +224,15 @@ impl Forwarding {
     /// Forgets an IPv6 neighbour (and its host route).
     pub fn remove_neighbor6(&mut self, i: IfIndex, ip: u128) {
         self.neighbors.remove6(i, ip);
-        if self
-            .fib6
-            .get(ip, 128)
-            .is_some_and(|(_, source)| source == RouteSource::Host)
-        {
-            self.unset_route6(ip, 128);
+        let Ok(t) = self.table_of(i) else { return };
+        let host = self.tables.get(t).is_ok_and(|table| {
+            table
+                .fib6
+                .get(ip, 128)
+                .is_some_and(|(_, source)| source == RouteSource::Host)
+        });
+        if host {
+            self.unset_route6(t, ip, 128);
         }
     }
 
@@ -221,13 +258,13 @@ impl Forwarding {
         self.neighbors.list6(now)
     }
 
-    /// Every IPv6 route.
+    /// Every IPv6 route of the default table.
     pub fn routes6(&self) -> Vec<Route6Info> {
-        self.fib6.routes()
+        self.tables.default_table().fib6.routes()
     }
 
-    /// Number of IPv6 routes.
+    /// Number of IPv6 routes in every table.
     pub fn route_count6(&self) -> usize {
-        self.fib6.len()
+        self.tables.iter().map(|(_, t)| t.fib6.len()).sum()
     }
 }

@@ -21,7 +21,10 @@ pub(super) struct VxlanTunnels {
 
 /// The first free slot of `slots`, or its end.
 fn free_slot<T>(slots: &[Option<T>]) -> usize {
-    slots.iter().position(Option::is_none).unwrap_or(slots.len())
+    slots
+        .iter()
+        .position(Option::is_none)
+        .unwrap_or(slots.len())
 }
 
 /// Puts `t` in `slots[at]` (a free slot, or the end).

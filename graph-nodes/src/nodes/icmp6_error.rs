@@ -201,10 +201,8 @@ impl Node<ForwardingState> for Ip6IcmpError {
                             meta.rx_interface = adj.tx.get();
                             L3XC
                         }
-                        None => {
-                            meta.rx_interface = u32::MAX;
-                            LOOKUP
-                        }
+                        // Looked up in the table of the interface the packet came in on.
+                        None => LOOKUP,
                     }
                 }
                 Err(code) => {

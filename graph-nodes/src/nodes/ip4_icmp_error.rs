@@ -114,7 +114,7 @@ impl Node<ForwardingState> for Ip4IcmpError {
                                     meta.rx_interface = adj.tx.get();
                                     L3XC
                                 } else {
-                                    meta.rx_interface = u32::MAX;
+                                    // Looked up in the arrival interface's table.
                                     LOOKUP
                                 }
                             })

@@ -96,8 +96,8 @@ impl Node<ForwardingState> for Ip4Local {
             match verdict {
                 Ok(next) => {
                     if next == LOOKUP {
+                        // rx_interface stays: the reply is looked up in its table.
                         meta.flags |= LOCALLY_ORIGINATED;
-                        meta.rx_interface = u32::MAX;
                         replies += 1;
                     }
                     self.nexts[i] = next;

@@ -138,10 +138,9 @@ impl Node<ForwardingState> for Ip6Local {
             *next = match verdict {
                 Ok(arc) if arc == LOOKUP || arc == OUTPUT => {
                     replies += 1;
+                    // rx_interface stays: a reply through the FIB is looked up in the
+                    // table of the interface the request came in on.
                     meta.flags |= LOCALLY_ORIGINATED;
-                    if arc == LOOKUP {
-                        meta.rx_interface = u32::MAX;
-                    }
                     arc
                 }
                 Ok(arc) => arc,

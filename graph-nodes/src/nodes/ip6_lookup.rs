@@ -94,7 +94,11 @@ impl Node<ForwardingState> for Ip6Lookup {
             *dst = Ipv6::new_checked(&*buffers.meta_and_data_mut(bi).1)
                 .map_or(0, |ip| u128::from_be_bytes(ip.dst()));
         }
-        state.fib6.lookup_batch(dsts, results);
+        if state.multi_table {
+            lookup_in_tables(state, &mut buffers, bis, dsts, results);
+        } else {
+            state.fib6.lookup_batch(dsts, results);
+        }
         let mut arcs = Arcs::new(&mut self.nexts[..n], REWRITE);
         let single_paths: &[SinglePath] = &state.single_paths;
         for (i, (&bi, &lb)) in bis.iter().zip(results.iter()).enumerate() {
@@ -107,6 +111,37 @@ impl Node<ForwardingState> for Ip6Lookup {
         }
         arcs.enqueue(cx, frame);
         n
+    }
+}
+
+/// Looks each of `dsts` up in the table of its packet's arrival interface (see `ip4-lookup`).
+#[inline(never)]
+fn lookup_in_tables(
+    state: &ForwardingState,
+    buffers: &mut BufferView<'_>,
+    bis: &[BufferIndex],
+    dsts: &[u128],
+    results: &mut [u32],
+) {
+    let table = |buffers: &mut BufferView<'_>, bi| {
+        let rx = buffers.meta_mut(bi).rx_interface;
+        state.rx_table.get(rx as usize).copied().unwrap_or(0)
+    };
+    let Some(&first) = bis.first() else { return };
+    let t0 = table(buffers, first);
+    if bis.iter().all(|&bi| table(buffers, bi) == t0) {
+        match state.fibs6.get(usize::from(t0)).and_then(Option::as_deref) {
+            Some(fib) => fib.lookup_batch(dsts, results),
+            None => results.fill(u32::MAX),
+        }
+        return;
+    }
+    for ((&bi, &dst), r) in bis.iter().zip(dsts).zip(results.iter_mut()) {
+        let rx = buffers.meta_mut(bi).rx_interface;
+        *r = state
+            .fib6_of(rx)
+            .and_then(|fib| fib.lookup(dst))
+            .unwrap_or(u32::MAX);
     }
 }
 

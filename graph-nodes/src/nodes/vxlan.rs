@@ -5,10 +5,10 @@
 use dataplane::buffer::flags;
 use dataplane::{Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
+use super::ip6_lookup::flow_hash6;
 use super::names;
 use super::origin::LOCALLY_ORIGINATED;
 use crate::state::ForwardingState;
-use super::ip6_lookup::flow_hash6;
 use crate::wire::{self, ipv4, Ethernet, Ipv4, Ipv6, Udp, Vxlan};
 
 /// Bytes the encapsulation adds before the outer Ethernet header.
@@ -129,6 +129,8 @@ impl Node<ForwardingState> for Vxlan4Encap {
                 continue;
             };
             meta.l3_offset = meta.data_offset();
+            // The underlay is the default table's, whatever table the inner frame was in.
+            meta.rx_interface = u32::MAX;
             *h = t.header;
             // ip4-lookup finds the outer destination's FIB line in cache.
             fib.prefetch(t.dst);

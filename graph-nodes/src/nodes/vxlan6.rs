@@ -132,6 +132,8 @@ impl Node<ForwardingState> for Vxlan6Encap {
             meta.flow_hash = hash;
             meta.flags |= flags::FLOW_HASH_VALID | LOCALLY_ORIGINATED;
             meta.l3_offset = meta.data_offset();
+            // The underlay is the default table's, whatever table the inner frame was in.
+            meta.rx_interface = u32::MAX;
             *h = t.header;
             let acc =
                 u64::from(t.fixed_sum) + 2 * u64::from(udp_len) + u64::from(sport) + inner_sum;
