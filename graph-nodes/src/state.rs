@@ -233,8 +233,11 @@ pub struct VxlanTunnel {
     pub header: [u8; 36],
     /// The ones'-complement sum of `header`'s IPv4 part (without length and checksum).
     pub ip_sum: u32,
-    /// The tunnel's L2 interface.
+    /// The tunnel's interface.
     pub interface: IfIndex,
+    /// The interface is routed (L3, in a table): what arrives goes to `ethernet-input`, not
+    /// to its cross-connect.
+    pub routed: bool,
     /// Our underlay address.
     pub src: u32,
     /// The far end's underlay address.
@@ -257,8 +260,10 @@ pub struct Vxlan6Tunnel {
     /// changes: the pseudo-header's addresses and next header, the destination port and the
     /// VXLAN header.
     pub fixed_sum: u32,
-    /// The tunnel's L2 interface.
+    /// The tunnel's interface.
     pub interface: IfIndex,
+    /// The interface is routed (see [`VxlanTunnel::routed`]).
+    pub routed: bool,
     /// Our underlay address.
     pub src: u128,
     /// The far end's underlay address.

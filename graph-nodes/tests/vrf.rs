@@ -198,3 +198,100 @@ fn tables_are_kept_apart_by_the_control_side() {
     assert_eq!(r.sent(1).len(), 1);
     r.assert_no_leaks();
 }
+
+/// A routed VXLAN tunnel in red (VNI 100, 172.31.0.1/30, its far end 172.31.0.2 at
+/// `FAR_MAC`), over the default table's eth1 (192.168.1.1/24 → 192.168.1.2); red routes
+/// 10.5.0.0/16 through it.
+const FAR_MAC: [u8; 6] = [0x02, 0xfa, 0, 0, 0, 0x01];
+const TUNNEL_MAC: [u8; 6] = [0x02, 0x7e, 0, 0, 0, 0x01];
+
+fn routed_tunnel(r: &mut Rig, red: TableId) -> graph_nodes::IfIndex {
+    let p: Vec<_> = r.ports.iter().map(|p| p.index).collect();
+    let f = &mut r.fwd;
+    f.add_address(p[1], ip(192, 168, 1, 1), 24).unwrap();
+    f.add_neighbor(p[1], ip(192, 168, 1, 2), HOST_B).unwrap();
+    let t = f
+        .add_vxlan_tunnel("vx-red", ip(192, 168, 1, 1), ip(192, 168, 1, 2), 100, 4789)
+        .unwrap();
+    f.set_vxlan_routed(t, TUNNEL_MAC, 1450).unwrap();
+    f.set_interface_table(t, red).unwrap();
+    f.add_address(t, ip(172, 31, 0, 1), 30).unwrap();
+    f.add_neighbor(t, ip(172, 31, 0, 2), FAR_MAC).unwrap();
+    f.add_route_in(
+        red,
+        ip(10, 5, 0, 0),
+        16,
+        &[Path {
+            next_hop: ip(172, 31, 0, 2),
+            interface: t,
+        }],
+    )
+    .unwrap();
+    r.commit();
+    t
+}
+
+#[test]
+fn a_routed_vxlan_tunnel_carries_a_tables_traffic_over_the_default_tables_underlay() {
+    let (mut r, red) = rig();
+    routed_tunnel(&mut r, red);
+    // Red's packet for 10.5.1.1 leaves eth1 inside VXLAN VNI 100, its inner frame from the
+    // tunnel's MAC to the far end's; the default table has no such route.
+    r.inject(2, &[v4_to(MAC2, HOST_C, ip(10, 5, 1, 1))]);
+    let out = r.sent(1);
+    assert_eq!(out.len(), 1);
+    let o = &out[0];
+    assert_eq!(
+        (o[..6].to_vec(), o[23]),
+        (HOST_B.to_vec(), 17),
+        "to the underlay's next hop"
+    );
+    assert_eq!(o[46..50], [0, 0, 100, 0], "VNI 100");
+    let inner = &o[50..];
+    assert_eq!(
+        (&inner[..6], &inner[6..12]),
+        (&FAR_MAC[..], &TUNNEL_MAC[..])
+    );
+    assert_eq!(inner[14 + 8], 63, "routed once: TTL 64 → 63");
+    r.inject(0, &[v4_to(MAC0, HOST_A, ip(10, 5, 1, 1))]);
+    assert!(r.sent(1).is_empty());
+    assert_eq!(r.error(names::IP4_LOOKUP, "no-route"), 1);
+
+    // From the far end: a frame for red's host 10.0.0.2 comes out of red's eth2.
+    r.fwd
+        .add_neighbor(r.ports[2].index, ip(10, 0, 0, 2), HOST_C)
+        .unwrap();
+    r.commit();
+    let inner = eth(
+        TUNNEL_MAC,
+        FAR_MAC,
+        0x0800,
+        &ipv4(
+            ip(10, 5, 1, 1),
+            ip(10, 0, 0, 2),
+            17,
+            64,
+            &udp(1, 2, &[0; 8]),
+        ),
+    );
+    let mut vx = vec![0x08, 0, 0, 0, 0, 0, 100, 0];
+    vx.extend_from_slice(&inner);
+    let outer = eth(
+        MAC1,
+        HOST_B,
+        0x0800,
+        &ipv4(
+            ip(192, 168, 1, 2),
+            ip(192, 168, 1, 1),
+            17,
+            64,
+            &udp(50000, 4789, &vx),
+        ),
+    );
+    r.inject(1, &[outer]);
+    let got = r.sent(2);
+    assert_eq!(got.len(), 1, "decapsulated and routed in red");
+    assert_eq!(got[0][..6], HOST_C);
+    assert!(r.sent(0).is_empty(), "never into the default table's twin");
+    r.assert_no_leaks();
+}

@@ -5,6 +5,7 @@ use std::net::Ipv6Addr;
 
 use super::{Forwarding, ForwardingError};
 use crate::index::IfIndex;
+use crate::wire::Mac;
 use crate::state::{FastMap, InterfaceKind, InterfaceMode, Vxlan6Tunnel, VxlanTunnel};
 use crate::wire::{self, ipv6, Ipv4, Ipv6, Udp, Vxlan};
 
@@ -68,6 +69,7 @@ impl VxlanTunnels {
                     header: [0; VXLAN6_HEADER],
                     fixed_sum: 0,
                     interface: IfIndex::NONE,
+                    routed: false,
                     src: 0,
                     dst: 0,
                     vni: 0,
@@ -95,6 +97,7 @@ impl VxlanTunnels {
             .map(|t| {
                 t.clone().unwrap_or(VxlanTunnel {
                     interface: IfIndex::NONE,
+                    routed: false,
                     src: 0,
                     dst: 0,
                     vni: 0,
@@ -158,6 +161,7 @@ impl Forwarding {
         let (header, ip_sum) = vxlan_template(src, dst, vni, dst_port);
         let t = VxlanTunnel {
             interface,
+            routed: false,
             src,
             dst,
             vni,
@@ -209,6 +213,7 @@ impl Forwarding {
             header,
             fixed_sum,
             interface,
+            routed: false,
             src,
             dst,
             vni,
@@ -216,6 +221,38 @@ impl Forwarding {
         };
         fill_slot(&mut self.vxlan.tunnels6, slot, t);
         Ok(interface)
+    }
+
+    /// Makes VXLAN tunnel interface `i` routed: an L3 interface with MAC `mac` and MTU `mtu`
+    /// (the inner frames' IP packets), which takes addresses, a table and routes like a port;
+    /// what arrives through the tunnel goes to `ethernet-input`. Before it has addresses or
+    /// a cross-connect.
+    pub fn set_vxlan_routed(&mut self, i: IfIndex, mac: Mac, mtu: u16) -> Result<(), ForwardingError> {
+        let iface = self.interfaces.get(i)?;
+        if self.xconnect.l2.get(i.as_usize()).is_some_and(|x| !x.is_none()) {
+            return Err(ForwardingError::WrongMode(i));
+        }
+        let slot = match iface.kind {
+            InterfaceKind::Vxlan { tunnel } => self
+                .vxlan
+                .tunnels
+                .get_mut(tunnel as usize)
+                .and_then(Option::as_mut)
+                .map(|t| &mut t.routed),
+            InterfaceKind::Vxlan6 { tunnel } => self
+                .vxlan
+                .tunnels6
+                .get_mut(tunnel as usize)
+                .and_then(Option::as_mut)
+                .map(|t| &mut t.routed),
+            _ => None,
+        };
+        *slot.ok_or(ForwardingError::WrongMode(i))? = true;
+        let iface = self.interfaces.get_mut(i)?;
+        iface.mode = InterfaceMode::L3;
+        iface.mac = mac;
+        iface.mtu = mtu;
+        Ok(())
     }
 
     /// Sets the UDP port VXLAN is received on (default 4789).

@@ -1,6 +1,7 @@
 //! VXLAN over IPv4 (RFC 7348). `vxlan4-encap` writes a tunnel's precomputed outer IPv4 + UDP +
 //! VXLAN header into the headroom and sends the packet to be routed on the underlay;
-//! `vxlan4-input` checks and strips it and delivers the inner frame to the tunnel's L2 side.
+//! `vxlan4-input` checks and strips it and delivers the inner frame to the tunnel's L2 side
+//! (its cross-connect), or to `ethernet-input` for a routed tunnel (an L3 interface).
 
 use dataplane::buffer::flags;
 use dataplane::{Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
@@ -157,14 +158,17 @@ impl Node<ForwardingState> for Vxlan4Encap {
 /// `vxlan4-input`'s arcs and errors.
 mod input {
     use super::names;
-    dataplane::next_arcs! { pub(super) XCONNECT => names::L2_XCONNECT }
+    dataplane::next_arcs! {
+        pub(super) XCONNECT => names::L2_XCONNECT,
+        ROUTED => names::ETHERNET_INPUT,
+    }
     dataplane::node_errors! {
         pub(super) TOO_SHORT => ("too-short", "too short for VXLAN and an inner Ethernet header"),
         BAD_FLAGS => ("bad-flags", "VXLAN flags without the I (valid VNI) bit"),
         NO_TUNNEL => ("no-tunnel", "no tunnel for this source, destination and VNI"),
     }
 }
-use input::XCONNECT;
+use input::{ROUTED, XCONNECT};
 
 /// The `vxlan4-input` node: IPv4 packets for our VXLAN port, outer IPv4 header first.
 pub struct Vxlan4Input {
@@ -230,22 +234,18 @@ impl Node<ForwardingState> for Vxlan4Input {
                         t
                     }
                 };
-                let iface = state
-                    .tunnels
-                    .get(t as usize)
-                    .map(|x| x.interface)
-                    .ok_or(NO_TUNNEL)?;
-                Ok(iface)
+                let x = state.tunnels.get(t as usize).ok_or(NO_TUNNEL)?;
+                Ok((x.interface, if x.routed { ROUTED } else { XCONNECT }))
             })();
             match verdict {
-                Ok(iface) => {
+                Ok((iface, next)) => {
                     cx.buffers.advance(bi, ENCAP_LEN);
                     let m = cx.buffers.meta_mut(bi);
                     m.rx_interface = iface.get();
                     m.flags &=
                         !(flags::IP4_CHECKSUM_OK | flags::FLOW_HASH_VALID | LOCALLY_ORIGINATED);
                     m.l2_offset = m.data_offset();
-                    self.nexts[i] = XCONNECT;
+                    self.nexts[i] = next;
                 }
                 Err(code) => {
                     cx.buffers.meta_mut(bi).error = base + code;

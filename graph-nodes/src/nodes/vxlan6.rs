@@ -185,7 +185,10 @@ fn sum_from_rest(cx: &Context<'_, ForwardingState>, bi: BufferIndex, mut s: Summ
 /// `vxlan6-input`'s arcs and errors.
 mod input {
     use super::names;
-    dataplane::next_arcs! { pub(super) XCONNECT => names::L2_XCONNECT }
+    dataplane::next_arcs! {
+        pub(super) XCONNECT => names::L2_XCONNECT,
+        ROUTED => names::ETHERNET_INPUT,
+    }
     dataplane::node_errors! {
         pub(super) TOO_SHORT => ("too-short", "too short for VXLAN and an inner Ethernet header"),
         BAD_LENGTH => ("bad-length", "a UDP length other than the IPv6 payload length"),
@@ -195,7 +198,7 @@ mod input {
         NO_TUNNEL => ("no-tunnel", "no tunnel for this source, destination and VNI"),
     }
 }
-use input::XCONNECT;
+use input::{ROUTED, XCONNECT};
 
 /// The `vxlan6-input` node: IPv6 packets for our VXLAN port with no extension headers (as
 /// `ip6-local` sends them), outer IPv6 header first.
@@ -289,21 +292,18 @@ impl Node<ForwardingState> for Vxlan6Input {
                         t
                     }
                 };
-                state
-                    .tunnels6
-                    .get(t as usize)
-                    .map(|x| x.interface)
-                    .ok_or(NO_TUNNEL)
+                let x = state.tunnels6.get(t as usize).ok_or(NO_TUNNEL)?;
+                Ok((x.interface, if x.routed { ROUTED } else { XCONNECT }))
             });
             match verdict {
-                Ok(iface) => {
+                Ok((iface, next)) => {
                     cx.buffers.advance(bi, ENCAP6_LEN);
                     let m = cx.buffers.meta_mut(bi);
                     m.rx_interface = iface.get();
                     m.flags &=
                         !(flags::IP4_CHECKSUM_OK | flags::FLOW_HASH_VALID | LOCALLY_ORIGINATED);
                     m.l2_offset = m.data_offset();
-                    self.nexts[i] = XCONNECT;
+                    self.nexts[i] = next;
                 }
                 Err(code) => {
                     cx.buffers.meta_mut(bi).error = base + code;
