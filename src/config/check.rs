@@ -9,8 +9,9 @@ use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr};
 
 use super::values::{self, ValueError};
+use super::vxlan::Vxlan;
 use super::{
-    AddressSection, Config, ConfigError, NeighborSection, PortSection, RouteSection,
+    AddressSection, Config, ConfigError, NeighborSection, PortSection, RouteSection, TableSection,
     XconnectSection,
 };
 
@@ -27,6 +28,10 @@ pub struct Topology<'a> {
     pub neighbors: Vec<Neighbor<'a>>,
     /// `[[route]]`s.
     pub routes: Vec<Route<'a>>,
+    /// `[[table]]`s (names unique, their ports defined and in one table each).
+    pub tables: Vec<&'a TableSection>,
+    /// `[[vxlan]]` tunnels (made before the tables, which may hold them).
+    pub vxlans: Vec<Vxlan<'a>>,
 }
 
 /// One `[[address]]`, parsed.
@@ -64,6 +69,8 @@ pub struct Route<'a> {
     /// The next hops: an address of the prefix's family and a port's or a WireGuard
     /// tunnel's name (defined).
     pub via: Vec<(IpAddr, &'a str)>,
+    /// Its `[[table]]`, `None` for the default table.
+    pub table: Option<&'a str>,
 }
 
 /// Where a value is wrong: its key, and what is wrong with it.
@@ -90,8 +97,18 @@ impl Config {
     /// and every name it refers to is defined; else the first problem found, named by its key.
     pub fn topology(&self) -> Result<Topology<'_>, ConfigError> {
         self.check_metrics()?;
-        let ports = self.check_ports()?;
+        let mut ports = self.check_ports()?;
         let tunnels = self.check_wireguard(&ports)?;
+        // A tunnel's local address must be one of the file's; a bad one is named below.
+        let addresses: Vec<IpAddr> = self
+            .address
+            .iter()
+            .filter_map(|a| values::prefix(&a.ip).ok().map(|(ip, _)| ip))
+            .collect();
+        let taken: HashSet<&str> = ports.union(&tunnels).copied().collect();
+        let vxlans = self.check_vxlan(&taken, &addresses)?;
+        // A VXLAN tunnel stands wherever a port may.
+        ports.extend(vxlans.iter().map(|v| v.section.name.as_str()));
         let port = |key: String, name: &str| {
             if ports.contains(name) {
                 Ok(())
@@ -102,7 +119,10 @@ impl Config {
                 }))
             }
         };
-        let mut t = Topology::default();
+        let mut t = Topology {
+            vxlans,
+            ..Topology::default()
+        };
         for (i, x) in self.xconnect.iter().enumerate() {
             port(format!("xconnect[{i}].a"), &x.a)?;
             port(format!("xconnect[{i}].b"), &x.b)?;
@@ -130,9 +150,49 @@ impl Config {
                 mac: values::mac(&n.mac).map_err(at(format!("neighbor[{i}].mac")))?,
             });
         }
+        // Each port's table (absent: the default table).
+        let mut table_of: std::collections::HashMap<&str, &str> = Default::default();
+        for (i, tab) in self.table.iter().enumerate() {
+            if tab.name.trim().is_empty() || tab.name == crate::forwarder::DEFAULT_TABLE {
+                return Err(refused(
+                    format!("table[{i}].name"),
+                    format!(
+                        "{:?} cannot name a table (`default` is the default table's)",
+                        tab.name
+                    ),
+                ));
+            }
+            if self.table[..i].iter().any(|u| u.name == tab.name) {
+                return Err(at(format!("table[{i}].name"))(ValueError::Duplicate(
+                    tab.name.clone(),
+                )));
+            }
+            for (j, p) in tab.interfaces.iter().enumerate() {
+                port(format!("table[{i}].interfaces[{j}]"), p)?;
+                if let Some(other) = table_of.insert(p.as_str(), tab.name.as_str()) {
+                    return Err(refused(
+                        format!("table[{i}].interfaces[{j}]"),
+                        format!("{p:?} is in table {other:?} already"),
+                    ));
+                }
+            }
+            t.tables.push(tab);
+        }
         for (i, r) in self.route.iter().enumerate() {
             let (prefix, len) =
                 values::prefix(&r.prefix).map_err(at(format!("route[{i}].prefix")))?;
+            let table = r
+                .table
+                .as_deref()
+                .filter(|t| *t != crate::forwarder::DEFAULT_TABLE);
+            if let Some(t) = table {
+                if !self.table.iter().any(|x| x.name == t) {
+                    return Err(at(format!("route[{i}].table"))(ValueError::Unknown {
+                        what: "table",
+                        name: t.to_string(),
+                    }));
+                }
+            }
             let mut via = Vec::new();
             for (j, v) in r.via.iter().enumerate() {
                 let key = format!("route[{i}].via[{j}]");
@@ -149,6 +209,16 @@ impl Config {
                         name: name.to_string(),
                     }));
                 }
+                if table_of.get(name).copied() != table && ports.contains(name) {
+                    return Err(refused(
+                        key,
+                        format!(
+                            "{name:?} is in table {:?}, the route in {:?}",
+                            table_of.get(name).copied().unwrap_or("default"),
+                            table.unwrap_or("default")
+                        ),
+                    ));
+                }
                 via.push((next_hop, name));
             }
             t.routes.push(Route {
@@ -156,6 +226,7 @@ impl Config {
                 prefix,
                 len,
                 via,
+                table,
             });
         }
         Ok(t)
@@ -418,6 +489,74 @@ socket = "@q"
         for (text, key, message) in cases {
             let (k, m) = refused(&format!("{PORTS}{text}"));
             assert_eq!((k.as_str(), m.as_str()), (key, message), "{text}");
+        }
+    }
+
+    #[test]
+    fn tables_and_vxlan_tunnels_are_checked_by_their_keys() {
+        let ok = Config::parse(&format!(
+            "{PORTS}[[address]]\nport = \"a\"\nip = \"192.0.2.1/24\"\n\
+             [[vxlan]]\nname = \"vx\"\nlocal = \"192.0.2.1\"\nremote = \"192.0.2.2\"\nvni = 7\nrouted = true\n\
+             [[table]]\nname = \"red\"\ninterfaces = [\"b\", \"vx\"]\n\
+             [[address]]\nport = \"vx\"\nip = \"172.31.0.1/30\"\n\
+             [[route]]\nprefix = \"10.0.0.0/8\"\ntable = \"red\"\nvia = [\"172.31.0.2@vx\"]\n"
+        ))
+        .unwrap();
+        let t = ok.topology().unwrap();
+        assert_eq!(t.vxlans[0].routed, Some(([2, 0x7e, 0, 0, 0, 7], 1450)));
+        assert_eq!(t.tables[0].interfaces, ["b", "vx"]);
+        assert_eq!(t.routes[0].table, Some("red"));
+        let vx = |more: &str| {
+            format!(
+                "[[address]]\nport = \"a\"\nip = \"192.0.2.1/24\"\n\
+                 [[vxlan]]\nname = \"vx\"\nlocal = \"192.0.2.1\"\nremote = \"192.0.2.2\"\nvni = 7\n{more}"
+            )
+        };
+        let cases = [
+            (
+                "[[table]]\nname = \"default\"\n".to_string(),
+                "table[0].name",
+            ),
+            (
+                "[[table]]\nname = \"red\"\ninterfaces = [\"a\"]\n\
+                 [[table]]\nname = \"blue\"\ninterfaces = [\"a\"]\n"
+                    .to_string(),
+                "table[1].interfaces[0]",
+            ),
+            (
+                "[[table]]\nname = \"red\"\ninterfaces = [\"z\"]\n".to_string(),
+                "table[0].interfaces[0]",
+            ),
+            (
+                "[[route]]\nprefix = \"10.0.0.0/8\"\ntable = \"green\"\n".to_string(),
+                "route[0].table",
+            ),
+            (
+                "[[table]]\nname = \"red\"\ninterfaces = [\"a\"]\n\
+                 [[route]]\nprefix = \"10.0.0.0/8\"\nvia = [\"10.0.0.2@a\"]\n"
+                    .to_string(),
+                "route[0].via[0]",
+            ),
+            (
+                "[[vxlan]]\nname = \"vx\"\nlocal = \"10.0.0.1\"\nremote = \"10.0.0.2\"\nvni = 1\n"
+                    .to_string(),
+                "vxlan[0].local",
+            ),
+            (
+                vx("").replace("192.0.2.2", "2001:db8::2"),
+                "vxlan[0].remote",
+            ),
+            (vx("").replace("vni = 7", "vni = 16777216"), "vxlan[0].vni"),
+            (vx("mac = \"02:00:00:00:00:01\"\n"), "vxlan[0].routed"),
+            (vx("routed = true\nmtu = 100\n"), "vxlan[0].mtu"),
+            (
+                vx("").replace("name = \"vx\"", "name = \"a\""),
+                "vxlan[0].name",
+            ),
+        ];
+        for (text, key) in cases {
+            let (k, m) = refused(&format!("{PORTS}{text}"));
+            assert_eq!(k, key, "{text}: {m}");
         }
     }
 

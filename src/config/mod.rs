@@ -3,6 +3,7 @@
 mod check;
 pub mod topology;
 pub mod values;
+pub mod vxlan;
 pub mod wireguard;
 
 use std::path::Path;
@@ -11,11 +12,12 @@ use dataplane::{BufferPoolConfig, HugepagePolicy, IdlePolicy};
 use serde::Deserialize;
 
 pub use self::check::{Address, Neighbor, Route, Topology};
+pub use self::vxlan::{Vxlan, VxlanSection};
 pub use self::wireguard::{WireguardPeerSection, WireguardSection};
 pub use topology::{
     AddressSection, AfPacketSection, AfXdpSection, CommonPortSettings, DpdkSection, MemifMode,
-    MemifRole, MemifSection, NeighborSection, PortSection, RouteSection, TapSection,
-    XconnectSection, XdpAttachKey, XdpCopyKey,
+    MemifRole, MemifSection, NeighborSection, PortSection, RouteSection, TableSection,
+    TapSection, XconnectSection, XdpAttachKey, XdpCopyKey,
 };
 
 /// The whole configuration file.
@@ -38,6 +40,10 @@ pub struct Config {
     pub address: Vec<AddressSection>,
     /// Static routes (`[[route]]`).
     pub route: Vec<RouteSection>,
+    /// Routing tables besides the default one (`[[table]]`, VRFs).
+    pub table: Vec<TableSection>,
+    /// VXLAN tunnels to other forwarders (`[[vxlan]]`).
+    pub vxlan: Vec<VxlanSection>,
     /// Static neighbours (`[[neighbor]]`).
     pub neighbor: Vec<NeighborSection>,
     /// DPDK's EAL, when there are `type = "dpdk"` ports.

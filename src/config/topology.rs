@@ -316,6 +316,23 @@ pub struct RouteSection {
     /// routers advertise themselves); several spread flows (ECMP). Empty: drop.
     #[serde(default)]
     pub via: Vec<String>,
+    /// The `[[table]]` it is in (default: the default table); its next hops' ports must be in
+    /// that table.
+    #[serde(default)]
+    pub table: Option<String>,
+}
+
+/// One `[[table]]`: a routing table (a VRF) with its own IPv4 and IPv6 routes. The ports it
+/// lists are in it (every other port is in the default table): their addresses' connected
+/// routes are its, and what they receive is routed by its routes alone.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TableSection {
+    /// Its name (not `default`, the default table's).
+    pub name: String,
+    /// The ports in it.
+    #[serde(default)]
+    pub interfaces: Vec<String>,
 }
 
 /// One `[[neighbor]]`: a static ARP entry, or for an IPv6 address a static neighbour

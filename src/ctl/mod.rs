@@ -32,8 +32,8 @@ pub struct CtlArgs {
 
 #[derive(Subcommand)]
 enum CtlCommand {
-    /// Show interfaces, runtime, errors, fib, neighbors, cross-connects, memif, connections,
-    /// trace.
+    /// Show interfaces, runtime, errors, fib, tables, neighbors, cross-connects, memif,
+    /// connections, trace.
     #[command(subcommand)]
     Show(show::Show),
     /// Trace packets: `trace add <input node> <count>`, then `show trace`.
@@ -51,6 +51,9 @@ enum CtlCommand {
     /// Add or delete an interface's addresses (IPv4 or IPv6).
     #[command(subcommand)]
     Address(tables::Address),
+    /// Add or delete routing tables (VRFs), or move an interface into one.
+    #[command(subcommand, alias = "vrf")]
+    Table(tables::RoutingTable),
     /// Add or delete cross-connects.
     #[command(subcommand, alias = "cross-connect")]
     Xconnect(tables::Xconnect),
@@ -97,6 +100,7 @@ pub fn run(args: CtlArgs) -> Result<(), String> {
         CtlCommand::Route(c) => tables::route(&client, c, json),
         CtlCommand::Neighbor(c) => tables::neighbor(&client, c, json),
         CtlCommand::Address(c) => tables::address(&client, c, json),
+        CtlCommand::Table(c) => tables::table(&client, c, json),
         CtlCommand::Xconnect(c) => tables::xconnect(&client, c, json),
         CtlCommand::Interface(c) => interface::run(&client, c, json),
         CtlCommand::Watch(w) => watch::run(&client, &w, json, &args.socket),

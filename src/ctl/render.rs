@@ -317,16 +317,48 @@ fn path_text(p: &pb::RoutePath) -> String {
 
 /// `show fib`.
 pub fn fib(r: &pb::ShowFibReply) -> String {
-    let mut t = Table::new(&["Prefix", "Source", "Paths"]);
+    // A table column only when some route is in another table than the default one.
+    let tables = r
+        .routes
+        .iter()
+        .any(|x| !x.table.is_empty() && x.table != "default");
+    let mut t = if tables {
+        Table::new(&["Table", "Prefix", "Source", "Paths"])
+    } else {
+        Table::new(&["Prefix", "Source", "Paths"])
+    };
     for route in &r.routes {
         let paths: Vec<String> = route.paths.iter().map(path_text).collect();
-        t.row(vec![
+        let mut row = vec![
             route.prefix.clone(),
             route.source.clone(),
             paths.join(", "),
-        ]);
+        ];
+        if tables {
+            row.insert(0, route.table.clone());
+        }
+        t.row(row);
     }
     t.render()
+}
+
+/// `show tables`.
+pub fn tables(r: &pb::ShowTablesReply) -> String {
+    let mut t = Table::new(&["Table", "Interfaces"]);
+    for table in &r.tables {
+        t.row(vec![table.name.clone(), table.interfaces.join(", ")]);
+    }
+    t.render()
+}
+
+/// `show tables --json`.
+pub fn tables_json(r: &pb::ShowTablesReply) -> Value {
+    Value::Array(
+        r.tables
+            .iter()
+            .map(|t| json!({"name": t.name, "interfaces": t.interfaces}))
+            .collect(),
+    )
 }
 
 /// `show fib --json`.
@@ -336,6 +368,7 @@ pub fn fib_json(r: &pb::ShowFibReply) -> Value {
             .iter()
             .map(|route| {
                 json!({
+                    "table": route.table,
                     "prefix": route.prefix,
                     "source": route.source,
                     "paths": route.paths.iter().map(|p| json!({

@@ -227,6 +227,7 @@ fn show_fib_names_each_path_by_kind() {
                 prefix: "10.0.0.0/24".into(),
                 source: "connected".into(),
                 paths: vec![p("glean", "", "memif0")],
+                table: "default".into(),
             },
             pb::Route {
                 prefix: "10.9.0.0/16".into(),
@@ -235,11 +236,13 @@ fn show_fib_names_each_path_by_kind() {
                     p("rewrite", "10.0.1.2", "memif1"),
                     p("arp", "10.0.1.3", "memif1"),
                 ],
+                table: "default".into(),
             },
             pb::Route {
                 prefix: "192.0.2.0/24".into(),
                 source: "static".into(),
                 paths: vec![p("drop", "", "")],
+                table: "default".into(),
             },
         ],
     };
@@ -255,6 +258,29 @@ fn show_fib_names_each_path_by_kind() {
     assert_eq!(j[1]["prefix"], "10.9.0.0/16");
     assert_eq!(j[1]["paths"][0]["next_hop"], "10.0.1.2");
     assert_eq!(j[1]["paths"][0]["interface"], "memif1");
+    assert_eq!(j[1]["table"], "default");
+    assert!(!text.contains("Table"), "no table column with one table: {text}");
+    // With a route of another table, each row says its table.
+    let mut r = r;
+    r.routes.push(pb::Route {
+        prefix: "10.0.0.0/24".into(),
+        source: "connected".into(),
+        paths: vec![p("glean", "", "red0")],
+        table: "red".into(),
+    });
+    let text = fib(&r);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("Table"), "{text}");
+    assert!(lines[1].starts_with("default"), "{text}");
+    assert!(lines[4].starts_with("red "), "{text}");
+    let t = tables(&pb::ShowTablesReply {
+        tables: vec![pb::RoutingTable {
+            name: "red".into(),
+            interfaces: vec!["red0".into(), "red1".into()],
+        }],
+    });
+    assert!(t.lines().nth(1).unwrap().ends_with("red0, red1"), "{t}");
+    assert_eq!(tables_json(&pb::ShowTablesReply::default()), serde_json::json!([]));
 }
 
 #[test]

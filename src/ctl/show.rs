@@ -23,8 +23,10 @@ pub enum Show {
         #[arg(long)]
         all: bool,
     },
-    /// Routes and their paths.
+    /// Routes and their paths, of every table.
     Fib,
+    /// Routing tables (VRFs) and the interfaces in each.
+    Tables,
     /// Neighbours (configured or learned by ARP).
     #[command(alias = "neighbours")]
     Neighbors,
@@ -74,6 +76,11 @@ pub fn run(client: &AdminClient, what: Show, json: bool) -> Result<(), String> {
             render::errors_json
         ),
         Show::Fib => show!(s.show_fib(pb::Empty {}), render::fib, render::fib_json),
+        Show::Tables => show!(
+            s.show_tables(pb::Empty {}),
+            render::tables,
+            render::tables_json
+        ),
         Show::Neighbors => show!(
             s.show_neighbors(pb::Empty {}),
             render::neighbors,

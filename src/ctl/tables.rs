@@ -1,4 +1,4 @@
-//! `quiver ctl trace|clear|route|neighbor|address|xconnect …`: changes to the forwarding tables and
+//! `quiver ctl trace|clear|route|table|neighbor|address|xconnect …`: changes to the forwarding tables and
 //! the counters, each one admin call answered with nothing but success.
 
 use clap::Subcommand;
@@ -32,10 +32,30 @@ pub enum Route {
         /// link-local).
         #[arg(long)]
         via: Vec<String>,
+        /// The routing table (default: the default table).
+        #[arg(long)]
+        table: Option<String>,
     },
     /// Delete the route to a prefix.
     #[command(alias = "delete")]
-    Del { prefix: String },
+    Del {
+        prefix: String,
+        /// The routing table (default: the default table).
+        #[arg(long)]
+        table: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum RoutingTable {
+    /// `table add NAME`: a routing table (VRF) with its own IPv4 and IPv6 routes.
+    Add { name: String },
+    /// `table del NAME`: a table no interface is in, with its routes.
+    #[command(alias = "delete")]
+    Del { name: String },
+    /// `table set INTERFACE NAME`: moves an interface (before it has addresses) into a table;
+    /// its packets are routed by that table's routes.
+    Set { interface: String, name: String },
 }
 
 #[derive(Subcommand)]
@@ -110,7 +130,7 @@ pub fn clear(client: &AdminClient, cmd: Clear, json: bool) -> Result<(), String>
 pub fn route(client: &AdminClient, cmd: Route, json: bool) -> Result<(), String> {
     let mut s = client.stub();
     match cmd {
-        Route::Add { prefix, via } => {
+        Route::Add { prefix, via, table } => {
             let via = via
                 .iter()
                 .map(|v| {
@@ -125,14 +145,21 @@ pub fn route(client: &AdminClient, cmd: Route, json: bool) -> Result<(), String>
             change!(
                 client,
                 json,
-                s.add_route(pb::AddRouteRequest { prefix, via })
+                s.add_route(pb::AddRouteRequest {
+                    prefix,
+                    via,
+                    table: table.unwrap_or_default(),
+                })
             )
         }
-        Route::Del { prefix } => {
+        Route::Del { prefix, table } => {
             change!(
                 client,
                 json,
-                s.delete_route(pb::DeleteRouteRequest { prefix })
+                s.delete_route(pb::DeleteRouteRequest {
+                    prefix,
+                    table: table.unwrap_or_default(),
+                })
             )
         }
     }
@@ -152,6 +179,28 @@ pub fn neighbor(client: &AdminClient, cmd: Neighbor, json: bool) -> Result<(), S
             client,
             json,
             s.delete_neighbor(pb::DeleteNeighborRequest { interface, ip })
+        ),
+    }
+    Ok(())
+}
+
+/// `table add|del|set`.
+pub fn table(client: &AdminClient, cmd: RoutingTable, json: bool) -> Result<(), String> {
+    let mut s = client.stub();
+    match cmd {
+        RoutingTable::Add { name } => {
+            change!(client, json, s.add_table(pb::TableRequest { name }))
+        }
+        RoutingTable::Del { name } => {
+            change!(client, json, s.delete_table(pb::TableRequest { name }))
+        }
+        RoutingTable::Set { interface, name } => change!(
+            client,
+            json,
+            s.set_interface_table(pb::SetInterfaceTableRequest {
+                interface,
+                table: name
+            })
         ),
     }
     Ok(())

@@ -41,16 +41,22 @@ impl From<CommandError> for ForwarderError {
 impl From<ForwardingError> for ForwarderError {
     fn from(e: ForwardingError) -> Self {
         match e {
-            ForwardingError::NoSuchInterface(_) => ForwarderError::NotFound(e.to_string()),
-            ForwardingError::NameTaken(_) | ForwardingError::DuplicateTunnel { .. } => {
-                ForwarderError::AlreadyExists(e.to_string())
+            ForwardingError::NoSuchInterface(_) | ForwardingError::NoSuchTable(_) => {
+                ForwarderError::NotFound(e.to_string())
             }
+            ForwardingError::NameTaken(_)
+            | ForwardingError::DuplicateTunnel { .. }
+            | ForwardingError::TableNameTaken(_) => ForwarderError::AlreadyExists(e.to_string()),
             ForwardingError::BadPrefixLength(_)
             | ForwardingError::NoPaths
             | ForwardingError::BadVni(_)
             | ForwardingError::BadAddress(_)
+            | ForwardingError::OtherTable(_)
+            | ForwardingError::TableInUse(_)
+            | ForwardingError::HasAddresses(_)
             | ForwardingError::WrongMode(_) => ForwarderError::InvalidArgument(e.to_string()),
             ForwardingError::TooManyInterfaces
+            | ForwardingError::TooManyTables
             | ForwardingError::Lpm(_)
             | ForwardingError::Lpm6(_) => ForwarderError::Internal(e.to_string()),
         }
@@ -170,6 +176,24 @@ pub enum StartError {
         /// Why.
         #[source]
         source: ForwarderError,
+    },
+    /// A `[[vxlan]]` tunnel could not be made.
+    #[error("vxlan {name}: {source}")]
+    Vxlan {
+        /// The tunnel's name.
+        name: String,
+        /// Why.
+        #[source]
+        source: ForwardingError,
+    },
+    /// A `[[table]]` could not be made, or a port put in it.
+    #[error("table {name}: {source}")]
+    Table {
+        /// The table's name.
+        name: String,
+        /// Why.
+        #[source]
+        source: ForwardingError,
     },
     /// A `[[route]]` through a WireGuard tunnel was refused.
     #[error("route {prefix}: {source}")]

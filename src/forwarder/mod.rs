@@ -21,6 +21,7 @@ mod error;
 mod open;
 mod routes;
 mod runtime;
+mod tables;
 mod vlan;
 mod vxlan;
 mod wg_tunnels;
@@ -36,6 +37,7 @@ use drivers::memif_port::{MemifControl, MemifPort};
 use drivers::{LinkStatus, Port};
 use graph_nodes::forwarding::Path6;
 use graph_nodes::nodes::InterfaceOutput;
+use graph_nodes::TableId;
 use graph_nodes::{
     add_forwarding_nodes, names, FibConfig, Forwarding, ForwardingState, IfIndex, LocalState, Path,
 };
@@ -47,6 +49,7 @@ use error::port_error;
 pub use error::{ForwarderError, Owned, StartError};
 use open::open_port;
 pub use open::OpenError;
+pub use tables::DEFAULT_TABLE;
 pub(crate) use vxlan::has_address;
 pub use wg_tunnels::tunnel::{WgPeerStatus, WgTunnelStatus};
 
@@ -189,7 +192,7 @@ impl Forwarder {
                 memif: memif.as_ref().and_then(|c| c.port(name)),
             });
         }
-        configure(cfg, &ports, &mut forwarding)?;
+        let tunnels = configure(cfg, &ports, &mut forwarding)?;
         forwarding
             .commit(&LocalState::default())
             .map_err(StartError::Commit)?;
@@ -217,7 +220,7 @@ impl Forwarder {
             ports,
             sections: cfg.port.clone(),
             owned: Vec::new(),
-            tunnels: Vec::new(),
+            tunnels,
             wireguard: Vec::new(),
             workers: nworkers,
             next_nd_aging: std::time::Instant::now(),
@@ -384,17 +387,34 @@ pub fn format_interfaces(ports: &[PortEntry]) -> String {
     out
 }
 
-/// Applies the cross-connects, addresses, routes and neighbours, as the file's typed
-/// [`Topology`](crate::config::Topology) (checked when the file was read).
-fn configure(cfg: &Config, ports: &[PortEntry], f: &mut Forwarding) -> Result<(), StartError> {
+/// Applies the VXLAN tunnels, tables, cross-connects, addresses, routes and neighbours, as
+/// the file's typed [`Topology`](crate::config::Topology) (checked when the file was read);
+/// returns the tunnels made.
+fn configure(
+    cfg: &Config,
+    ports: &[PortEntry],
+    f: &mut Forwarding,
+) -> Result<Vec<TunnelEntry>, StartError> {
+    let topology = cfg.topology()?;
+    let tunnels = configure_vxlan(&topology, f)?;
     let port = |name: &str| {
         ports
             .iter()
             .find(|e| e.name == name)
             .map(|e| e.interface)
+            .or_else(|| tunnels.iter().find(|t| t.name == name).map(|t| t.interface))
             .ok_or_else(|| StartError::UnknownPort { name: name.into() })
     };
-    let topology = cfg.topology()?;
+    for t in &topology.tables {
+        let refused = |source| StartError::Table {
+            name: t.name.clone(),
+            source,
+        };
+        let id = f.add_table(&t.name).map_err(refused)?;
+        for p in &t.interfaces {
+            f.set_interface_table(port(p)?, id).map_err(refused)?;
+        }
+    }
     for x in &topology.xconnects {
         let (a, b) = (port(&x.a)?, port(&x.b)?);
         if a == b {
@@ -441,21 +461,24 @@ fn configure(cfg: &Config, ports: &[PortEntry], f: &mut Forwarding) -> Result<()
             prefix: r.section.prefix.clone(),
             source,
         };
+        // The file's check made the table defined.
+        let table = match r.table {
+            Some(name) => f.table_by_name(name).unwrap_or_default(),
+            None => TableId::DEFAULT,
+        };
         match r.prefix {
-            IpAddr::V4(p) if r.via.is_empty() => {
-                f.add_drop_route(u32::from(p), r.len)
-                    .map_err(|source| StartError::DropRoute {
-                        prefix: r.section.prefix.clone(),
-                        source,
-                    })?
-            }
-            IpAddr::V6(p) if r.via.is_empty() => {
-                f.add_drop_route6(u128::from(p), r.len)
-                    .map_err(|source| StartError::DropRoute {
-                        prefix: r.section.prefix.clone(),
-                        source,
-                    })?
-            }
+            IpAddr::V4(p) if r.via.is_empty() => f
+                .add_drop_route_in(table, u32::from(p), r.len)
+                .map_err(|source| StartError::DropRoute {
+                    prefix: r.section.prefix.clone(),
+                    source,
+                })?,
+            IpAddr::V6(p) if r.via.is_empty() => f
+                .add_drop_route6_in(table, u128::from(p), r.len)
+                .map_err(|source| StartError::DropRoute {
+                    prefix: r.section.prefix.clone(),
+                    source,
+                })?,
             IpAddr::V4(p) => {
                 let mut paths = Vec::new();
                 for &(next_hop, name) in &r.via {
@@ -467,7 +490,8 @@ fn configure(cfg: &Config, ports: &[PortEntry], f: &mut Forwarding) -> Result<()
                         });
                     }
                 }
-                f.add_route(u32::from(p), r.len, &paths).map_err(refused)?;
+                f.add_route_in(table, u32::from(p), r.len, &paths)
+                    .map_err(refused)?;
             }
             IpAddr::V6(p) => {
                 let mut paths = Vec::new();
@@ -479,10 +503,48 @@ fn configure(cfg: &Config, ports: &[PortEntry], f: &mut Forwarding) -> Result<()
                         });
                     }
                 }
-                f.add_route6(u128::from(p), r.len, &paths)
+                f.add_route6_in(table, u128::from(p), r.len, &paths)
                     .map_err(refused)?;
             }
         }
     }
-    Ok(())
+    Ok(tunnels)
+}
+
+/// Makes the `[[vxlan]]` tunnels (routed ones as L3 interfaces).
+fn configure_vxlan(
+    topology: &crate::config::Topology<'_>,
+    f: &mut Forwarding,
+) -> Result<Vec<TunnelEntry>, StartError> {
+    let mut made = Vec::new();
+    for v in &topology.vxlans {
+        let s = v.section;
+        let refused = |source| StartError::Vxlan {
+            name: s.name.clone(),
+            source,
+        };
+        let interface = match (v.local, v.remote) {
+            (IpAddr::V4(l), IpAddr::V4(r)) => {
+                f.add_vxlan_tunnel(&s.name, u32::from(l), u32::from(r), s.vni, s.port)
+            }
+            (IpAddr::V6(l), IpAddr::V6(r)) => {
+                f.add_vxlan6_tunnel(&s.name, u128::from(l), u128::from(r), s.vni, s.port)
+            }
+            // The file's check made both ends of one family.
+            _ => continue,
+        }
+        .map_err(refused)?;
+        if let Some((mac, mtu)) = v.routed {
+            f.set_vxlan_routed(interface, mac, mtu).map_err(refused)?;
+        }
+        made.push(TunnelEntry {
+            name: s.name.clone(),
+            interface,
+            local: v.local,
+            remote: v.remote,
+            vni: s.vni,
+            dst_port: s.port,
+        });
+    }
+    Ok(made)
 }

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use graph_nodes::forwarding::Path6;
 use graph_nodes::Path;
+use graph_nodes::TableId;
 
 use super::{Forwarder, ForwarderError, Owned};
 
@@ -39,9 +40,9 @@ fn masked(prefix: IpAddr, len: u8) -> Result<IpAddr, ForwarderError> {
 }
 
 impl Forwarder {
-    /// Adds (or replaces) a route to `prefix/len` over `via` (next hop, port) pairs — ECMP
-    /// when several, a blackhole when none. Next hops are of the prefix's family (an IPv6 one
-    /// may be link-local: it names a router on the port).
+    /// Adds (or replaces) a route of the default table to `prefix/len` over `via` (next hop,
+    /// port) pairs — ECMP when several, a blackhole when none. Next hops are of the prefix's
+    /// family (an IPv6 one may be link-local: it names a router on the port).
     pub fn add_route(
         &mut self,
         prefix: IpAddr,
@@ -50,6 +51,50 @@ impl Forwarder {
         owner: Option<&str>,
     ) -> Result<(), ForwarderError> {
         let recorded = masked(prefix, len)?;
+        self.stage_route(TableId::DEFAULT, prefix, len, via)?;
+        self.commit()?;
+        self.record(owner, Owned::Route(recorded, len));
+        Ok(())
+    }
+
+    /// Adds (or replaces) a route of table `table` (see [`Forwarder::add_route`]); its
+    /// next hops are on ports of that table.
+    pub fn add_route_in(
+        &mut self,
+        table: &str,
+        prefix: IpAddr,
+        len: u8,
+        via: &[(IpAddr, &str)],
+    ) -> Result<(), ForwarderError> {
+        masked(prefix, len)?;
+        let t = self.table(table)?;
+        self.stage_route(t, prefix, len, via)?;
+        self.commit()
+    }
+
+    /// Stages route `prefix/len` of table `t` over `via` (a blackhole when empty).
+    fn stage_route(
+        &mut self,
+        t: TableId,
+        prefix: IpAddr,
+        len: u8,
+        via: &[(IpAddr, &str)],
+    ) -> Result<(), ForwarderError> {
+        for &(_, port) in via {
+            // An unknown port is refused below, with the rest of the path's checks.
+            let Ok(i) = self.interface(port) else {
+                continue;
+            };
+            let in_t = self
+                .forwarding
+                .interfaces()
+                .any(|x| x.index == i && x.table == t);
+            if !in_t {
+                return Err(ForwarderError::InvalidArgument(format!(
+                    "{port} is in another table than the route {prefix}/{len}"
+                )));
+            }
+        }
         match prefix {
             IpAddr::V4(p) => {
                 let paths = via
@@ -65,9 +110,9 @@ impl Forwarder {
                     })
                     .collect::<Result<Vec<Path>, ForwarderError>>()?;
                 if paths.is_empty() {
-                    self.forwarding.add_drop_route(u32::from(p), len)?;
+                    self.forwarding.add_drop_route_in(t, u32::from(p), len)?;
                 } else {
-                    self.forwarding.add_route(u32::from(p), len, &paths)?;
+                    self.forwarding.add_route_in(t, u32::from(p), len, &paths)?;
                 }
             }
             IpAddr::V6(p) => {
@@ -84,29 +129,47 @@ impl Forwarder {
                     })
                     .collect::<Result<Vec<Path6>, ForwarderError>>()?;
                 if paths.is_empty() {
-                    self.forwarding.add_drop_route6(u128::from(p), len)?;
+                    self.forwarding.add_drop_route6_in(t, u128::from(p), len)?;
                 } else {
-                    self.forwarding.add_route6(u128::from(p), len, &paths)?;
+                    self.forwarding
+                        .add_route6_in(t, u128::from(p), len, &paths)?;
                 }
             }
         }
-        self.commit()?;
-        self.record(owner, Owned::Route(recorded, len));
         Ok(())
     }
 
-    /// Removes the route to `prefix/len`.
+    /// Removes the route to `prefix/len` of the default table.
     pub fn remove_route(&mut self, prefix: IpAddr, len: u8) -> Result<(), ForwarderError> {
         let recorded = masked(prefix, len)?;
+        self.unstage_route(TableId::DEFAULT, prefix, len)?;
+        self.commit()?;
+        self.forget(|o| *o != Owned::Route(recorded, len));
+        Ok(())
+    }
+
+    /// Removes the route to `prefix/len` of table `table`.
+    pub fn remove_route_in(
+        &mut self,
+        table: &str,
+        prefix: IpAddr,
+        len: u8,
+    ) -> Result<(), ForwarderError> {
+        masked(prefix, len)?;
+        let t = self.table(table)?;
+        self.unstage_route(t, prefix, len)?;
+        self.commit()
+    }
+
+    /// Stages the removal of route `prefix/len` of table `t`; not found when there is none.
+    fn unstage_route(&mut self, t: TableId, prefix: IpAddr, len: u8) -> Result<(), ForwarderError> {
         let removed = match prefix {
-            IpAddr::V4(p) => self.forwarding.remove_route(u32::from(p), len),
-            IpAddr::V6(p) => self.forwarding.remove_route6(u128::from(p), len),
+            IpAddr::V4(p) => self.forwarding.remove_route_in(t, u32::from(p), len),
+            IpAddr::V6(p) => self.forwarding.remove_route6_in(t, u128::from(p), len),
         };
         if !removed {
             return Err(ForwarderError::NotFound(format!("no route {prefix}/{len}")));
         }
-        self.commit()?;
-        self.forget(|o| *o != Owned::Route(recorded, len));
         Ok(())
     }
 

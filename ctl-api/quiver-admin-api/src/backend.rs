@@ -139,9 +139,23 @@ pub trait AdminBackend: Send + Sync + 'static {
     /// Forgets trace records and stops tracing.
     fn trace_clear(&self) -> AdminResult<()>;
     /// Adds (or replaces) a route to `prefix/len` over (next hop, interface) pairs; none: drop.
-    fn add_route(&self, prefix: IpAddr, len: u8, via: &[(IpAddr, String)]) -> AdminResult<()>;
-    /// Removes the route to `prefix/len`.
-    fn delete_route(&self, prefix: IpAddr, len: u8) -> AdminResult<()>;
+    fn add_route(
+        &self,
+        table: Option<&str>,
+        prefix: IpAddr,
+        len: u8,
+        via: &[(IpAddr, String)],
+    ) -> AdminResult<()>;
+    /// Removes the route to `prefix/len` of `table` (`None`: the default table).
+    fn delete_route(&self, table: Option<&str>, prefix: IpAddr, len: u8) -> AdminResult<()>;
+    /// Every routing table with the interfaces in it.
+    fn tables(&self) -> AdminResult<Vec<pb::RoutingTable>>;
+    /// Adds routing table `name`.
+    fn add_table(&self, name: &str) -> AdminResult<()>;
+    /// Removes routing table `name` (no interface may be in it).
+    fn delete_table(&self, name: &str) -> AdminResult<()>;
+    /// Moves `interface` (without addresses) into `table`.
+    fn set_interface_table(&self, interface: &str, table: &str) -> AdminResult<()>;
     /// Records that `ip` is at `mac` on `interface`.
     fn add_neighbor(&self, interface: &str, ip: IpAddr, mac: [u8; 6]) -> AdminResult<()>;
     /// Forgets neighbour `ip` on `interface`.

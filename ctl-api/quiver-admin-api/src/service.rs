@@ -158,7 +158,8 @@ impl Admin for Service {
                     ))
                 })
                 .collect::<AdminResult<Vec<(IpAddr, String)>>>()?;
-            b.add_route(prefix, len, &via).map(|()| pb::Empty {})
+            let table = table_name(&r.table);
+            b.add_route(table, prefix, len, &via).map(|()| pb::Empty {})
         })
         .await
     }
@@ -170,7 +171,51 @@ impl Admin for Service {
         let r = r.into_inner();
         self.call(move |b| {
             let (prefix, len) = parse_prefix(&r.prefix)?;
-            b.delete_route(prefix, len).map(|()| pb::Empty {})
+            b.delete_route(table_name(&r.table), prefix, len)
+                .map(|()| pb::Empty {})
+        })
+        .await
+    }
+
+    async fn show_tables(
+        &self,
+        _: Request<pb::Empty>,
+    ) -> Result<Response<pb::ShowTablesReply>, Status> {
+        self.call(|b| b.tables().map(|tables| pb::ShowTablesReply { tables }))
+            .await
+    }
+
+    async fn add_table(&self, r: Request<pb::TableRequest>) -> Result<Response<pb::Empty>, Status> {
+        let r = r.into_inner();
+        self.call(move |b| {
+            let table = name("table", &r.name)?;
+            b.add_table(&table).map(|()| pb::Empty {})
+        })
+        .await
+    }
+
+    async fn delete_table(
+        &self,
+        r: Request<pb::TableRequest>,
+    ) -> Result<Response<pb::Empty>, Status> {
+        let r = r.into_inner();
+        self.call(move |b| {
+            let table = name("table", &r.name)?;
+            b.delete_table(&table).map(|()| pb::Empty {})
+        })
+        .await
+    }
+
+    async fn set_interface_table(
+        &self,
+        r: Request<pb::SetInterfaceTableRequest>,
+    ) -> Result<Response<pb::Empty>, Status> {
+        let r = r.into_inner();
+        self.call(move |b| {
+            let interface = name("interface", &r.interface)?;
+            let table = name("table", &r.table)?;
+            b.set_interface_table(&interface, &table)
+                .map(|()| pb::Empty {})
         })
         .await
     }
@@ -354,4 +399,9 @@ impl Admin for Service {
         })
         .await
     }
+}
+
+/// A request's table: `None` (the default table) when empty.
+fn table_name(s: &str) -> Option<&str> {
+    Some(s.trim()).filter(|t| !t.is_empty())
 }

@@ -96,11 +96,32 @@ impl AdminBackend for Recorder {
     fn trace_clear(&self) -> AdminResult<()> {
         self.log("trace clear".into())
     }
-    fn add_route(&self, prefix: IpAddr, len: u8, via: &[(IpAddr, String)]) -> AdminResult<()> {
-        self.log(format!("route {prefix}/{len} {via:?}"))
+    fn add_route(
+        &self,
+        table: Option<&str>,
+        prefix: IpAddr,
+        len: u8,
+        via: &[(IpAddr, String)],
+    ) -> AdminResult<()> {
+        match table {
+            None => self.log(format!("route {prefix}/{len} {via:?}")),
+            Some(t) => self.log(format!("route {t} {prefix}/{len} {via:?}")),
+        }
     }
-    fn delete_route(&self, prefix: IpAddr, len: u8) -> AdminResult<()> {
+    fn delete_route(&self, _table: Option<&str>, prefix: IpAddr, len: u8) -> AdminResult<()> {
         Err(AdminError::NotFound(format!("no route {prefix}/{len}")))
+    }
+    fn tables(&self) -> AdminResult<Vec<pb::RoutingTable>> {
+        Ok(Vec::new())
+    }
+    fn add_table(&self, name: &str) -> AdminResult<()> {
+        self.log(format!("table {name}"))
+    }
+    fn delete_table(&self, name: &str) -> AdminResult<()> {
+        self.log(format!("del table {name}"))
+    }
+    fn set_interface_table(&self, interface: &str, table: &str) -> AdminResult<()> {
+        self.log(format!("{interface} in {table}"))
     }
     fn add_neighbor(&self, interface: &str, ip: IpAddr, mac: [u8; 6]) -> AdminResult<()> {
         self.log(format!("neighbor {interface} {ip} {mac:?}"))
@@ -186,6 +207,7 @@ fn changes_reach_the_backend(client: &AdminClient, s: &mut Stub) {
                 next_hop: "10.0.0.2".into(),
                 interface: "memif0".into(),
             }],
+            table: String::new(),
         }))
         .unwrap();
     client
@@ -195,7 +217,11 @@ fn changes_reach_the_backend(client: &AdminClient, s: &mut Stub) {
                 next_hop: "fe80::2".into(),
                 interface: "memif0".into(),
             }],
+            table: " red ".into(),
         }))
+        .unwrap();
+    client
+        .block_on(s.add_table(pb::TableRequest { name: "blue".into() }))
         .unwrap();
     client
         .block_on(s.add_address(pb::AddressRequest {
@@ -229,6 +255,7 @@ fn refusals_come_back_as_statuses(client: &AdminClient, s: &mut Stub) {
     let refused = |r: Result<tonic::Response<pb::Empty>, Status>| r.unwrap_err();
     let e = refused(client.block_on(s.delete_route(pb::DeleteRouteRequest {
         prefix: "10.9.0.0/16".into(),
+        table: String::new(),
     })));
     assert_eq!(e.code(), tonic::Code::NotFound);
     assert_eq!(e.message(), "no route 10.9.0.0/16");
@@ -245,10 +272,12 @@ fn refusals_come_back_as_statuses(client: &AdminClient, s: &mut Stub) {
     invalid(refused(client.block_on(s.add_route(pb::AddRouteRequest {
         prefix: "10.1.2.0/40".into(),
         via: Vec::new(),
+        table: String::new(),
     }))));
     invalid(refused(client.block_on(s.add_route(pb::AddRouteRequest {
         prefix: "2001:db8::/129".into(),
         via: Vec::new(),
+        table: String::new(),
     }))));
     invalid(refused(client.block_on(s.add_address(
         pb::AddressRequest {
@@ -294,7 +323,8 @@ fn the_backend_saw_typed_requests(backend: &Recorder) {
         log,
         [
             "route 10.1.2.0/24 [(10.0.0.2, \"memif0\")]".to_string(),
-            "route 2001:db8:2::/48 [(fe80::2, \"memif0\")]".to_string(),
+            "route red 2001:db8:2::/48 [(fe80::2, \"memif0\")]".to_string(),
+            "table blue".to_string(),
             "address memif0 2001:db8:1::1/64".to_string(),
             "xc a b Some(L3Peers { peer_a: 10.0.0.2, peer_b: 10.0.1.2 })".to_string(),
             format!(

@@ -10,6 +10,7 @@ use quiver_admin_api::{
 
 use super::{admin_error, requests, show, ForwarderAdmin};
 use crate::control::owner::Change;
+use crate::forwarder::DEFAULT_TABLE;
 
 impl AdminBackend for ForwarderAdmin {
     fn interfaces(&self) -> AdminResult<Vec<pb::Interface>> {
@@ -90,18 +91,61 @@ impl AdminBackend for ForwarderAdmin {
         Ok(())
     }
 
-    fn add_route(&self, prefix: IpAddr, len: u8, via: &[(IpAddr, String)]) -> AdminResult<()> {
-        self.apply(Change::AddRoute {
-            prefix,
-            len,
-            via: via.to_vec(),
-            owner: None,
-        })
-        .map(drop)
+    fn add_route(
+        &self,
+        table: Option<&str>,
+        prefix: IpAddr,
+        len: u8,
+        via: &[(IpAddr, String)],
+    ) -> AdminResult<()> {
+        let change = match table.filter(|t| *t != DEFAULT_TABLE) {
+            None => Change::AddRoute {
+                prefix,
+                len,
+                via: via.to_vec(),
+                owner: None,
+            },
+            Some(table) => Change::AddRouteIn {
+                table: table.into(),
+                prefix,
+                len,
+                via: via.to_vec(),
+            },
+        };
+        self.apply(change).map(drop)
     }
 
-    fn delete_route(&self, prefix: IpAddr, len: u8) -> AdminResult<()> {
-        self.apply(Change::RemoveRoute { prefix, len }).map(drop)
+    fn delete_route(&self, table: Option<&str>, prefix: IpAddr, len: u8) -> AdminResult<()> {
+        let change = match table.filter(|t| *t != DEFAULT_TABLE) {
+            None => Change::RemoveRoute { prefix, len },
+            Some(table) => Change::RemoveRouteIn {
+                table: table.into(),
+                prefix,
+                len,
+            },
+        };
+        self.apply(change).map(drop)
+    }
+
+    fn tables(&self) -> AdminResult<Vec<pb::RoutingTable>> {
+        Ok(show::tables(&self.control.view()))
+    }
+
+    fn add_table(&self, name: &str) -> AdminResult<()> {
+        self.apply(Change::AddTable { name: name.into() }).map(drop)
+    }
+
+    fn delete_table(&self, name: &str) -> AdminResult<()> {
+        self.apply(Change::RemoveTable { name: name.into() })
+            .map(drop)
+    }
+
+    fn set_interface_table(&self, interface: &str, table: &str) -> AdminResult<()> {
+        self.apply(Change::SetInterfaceTable {
+            interface: interface.into(),
+            table: table.into(),
+        })
+        .map(drop)
     }
 
     fn add_neighbor(&self, interface: &str, ip: IpAddr, mac: [u8; 6]) -> AdminResult<()> {

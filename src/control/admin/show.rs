@@ -5,7 +5,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use dataplane::{NodeKind, WorkerRuntime};
 use drivers::{LinkStatus, PortStats};
-use graph_nodes::forwarding::{Neighbor6State, RouteSource};
+use graph_nodes::forwarding::{Neighbor6State, Route6Info, RouteInfo, RouteSource};
 use graph_nodes::state::{Adjacency, AdjacencyKind, Interface, InterfaceKind};
 use graph_nodes::{IfIndex, InterfaceMode};
 use quiver_admin_api::format_mac;
@@ -13,7 +13,7 @@ use quiver_admin_api::proto as pb;
 
 use crate::config::{MemifMode, MemifRole, PortSection};
 use crate::control::owner::ForwarderView;
-use crate::forwarder::{PortEntry, WgTunnelStatus};
+use crate::forwarder::{PortEntry, WgTunnelStatus, DEFAULT_TABLE};
 
 /// Every interface of `f`, ports with their counters as `stats` gives them.
 pub(super) fn interfaces(
@@ -64,17 +64,48 @@ pub(super) fn interfaces(
     out
 }
 
-/// The routes of `f`, each with its distinct paths: IPv4's, then IPv6's.
+/// The routes of `f`, each with its distinct paths: the default table's IPv4 and IPv6 routes,
+/// then each other table's.
 pub(super) fn fib(f: &ForwarderView) -> Vec<pb::Route> {
-    let v4 = f.routes.iter().map(|r| {
+    let mut out = table_fib(f, DEFAULT_TABLE, &f.routes, &f.routes6);
+    for (name, v4, v6) in f.table_routes.iter() {
+        out.extend(table_fib(f, name, v4, v6));
+    }
+    out
+}
+
+/// Table `table`'s routes `v4` and `v6`.
+fn table_fib(
+    f: &ForwarderView,
+    table: &str,
+    v4: &[RouteInfo],
+    v6: &[Route6Info],
+) -> Vec<pb::Route> {
+    let v4 = v4.iter().map(|r| {
         let prefix = format!("{}/{}", Ipv4Addr::from(r.prefix), r.len);
         route(f, prefix, r.source, r.load_balance)
     });
-    let v6 = f.routes6.iter().map(|r| {
+    let v6 = v6.iter().map(|r| {
         let prefix = format!("{}/{}", Ipv6Addr::from(r.prefix), r.len);
         route(f, prefix, r.source, r.load_balance)
     });
-    v4.chain(v6).collect()
+    v4.chain(v6)
+        .map(|r| pb::Route {
+            table: table.into(),
+            ..r
+        })
+        .collect()
+}
+
+/// The tables of `f` and the interfaces in each.
+pub(super) fn tables(f: &ForwarderView) -> Vec<pb::RoutingTable> {
+    f.tables
+        .iter()
+        .map(|(name, interfaces)| pb::RoutingTable {
+            name: name.clone(),
+            interfaces: interfaces.clone(),
+        })
+        .collect()
 }
 
 /// One route: `prefix`, where it came from and the distinct paths of load balance `lb`.
@@ -121,6 +152,7 @@ fn route(f: &ForwarderView, prefix: String, source: RouteSource, lb: u32) -> pb:
         prefix,
         source: format!("{source:?}").to_lowercase(),
         paths,
+        table: String::new(),
     }
 }
 

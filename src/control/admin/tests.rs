@@ -17,7 +17,7 @@ fn the_backend_shows_what_it_changed_and_refuses_what_cannot_be() {
     assert!(admin.fib().unwrap().is_empty());
 
     admin
-        .add_route(Ipv4Addr::new(192, 0, 2, 0).into(), 24, &[])
+        .add_route(None, Ipv4Addr::new(192, 0, 2, 0).into(), 24, &[])
         .unwrap();
     let fib = admin.fib().unwrap();
     assert_eq!(fib.len(), 1);
@@ -26,6 +26,7 @@ fn the_backend_shows_what_it_changed_and_refuses_what_cannot_be() {
     assert_eq!(fib[0].paths[0].kind, "drop");
     assert_eq!(
         admin.add_route(
+            None,
             Ipv4Addr::new(10, 0, 0, 0).into(),
             8,
             &[(Ipv4Addr::new(10, 0, 0, 1).into(), "nosuch".into())]
@@ -33,11 +34,11 @@ fn the_backend_shows_what_it_changed_and_refuses_what_cannot_be() {
         Err(AdminError::NotFound("no port named `nosuch`".into()))
     );
     assert!(matches!(
-        admin.delete_route(Ipv4Addr::new(10, 0, 0, 0).into(), 8),
+        admin.delete_route(None, Ipv4Addr::new(10, 0, 0, 0).into(), 8),
         Err(AdminError::NotFound(_))
     ));
     admin
-        .delete_route(Ipv4Addr::new(192, 0, 2, 0).into(), 24)
+        .delete_route(None, Ipv4Addr::new(192, 0, 2, 0).into(), 24)
         .unwrap();
     assert!(admin.fib().unwrap().is_empty());
     assert!(matches!(
@@ -76,9 +77,9 @@ fn ipv6_routes_show_beside_ipv4_and_mixed_families_are_refused() {
     );
     let admin = ForwarderAdmin::new(owner.control(), ConnectionSlot::default());
     let v6: IpAddr = "2001:db8:1::".parse().unwrap();
-    admin.add_route(v6, 48, &[]).unwrap();
+    admin.add_route(None, v6, 48, &[]).unwrap();
     admin
-        .add_route(Ipv4Addr::new(192, 0, 2, 0).into(), 24, &[])
+        .add_route(None, Ipv4Addr::new(192, 0, 2, 0).into(), 24, &[])
         .unwrap();
     let fib = admin.fib().unwrap();
     let prefixes: Vec<&str> = fib.iter().map(|r| r.prefix.as_str()).collect();
@@ -86,6 +87,7 @@ fn ipv6_routes_show_beside_ipv4_and_mixed_families_are_refused() {
     assert_eq!(fib[1].paths[0].kind, "drop");
     // A next hop of the other family, a prefix too long: refused, nothing changed.
     let refused = admin.add_route(
+        None,
         "2001:db8:2::".parse().unwrap(),
         48,
         &[(Ipv4Addr::new(10, 0, 0, 1).into(), "nosuch".into())],
@@ -95,16 +97,75 @@ fn ipv6_routes_show_beside_ipv4_and_mixed_families_are_refused() {
         "{refused:?}"
     );
     assert!(matches!(
-        admin.add_route(v6, 129, &[]),
+        admin.add_route(None, v6, 129, &[]),
         Err(AdminError::InvalidArgument(_))
     ));
     assert_eq!(admin.fib().unwrap().len(), 2);
     assert!(matches!(
-        admin.delete_route("2001:db8:3::".parse().unwrap(), 48),
+        admin.delete_route(None, "2001:db8:3::".parse().unwrap(), 48),
         Err(AdminError::NotFound(_))
     ));
-    admin.delete_route(v6, 48).unwrap();
+    admin.delete_route(None, v6, 48).unwrap();
     assert_eq!(admin.fib().unwrap().len(), 1);
+    drop(admin);
+    owner.stop().unwrap().stop();
+}
+
+#[test]
+fn tables_are_added_listed_and_refused_with_a_reason() {
+    let owner = ConfigOwner::start(
+        crate::control::owner::test_forwarder(),
+        std::time::Duration::from_millis(1),
+    );
+    let admin = ForwarderAdmin::new(owner.control(), ConnectionSlot::default());
+    let names = |admin: &ForwarderAdmin| -> Vec<String> {
+        admin
+            .tables()
+            .unwrap()
+            .into_iter()
+            .map(|t| t.name)
+            .collect()
+    };
+    assert_eq!(names(&admin), ["default"]);
+    admin.add_table("red").unwrap();
+    assert!(matches!(
+        admin.add_table("red"),
+        Err(AdminError::AlreadyExists(_))
+    ));
+    assert!(matches!(
+        admin.add_table("r d"),
+        Err(AdminError::InvalidArgument(_))
+    ));
+    assert_eq!(names(&admin), ["default", "red"]);
+    // A drop route in red shows with its table; the default table's stays apart.
+    admin
+        .add_route(Some("red"), Ipv4Addr::new(192, 0, 2, 0).into(), 24, &[])
+        .unwrap();
+    let fib = admin.fib().unwrap();
+    assert_eq!(fib.len(), 1);
+    assert_eq!(
+        (fib[0].table.as_str(), fib[0].prefix.as_str()),
+        ("red", "192.0.2.0/24")
+    );
+    assert!(matches!(
+        admin.delete_route(None, Ipv4Addr::new(192, 0, 2, 0).into(), 24),
+        Err(AdminError::NotFound(_))
+    ));
+    assert!(matches!(
+        admin.add_route(Some("green"), Ipv4Addr::new(192, 0, 2, 0).into(), 24, &[]),
+        Err(AdminError::NotFound(_))
+    ));
+    assert!(matches!(
+        admin.set_interface_table("nosuch", "red"),
+        Err(AdminError::NotFound(_))
+    ));
+    assert!(matches!(
+        admin.delete_table("default"),
+        Err(AdminError::InvalidArgument(_))
+    ));
+    admin.delete_table("red").unwrap();
+    assert!(admin.fib().unwrap().is_empty(), "red's routes went with it");
+    assert_eq!(names(&admin), ["default"]);
     drop(admin);
     owner.stop().unwrap().stop();
 }

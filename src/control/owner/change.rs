@@ -71,6 +71,43 @@ pub enum Change {
         /// Prefix length.
         len: u8,
     },
+    /// Add (or replace) a route of a named table (a VRF's), owned by no one.
+    AddRouteIn {
+        /// The table.
+        table: String,
+        /// Destination.
+        prefix: IpAddr,
+        /// Prefix length.
+        len: u8,
+        /// Paths (ECMP when several; none: drop), through ports of the table.
+        via: Vec<(IpAddr, String)>,
+    },
+    /// Remove a route of a named table.
+    RemoveRouteIn {
+        /// The table.
+        table: String,
+        /// Destination.
+        prefix: IpAddr,
+        /// Prefix length.
+        len: u8,
+    },
+    /// Add a routing table (a VRF).
+    AddTable {
+        /// Its name.
+        name: String,
+    },
+    /// Remove a routing table that no interface is in, with its routes.
+    RemoveTable {
+        /// Its name.
+        name: String,
+    },
+    /// Move an interface (without addresses) into a table.
+    SetInterfaceTable {
+        /// The interface.
+        interface: String,
+        /// The table.
+        table: String,
+    },
     /// Add a static neighbour (ARP's, or neighbour discovery's).
     AddNeighbor {
         /// The port.
@@ -214,6 +251,24 @@ impl Change {
                 done(f.add_route(prefix, len, &via, owner.as_deref()))
             }
             Change::RemoveRoute { prefix, len } => done(f.remove_route(prefix, len)),
+            Change::AddRouteIn {
+                table,
+                prefix,
+                len,
+                via,
+            } => {
+                let via: Vec<(IpAddr, &str)> =
+                    via.iter().map(|(ip, port)| (*ip, port.as_str())).collect();
+                done(f.add_route_in(&table, prefix, len, &via))
+            }
+            Change::RemoveRouteIn { table, prefix, len } => {
+                done(f.remove_route_in(&table, prefix, len))
+            }
+            Change::AddTable { name } => done(f.add_table(&name)),
+            Change::RemoveTable { name } => done(f.remove_table(&name)),
+            Change::SetInterfaceTable { interface, table } => {
+                done(f.set_interface_table(&interface, &table))
+            }
             Change::AddNeighbor {
                 port,
                 ip,

@@ -41,6 +41,11 @@ pub struct ForwarderView {
     pub routes: Arc<Vec<RouteInfo>>,
     /// Every IPv6 route, sorted by prefix, made again when `routes` is.
     pub routes6: Arc<Vec<Route6Info>>,
+    /// The other tables' routes (VRFs): name, IPv4 routes, IPv6 routes; made again when
+    /// `routes` is.
+    pub table_routes: Arc<Vec<TableRoutes>>,
+    /// Every table with the interfaces in it (the default table first).
+    pub tables: Vec<(String, Vec<String>)>,
     /// [`graph_nodes::Forwarding::route_generation`] as of `routes`.
     route_generation: u64,
     /// When `routes` was made.
@@ -59,6 +64,22 @@ pub const EAGER_ROUTES: usize = 65_536;
 /// How often, at most, a larger route list is made again.
 pub const ROUTE_LIST_EVERY: Duration = Duration::from_secs(1);
 
+/// One table other than the default one: its name, IPv4 routes and IPv6 routes.
+pub type TableRoutes = (String, Vec<RouteInfo>, Vec<Route6Info>);
+
+/// Every table but the default one, with its routes.
+fn table_routes(fw: &graph_nodes::Forwarding) -> Vec<TableRoutes> {
+    fw.tables()
+        .into_iter()
+        .filter(|(t, _)| *t != graph_nodes::TableId::DEFAULT)
+        .map(|(t, name)| {
+            let v4 = fw.routes_in(t).unwrap_or_default();
+            let v6 = fw.routes6_in(t).unwrap_or_default();
+            (name, v4, v6)
+        })
+        .collect()
+}
+
 impl ForwarderView {
     /// The view of `f`, reusing `previous`'s route list when no route changed since (or, for a
     /// large table, when it was made less than [`ROUTE_LIST_EVERY`] ago).
@@ -69,16 +90,18 @@ impl ForwarderView {
     /// [`ForwarderView::of`], `eager` routes at most made again at every change.
     fn of_with(f: &Forwarder, previous: Option<&ForwarderView>, eager: usize) -> ForwarderView {
         let fw = f.forwarding();
-        let (routes, routes6, route_generation, routes_made) = match previous {
+        let (routes, routes6, table_routes, route_generation, routes_made) = match previous {
             Some(p) if !p.routes_due_with(f, eager) => (
                 p.routes.clone(),
                 p.routes6.clone(),
+                p.table_routes.clone(),
                 p.route_generation,
                 p.routes_made,
             ),
             _ => (
                 Arc::new(fw.routes()),
                 Arc::new(fw.routes6()),
+                Arc::new(table_routes(fw)),
                 fw.route_generation(),
                 Instant::now(),
             ),
@@ -107,6 +130,8 @@ impl ForwarderView {
             tunnels: f.tunnels().to_vec(),
             routes,
             routes6,
+            table_routes,
+            tables: f.tables(),
             route_generation,
             routes_made,
             state: Arc::new(fw.snapshot()),
@@ -130,6 +155,8 @@ impl ForwarderView {
             tunnels: self.tunnels.clone(),
             routes: self.routes.clone(),
             routes6: self.routes6.clone(),
+            table_routes: self.table_routes.clone(),
+            tables: self.tables.clone(),
             route_generation: self.route_generation,
             routes_made: self.routes_made,
             state: self.state.clone(),
