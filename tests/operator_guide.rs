@@ -35,6 +35,8 @@ fn the_configuration_reference_parses_and_covers_every_section() {
         "[[address]]",
         "[[route]]",
         "[[neighbor]]",
+        "[[vxlan]]",
+        "[[table]]",
         "[[wireguard]]",
     ] {
         assert!(block.contains(section), "the reference lacks {section}");
