@@ -16,8 +16,8 @@ pub use self::vxlan::{Vxlan, VxlanSection};
 pub use self::wireguard::{WireguardPeerSection, WireguardSection};
 pub use topology::{
     AddressSection, AfPacketSection, AfXdpSection, CommonPortSettings, DpdkSection, MemifMode,
-    MemifRole, MemifSection, NeighborSection, PortSection, RouteSection, TableSection,
-    TapSection, XconnectSection, XdpAttachKey, XdpCopyKey,
+    MemifRole, MemifSection, NeighborSection, PortSection, RouteSection, TableSection, TapSection,
+    XconnectSection, XdpAttachKey, XdpCopyKey,
 };
 
 /// The whole configuration file.

@@ -329,11 +329,7 @@ pub fn fib(r: &pb::ShowFibReply) -> String {
     };
     for route in &r.routes {
         let paths: Vec<String> = route.paths.iter().map(path_text).collect();
-        let mut row = vec![
-            route.prefix.clone(),
-            route.source.clone(),
-            paths.join(", "),
-        ];
+        let mut row = vec![route.prefix.clone(), route.source.clone(), paths.join(", ")];
         if tables {
             row.insert(0, route.table.clone());
         }

@@ -259,7 +259,10 @@ fn show_fib_names_each_path_by_kind() {
     assert_eq!(j[1]["paths"][0]["next_hop"], "10.0.1.2");
     assert_eq!(j[1]["paths"][0]["interface"], "memif1");
     assert_eq!(j[1]["table"], "default");
-    assert!(!text.contains("Table"), "no table column with one table: {text}");
+    assert!(
+        !text.contains("Table"),
+        "no table column with one table: {text}"
+    );
     // With a route of another table, each row says its table.
     let mut r = r;
     r.routes.push(pb::Route {
@@ -280,7 +283,10 @@ fn show_fib_names_each_path_by_kind() {
         }],
     });
     assert!(t.lines().nth(1).unwrap().ends_with("red0, red1"), "{t}");
-    assert_eq!(tables_json(&pb::ShowTablesReply::default()), serde_json::json!([]));
+    assert_eq!(
+        tables_json(&pb::ShowTablesReply::default()),
+        serde_json::json!([])
+    );
 }
 
 #[test]

@@ -221,7 +221,9 @@ fn changes_reach_the_backend(client: &AdminClient, s: &mut Stub) {
         }))
         .unwrap();
     client
-        .block_on(s.add_table(pb::TableRequest { name: "blue".into() }))
+        .block_on(s.add_table(pb::TableRequest {
+            name: "blue".into(),
+        }))
         .unwrap();
     client
         .block_on(s.add_address(pb::AddressRequest {

@@ -39,12 +39,12 @@ mod vxlan;
 mod wireguard;
 mod xconnect;
 
+pub use crate::index::TableId;
 pub use commit::{LocalState, Publisher};
 pub use fib::Route;
 pub use neighbors::{Neighbor6, Neighbor6State};
 pub use tables::{DEFAULT_TABLE_NAME, MAX_TABLES};
 pub use vxlan::VXLAN6_HEADER;
-pub use crate::index::TableId;
 
 use interfaces::Interfaces;
 use neighbors::Neighbors;

@@ -187,8 +187,7 @@ impl Forwarding {
         let iface = self.interfaces.get(i)?;
         let connected = !link_local(ip) && iface.address6_for(ip).is_some();
         let t = iface.table;
-        if connected && !iface.has_address6(ip) && self.tables.get(t)?.fib6.get(ip, 128).is_none()
-        {
+        if connected && !iface.has_address6(ip) && self.tables.get(t)?.fib6.get(ip, 128).is_none() {
             self.set_route6(t, ip, 128, &[AdjKey::Neighbor6(i, ip)], RouteSource::Host)?;
         }
         Ok(())

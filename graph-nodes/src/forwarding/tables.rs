@@ -80,7 +80,9 @@ impl Tables {
 
     /// The default table (always there).
     pub(super) fn default_table(&self) -> &Table {
-        self.slots[0].as_ref().expect("the default table is never removed")
+        self.slots[0]
+            .as_ref()
+            .expect("the default table is never removed")
     }
 
     /// Every table with its number.

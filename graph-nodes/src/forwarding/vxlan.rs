@@ -5,8 +5,8 @@ use std::net::Ipv6Addr;
 
 use super::{Forwarding, ForwardingError};
 use crate::index::IfIndex;
-use crate::wire::Mac;
 use crate::state::{FastMap, InterfaceKind, InterfaceMode, Vxlan6Tunnel, VxlanTunnel};
+use crate::wire::Mac;
 use crate::wire::{self, ipv6, Ipv4, Ipv6, Udp, Vxlan};
 
 /// Bytes of the outer headers over IPv6: IPv6, UDP, VXLAN.
@@ -227,9 +227,19 @@ impl Forwarding {
     /// (the inner frames' IP packets), which takes addresses, a table and routes like a port;
     /// what arrives through the tunnel goes to `ethernet-input`. Before it has addresses or
     /// a cross-connect.
-    pub fn set_vxlan_routed(&mut self, i: IfIndex, mac: Mac, mtu: u16) -> Result<(), ForwardingError> {
+    pub fn set_vxlan_routed(
+        &mut self,
+        i: IfIndex,
+        mac: Mac,
+        mtu: u16,
+    ) -> Result<(), ForwardingError> {
         let iface = self.interfaces.get(i)?;
-        if self.xconnect.l2.get(i.as_usize()).is_some_and(|x| !x.is_none()) {
+        if self
+            .xconnect
+            .l2
+            .get(i.as_usize())
+            .is_some_and(|x| !x.is_none())
+        {
             return Err(ForwardingError::WrongMode(i));
         }
         let slot = match iface.kind {
