@@ -7,7 +7,9 @@
 //! uplink's; `ping` crosses NSC → A → WireGuard → B → NSE and back, one hop per forwarder each
 //! way, after a handshake on both, over IPv4 and IPv6 (a dual-stack connection: both travel in
 //! the tunnel). A refresh keeps both tunnels as they are (ports, keys, no new handshake); Close
-//! through A leaves neither forwarder anything but its uplink.
+//! through A leaves neither forwarder anything but its uplink. The same over an IPv6 underlay
+//! (the tunnel addresses IPv6, `wg6-encrypt`/`wg6-decrypt` on both forwarders, the MTU 80
+//! bytes under the uplink's).
 
 use nsm_forwarder::testing::{BlockingClient, TestEndpoint, TestNsmgr};
 use nsm_proto::connection::{Connection, State};
@@ -19,7 +21,9 @@ use wireguard::PrivateKey;
 
 mod nsm_support;
 
-use nsm_support::nodes::{underlay, Node, A_IP, A_MAC, B_IP, B_MAC};
+use std::net::IpAddr;
+
+use nsm_support::nodes::{underlay, Node, A_IP, A_IP6, A_MAC, B_IP, B_IP6, B_MAC};
 use nsm_support::{kernel_mech, nsc_connection, Netns, TempDir, IP, PING};
 
 const NSC_ADDR: &str = "10.75.0.1";
@@ -51,10 +55,31 @@ fn wireguard(node: &Node) -> Vec<WgTunnelStatus> {
     node.0.fwd.inspect(|f| f.wireguard_status()).unwrap()
 }
 
+/// Packets node `name` of `node`'s forwarder handled, over its workers.
+fn node_packets(node: &Node, name: &str) -> u64 {
+    let runtime = node.0.fwd.dataplane().runtime();
+    runtime
+        .workers
+        .iter()
+        .map(|w| w.node(name).map_or(0, |n| n.packets))
+        .sum()
+}
+
 #[test]
 fn ip_payload_crosses_two_forwarders_over_wireguard_and_close_cleans_both() {
+    over_wireguard(false);
+}
+
+#[test]
+fn ip_payload_crosses_two_forwarders_over_wireguard_over_ipv6_and_close_cleans_both() {
+    over_wireguard(true);
+}
+
+/// The scenario over an IPv4 underlay, or (`v6`) an IPv6 one.
+fn over_wireguard(v6: bool) {
+    let t = if v6 { "6" } else { "" };
     if !require(
-        "ip_payload_crosses_two_forwarders_over_wireguard",
+        &format!("ip_payload_crosses_two_forwarders_over_wireguard{t}"),
         &Needs {
             root: true,
             tools: &[IP, PING],
@@ -63,12 +88,23 @@ fn ip_payload_crosses_two_forwarders_over_wireguard_and_close_cleans_both() {
     ) {
         return;
     }
-    let (nsc, nse) = (Netns::new("wnsc"), Netns::new("wnse"));
-    let (node_a, node_b) = (Netns::new("wnodea"), Netns::new("wnodeb"));
-    let dir = TempDir::new("nsm-wg");
-    let (ua, ub) = underlay("wg", &node_a, &node_b);
-    let a = Node::start(&node_a, &ua, A_IP, B_IP, B_MAC);
-    let b = Node::start(&node_b, &ub, B_IP, A_IP, A_MAC);
+    let (nsc, nse) = (
+        Netns::new(&format!("wnsc{t}")),
+        Netns::new(&format!("wnse{t}")),
+    );
+    let (node_a, node_b) = (
+        Netns::new(&format!("wnodea{t}")),
+        Netns::new(&format!("wnodeb{t}")),
+    );
+    let dir = TempDir::new(&format!("nsm-wg{t}"));
+    let (ua, ub) = underlay(&format!("wg{t}"), &node_a, &node_b);
+    let (a_ip, b_ip): (IpAddr, IpAddr) = if v6 {
+        (A_IP6.into(), B_IP6.into())
+    } else {
+        (A_IP.into(), B_IP.into())
+    };
+    let a = Node::start(&node_a, &ua, a_ip, b_ip, B_MAC);
+    let b = Node::start(&node_b, &ub, b_ip, a_ip, A_MAC);
     let (key_a, key_b) = (PrivateKey::random(), PrivateKey::random());
     let (pub_a, pub_b) = (
         key_a.public_key().to_base64(),
@@ -90,7 +126,7 @@ fn ip_payload_crosses_two_forwarders_over_wireguard_and_close_cleans_both() {
     let (b_listen, server_b) = serve(
         &b,
         "forwarder-b",
-        B_IP.into(),
+        b_ip,
         format!("unix://{}", nse_sock.display()),
         &key_b,
     );
@@ -99,7 +135,7 @@ fn ip_payload_crosses_two_forwarders_over_wireguard_and_close_cleans_both() {
     let (a_listen, server_a) = serve(
         &a,
         "forwarder-a",
-        A_IP.into(),
+        a_ip,
         format!("unix://{}", nsmgr_sock.display()),
         &key_a,
     );
@@ -120,11 +156,12 @@ fn ip_payload_crosses_two_forwarders_over_wireguard_and_close_cleans_both() {
         ("WIREGUARD", "REMOTE")
     );
     let p = &offer[0].parameters;
-    assert_eq!(p["src_ip"], A_IP.to_string());
+    assert_eq!(p["src_ip"], a_ip.to_string());
     assert_eq!(p["src_port"], "51820");
     assert_eq!(p["src_public_key"], pub_a);
-    // The MTU both ends got: 60 bytes of WireGuard under the uplink's 1500.
-    assert_eq!(answer.context.as_ref().unwrap().mtu, 1440);
+    // The MTU both ends got: 60 bytes of WireGuard under the uplink's 1500 (80 over IPv6).
+    let mtu = if v6 { 1420 } else { 1440 };
+    assert_eq!(answer.context.as_ref().unwrap().mtu, mtu);
 
     // Each built one tunnel whose peer is the other's key and address.
     let (wa, wb) = (wireguard(&a), wireguard(&b));
@@ -135,9 +172,9 @@ fn ip_payload_crosses_two_forwarders_over_wireguard_and_close_cleans_both() {
     );
     assert_eq!(wa[0].peers[0].public_key, pub_b);
     assert_eq!(wb[0].peers[0].public_key, pub_a);
-    assert_eq!(*wa[0].peers[0].endpoint.unwrap().ip(), B_IP);
-    assert_eq!(*wb[0].peers[0].endpoint.unwrap().ip(), A_IP);
-    assert_eq!(wa[0].listen.port(), 51820);
+    assert_eq!(wa[0].peers[0].endpoint.unwrap().ip(), b_ip);
+    assert_eq!(wb[0].peers[0].endpoint.unwrap().ip(), a_ip);
+    assert_eq!(wa[0].listen, std::net::SocketAddr::new(a_ip, 51820));
 
     // Ping both ways: one hop per forwarder each way (64 - 2), after a handshake on both.
     let mut reply = None;
@@ -165,6 +202,15 @@ fn ip_payload_crosses_two_forwarders_over_wireguard_and_close_cleans_both() {
         let peer = &w[0].peers[0];
         assert!(peer.handshakes >= 1, "{n}: {w:?}");
         assert!(peer.rx_packets >= 2 && peer.tx_packets >= 2, "{n}: {w:?}");
+    }
+    // Through the nodes of the underlay's family.
+    for (n, node) in [("A", &a), ("B", &b)] {
+        let (four, six) = (
+            node_packets(node, "wg4-encrypt"),
+            node_packets(node, "wg6-encrypt"),
+        );
+        let (used, unused) = if v6 { (six, four) } else { (four, six) };
+        assert!(used >= 2 && unused == 0, "{n}: wg4 {four}, wg6 {six}");
     }
 
     // A refresh keeps both tunnels as they are: same ports and keys, no new handshake.

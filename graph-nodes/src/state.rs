@@ -1,6 +1,7 @@
 //! The forwarding state workers read: one immutable snapshot per commit of the control side,
 //! except the FIB's LPM table, which is shared and updated in place (see `fib::lpm`).
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use crossbeam_queue::ArrayQueue;
@@ -276,7 +277,7 @@ pub struct Vxlan6Tunnel {
 
 /// How `interface-output` reaches an interface, packed in one word per interface so that the
 /// per-packet lookup touches a small array: the kind in the top two bits, an index below (a
-/// VXLAN tunnel's family in the index's top bit).
+/// VXLAN or WireGuard tunnel's underlay family in the index's top bit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TxClass(u32);
 
@@ -306,15 +307,30 @@ impl TxClass {
         TxClass(2 << 30 | Self::VXLAN6 | (t & Self::INDEX & !Self::VXLAN6))
     }
 
-    /// A WireGuard tunnel: encrypt with tunnel `t`.
+    /// Marks a WireGuard class's tunnel as one over IPv6.
+    const WG6: u32 = 1 << 29;
+
+    /// A WireGuard tunnel over IPv4: encrypt with tunnel `t`.
     pub fn wireguard(t: u32) -> TxClass {
-        TxClass(3 << 30 | (t & Self::INDEX))
+        TxClass(3 << 30 | (t & Self::INDEX & !Self::WG6))
     }
 
-    /// The tunnel, if this is a WireGuard interface.
+    /// A WireGuard tunnel over IPv6: encrypt with tunnel `t` (of
+    /// [`ForwardingState::wireguard`], as for IPv4: only the outer header differs).
+    pub fn wireguard6(t: u32) -> TxClass {
+        TxClass(3 << 30 | Self::WG6 | (t & Self::INDEX & !Self::WG6))
+    }
+
+    /// The tunnel, if this is a WireGuard interface over IPv4.
     #[inline(always)]
     pub fn wireguard_tunnel(self) -> Option<u32> {
-        (self.0 >> 30 == 3 && self != Self::NONE).then_some(self.0 & Self::INDEX)
+        (self.0 >> 29 == 6).then_some(self.0 & Self::INDEX)
+    }
+
+    /// The tunnel, if this is a WireGuard interface over IPv6.
+    #[inline(always)]
+    pub fn wireguard6_tunnel(self) -> Option<u32> {
+        (self.0 >> 29 == 7 && self != Self::NONE).then_some(self.0 & Self::INDEX & !Self::WG6)
     }
 
     /// The port whose queue sends for this interface, if it is a port or a VLAN.
@@ -422,7 +438,7 @@ pub struct ForwardingState {
     /// WireGuard tunnels by index (`None`: a removed tunnel's slot).
     pub wireguard: Vec<Option<WgTunnel>>,
     /// What the control side sends through the graph for WireGuard (handshake messages,
-    /// packets it decrypted), taken by `wg4-control-input` on any worker.
+    /// packets it decrypted), taken by `wg-control-input` on any worker.
     pub wg_output: Arc<ArrayQueue<WgDatagram>>,
 }
 
@@ -445,9 +461,20 @@ impl ForwardingState {
             .filter(|&a| !a.is_none())
     }
 
-    /// The WireGuard tunnel listening on `local:port`, if any.
+    /// The WireGuard tunnel listening on IPv4 `local:port`, if any.
     #[inline]
     pub fn wireguard_at(&self, local: u32, port: u16) -> Option<u32> {
+        self.wireguard_listening(IpAddr::V4(local.into()), port)
+    }
+
+    /// The WireGuard tunnel listening on IPv6 `local` (as a number), `port`, if any.
+    #[inline]
+    pub fn wireguard_at6(&self, local: u128, port: u16) -> Option<u32> {
+        self.wireguard_listening(IpAddr::V6(local.into()), port)
+    }
+
+    #[inline(always)]
+    fn wireguard_listening(&self, local: IpAddr, port: u16) -> Option<u32> {
         self.wireguard
             .iter()
             .position(|t| {

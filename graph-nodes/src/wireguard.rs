@@ -1,7 +1,9 @@
 //! WireGuard tunnels as the data path reads them.
 //!
 //! A tunnel is an L3 interface (IP payload, no L2 header) with a listen address and UDP port
-//! of ours and a fixed list of peers. What a worker needs per packet is in the published
+//! of ours and a fixed list of peers. Its underlay is of its listen address's family: IPv4
+//! (`wg4-encrypt`, `wg4-decrypt`) or IPv6 (`wg6-encrypt`, `wg6-decrypt`), and its peers'
+//! endpoints are of the same family. What a worker needs per packet is in the published
 //! snapshot ([`WgTunnel`], cloned into each [`crate::ForwardingState`]): each peer's endpoint,
 //! allowed IPs and current sending session, and the receiver-index → session map. The control
 //! side (which runs the handshakes with `wireguard::Device`) publishes a new snapshot when keys
@@ -23,8 +25,9 @@
 //! - the punt queue (handshake messages and transport messages of sessions not yet confirmed,
 //!   worker → control; bounded, a full queue is a counted drop) and the output queue (what the
 //!   control side sends: handshake messages to a peer, and packets it decrypted itself, control
-//!   → `wg4-control-input` on any worker).
+//!   → `wg-control-input` on any worker).
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -47,15 +50,26 @@ pub const OUTPUT_QUEUE_LEN: usize = 256;
 /// WireGuard's overhead over IPv4: outer IPv4 20 + UDP 8 + transport header 16 + tag 16.
 pub const WG4_OVERHEAD: u16 = 60;
 
+/// WireGuard's overhead over IPv6: outer IPv6 40 + UDP 8 + transport header 16 + tag 16.
+pub const WG6_OVERHEAD: u16 = 80;
+
+/// WireGuard's overhead over an underlay of `local`'s family ([`WG4_OVERHEAD`] or
+/// [`WG6_OVERHEAD`]).
+pub fn overhead(local: IpAddr) -> u16 {
+    match local {
+        IpAddr::V4(_) => WG4_OVERHEAD,
+        IpAddr::V6(_) => WG6_OVERHEAD,
+    }
+}
+
 /// A datagram between the data path and the control side.
 #[derive(Clone)]
 pub struct WgDatagram {
     /// The tunnel (index into [`crate::ForwardingState::wireguard`]).
     pub tunnel: u32,
-    /// The peer's underlay address (source of a punted datagram, destination of an outer one).
-    pub addr: u32,
-    /// The peer's UDP port.
-    pub port: u16,
+    /// The peer's underlay address and UDP port (source of a punted datagram, destination of
+    /// an outer one), of the tunnel's family.
+    pub peer: SocketAddr,
     /// For output: an inner IP packet the control side decrypted, to be received on the
     /// tunnel's interface (else a WireGuard message to send to `addr:port`).
     pub inner: bool,
@@ -67,11 +81,10 @@ pub struct WgDatagram {
 
 impl WgDatagram {
     /// An empty datagram.
-    pub fn new(tunnel: u32, addr: u32, port: u16) -> Self {
+    pub fn new(tunnel: u32, peer: SocketAddr) -> Self {
         WgDatagram {
             tunnel,
-            addr,
-            port,
+            peer,
             inner: false,
             len: 0,
             bytes: [0; WG_DATAGRAM_MAX],
@@ -88,8 +101,7 @@ impl std::fmt::Debug for WgDatagram {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WgDatagram")
             .field("tunnel", &self.tunnel)
-            .field("addr", &self.addr)
-            .field("port", &self.port)
+            .field("peer", &self.peer)
             .field("inner", &self.inner)
             .field("len", &self.len)
             .finish()
@@ -178,8 +190,9 @@ pub enum WgReceiver {
 /// One peer as the data path sees it.
 #[derive(Debug, Clone, Default)]
 pub struct WgPeer {
-    /// Its endpoint (address, port); port 0: unknown, nothing can be sent.
-    pub endpoint: (u32, u16),
+    /// Its endpoint, of the tunnel's family; `None` (or port 0): unknown, nothing can be
+    /// sent.
+    pub endpoint: Option<SocketAddr>,
     /// Its allowed IPv4 prefixes (address, length).
     pub allowed: Vec<(u32, u8)>,
     /// Its allowed IPv6 prefixes (address, length).
@@ -193,8 +206,9 @@ pub struct WgPeer {
 pub struct WgTunnel {
     /// Its L3 interface.
     pub interface: IfIndex,
-    /// Our underlay address.
-    pub local: u32,
+    /// Our underlay address: IPv4 or IPv6, the family of every outer header the tunnel sends
+    /// and receives.
+    pub local: IpAddr,
     /// Our UDP port.
     pub port: u16,
     /// Peers by position.
@@ -206,6 +220,12 @@ pub struct WgTunnel {
 }
 
 impl WgTunnel {
+    /// Whether the tunnel's underlay is IPv6.
+    #[inline(always)]
+    pub fn is_ipv6(&self) -> bool {
+        self.local.is_ipv6()
+    }
+
     /// The peer whose allowed IPs hold `dst` most specifically.
     #[inline]
     pub fn peer_for(&self, dst: u32) -> Option<usize> {

@@ -130,7 +130,13 @@ fn ipv6_cross_connected_to_a_wireguard_interface_with_no_peer_for_it_is_counted_
     let mut rig = Rig::new(&[MAC0, MAC1], |f, p| {
         f.add_neighbor(p[0], A, HOST_A).unwrap();
         let (wg, _) = f
-            .add_wireguard_tunnel("wg0", ip(192, 0, 2, 1), 51820, vec![], 1500)
+            .add_wireguard_tunnel(
+                "wg0",
+                std::net::Ipv4Addr::from(ip(192, 0, 2, 1)).into(),
+                51820,
+                vec![],
+                1500,
+            )
             .unwrap();
         f.l3_cross_connect(p[0], wg, ip(10, 9, 0, 1), A).unwrap();
     });

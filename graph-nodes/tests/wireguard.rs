@@ -2,10 +2,11 @@
 //! into UDP/IPv4 to the peer's endpoint (opened here with the peer's keys by the protocol
 //! crate), `wg4-decrypt` opens what the peer sealed and routes the inner packet, every refusal
 //! is a named counter, handshakes are punted, and the control side's datagrams leave through
-//! `wg4-control-input`.
+//! `wg-control-input`.
 
 mod common;
 
+use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -25,6 +26,11 @@ const OUR_INDEX: u32 = 0x1111;
 /// fd00:9::/32, the peer's allowed IPv6 prefix.
 const ALLOWED6: u128 = 0xfd00_0009 << 96;
 const PEER_INDEX: u32 = 0x2222;
+
+/// IPv4 `a:port`.
+fn sa(a: u32, port: u16) -> SocketAddr {
+    (Ipv4Addr::from(a), port).into()
+}
 
 /// Our keys and the peer's, mirrored.
 fn keys() -> (TransportKeys, TransportKeys) {
@@ -59,13 +65,19 @@ fn rig(session: bool) -> (Rig, u32, TransportKeys) {
         f.add_address(p[1], OURS, 24).unwrap();
         f.add_neighbor(p[1], PEER, HOST_B).unwrap();
         let peer = WgPeer {
-            endpoint: (PEER, PEER_PORT),
+            endpoint: Some(sa(PEER, PEER_PORT)),
             allowed: vec![(ip(10, 9, 0, 0), 24)],
             allowed6: vec![(ALLOWED6, 32)],
             send: None,
         };
         let (wg, t) = f
-            .add_wireguard_tunnel("wg0", OURS, OUR_PORT, vec![peer], 1500)
+            .add_wireguard_tunnel(
+                "wg0",
+                Ipv4Addr::from(OURS).into(),
+                OUR_PORT,
+                vec![peer],
+                1500,
+            )
             .unwrap();
         tunnel = t;
         let via = Path {
@@ -87,7 +99,7 @@ fn rig(session: bool) -> (Rig, u32, TransportKeys) {
             },
         );
         let peer = WgPeer {
-            endpoint: (PEER, PEER_PORT),
+            endpoint: Some(sa(PEER, PEER_PORT)),
             allowed: vec![(ip(10, 9, 0, 0), 24)],
             allowed6: vec![(ALLOWED6, 32)],
             send: Some(Arc::new(WgSendSession {
@@ -222,8 +234,8 @@ fn bad_input_is_counted_by_name() {
     let shared = rig.fwd.wireguard_tunnel(tunnel).unwrap().shared.clone();
     let punted = shared.punts.pop().expect("the handshake was punted");
     assert_eq!(
-        (punted.addr, punted.port, punted.data()),
-        (PEER, PEER_PORT, &handshake[..])
+        (punted.peer, punted.data()),
+        (sa(PEER, PEER_PORT), &handshake[..])
     );
     assert_eq!(shared.peers[0].replays.load(Ordering::Relaxed), 2);
     assert_eq!(shared.peers[0].bad_tags.load(Ordering::Relaxed), 1);
@@ -256,12 +268,12 @@ fn without_a_session_packets_ask_for_a_handshake_and_the_control_side_sends_thro
     assert_eq!(rig.error("wg4-encrypt", "no-peer"), 1);
 
     // A handshake message of the control side's, to the peer.
-    let mut dg = WgDatagram::new(tunnel, PEER, PEER_PORT);
+    let mut dg = WgDatagram::new(tunnel, sa(PEER, PEER_PORT));
     dg.bytes[..4].copy_from_slice(&[1, 0, 0, 0]);
     dg.len = 148;
     rig.fwd.wireguard_output().push(dg).unwrap();
     // A packet it decrypted itself, received on the tunnel.
-    let mut dg = WgDatagram::new(tunnel, PEER, PEER_PORT);
+    let mut dg = WgDatagram::new(tunnel, sa(PEER, PEER_PORT));
     let reply = ipv4(ip(10, 9, 0, 5), ip(10, 0, 1, 2), 17, 64, &[0; 8]);
     dg.bytes[..reply.len()].copy_from_slice(&reply);
     dg.len = reply.len() as u16;
@@ -310,7 +322,10 @@ fn messages_of_a_session_the_control_side_has_not_confirmed_are_punted() {
     assert_eq!(shared.punts.pop().expect("punted").data(), &msg[..]);
     // A full queue is a counted drop, never a wait.
     for _ in 0..graph_nodes::wireguard::PUNT_QUEUE_LEN {
-        shared.punts.push(WgDatagram::new(tunnel, 0, 0)).unwrap();
+        shared
+            .punts
+            .push(WgDatagram::new(tunnel, sa(0, 0)))
+            .unwrap();
     }
     rig.inject(1, &[underlay(&msg)]);
     assert_eq!(rig.error("wg4-decrypt", "punt-queue-full"), 1);

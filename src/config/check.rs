@@ -6,7 +6,7 @@
 //! values.
 
 use std::collections::HashSet;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 
 use super::values::{self, ValueError};
 use super::vxlan::Vxlan;
@@ -346,14 +346,20 @@ impl Config {
             if w.listen_port == 0 {
                 return Err(refused(key("listen_port"), "0 is not a port"));
             }
-            // Exactly as the tunnel reads it (no spaces around).
-            if w.address.parse::<Ipv4Addr>().is_err() {
-                return Err(at(key("address"))(ValueError::NotIpv4(w.address.clone())));
-            }
+            // Exactly as the tunnel reads it (no spaces around): the underlay's family.
+            let Ok(local) = w.address.parse::<IpAddr>() else {
+                return Err(at(key("address"))(ValueError::NotIp(w.address.clone())));
+            };
             for (j, p) in w.peers.iter().enumerate() {
                 let peer = |k: &str| format!("wireguard[{i}].peers[{j}].{k}");
                 if !p.endpoint.is_empty() {
-                    values::endpoint(&p.endpoint).map_err(at(peer("endpoint")))?;
+                    let e = values::endpoint(&p.endpoint).map_err(at(peer("endpoint")))?;
+                    if e.is_ipv6() != local.is_ipv6() {
+                        return Err(refused(
+                            peer("endpoint"),
+                            format!("{e} is not of the family of the tunnel's address {local}"),
+                        ));
+                    }
                 }
                 for (k, a) in p.allowed_ips.iter().enumerate() {
                     values::allowed_ip(a).map_err(at(format!("{}[{k}]", peer("allowed_ips"))))?;
@@ -647,6 +653,18 @@ socket = "@q"
                 "wireguard[0].peers[0].endpoint",
             ),
             (
+                format!("{tunnel}endpoint = \"2001:db8::2:51820\"\n"),
+                "wireguard[0].peers[0].endpoint",
+            ),
+            (
+                format!("{tunnel}endpoint = \"[2001:db8::2]:51820\"\n"),
+                "wireguard[0].peers[0].endpoint",
+            ),
+            (
+                tunnel.replace("192.0.2.1", "2001:db8::1") + "endpoint = \"192.0.2.2:51820\"\n",
+                "wireguard[0].peers[0].endpoint",
+            ),
+            (
                 format!("{tunnel}allowed_ips = [\"10.9.0.0/24\", \"10.8.0/8\"]\n"),
                 "wireguard[0].peers[0].allowed_ips[1]",
             ),
@@ -655,5 +673,18 @@ socket = "@q"
             let (k, m) = refused(&format!("{PORTS}{text}"));
             assert_eq!(k, key, "{text}: {m}");
         }
+        // Over an IPv6 underlay: an IPv6 address, IPv6 endpoints in brackets.
+        let six = tunnel.replace("192.0.2.1", "2001:db8::1")
+            + "endpoint = \"[2001:db8::2]:51820\"\nallowed_ips = [\"10.9.0.0/24\", \"fd00:9::/64\"]\n";
+        let cfg = Config::parse(&format!("{PORTS}{six}")).unwrap();
+        assert_eq!(cfg.wireguard[0].address, "2001:db8::1");
+        let (_, m) = refused(&format!(
+            "{PORTS}{}endpoint = \"192.0.2.2:51820\"\n",
+            tunnel.replace("192.0.2.1", "2001:db8::1")
+        ));
+        assert!(
+            m.contains("not of the family of the tunnel's address 2001:db8::1"),
+            "{m}"
+        );
     }
 }

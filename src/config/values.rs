@@ -1,7 +1,7 @@
 //! The values `quiver.toml` writes as strings: addresses and prefixes (IPv4, IPv6), MACs and
 //! next hops, parsed into their types, and what is wrong with one that does not parse.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 /// What is wrong with one value of the file (the key it belongs to is named by
 /// [`ConfigError::Value`](super::ConfigError::Value)).
@@ -39,8 +39,8 @@ pub enum ValueError {
     /// Not `IP:PORT`, where the metrics endpoint is to listen.
     #[error("metrics listen address `{0}` is not IP:PORT (for example 127.0.0.1:9464)")]
     NotListenAddress(String),
-    /// Not `IPv4:PORT`, where a WireGuard peer is.
-    #[error("{0:?} is not IPv4:PORT")]
+    /// Not `IPv4:PORT` or `[IPv6]:PORT`, where a WireGuard peer is.
+    #[error("{0:?} is not IPv4:PORT or [IPv6]:PORT")]
     NotEndpoint(String),
     /// A port (or, where one may stand, a WireGuard tunnel) that the file does not define.
     #[error("no {what} named {name:?}")]
@@ -146,10 +146,16 @@ pub fn listen_address(s: &str) -> Result<SocketAddr, ValueError> {
         .map_err(|_| ValueError::NotListenAddress(s.to_string()))
 }
 
-/// Parses a peer's endpoint, `IPv4:PORT`.
-pub fn endpoint(s: &str) -> Result<SocketAddrV4, ValueError> {
-    s.parse()
-        .map_err(|_| ValueError::NotEndpoint(s.to_string()))
+/// Parses a peer's endpoint, `IPv4:PORT` or `[IPv6]:PORT` (a scope id is refused: a
+/// WireGuard endpoint is beyond the link).
+pub fn endpoint(s: &str) -> Result<SocketAddr, ValueError> {
+    match s.parse::<SocketAddr>() {
+        Ok(SocketAddr::V6(e)) if e.scope_id() != 0 || e.flowinfo() != 0 => {
+            Err(ValueError::NotEndpoint(s.to_string()))
+        }
+        Ok(e) => Ok(e),
+        Err(_) => Err(ValueError::NotEndpoint(s.to_string())),
+    }
 }
 
 #[cfg(test)]
@@ -218,6 +224,20 @@ mod tests {
             "metrics listen address `localhost` is not IP:PORT (for example 127.0.0.1:9464)"
         );
         assert!(endpoint("192.0.2.2:51820").is_ok());
-        assert!(endpoint("[::1]:51820").is_err());
+        assert_eq!(
+            endpoint("[2001:db8::2]:51820"),
+            Ok("[2001:db8::2]:51820".parse().unwrap())
+        );
+        for bad in [
+            "2001:db8::2:51820",
+            "[fe80::1%2]:51820",
+            "192.0.2.2",
+            "[2001:db8::2]",
+        ] {
+            assert_eq!(
+                endpoint(bad).unwrap_err().to_string(),
+                format!("{bad:?} is not IPv4:PORT or [IPv6]:PORT")
+            );
+        }
     }
 }

@@ -5,16 +5,18 @@
 //! name = "wg0"
 //! private_key_file = "/etc/quiver/wg0.key"   # or private_key = "<base64>"
 //! listen_port = 51820
-//! address = "192.0.2.1"                       # one of Quiver's addresses (the underlay)
+//! address = "192.0.2.1"                       # one of Quiver's addresses (the underlay),
+//!                                             # IPv4 or IPv6 ("2001:db8::1")
 //! [[wireguard.peers]]
 //! public_key = "<base64>"
-//! endpoint = "192.0.2.2:51820"
+//! endpoint = "192.0.2.2:51820"               # of the address's family: "[2001:db8::2]:51820"
 //! allowed_ips = ["10.9.0.2/32"]
 //! persistent_keepalive = 25
 //! ```
 //! Route into the tunnel with `[[route]]` (`via` any address, `interface` the tunnel's name) or
-//! an L3 cross-connect; its interface carries IP payload (no L2 header) with an MTU 60 bytes
-//! below `underlay_mtu` (default 1500).
+//! an L3 cross-connect; its interface carries IP payload (IPv4 and IPv6, no L2 header) with
+//! an MTU below `underlay_mtu` (default 1500) by WireGuard's overhead: 60 bytes over IPv4, 80
+//! over IPv6.
 
 use serde::Deserialize;
 
@@ -30,9 +32,10 @@ pub struct WireguardSection {
     pub private_key_file: String,
     /// The UDP port we listen on.
     pub listen_port: u16,
-    /// Our underlay IPv4 address (one of Quiver's).
+    /// Our underlay address (one of Quiver's), IPv4 or IPv6: the family of the tunnel's outer
+    /// headers and of its peers' endpoints.
     pub address: String,
-    /// The underlay's MTU (the tunnel's is 60 less). 0: 1500.
+    /// The underlay's MTU (the tunnel's is 60 less over IPv4, 80 over IPv6). 0: 1500.
     pub underlay_mtu: u16,
     /// The peers.
     pub peers: Vec<WireguardPeerSection>,
@@ -44,9 +47,10 @@ pub struct WireguardSection {
 pub struct WireguardPeerSection {
     /// Its public key, base64.
     pub public_key: String,
-    /// `IPv4:port`; empty: learned from its first handshake.
+    /// `IPv4:port` or `[IPv6]:port`, of the tunnel's address's family; empty: learned from
+    /// its first handshake.
     pub endpoint: String,
-    /// IPv4 prefixes (`a.b.c.d/len`) it may send from and is sent to.
+    /// IPv4 and IPv6 prefixes (`a.b.c.d/len`, `x:y::/len`) it may send from and is sent to.
     pub allowed_ips: Vec<String>,
     /// Seconds between keepalives (0: none).
     pub persistent_keepalive: u16,

@@ -346,7 +346,14 @@ impl Mirror {
             if let Ok(status) = self.control.inspect(|f| f.wireguard_status()) {
                 self.wg_endpoints = status
                     .iter()
-                    .flat_map(|t| t.peers.iter().filter_map(|p| p.endpoint.map(|e| *e.ip())))
+                    // IPv4 endpoints only: an IPv6 underlay's next hops are Quiver's own
+                    // neighbour discovery's to find.
+                    .flat_map(|t| {
+                        t.peers.iter().filter_map(|p| match p.endpoint?.ip() {
+                            IpAddr::V4(ip) => Some(ip),
+                            IpAddr::V6(_) => None,
+                        })
+                    })
                     .collect();
             }
         }

@@ -72,7 +72,7 @@ pub enum AddInterface {
     /// A WireGuard tunnel (IP payload) with one peer; route into it with `route add`.
     Wireguard {
         name: String,
-        /// Our underlay IPv4 address (one of Quiver's).
+        /// Our underlay address (one of Quiver's), IPv4 or IPv6: the tunnel's outer family.
         #[arg(long)]
         address: String,
         /// The UDP port to listen on.
@@ -81,13 +81,14 @@ pub enum AddInterface {
         /// A file holding our private key (base64, as `wg genkey` writes it).
         #[arg(long)]
         private_key_file: String,
-        /// The underlay's MTU (the tunnel's is 60 less).
+        /// The underlay's MTU (the tunnel's is 60 less over IPv4, 80 over IPv6).
         #[arg(long, default_value_t = 1500)]
         underlay_mtu: u32,
         /// The peer's public key (base64).
         #[arg(long)]
         peer: String,
-        /// The peer's `IPv4:port` (default: learned from its handshake).
+        /// The peer's `IPv4:port` or `[IPv6]:port`, of `--address`'s family (default: learned
+        /// from its handshake).
         #[arg(long, default_value = "")]
         endpoint: String,
         /// The peer's allowed IPs, comma-separated prefixes.

@@ -1,8 +1,9 @@
 //! Two nodes for the cross-node NSM tests: network namespaces joined by a veth "underlay",
 //! and on each one a forwarder whose uplink (AF_PACKET) is that node's end, with the node's
-//! tunnel address and the other node's MAC as a static neighbour (no frame waits for ARP).
+//! tunnel address (IPv4, or IPv6 for an IPv6 underlay) and the other node's MAC as a static
+//! neighbour (no frame waits for ARP or neighbour discovery).
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use nsm_forwarder::{NsmConfig, NsmHandle};
@@ -14,6 +15,10 @@ use super::{run, Netns, TestForwarder, IP};
 pub const A_IP: Ipv4Addr = Ipv4Addr::new(192, 168, 77, 1);
 /// Node B's tunnel address.
 pub const B_IP: Ipv4Addr = Ipv4Addr::new(192, 168, 77, 2);
+/// Node A's tunnel address over an IPv6 underlay (2001:db8:77::1).
+pub const A_IP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x77, 0, 0, 0, 0, 1);
+/// Node B's tunnel address over an IPv6 underlay (2001:db8:77::2).
+pub const B_IP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x77, 0, 0, 0, 0, 2);
 /// Node A's underlay MAC.
 pub const A_MAC: &str = "02:77:00:00:00:01";
 /// Node B's underlay MAC.
@@ -23,8 +28,17 @@ pub const B_MAC: &str = "02:77:00:00:00:02";
 pub struct Node(pub TestForwarder);
 
 impl Node {
-    /// The forwarder of `node`, its uplink `uplink` with `ip`, `peer` reached at `peer_mac`.
-    pub fn start(node: &Netns, uplink: &str, ip: Ipv4Addr, peer: Ipv4Addr, peer_mac: &str) -> Node {
+    /// The forwarder of `node`, its uplink `uplink` with `ip` (a /24, or a /64 for IPv6),
+    /// `peer` reached at `peer_mac`.
+    pub fn start(
+        node: &Netns,
+        uplink: &str,
+        ip: impl Into<IpAddr>,
+        peer: impl Into<IpAddr>,
+        peer_mac: &str,
+    ) -> Node {
+        let (ip, peer) = (ip.into(), peer.into());
+        let len = if ip.is_ipv6() { 64 } else { 24 };
         Node(TestForwarder::start(&format!(
             r#"
 [[port]]
@@ -34,7 +48,7 @@ interface = "{uplink}"
 netns = "{ns}"
 [[address]]
 port = "uplink"
-ip = "{ip}/24"
+ip = "{ip}/{len}"
 [[neighbor]]
 port = "uplink"
 ip = "{peer}"
@@ -45,7 +59,13 @@ mac = "{peer_mac}"
     }
 
     /// Serves NSM as `name` on `listen` with tunnel address `ip`, sending Requests to `next`.
-    pub fn serve(&self, name: &str, listen: &str, ip: Ipv4Addr, next: String) -> NsmHandle {
+    pub fn serve(
+        &self,
+        name: &str,
+        listen: &str,
+        ip: impl Into<IpAddr>,
+        next: String,
+    ) -> NsmHandle {
         self.serve_with(name, listen, ip, next, |_| {})
     }
 
@@ -55,7 +75,7 @@ mac = "{peer_mac}"
         &self,
         name: &str,
         listen: &str,
-        ip: Ipv4Addr,
+        ip: impl Into<IpAddr>,
         next: String,
         configure: impl FnOnce(&mut NsmConfig),
     ) -> NsmHandle {
@@ -64,7 +84,7 @@ mac = "{peer_mac}"
             f.dataplane(),
             name,
             listen,
-            Some(IpAddr::V4(ip)),
+            Some(ip.into()),
             next,
             configure,
         )

@@ -101,7 +101,8 @@ impl Drop for Side {
 
 /// The peer on TUN `ifname` in `side`'s namespace, configured with `wg` (10.81.9.2/24 and
 /// fd00:81:9::2/64, allowing A's subnets 10.81.1.0/24 and fd00:81:1::/64 and Quiver's
-/// 10.81.9.1); killed on drop.
+/// 10.81.9.1; Quiver's endpoint 192.168.81.1:51821 unless [`PeerProcess::start_to`] names
+/// another); killed on drop.
 pub(crate) struct PeerProcess {
     child: Child,
     ns: String,
@@ -116,6 +117,26 @@ impl PeerProcess {
         ifname: &str,
         key_file: &str,
         quiver_public: &str,
+    ) -> PeerProcess {
+        Self::start_to(
+            peer,
+            bin,
+            side,
+            ifname,
+            (key_file, quiver_public),
+            "192.168.81.1:51821",
+        )
+    }
+
+    /// As [`PeerProcess::start`], with our key file and Quiver's public key in `keys`, Quiver
+    /// at `quiver_endpoint` (`[2001:db8::1]:51821` over an IPv6 underlay).
+    pub(crate) fn start_to(
+        peer: Peer,
+        bin: &std::path::Path,
+        side: &Side,
+        ifname: &str,
+        (key_file, quiver_public): (&str, &str),
+        quiver_endpoint: &str,
     ) -> PeerProcess {
         let uapi = format!("/var/run/wireguard/{ifname}.sock");
         // A socket left by an instance before this one would pass for ours.
@@ -146,7 +167,7 @@ impl PeerProcess {
             "allowed-ips",
             "10.81.1.0/24,10.81.9.1/32,fd00:81:1::/64",
             "endpoint",
-            "192.168.81.1:51821",
+            quiver_endpoint,
         ]);
         side.ip(&["addr", "add", "10.81.9.2/24", "dev", ifname]);
         // Dual stack: IPv6 inside the tunnel too.
@@ -212,3 +233,14 @@ pub(crate) fn errors(f: &Control, node: &str, name: &str) -> u64 {
 
 /// One test at a time: each runs a forwarder and a peer on the same few cores.
 pub(crate) static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Packets node `node` handled, over the workers.
+#[allow(dead_code)] // not every test binary that shares this module asks
+pub(crate) fn node_packets(f: &Control, node: &str) -> u64 {
+    f.dataplane()
+        .runtime()
+        .workers
+        .iter()
+        .map(|w| w.node(node).map_or(0, |n| n.packets))
+        .sum()
+}

@@ -108,9 +108,22 @@ pub fn padded_len(len: usize) -> usize {
     len.div_ceil(16) * 16
 }
 
+/// The padded length of an inner packet of `len` bytes on a tunnel of MTU `mtu`: the next
+/// multiple of 16, but never past the MTU (the protocol's padding rule, so that a packet of the
+/// tunnel's full MTU still fits the underlay's), nor below `len`.
+pub fn padded_len_within(len: usize, mtu: usize) -> usize {
+    padded_len(len).min(mtu.max(len))
+}
+
 /// Length of the transport message for an inner packet of `len` bytes.
 pub fn sealed_len(len: usize) -> usize {
     TRANSPORT_HEADER_LEN + padded_len(len) + TAG_LEN
+}
+
+/// Length of the transport message for an inner packet of `len` bytes on a tunnel of MTU
+/// `mtu` (see [`padded_len_within`]).
+pub fn sealed_len_within(len: usize, mtu: usize) -> usize {
+    TRANSPORT_HEADER_LEN + padded_len_within(len, mtu) + TAG_LEN
 }
 
 /// Encrypts in place. The caller has put the inner packet at `buf[16..16 + len]` (leaving 16
@@ -122,7 +135,19 @@ pub fn seal(
     buf: &mut [u8],
     len: usize,
 ) -> Result<usize, TransportError> {
-    let total = sealed_len(len);
+    seal_within(keys, counter, buf, len, usize::MAX)
+}
+
+/// [`seal`] on a tunnel of MTU `mtu`: the padding stops at the MTU; `buf` must hold
+/// [`sealed_len_within`]`(len, mtu)` bytes.
+pub fn seal_within(
+    keys: &TransportKeys,
+    counter: u64,
+    buf: &mut [u8],
+    len: usize,
+    mtu: usize,
+) -> Result<usize, TransportError> {
+    let total = sealed_len_within(len, mtu);
     if buf.len() < total {
         return Err(TransportError::BufferTooSmall {
             have: buf.len(),
@@ -237,6 +262,28 @@ mod tests {
                 .all(|(i, x)| *x == i as u8));
             assert!(buf[16 + len..range.end].iter().all(|x| *x == 0));
         }
+    }
+
+    #[test]
+    fn padding_stops_at_the_mtu() {
+        // (len, mtu, padded): the next multiple of 16, never past the MTU nor below len.
+        for (len, mtu, padded) in [
+            (1420, 1420, 1420),
+            (1410, 1420, 1420),
+            (1400, 1420, 1408),
+            (1440, 1440, 1440),
+            (100, 1420, 112),
+            (1430, 1420, 1430),
+            (0, 1420, 0),
+        ] {
+            assert_eq!(padded_len_within(len, mtu), padded, "{len} {mtu}");
+        }
+        let (a, b) = pair();
+        let mut buf = vec![0u8; sealed_len_within(1410, 1420)];
+        let n = seal_within(&a, 3, &mut buf, 1410, 1420).unwrap();
+        assert_eq!(n, 16 + 1420 + 16);
+        let (_, range) = open(&b, &mut buf).unwrap();
+        assert_eq!(range.len(), 1420);
     }
 
     #[test]

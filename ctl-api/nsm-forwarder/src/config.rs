@@ -61,8 +61,8 @@ pub struct NsmConfig {
     /// `NSM_VXLAN_PORT`: the VXLAN UDP port (default, and 0: 4789).
     pub vxlan_port: u16,
     /// The MTU of the uplink holding [`NsmConfig::tunnel_ip`] (not from the environment: the
-    /// forwarder sets it from its port; default 1500). VXLAN connections get 50 bytes less,
-    /// WireGuard ones 60.
+    /// forwarder sets it from its port; default 1500). VXLAN connections get 50 bytes less
+    /// (70 over IPv6), WireGuard ones 60 (80 over IPv6).
     pub tunnel_mtu: u32,
     /// `NSM_WIREGUARD_PRIVATE_KEY_FILE`: a file holding Quiver's WireGuard private key (base64,
     /// as `wg genkey` writes it); unset: the forwarder makes a key at start.

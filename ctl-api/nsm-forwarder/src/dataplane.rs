@@ -179,7 +179,8 @@ pub struct WireguardSpec {
     pub remote_port: u16,
     /// Its public key.
     pub remote_key: [u8; 32],
-    /// The MTU of the uplink the tunnel's datagrams leave by (the tunnel carries 60 bytes less).
+    /// The MTU of the uplink the tunnel's datagrams leave by (the tunnel carries 60 bytes
+    /// less over IPv4, 80 over IPv6).
     pub underlay_mtu: u32,
 }
 

@@ -1,6 +1,7 @@
 //! The MTU of a connection, as NSM defines it: the connection context's `MTU` when the Request
 //! has one, else [`DEFAULT_MTU`] (cmd-forwarder-vpp's); a tunnel lowers it by its overhead
-//! ([`VXLAN4_OVERHEAD`], [`VXLAN6_OVERHEAD`], [`WIREGUARD4_OVERHEAD`]) below the uplink's
+//! ([`VXLAN4_OVERHEAD`], [`VXLAN6_OVERHEAD`], [`WIREGUARD4_OVERHEAD`],
+//! [`WIREGUARD6_OVERHEAD`]) below the uplink's
 //! MTU; the endpoint may lower it further in its answer. Both ends of the connection get the result, and the answer carries it.
 
 use nsm_proto::connection::Connection;
@@ -30,6 +31,10 @@ pub const VXLAN6_OVERHEAD: u32 = 70;
 /// header (16) and the tag (16).
 pub const WIREGUARD4_OVERHEAD: u32 = 60;
 
+/// What WireGuard over IPv6 adds to each IP packet: outer IPv6 (40), UDP (8), the transport
+/// header (16) and the tag (16).
+pub const WIREGUARD6_OVERHEAD: u32 = 80;
+
 /// The MTU a Request asks for: its context's, checked, or [`DEFAULT_MTU`] when it has none.
 pub fn requested(conn: &Connection) -> Result<u32, Status> {
     match conn.context.as_ref().map_or(0, |c| c.mtu) {
@@ -57,7 +62,14 @@ pub fn through_vxlan(mtu: u32, uplink_mtu: u32, ipv6: bool) -> u32 {
 pub fn through(kind: Remote, mtu: u32, uplink_mtu: u32, ipv6: bool) -> u32 {
     match kind {
         Remote::Vxlan => through_vxlan(mtu, uplink_mtu, ipv6),
-        Remote::Wireguard => mtu.min(uplink_mtu.saturating_sub(WIREGUARD4_OVERHEAD)),
+        Remote::Wireguard => {
+            let overhead = if ipv6 {
+                WIREGUARD6_OVERHEAD
+            } else {
+                WIREGUARD4_OVERHEAD
+            };
+            mtu.min(uplink_mtu.saturating_sub(overhead))
+        }
     }
 }
 
@@ -110,6 +122,9 @@ mod tests {
         assert_eq!(through(Remote::Wireguard, 9000, 1500, false), 1440);
         assert_eq!(through(Remote::Wireguard, 1400, 1500, false), 1400);
         assert_eq!(through(Remote::Vxlan, 9000, 1500, true), 1430);
+        assert_eq!(through(Remote::Wireguard, 9000, 1500, true), 1420);
+        assert_eq!(through(Remote::Wireguard, 1400, 1500, true), 1400);
+        assert_eq!(through(Remote::Wireguard, 9000, 9000, true), 8920);
         assert_eq!(answered(9000, &with(1400)), 1400);
         assert_eq!(answered(1400, &with(9000)), 1400);
         assert_eq!(answered(1400, &with(0)), 1400);

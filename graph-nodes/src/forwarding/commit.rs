@@ -168,7 +168,7 @@ impl Forwarding {
                 Some((_, InterfaceKind::Vlan { parent, .. })) => TxClass::vlan(parent),
                 Some((_, InterfaceKind::Vxlan { tunnel })) => TxClass::vxlan(tunnel),
                 Some((_, InterfaceKind::Vxlan6 { tunnel })) => TxClass::vxlan6(tunnel),
-                Some((_, InterfaceKind::Wireguard { tunnel })) => TxClass::wireguard(tunnel),
+                Some((_, InterfaceKind::Wireguard { tunnel })) => self.wireguard.tx_class(tunnel),
                 None => TxClass::NONE,
             })
             .collect();
@@ -281,9 +281,7 @@ impl Forwarding {
             t.fib4.recycle_retired();
             t.fib6.recycle_retired();
         }
-        let still = flushed
-            .into_iter()
-            .find_map(|(a, b)| a.and(b).err());
+        let still = flushed.into_iter().find_map(|(a, b)| a.and(b).err());
         match still {
             None => self.objects.recycle(),
             // Some parts of a table still show readers their old routes, which may use objects

@@ -2,16 +2,16 @@
 //! interface, and the per-tunnel data-path state the control side's handshakes replace; see
 //! `crate::wireguard`), and the [`Forwarding`] methods that add and change them.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use crossbeam_queue::ArrayQueue;
 
 use super::{Forwarding, ForwardingError};
 use crate::index::IfIndex;
-use crate::state::{FastMap, InterfaceKind, InterfaceMode};
-use crate::wire;
+use crate::state::{FastMap, InterfaceKind, InterfaceMode, TxClass};
 use crate::wireguard::{
-    WgDatagram, WgPeer, WgReceiver, WgShared, WgTunnel, OUTPUT_QUEUE_LEN, WG4_OVERHEAD,
+    self, WgDatagram, WgPeer, WgReceiver, WgShared, WgTunnel, OUTPUT_QUEUE_LEN,
 };
 
 /// The tunnels by index (a removed one's slot is free), and the queue the control side sends
@@ -29,6 +29,15 @@ impl WgTunnels {
         }
     }
 
+    /// How `interface-output` reaches tunnel `t`'s interface: encrypted by the node of its
+    /// underlay's family.
+    pub(super) fn tx_class(&self, t: u32) -> TxClass {
+        match self.tunnels.get(t as usize).and_then(Option::as_ref) {
+            Some(w) if w.is_ipv6() => TxClass::wireguard6(t),
+            _ => TxClass::wireguard(t),
+        }
+    }
+
     /// Frees tunnel `t`'s slot.
     pub(super) fn remove(&mut self, t: u32) {
         if let Some(slot) = self.tunnels.get_mut(t as usize) {
@@ -38,17 +47,27 @@ impl WgTunnels {
 }
 
 impl Forwarding {
-    /// Adds a WireGuard tunnel `name` listening on our `local:port` with `peers` peers (no
-    /// sessions yet); returns its L3 interface and tunnel index. Its MTU is `underlay_mtu` less
-    /// WireGuard's 60 bytes.
+    /// Adds a WireGuard tunnel `name` listening on our `local:port` (IPv4 or IPv6: the
+    /// underlay's family) with `peers` peers (no sessions yet; their endpoints of `local`'s
+    /// family); returns its L3 interface and tunnel index. Its MTU is `underlay_mtu` less
+    /// WireGuard's overhead over that family (60 bytes over IPv4, 80 over IPv6).
     pub fn add_wireguard_tunnel(
         &mut self,
         name: &str,
-        local: u32,
+        local: IpAddr,
         port: u16,
         peers: Vec<WgPeer>,
         underlay_mtu: u16,
     ) -> Result<(IfIndex, u32), ForwardingError> {
+        if let Some(e) = peers
+            .iter()
+            .filter_map(|p| p.endpoint)
+            .find(|e| e.is_ipv6() != local.is_ipv6())
+        {
+            return Err(ForwardingError::BadAddress(format!(
+                "endpoint {e} is not of the family of the tunnel's address {local}"
+            )));
+        }
         let tunnels = &self.wireguard.tunnels;
         if tunnels
             .iter()
@@ -56,18 +75,19 @@ impl Forwarding {
             .any(|t| t.local == local && t.port == port)
         {
             return Err(ForwardingError::NameTaken(format!(
-                "{}:{port} (a WireGuard tunnel listens there)",
-                wire::ip4_to_string(local)
+                "{} (a WireGuard tunnel listens there)",
+                std::net::SocketAddr::new(local, port)
             )));
         }
         let slot = tunnels
             .iter()
             .position(Option::is_none)
             .unwrap_or(tunnels.len());
+        let mtu = underlay_mtu.saturating_sub(wireguard::overhead(local));
         let interface = self.add_interface(
             name,
             [0; 6],
-            underlay_mtu.saturating_sub(WG4_OVERHEAD),
+            mtu,
             InterfaceMode::L3,
             InterfaceKind::Wireguard {
                 tunnel: slot as u32,

@@ -20,6 +20,7 @@ next_arcs! {
     ENCAP => names::VXLAN4_ENCAP,
     ENCAP6 => names::VXLAN6_ENCAP,
     ENCRYPT => names::WG4_ENCRYPT,
+    ENCRYPT6 => names::WG6_ENCRYPT,
     RESOLVE => names::OFFLOAD_RESOLVE,
 }
 
@@ -33,6 +34,7 @@ node_errors! {
 const TO_ENCAP: u32 = u32::MAX - 1;
 const TO_ENCRYPT: u32 = u32::MAX - 2;
 const TO_ENCAP6: u32 = u32::MAX - 3;
+const TO_ENCRYPT6: u32 = u32::MAX - 4;
 const TO_DROP: u32 = u32::MAX;
 
 /// The `interface-output` node of one worker.
@@ -115,6 +117,7 @@ impl Node<ForwardingState> for InterfaceOutput {
                     (None, Some(_)) => TO_ENCAP,
                     (None, None) if class.wireguard_tunnel().is_some() => TO_ENCRYPT,
                     (None, None) if class.tunnel6().is_some() => TO_ENCAP6,
+                    (None, None) if class.wireguard6_tunnel().is_some() => TO_ENCRYPT6,
                     (None, None) => TO_DROP,
                 };
                 one_port &= i == 0 || p == last_port;
@@ -163,6 +166,8 @@ impl InterfaceOutput {
             TO_ENCAP6 => cx.enqueue_slice(ENCAP6, run),
             TO_ENCRYPT if offload => cx.enqueue_slice(RESOLVE, run),
             TO_ENCRYPT => cx.enqueue_slice(ENCRYPT, run),
+            TO_ENCRYPT6 if offload => cx.enqueue_slice(RESOLVE, run),
+            TO_ENCRYPT6 => cx.enqueue_slice(ENCRYPT6, run),
             TO_DROP => cx.enqueue_slice(Next::DROP, run),
             p => match self.queues.get_mut(p as usize).and_then(Option::as_mut) {
                 Some(q) if offload && !q.accepts_offload() => cx.enqueue_slice(RESOLVE, run),

@@ -1,6 +1,6 @@
 //! `ip4-local`: packets for our own addresses. ICMP echo requests are answered (so people can
-//! ping Quiver); VXLAN goes to `vxlan4-input`, UDP for a WireGuard tunnel's address and port to
-//! `wg4-decrypt`; anything else is counted and dropped.
+//! ping Quiver); VXLAN goes to `vxlan4-input`, UDP for a WireGuard tunnel's address and port (a
+//! tunnel over IPv4) to `wg4-decrypt`; anything else is counted and dropped.
 
 use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 

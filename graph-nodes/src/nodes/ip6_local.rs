@@ -2,8 +2,9 @@
 //! multicast groups it is in). ICMPv6 echo requests are answered (so people can ping Quiver):
 //! through the FIB, or, to a link-local source, straight back on its link; neighbour discovery
 //! goes to `ip6-nd`; VXLAN (UDP to the VXLAN port, right after the IPv6 header, to a unicast
-//! address of ours) to `vxlan6-input`; anything else is counted and dropped. ICMPv6 is found
-//! behind extension headers too.
+//! address of ours) to `vxlan6-input`, and UDP likewise to a WireGuard tunnel's address and
+//! port to `wg6-decrypt`; anything else is counted and dropped. ICMPv6 is found behind
+//! extension headers too.
 
 use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
@@ -20,6 +21,7 @@ next_arcs! {
     ND => names::IP6_ND,
     OUTPUT => names::INTERFACE_OUTPUT,
     VXLAN => names::VXLAN6_INPUT,
+    WIREGUARD => names::WG6_DECRYPT,
 }
 
 node_errors! {
@@ -51,15 +53,24 @@ impl Default for Ip6Local {
     }
 }
 
-/// Where packet `d` (IPv6 header first) goes: neighbour discovery, VXLAN (to UDP port
-/// `vxlan_port`), or an echo request turned into its reply in place.
-fn handle(d: &mut [u8], vxlan_port: u16) -> Result<Next, u16> {
+/// Where packet `d` (IPv6 header first) goes: neighbour discovery, VXLAN (to `state`'s VXLAN
+/// port), WireGuard (to a tunnel's address and port), or an echo request turned into its reply
+/// in place.
+fn handle(d: &mut [u8], state: &ForwardingState) -> Result<Next, u16> {
     let ip = Ipv6::new_checked(&*d).map_err(|_| BAD_ICMP)?;
     let upper = ipv6::walk(ip.payload(), ip.next_header(), EXTENSION_BOUND)
         .map_err(|_| UNKNOWN_PROTOCOL)?;
     if upper.protocol == wire::PROTO_UDP && upper.offset == 0 && !ipv6::is_multicast(&ip.dst()) {
         return match Udp::new_checked(ip.payload()).map(|u| u.dst_port()) {
-            Ok(port) if port == vxlan_port => Ok(VXLAN),
+            Ok(port) if port == state.vxlan_port => Ok(VXLAN),
+            Ok(port)
+                if !state.wireguard.is_empty()
+                    && state
+                        .wireguard_at6(u128::from_be_bytes(ip.dst()), port)
+                        .is_some() =>
+            {
+                Ok(WIREGUARD)
+            }
             _ => Err(UNKNOWN_PROTOCOL),
         };
     }
@@ -119,7 +130,7 @@ impl Node<ForwardingState> for Ip6Local {
         let n = bis.len();
         let state = cx.state();
         for (&bi, next) in bis.iter().zip(&mut self.nexts[..n]) {
-            let verdict = handle(cx.buffers.data_mut(bi), state.vxlan_port);
+            let verdict = handle(cx.buffers.data_mut(bi), state);
             // A reply to a link-local source goes back on its link, not through the FIB.
             let on_link = verdict == Ok(LOOKUP)
                 && Ipv6::new_checked(cx.buffers.data(bi))

@@ -46,7 +46,9 @@ pub use offload_resolve::OffloadResolve;
 pub use origin::LOCALLY_ORIGINATED;
 pub use vxlan::{Vxlan4Encap, Vxlan4Input};
 pub use vxlan6::{Vxlan6Encap, Vxlan6Input};
-pub use wireguard::{Wg4ControlInput, Wg4Decrypt, Wg4Encrypt};
+pub use wireguard::{
+    Wg4Decrypt, Wg4Encrypt, Wg6Decrypt, Wg6Encrypt, WgControlInput, WgDecrypt, WgEncrypt,
+};
 
 use std::sync::Arc;
 
@@ -104,10 +106,14 @@ pub mod names {
     pub const VXLAN6_INPUT: &str = "vxlan6-input";
     /// WireGuard encryption (IP packet → transport message in UDP/IPv4).
     pub const WG4_ENCRYPT: &str = "wg4-encrypt";
-    /// WireGuard decryption (UDP for a tunnel's port → inner IPv4 packet).
+    /// WireGuard decryption (UDP/IPv4 for a tunnel's port → inner IP packet).
     pub const WG4_DECRYPT: &str = "wg4-decrypt";
-    /// What the WireGuard control side sends through the graph.
-    pub const WG4_CONTROL_INPUT: &str = "wg4-control-input";
+    /// WireGuard encryption over IPv6 (IP packet → transport message in UDP/IPv6).
+    pub const WG6_ENCRYPT: &str = "wg6-encrypt";
+    /// WireGuard decryption over IPv6 (UDP/IPv6 for a tunnel's port → inner IP packet).
+    pub const WG6_DECRYPT: &str = "wg6-decrypt";
+    /// What the WireGuard control side sends through the graph (either underlay family).
+    pub const WG_CONTROL_INPUT: &str = "wg-control-input";
     /// Hands packets to ports' transmit queues.
     pub const INTERFACE_OUTPUT: &str = "interface-output";
     /// Checksums and segmentation left by a kernel, done in software.
@@ -155,7 +161,9 @@ pub fn add_forwarding_nodes(
         .add(Vxlan6Input::new())
         .add(Wg4Encrypt::new())
         .add(Wg4Decrypt::new())
-        .add(Wg4ControlInput::new())
+        .add(Wg6Encrypt::new())
+        .add(Wg6Decrypt::new())
+        .add(WgControlInput::new())
         .add(InterfaceOutput::new(tx))
         .add(OffloadResolve::new());
     handles

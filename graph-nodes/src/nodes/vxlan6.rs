@@ -41,7 +41,7 @@ const PREFETCH_AHEAD: usize = 4;
 /// The UDP checksum field for the sum `acc` of everything it covers: the inverted fold, and
 /// 0xffff for a computed zero (zero means "no checksum", which IPv6 does not allow).
 #[inline(always)]
-fn udp_checksum(acc: u64) -> u16 {
+pub(super) fn udp_checksum(acc: u64) -> u16 {
     match !fold(acc) {
         0 => 0xffff,
         c => c,

@@ -265,9 +265,10 @@ impl NsmBackend for ForwarderDataplane {
         let key = self.wg_key.get().ok_or_else(|| {
             BackendError::InvalidArgument(format!("{}: Quiver has no WireGuard key", spec.name))
         })?;
-        if !(spec.local.is_ipv4() && spec.remote.is_ipv4()) {
+        // Over either family, of one family at both ends.
+        if spec.local.is_ipv4() != spec.remote.is_ipv4() {
             return Err(BackendError::InvalidArgument(format!(
-                "{}: WireGuard to {} from {}: only over an IPv4 underlay",
+                "{}: WireGuard to {} from {}: the ends are not of one family",
                 spec.name, spec.remote, spec.local
             )));
         }

@@ -74,7 +74,8 @@ pub fn tunnel_section(spec: &WireguardSpec, private_key: &str) -> WireguardSecti
         underlay_mtu: u16::try_from(spec.underlay_mtu).unwrap_or(u16::MAX),
         peers: vec![WireguardPeerSection {
             public_key: encode_key(&spec.remote_key),
-            endpoint: format!("{}:{}", spec.remote, spec.remote_port),
+            // `[IPv6]:port` over an IPv6 underlay.
+            endpoint: std::net::SocketAddr::new(spec.remote, spec.remote_port).to_string(),
             // Both families: a dual-stack connection's IPv6 travels in the same tunnel.
             allowed_ips: vec![format!("{any}/0"), "::/0".into()],
             persistent_keepalive: KEEPALIVE_SECS,
@@ -129,5 +130,15 @@ mod tests {
         assert_eq!(t.peers.len(), 1);
         assert_eq!(t.peers[0].endpoint, "192.168.9.2:51830");
         assert_eq!(t.peers[0].allowed_ips, ["0.0.0.0/0", "::/0"]);
+        // Over an IPv6 underlay: the address as it is, the endpoint in brackets.
+        let six = WireguardSpec {
+            local: "2001:db8:9::1".parse().unwrap(),
+            remote: "2001:db8:9::2".parse().unwrap(),
+            ..spec
+        };
+        let t = tunnel_section(&six, "k");
+        assert_eq!(t.address, "2001:db8:9::1");
+        assert_eq!(t.peers[0].endpoint, "[2001:db8:9::2]:51830");
+        crate::config::values::endpoint(&t.peers[0].endpoint).unwrap();
     }
 }

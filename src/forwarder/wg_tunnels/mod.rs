@@ -1,19 +1,24 @@
-//! WireGuard tunnels at run time (issue 23): the control side of `wg4-encrypt`/`wg4-decrypt`.
+//! WireGuard tunnels at run time (issue 23): the control side of `wg4-encrypt`/`wg4-decrypt`
+//! and, for a tunnel whose address is IPv6 (issue 31), `wg6-encrypt`/`wg6-decrypt`.
 //!
 //! Each tunnel's handshakes, cookies and timers run in a `wireguard::Device` here, on the
 //! configuration owner's thread, in [`Forwarder::housekeeping`] (every few milliseconds): it
 //! takes what the workers punted (handshake messages, transport messages of sessions not yet
 //! confirmed; at most [`PUNTS_PER_PASS`](tunnel::PUNTS_PER_PASS) a pass, and under load — the punt queue over half full —
 //! the `Device` answers with cookies), starts the handshakes the data path asked for, runs the
-//! timers, and sends what the `Device` writes through the graph (`wg4-control-input`). When a
+//! timers, and sends what the `Device` writes through the graph (`wg-control-input`). When a
 //! peer's sessions or endpoint change it publishes the tunnel's new data-path state with an
 //! ordinary commit: workers read the new keys at their next pass, none stops. A session's
 //! replay window moves to the data path when it is first published (a copy of the `Device`'s),
 //! and from then on only the data path opens that session's messages (a late punt of one is
 //! dropped, so no message is accepted by both windows).
+//!
+//! A tunnel's underlay is its address's family: its peers' endpoints are of that family (a
+//! peer that roams does so within it: the `Device` follows the source of a handshake message
+//! it accepts, and the tunnel hears only its own family).
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use ::wireguard::allowed_ips::Prefix;
@@ -53,11 +58,40 @@ impl PeerAllowed {
     }
 }
 
+/// Whether `ip` may be a tunnel's address or a peer's endpoint: unicast, and for IPv6 not
+/// link-local (whose scope an endpoint cannot name).
+fn is_tunnel_unicast(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(a) => !(a.is_unspecified() || a.is_multicast() || a.is_broadcast()),
+        IpAddr::V6(a) => !(a.is_unspecified() || a.is_multicast() || a.is_unicast_link_local()),
+    }
+}
+
+/// A peer's endpoint, `IPv4:port` or `[IPv6]:port`, of the family of the tunnel's address
+/// `local`.
+fn peer_endpoint(name: &str, e: &str, local: IpAddr) -> Result<SocketAddr, ForwarderError> {
+    let to = crate::config::values::endpoint(e).map_err(|err| invalid(name, err))?;
+    if to.is_ipv6() != local.is_ipv6() {
+        return Err(invalid(
+            name,
+            format!("endpoint {to} is not of the family of the tunnel's address {local}"),
+        ));
+    }
+    if !is_tunnel_unicast(to.ip()) || to.port() == 0 {
+        return Err(invalid(
+            name,
+            format!("endpoint {to}: not a unicast address beyond the link and a port"),
+        ));
+    }
+    Ok(to)
+}
+
 /// Tunnel `name`'s `Device` with its peers, what the data path gets of each, and each one's
-/// allowed IPs.
+/// allowed IPs; endpoints of `local`'s family.
 fn wireguard_peers(
     name: &str,
     key: PrivateKey,
+    local: IpAddr,
     peers: &[WireguardPeerSection],
 ) -> Result<WireguardPeers, ForwarderError> {
     let mut device = Device::new(key);
@@ -68,16 +102,9 @@ fn wireguard_peers(
         let public = PublicKey::from_base64(p.public_key.trim()).map_err(|e| invalid(name, e))?;
         let endpoint = match p.endpoint.as_str() {
             "" => None,
-            e => Some(
-                e.parse::<SocketAddrV4>()
-                    .map_err(|_| invalid(name, format!("endpoint {e:?}: not IPv4:port")))?,
-            ),
+            e => Some(peer_endpoint(name, e, local)?),
         };
-        let id = device.add_peer(
-            public,
-            PresharedKey::default(),
-            endpoint.map(SocketAddr::V4),
-        );
+        let id = device.add_peer(public, PresharedKey::default(), endpoint);
         let mut allowed = PeerAllowed::default();
         for a in &p.allowed_ips {
             let (ip, len) = crate::config::values::allowed_ip(a).map_err(|e| invalid(name, e))?;
@@ -100,7 +127,7 @@ fn wireguard_peers(
                 .set_persistent_keepalive(Some(every), now);
         }
         wg_peers.push(WgPeer {
-            endpoint: endpoint.map_or((0, 0), |e| (u32::from(*e.ip()), e.port())),
+            endpoint,
             allowed: allowed.v4.clone(),
             allowed6: allowed.v6.clone(),
             send: None,
@@ -123,20 +150,16 @@ impl Forwarder {
     ) -> Result<IfIndex, ForwarderError> {
         let name = cfg.name.as_str();
         let (key, local) = self.check_new_wireguard(cfg)?;
-        let (device, peers, allowed_all) = wireguard_peers(name, key, &cfg.peers)?;
+        let (device, peers, allowed_all) = wireguard_peers(name, key, local, &cfg.peers)?;
         let mtu = if cfg.underlay_mtu == 0 {
             1500
         } else {
             cfg.underlay_mtu
         };
         let n = peers.len();
-        let (interface, tunnel) = self.forwarding.add_wireguard_tunnel(
-            name,
-            u32::from(local),
-            cfg.listen_port,
-            peers,
-            mtu,
-        )?;
+        let (interface, tunnel) =
+            self.forwarding
+                .add_wireguard_tunnel(name, local, cfg.listen_port, peers, mtu)?;
         if let Err(e) = self.commit() {
             let _ = self.forwarding.remove_interface(interface);
             return Err(e);
@@ -169,11 +192,12 @@ impl Forwarder {
         Ok(interface)
     }
 
-    /// Checks a new tunnel's name, key, address and port; returns its key and address.
+    /// Checks a new tunnel's name, key, address (IPv4 or IPv6) and port; returns its key and
+    /// address.
     fn check_new_wireguard(
         &self,
         cfg: &WireguardSection,
-    ) -> Result<(PrivateKey, Ipv4Addr), ForwarderError> {
+    ) -> Result<(PrivateKey, IpAddr), ForwarderError> {
         let name = cfg.name.as_str();
         if name.is_empty() || name.len() > 64 || name.chars().any(char::is_whitespace) {
             return Err(invalid(name, "name: 1 to 64 characters, no spaces"));
@@ -190,11 +214,19 @@ impl Forwarder {
             _ => return Err(invalid(name, "give one of private_key, private_key_file")),
         };
         let key = PrivateKey::from_base64(key.trim()).map_err(|e| invalid(name, e))?;
-        let local: Ipv4Addr = cfg
-            .address
-            .parse()
-            .map_err(|_| invalid(name, format!("address {:?} is not IPv4", cfg.address)))?;
-        if !self.is_own_address(local.into()) {
+        let local: IpAddr = cfg.address.parse().map_err(|_| {
+            invalid(
+                name,
+                format!("address {:?} is not an IPv4 or IPv6 address", cfg.address),
+            )
+        })?;
+        if !is_tunnel_unicast(local) {
+            return Err(invalid(
+                name,
+                format!("address {local}: not a unicast address beyond the link"),
+            ));
+        }
+        if !self.is_own_address(local) {
             return Err(invalid(
                 name,
                 format!("{local} is not an address of Quiver's (add it to a port first)"),
@@ -313,3 +345,7 @@ impl Forwarder {
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;

@@ -3,7 +3,7 @@
 //! forwarder (`crate::forwarder`) holds one [`WgEntry`] per tunnel and runs it in housekeeping.
 
 use std::collections::HashMap;
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
@@ -26,8 +26,8 @@ pub const PUNTS_PER_PASS: usize = 256;
 pub struct WgPeerStatus {
     /// Its public key, base64.
     pub public_key: String,
-    /// Its endpoint, if known.
-    pub endpoint: Option<SocketAddrV4>,
+    /// Its endpoint, if known (of the tunnel's family).
+    pub endpoint: Option<SocketAddr>,
     /// Its allowed IPs.
     pub allowed_ips: Vec<String>,
     /// When the last handshake completed.
@@ -59,8 +59,8 @@ pub struct WgTunnelStatus {
     pub name: String,
     /// Our public key, base64.
     pub public_key: String,
-    /// Where we listen.
-    pub listen: SocketAddrV4,
+    /// Where we listen (IPv4 or IPv6: the tunnel's underlay family).
+    pub listen: SocketAddr,
     /// Handshake messages refused for a bad mac1.
     pub bad_macs: u64,
     /// Other refusals of the control side (unknown index, bad handshake, flood…).
@@ -74,14 +74,15 @@ pub struct WgTunnelStatus {
 }
 
 /// A peer as published: its sending session's local index, its endpoint.
-type SendSig = (Option<u32>, (u32, u16));
+type SendSig = (Option<u32>, Option<SocketAddr>);
 
 /// A tunnel's control side.
 pub struct WgEntry {
     pub(super) name: String,
     pub(super) interface: IfIndex,
     pub(super) tunnel: u32,
-    pub(super) local: Ipv4Addr,
+    /// Our underlay address, IPv4 or IPv6.
+    pub(super) local: IpAddr,
     pub(super) port: u16,
     pub(super) device: Device,
     pub(super) allowed: Vec<super::PeerAllowed>,
@@ -101,11 +102,13 @@ pub struct WgEntry {
 }
 
 impl WgEntry {
+    /// Queues `msg` to `to` for `wg-control-input`; a destination of the other family than
+    /// the tunnel's (which the `Device` cannot have learned) is not sent.
     pub(super) fn send(&mut self, out: &ArrayQueue<WgDatagram>, to: SocketAddr, msg: &[u8]) {
-        let SocketAddr::V4(to) = to else {
+        if to.is_ipv6() != self.local.is_ipv6() {
             return;
-        };
-        let mut dg = WgDatagram::new(self.tunnel, u32::from(*to.ip()), to.port());
+        }
+        let mut dg = WgDatagram::new(self.tunnel, to);
         dg.bytes[..msg.len()].copy_from_slice(msg);
         dg.len = msg.len() as u16;
         if out.push(dg).is_err() {
@@ -156,14 +159,14 @@ impl WgEntry {
                     continue;
                 }
             }
-            let src = SocketAddr::V4(SocketAddrV4::new(dg.addr.into(), dg.port));
+            let src = dg.peer;
             match self.device.receive(now, src, msg, &mut reply) {
                 Ok(Received::Reply { to, len, .. }) => {
                     let r = reply;
                     self.send(out, to, &r[..len]);
                 }
                 Ok(Received::Data { range, .. }) => {
-                    let mut inner = WgDatagram::new(self.tunnel, dg.addr, dg.port);
+                    let mut inner = WgDatagram::new(self.tunnel, dg.peer);
                     inner.inner = true;
                     inner.len = range.len() as u16;
                     inner.bytes[..range.len()].copy_from_slice(&msg[range]);
@@ -239,10 +242,7 @@ impl WgEntry {
         let mut sig_rx = Vec::new();
         for i in 0..self.allowed.len() {
             let p = self.device.peer(PeerId(i));
-            let endpoint = match p.endpoint {
-                Some(SocketAddr::V4(e)) => (u32::from(*e.ip()), e.port()),
-                _ => (0, 0),
-            };
+            let endpoint = p.endpoint.filter(|e| e.is_ipv6() == self.local.is_ipv6());
             let cur = p.current().filter(|s| !s.expired(now));
             sig.push((cur.map(|s| s.keys.local_index), endpoint));
             sig_rx.extend(
@@ -327,10 +327,7 @@ impl WgEntry {
                 let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
                 WgPeerStatus {
                     public_key: p.identity.public_key().to_base64(),
-                    endpoint: match p.endpoint {
-                        Some(SocketAddr::V4(e)) => Some(e),
-                        _ => None,
-                    },
+                    endpoint: p.endpoint,
                     allowed_ips: self.allowed[i].to_strings(),
                     last_handshake: self.last_handshake[i].1,
                     handshakes: p.stats.handshakes,
@@ -348,7 +345,7 @@ impl WgEntry {
         WgTunnelStatus {
             name: self.name.clone(),
             public_key: self.device.public_key().to_base64(),
-            listen: SocketAddrV4::new(self.local, self.port),
+            listen: SocketAddr::new(self.local, self.port),
             bad_macs: self.bad_macs,
             refused: self.refused,
             punts: self.punts,

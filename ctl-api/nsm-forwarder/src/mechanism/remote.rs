@@ -73,12 +73,11 @@ pub struct TunnelEnd {
 
 impl TunnelEnd {
     /// The REMOTE mechanism for a payload (`ip`: IP, else ETHERNET), if Quiver has one:
-    /// VXLAN over either family, WireGuard (with a key) over IPv4.
+    /// VXLAN, or WireGuard (with a key), over the tunnel address's family, either.
     pub fn remote_for(&self, ip: bool) -> Option<Remote> {
         match ip {
             false => Some(Remote::Vxlan),
-            true if self.ip.is_ipv4() => self.wg_public_key.map(|_| Remote::Wireguard),
-            true => None,
+            true => self.wg_public_key.map(|_| Remote::Wireguard),
         }
     }
 
@@ -165,16 +164,6 @@ fn is_routable_unicast(ip: IpAddr) -> bool {
     }
 }
 
-/// A WireGuard tunnel's far end, `remote`: over IPv4 only (an IPv6 underlay is VXLAN's).
-fn wireguard_remote(what: &str, key: &str, remote: IpAddr) -> Result<IpAddr, Status> {
-    if remote.is_ipv6() {
-        return Err(Status::invalid_argument(format!(
-            "{what}: {key} {remote}: WireGuard runs over an IPv4 underlay only"
-        )));
-    }
-    Ok(remote)
-}
-
 /// A tunnel mechanism's port parameter `key` (`default` when absent or 0); syntax was checked.
 fn tunnel_port(m: &Mechanism, key: &str, default: u16) -> Option<u16> {
     m.parameters
@@ -209,7 +198,7 @@ pub(super) fn client_side(what: &str, m: &Mechanism) -> Result<ClientMechanism, 
     let remote = tunnel_ip(what, m, SRC_IP)?;
     if m.r#type == WIREGUARD {
         return Ok(ClientMechanism::Wireguard {
-            remote: wireguard_remote(what, SRC_IP, remote)?,
+            remote,
             remote_port: tunnel_port(m, SRC_PORT, WIREGUARD_DEFAULT_PORT)
                 .unwrap_or(WIREGUARD_DEFAULT_PORT),
             remote_key: public_key(what, m, SRC_PUBLIC_KEY)?,
@@ -230,7 +219,7 @@ pub(super) fn endpoint_side(what: &str, m: &Mechanism) -> Result<EndpointMechani
     let remote = tunnel_ip(what, m, DST_IP).map_err(precondition)?;
     if m.r#type == WIREGUARD {
         return Ok(EndpointMechanism::Wireguard {
-            remote: wireguard_remote(what, DST_IP, remote).map_err(precondition)?,
+            remote,
             remote_port: tunnel_port(m, DST_PORT, WIREGUARD_DEFAULT_PORT)
                 .unwrap_or(WIREGUARD_DEFAULT_PORT),
             remote_key: public_key(what, m, DST_PUBLIC_KEY).map_err(precondition)?,

@@ -1,6 +1,6 @@
 //! Mechanism choice, offers and answers.
 use super::*;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use tonic::Code;
 
 fn mech(cls: &str, ty: &str, params: &[(&str, &str)]) -> Mechanism {
@@ -170,7 +170,7 @@ fn offers_add_vxlan_last_or_alone() {
 }
 
 #[test]
-fn an_ipv6_tunnel_end_offers_vxlan_over_ipv6_and_no_wireguard() {
+fn an_ipv6_tunnel_end_offers_vxlan_and_wireguard_over_ipv6() {
     let end = TunnelEnd {
         ip: "2001:db8:9::1".parse().unwrap(),
         port: 4789,
@@ -178,9 +178,51 @@ fn an_ipv6_tunnel_end_offers_vxlan_over_ipv6_and_no_wireguard() {
         wg_public_key: Some([7; 32]),
     };
     assert_eq!(end.remote_for(false), Some(Remote::Vxlan));
-    assert_eq!(end.remote_for(true), None, "WireGuard runs over IPv4 only");
+    assert_eq!(end.remote_for(true), Some(Remote::Wireguard));
+    let keyless = TunnelEnd {
+        wg_public_key: None,
+        ..end
+    };
+    assert_eq!(keyless.remote_for(true), None);
     let o = end.offer(Remote::Vxlan, 0);
     assert_eq!(o.parameters[SRC_IP], "2001:db8:9::1");
+    let o = end.offer(Remote::Wireguard, 51821);
+    assert_eq!(
+        (
+            o.parameters[SRC_IP].as_str(),
+            o.parameters[SRC_PORT].as_str()
+        ),
+        ("2001:db8:9::1", "51821")
+    );
+    // WireGuard's far end over IPv6, both ways; a link-local or multicast one is refused.
+    let (_, c) = select(None, std::slice::from_ref(&o), Some(Remote::Wireguard)).unwrap();
+    assert!(
+        matches!(c, ClientMechanism::Wireguard { remote, .. } if remote == "2001:db8:9::1".parse::<IpAddr>().unwrap()),
+        "{c:?}"
+    );
+    let answer = |ip: &str| {
+        endpoint_side(
+            Some(&mech(
+                REMOTE,
+                WIREGUARD,
+                &[(DST_IP, ip), (DST_PUBLIC_KEY, KEY_A)],
+            )),
+            "x",
+            Some(Remote::Wireguard),
+        )
+    };
+    assert!(matches!(
+        answer("2001:db8:9::2").unwrap(),
+        EndpointMechanism::Wireguard { remote, remote_port: 51820, .. }
+            if remote == "2001:db8:9::2".parse::<IpAddr>().unwrap()
+    ));
+    for bad in ["fe80::2", "ff02::1"] {
+        assert_eq!(
+            answer(bad).unwrap_err().code(),
+            Code::FailedPrecondition,
+            "{bad}"
+        );
+    }
     let m = mech(REMOTE, VXLAN, &[(DST_IP, "2001:db8:9::2"), (VNI, "5")]);
     assert_eq!(
         endpoint_side(Some(&m), "x", Some(Remote::Vxlan)).unwrap(),
@@ -357,11 +399,13 @@ fn wireguard_parameters_are_checked() {
         )
     };
     assert!(wg(&[(SRC_IP, "10.0.0.1"), (SRC_PUBLIC_KEY, KEY_A)]).is_ok());
+    // Over IPv6 too (the far end's tunnel address is IPv6).
+    assert!(wg(&[(SRC_IP, "fd00::1"), (SRC_PUBLIC_KEY, KEY_A)]).is_ok());
     for bad in [
         vec![(SRC_IP, "10.0.0.1")],
         vec![(SRC_IP, "10.0.0.1"), (SRC_PUBLIC_KEY, "not base64!")],
         vec![(SRC_IP, "10.0.0.1"), (SRC_PUBLIC_KEY, "AAAA")],
-        vec![(SRC_IP, "fd00::1"), (SRC_PUBLIC_KEY, KEY_A)],
+        vec![(SRC_IP, "fe80::1"), (SRC_PUBLIC_KEY, KEY_A)],
         vec![(SRC_PUBLIC_KEY, KEY_A)],
         vec![
             (SRC_IP, "10.0.0.1"),
