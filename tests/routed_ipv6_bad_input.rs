@@ -3,13 +3,13 @@
 //! implementation that is not Quiver's), truncated headers, payload lengths that lie (longer
 //! than the frame: refused; shorter: the packet is its payload length's, and the echo reply to
 //! it carries none of the bytes after), an extension-header chain past the bound of 8, a
-//! hop-by-hop header not first, extension headers cut short, neighbour discovery with options
-//! of length 0 and past the end, a solicitation for a multicast target, duplicate address
-//! detection with a link-layer address, a solicitation with hop limit 64, bad ICMPv6 checksums
-//! (neighbour discovery's and an echo request's to our address). Afterwards each is counted
-//! under its reason by name in `quiver ctl --json show errors`, exactly as many as were sent;
-//! forwarding goes on (ping -6 across both ways and to Quiver); and no buffer is lost (none in
-//! use after stop).
+//! hop-by-hop header not first, extension headers cut short, a link-local source to be routed
+//! off its link, neighbour discovery with options of length 0 and past the end, a
+//! solicitation for a multicast target, duplicate address detection with a link-layer
+//! address, a solicitation with hop limit 64, bad ICMPv6 checksums (neighbour discovery's and
+//! an echo request's to our address). Afterwards each is counted under its reason by name in
+//! `quiver ctl --json show errors`, exactly as many as were sent; forwarding goes on (ping -6
+//! across both ways and to Quiver); and no buffer is lost (none in use after stop).
 
 mod support;
 
@@ -57,6 +57,11 @@ const REFUSED: &[(&str, &str, &str)] = &[
         "extension-header-past-packet",
         "ip6-input",
         "extension-header-truncated",
+    ),
+    (
+        "link-local-source-routed",
+        "ip6-rewrite",
+        "link-local-source",
     ),
     ("ns-option-length-zero", "ip6-nd", "malformed"),
     ("ns-option-past-end", "ip6-nd", "malformed"),

@@ -108,3 +108,63 @@ fn a_chained_ipv6_frame_is_cut_to_its_packet() {
     }
     r.assert_no_leaks();
 }
+
+/// An IPv6 address from its text.
+fn a6(s: &str) -> [u8; 16] {
+    s.parse::<std::net::Ipv6Addr>().unwrap().octets()
+}
+
+/// A UDP-carrying IPv6 packet (the UDP bytes as they are: nothing checks them here).
+fn ip6_udp(src: &str, dst: &str, hop: u8) -> Vec<u8> {
+    let mut p = vec![0x60, 0, 0, 0, 0, 16, 17, hop];
+    p.extend_from_slice(&a6(src));
+    p.extend_from_slice(&a6(dst));
+    p.extend_from_slice(&[0x9c, 0x40, 0x9c, 0x41, 0, 16, 0, 0]);
+    p.extend_from_slice(&[7; 8]);
+    p
+}
+
+/// fuzz `ip6_input` (its invariant that nothing from another's link-local source leaves by a
+/// port other than the one it came in by): a packet from fe80::a received on eth0 for a
+/// routed destination went out of eth1, though a router never forwards a link-local source
+/// off its link (RFC 4291 2.5.6). Now `ip6-rewrite` drops it as `link-local-source`; back out
+/// of its own link it still goes, and a global source crosses as before.
+#[test]
+fn a_link_local_source_stays_on_its_link() {
+    let w = |s: &str| u128::from_be_bytes(a6(s));
+    let mut r = Rig::new(&[MAC0, MAC1], |f, p| {
+        f.add_address6(p[0], w("fd00:1::fe"), 64).unwrap();
+        f.add_address6(p[1], w("fd00:2::fe"), 64).unwrap();
+        f.add_neighbor6(p[0], w("fd00:1::2"), HOST_A).unwrap();
+        f.add_neighbor6(p[1], w("fd00:2::1"), HOST_B).unwrap();
+        let via = graph_nodes::forwarding::Path6 {
+            next_hop: w("fd00:2::1"),
+            interface: p[1],
+        };
+        f.add_route6(w("fd00:99::"), 48, &[via]).unwrap();
+    });
+    let off_link = ip6_udp("fe80::a", "fd00:99::9", 64);
+    r.inject(0, &[eth(MAC0, HOST_A, 0x86dd, &off_link)]);
+    assert!(
+        r.sent(1).is_empty(),
+        "a link-local source forwarded off its link"
+    );
+    assert_eq!(r.error(names::IP6_REWRITE, "link-local-source"), 1);
+    // Hop limit 1 too: dropped, not answered (a link-local address has no route back).
+    let dying = ip6_udp("fe80::a", "fd00:99::9", 1);
+    r.inject(0, &[eth(MAC0, HOST_A, 0x86dd, &dying)]);
+    assert!(r.sent(0).is_empty() && r.sent(1).is_empty());
+    assert_eq!(r.error(names::IP6_REWRITE, "link-local-source"), 2);
+    // On its own link: forwarded, its hop limit decremented.
+    let on_link = ip6_udp("fe80::a", "fd00:1::2", 64);
+    r.inject(0, &[eth(MAC0, HOST_A, 0x86dd, &on_link)]);
+    let mut want = on_link.clone();
+    want[7] = 63;
+    assert_eq!(r.sent(0), vec![eth(HOST_A, MAC0, 0x86dd, &want)]);
+    // A global source crosses.
+    let global = ip6_udp("fd00:1::2", "fd00:99::9", 64);
+    r.inject(0, &[eth(MAC0, HOST_A, 0x86dd, &global)]);
+    assert_eq!(r.sent(1).len(), 1);
+    assert_eq!(r.error(names::IP6_REWRITE, "link-local-source"), 2);
+    r.assert_no_leaks();
+}

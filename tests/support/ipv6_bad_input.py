@@ -67,6 +67,8 @@ def cases(host_mac, host, quiver, far):
         # A hop-by-hop header cut at 4 bytes, and one saying 40 bytes with 8 there.
         "extension-header-cut": IPv6(src=host, dst=far, nh=0) / Raw(bytes([17, 0, 1, 2])),
         "extension-header-past-packet": IPv6(src=host, dst=far, nh=0) / Raw(bytes([17, 4, 1, 4, 0, 0, 0, 0])),
+        # ip6-rewrite: a link-local source is never forwarded off its link (RFC 4291 2.5.6).
+        "link-local-source-routed": IPv6(src="fe80::a", dst=far) / udp,
         # ip6-nd (RFC 4861 7.1): options of length 0 or past the end, a multicast target,
         # duplicate address detection with a link-layer address, a routed message, a bad sum.
         "ns-option-length-zero": nd / ICMPv6ND_NS(tgt=quiver) / ICMPv6NDOptSrcLLAddr(lladdr=host_mac, len=0),

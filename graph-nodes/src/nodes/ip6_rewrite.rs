@@ -1,7 +1,9 @@
 //! `ip6-rewrite`: the hop limit decremented (IPv6 has no header checksum), the MTU checked
 //! and the adjacency's L2 header written into the headroom. A packet too long for the next hop
 //! goes to `ip6-icmp-error` for a Packet Too Big (routers never fragment IPv6, RFC 8200 5), one
-//! whose hop limit would reach zero for a Time Exceeded (RFC 4443 3.3).
+//! whose hop limit would reach zero for a Time Exceeded (RFC 4443 3.3). A packet from a
+//! link-local source never leaves by another link than the one it came in by (RFC 4291 2.5.6);
+//! it is dropped by name (no error goes back: a link-local address has no route).
 
 use dataplane::buffer::BufferMeta;
 use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
@@ -11,7 +13,7 @@ use super::icmp6_error::{icmp_error, ErrorKind};
 use super::names;
 use super::origin::LOCALLY_ORIGINATED;
 use crate::state::{Adjacency, AdjacencyKind, ForwardingState};
-use crate::wire::{self, Ipv6};
+use crate::wire::{self, ipv6, Ipv6};
 
 next_arcs! {
     OUTPUT => names::INTERFACE_OUTPUT,
@@ -23,6 +25,14 @@ node_errors! {
     TOO_BIG => ("packet-too-big", "longer than the outgoing MTU (Packet Too Big sent back)"),
     NO_HEADROOM => ("no-headroom", "no headroom for the L2 header"),
     BAD_ADJACENCY => ("bad-adjacency", "the adjacency is not a rewrite (a bug)"),
+    LINK_LOCAL_SOURCE => ("link-local-source", "from a link-local source, to leave by another link (RFC 4291 2.5.6)"),
+}
+
+/// Whether a received packet from `src` may not leave by `tx`, having come in by `rx`: a
+/// link-local source stays on its link.
+#[inline(always)]
+fn off_its_link(src: &ipv6::Ip6Addr, rx: u32, tx: u32) -> bool {
+    ipv6::is_link_local(src) && rx != tx
 }
 
 /// The `ip6-rewrite` node.
@@ -74,7 +84,9 @@ impl Node<ForwardingState> for Ip6Rewrite {
                 if let Some(room) = headroom.last_chunk_mut::<{ wire::ETHERNET_HEADER }>() {
                     if a.header_len as usize == wire::ETHERNET_HEADER
                         && ip.total_len() <= u32::from(a.mtu)
-                        && (ours || hops > 1)
+                        && (ours
+                            || (hops > 1
+                                && !off_its_link(&ip.src(), meta.rx_interface, a.tx.get())))
                         && meta.retreat(wire::ETHERNET_HEADER as u16)
                     {
                         if !ours {
@@ -148,6 +160,9 @@ fn rewrite<'a>(
     let mut ip = Ipv6::new_checked(d).map_err(|_| Refused::Drop(BAD_ADJACENCY))?;
     let ours = meta.flags & LOCALLY_ORIGINATED != 0;
     if !ours {
+        if off_its_link(&ip.src(), meta.rx_interface, adj.tx.get()) {
+            return Err(Refused::Drop(LINK_LOCAL_SOURCE));
+        }
         if ip.hop_limit() <= 1 {
             return Err(Refused::Icmp(ErrorKind::TimeExceeded, 0));
         }
