@@ -18,7 +18,7 @@ pub mod wireguard;
 /// The wire views, now in the `net` crate every layer shares (kept here under the old path).
 pub use net::wire;
 
-pub use forwarding::{FibConfig, Forwarding, ForwardingError, LocalState, Path, Publisher};
+pub use forwarding::{FibConfig, Forwarding, ForwardingError, L3Peer, LocalState, Path, Publisher};
 pub use index::{AdjIndex, IfIndex, TableId};
 pub use nodes::{add_forwarding_nodes, names, ForwardingHandles};
 pub use state::{ForwardingState, InterfaceMode};

@@ -388,6 +388,31 @@ pub struct NdProbe {
     pub mac: Mac,
 }
 
+/// Where the packets one interface receives go through its L3 cross-connect: an adjacency per
+/// family ([`AdjIndex::NONE`]: that family has no next hop; `ip4-l3xc` drops it as
+/// `no-next-hop`). IPv6's is IPv4's when the peer has no IPv6 next hop (one station).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct L3xconnect {
+    /// IPv4's adjacency.
+    pub v4: AdjIndex,
+    /// IPv6's adjacency.
+    pub v6: AdjIndex,
+}
+
+impl L3xconnect {
+    /// Not cross-connected.
+    pub const NONE: L3xconnect = L3xconnect {
+        v4: AdjIndex::NONE,
+        v6: AdjIndex::NONE,
+    };
+
+    /// Whether it is [`L3xconnect::NONE`].
+    #[inline(always)]
+    pub fn is_none(&self) -> bool {
+        self.v4.is_none() && self.v6.is_none()
+    }
+}
+
 /// Everything the nodes read, as of one commit.
 pub struct ForwardingState {
     /// Interfaces by index.
@@ -396,9 +421,9 @@ pub struct ForwardingState {
     pub tx_class: Vec<TxClass>,
     /// L2 cross-connects: `xconnect[rx] = tx` ([`IfIndex::NONE`]: none).
     pub xconnect: Vec<IfIndex>,
-    /// L3 cross-connects: `l3xconnect[rx]` is the adjacency every IPv4 packet received on `rx`
-    /// leaves by, whatever its destination ([`AdjIndex::NONE`]: none; the FIB decides).
-    pub l3xconnect: Vec<AdjIndex>,
+    /// L3 cross-connects: `l3xconnect[rx]` holds the adjacencies every IP packet received on
+    /// `rx` leaves by, whatever its destination ([`L3xconnect::NONE`]: none; the FIB decides).
+    pub l3xconnect: Vec<L3xconnect>,
     /// Whether any interface is L3 cross-connected (so `ip4-input` checks `l3xconnect` only
     /// then).
     pub any_l3xconnect: bool,
@@ -452,13 +477,13 @@ impl ForwardingState {
             .unwrap_or(TxClass::NONE)
     }
 
-    /// The adjacency of interface `rx`'s L3 cross-connect, if it has one.
+    /// The adjacencies of interface `rx`'s L3 cross-connect, if it has one.
     #[inline(always)]
-    pub fn l3xconnect(&self, rx: IfIndex) -> Option<AdjIndex> {
+    pub fn l3xconnect(&self, rx: IfIndex) -> Option<L3xconnect> {
         self.l3xconnect
             .get(rx.as_usize())
             .copied()
-            .filter(|&a| !a.is_none())
+            .filter(|x| !x.is_none())
     }
 
     /// The WireGuard tunnel listening on IPv4 `local:port`, if any.

@@ -11,8 +11,8 @@ use super::objects::AdjKey;
 use super::{Forwarding, ForwardingError};
 use crate::index::AdjIndex;
 use crate::state::{
-    Adjacency, AdjacencyKind, DataplaneEvent, ForwardingState, InterfaceKind, LoadBalance,
-    SinglePath, TxClass, POINT_TO_POINT_PEER_MAC,
+    Adjacency, AdjacencyKind, DataplaneEvent, ForwardingState, InterfaceKind, L3xconnect,
+    LoadBalance, SinglePath, TxClass, POINT_TO_POINT_PEER_MAC,
 };
 use crate::wire::{self, ethernet};
 
@@ -201,10 +201,13 @@ impl Forwarding {
                 _ => SinglePath::NONE,
             })
             .collect();
-        let mut l3xconnect = vec![AdjIndex::NONE; interfaces.len()];
-        for (&rx, &(_, _, adj)) in &self.xconnect.l3 {
+        let mut l3xconnect = vec![L3xconnect::NONE; interfaces.len()];
+        for (&rx, d) in &self.xconnect.l3 {
             if let Some(slot) = l3xconnect.get_mut(rx.as_usize()) {
-                *slot = adj;
+                *slot = L3xconnect {
+                    v4: d.adj4.unwrap_or(AdjIndex::NONE),
+                    v6: d.adj6.unwrap_or(AdjIndex::NONE),
+                };
             }
         }
         ForwardingState {

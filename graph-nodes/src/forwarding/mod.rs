@@ -45,6 +45,7 @@ pub use fib::Route;
 pub use neighbors::{Neighbor6, Neighbor6State};
 pub use tables::{DEFAULT_TABLE_NAME, MAX_TABLES};
 pub use vxlan::VXLAN6_HEADER;
+pub use xconnect::L3Peer;
 
 use interfaces::Interfaces;
 use neighbors::Neighbors;

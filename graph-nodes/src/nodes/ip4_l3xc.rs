@@ -1,8 +1,9 @@
 //! `ip4-l3xc`: the L3 cross-connect. Every IPv4 packet received on an L3 cross-connected
 //! interface (already checked by `ip4-input`) leaves by that cross-connect's adjacency — the
-//! peer interface toward its next hop — whatever its destination: `ip4-rewrite` decrements the
-//! TTL and writes the L2 header, or `ip4-arp` asks for the next hop's MAC first. This is what
-//! NSM's IP payload needs ("everything from A goes to B's peer, and back"), VPP's `l3xc`.
+//! peer interface toward its IPv4 next hop — whatever its destination: `ip4-rewrite` decrements
+//! the TTL and writes the L2 header, or `ip4-arp` asks for the next hop's MAC first. This is
+//! what NSM's IP payload needs ("everything from A goes to B's peer, and back"), VPP's `l3xc`.
+//! A cross-connect whose peer has an IPv6 next hop only drops IPv4 (`no-next-hop`).
 
 use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
 
@@ -17,6 +18,7 @@ next_arcs! {
 
 node_errors! {
     NO_L3XC => ("no-l3xc", "the receiving interface is no longer L3 cross-connected"),
+    NO_NEXT_HOP => ("no-next-hop", "the cross-connect's peer has no IPv4 next hop"),
     NOT_READY => ("not-ready", "the cross-connect's adjacency is not a next hop (a bug)"),
 }
 
@@ -63,10 +65,11 @@ impl Node<ForwardingState> for Ip4L3xc {
                 last_rx = meta.rx_interface;
                 (arc, adj, code) = match state.l3xconnect(IfIndex::new(last_rx)) {
                     None => (Next::DROP, AdjIndex::NONE, NO_L3XC),
-                    Some(a) => match state.adjacencies.get(a.as_usize()).map(|a| a.kind) {
-                        Some(AdjacencyKind::Rewrite) => (REWRITE, a, 0),
-                        Some(AdjacencyKind::Arp) => (ARP, a, 0),
-                        _ => (Next::DROP, a, NOT_READY),
+                    Some(x) if x.v4.is_none() => (Next::DROP, AdjIndex::NONE, NO_NEXT_HOP),
+                    Some(x) => match state.adjacencies.get(x.v4.as_usize()).map(|a| a.kind) {
+                        Some(AdjacencyKind::Rewrite) => (REWRITE, x.v4, 0),
+                        Some(AdjacencyKind::Arp) => (ARP, x.v4, 0),
+                        _ => (Next::DROP, x.v4, NOT_READY),
                     },
                 };
             }

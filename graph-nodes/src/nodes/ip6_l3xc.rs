@@ -1,10 +1,11 @@
 //! `ip6-l3xc`: IPv6 through an L3 cross-connect. Every IPv6 packet received on an L3
-//! cross-connected interface leaves by the cross-connect's adjacency (the peer interface toward
-//! its next hop, resolved by the IPv4 side's ARP) with its hop limit decremented, as NSM's IP
-//! payload needs for dual-stack connections. Quiver does not route IPv6: what an L3
-//! cross-connect may not carry is dropped and counted — link-local and multicast traffic
-//! (neighbour discovery stays on its link; the namespaces get static neighbours instead), a
-//! hop limit that would reach zero, a packet longer than the next hop's MTU.
+//! cross-connected interface leaves by the cross-connect's IPv6 adjacency with its hop limit
+//! decremented, as NSM's IP payload needs: the peer interface toward the peer's IPv6 next hop
+//! (resolved by neighbour discovery, `ip6-nd-resolve`), or, when the peer has an IPv4 next hop
+//! only, toward that (the same station, resolved by ARP). What an L3 cross-connect may not
+//! carry is dropped and counted — link-local and multicast traffic (neighbour discovery stays
+//! on its link; the namespaces get static neighbours instead), a hop limit that would reach
+//! zero, a packet longer than the next hop's MTU.
 
 use dataplane::BufferIndex;
 use dataplane::{next_arcs, node_errors, Context, Frame, Next, Node, NodeSpec, FRAME_SIZE};
@@ -17,6 +18,7 @@ use crate::wire::{self, ipv6, Ethernet, Ipv6};
 next_arcs! {
     OUTPUT => names::INTERFACE_OUTPUT,
     ARP => names::IP4_ARP,
+    ND => names::IP6_ND_RESOLVE,
 }
 
 node_errors! {
@@ -97,7 +99,7 @@ impl Node<ForwardingState> for Ip6L3xc {
             let (meta, d) = buffers.meta_and_data_mut(bi);
             if meta.rx_interface != last_rx {
                 last_rx = meta.rx_interface;
-                adj = match state.l3xconnect(IfIndex::new(last_rx)) {
+                adj = match state.l3xconnect(IfIndex::new(last_rx)).map(|x| x.v6) {
                     None => Err(NO_L3XC),
                     Some(a) => match state.adjacencies.get(a.as_usize()) {
                         Some(x)
@@ -124,11 +126,12 @@ impl Node<ForwardingState> for Ip6L3xc {
                 // same fault ip4-input had): cut after the loop, headers included.
                 let cut = longer && chained;
                 if a.kind == AdjacencyKind::Arp {
-                    // Resolved by the IPv4 side's ARP (its next hop is the same station).
                     if cut {
                         trim.push((bi, len));
                     }
-                    return Ok(ARP);
+                    // The IPv6 next hop's by neighbour discovery; else the IPv4 one's (the
+                    // same station) by ARP.
+                    return Ok(if a.next_hop6 != [0; 16] { ND } else { ARP });
                 }
                 let (meta, headroom, _) = buffers.meta_headroom_and_data_mut(bi);
                 let hl = a.header_len as usize;
@@ -138,8 +141,8 @@ impl Node<ForwardingState> for Ip6L3xc {
                 let at = headroom.len() - hl;
                 let h = &mut headroom[at..];
                 h.copy_from_slice(&a.header[..hl]);
-                // The adjacency's header is for IPv4 (an interface without one has no
-                // EtherType to set).
+                // The adjacency's header may be the IPv4 next hop's (an interface without
+                // one has no EtherType to set).
                 if let Ok(mut eth) = Ethernet::new_checked(h) {
                     eth.set_payload_ethertype(wire::ETHERTYPE_IP6);
                 }
