@@ -168,8 +168,8 @@ fn ping_crosses_an_l3_cross_connect_between_two_namespaces_with_the_ttl_decremen
     let l3xc = |a: &str, b: &str| Change::L3CrossConnect {
         a: a.into(),
         b: b.into(),
-        peer_b: "10.71.2.1".parse::<Ipv4Addr>().unwrap(),
-        peer_a: "10.71.1.1".parse::<Ipv4Addr>().unwrap(),
+        peer_b: "10.71.2.1".parse::<Ipv4Addr>().unwrap().into(),
+        peer_a: "10.71.1.1".parse::<Ipv4Addr>().unwrap().into(),
         owner: conn.clone(),
     };
     assert!(matches!(

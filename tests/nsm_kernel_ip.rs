@@ -198,3 +198,122 @@ fn ip_payload_pings_through_quiver_between_kernel_interfaces_and_close_leaves_no
     drop(fwd);
     quiver.stop();
 }
+
+/// IPv6 only, as NSM's Kernel2IP2Kernel_ipv6 (NSM_CIDR_PREFIX=2001:db8::/116): the NSE's
+/// first address, the NSC's the next.
+const NSE_ADDR6: &str = "2001:db8::";
+const NSC_ADDR6: &str = "2001:db8::1";
+
+per_backend!(ipv6_only_ip_payload_pings_both_ways_through_quiver_and_close_leaves_nothing);
+fn ipv6_only_ip_payload_pings_both_ways_through_quiver_and_close_leaves_nothing(
+    backend: KernelBackend,
+) {
+    let Some(KernelTest {
+        nsc,
+        nse,
+        dir,
+        quiver,
+    }) = KernelTest::with_backend(
+        backend,
+        "ipv6_only_ip_payload_pings_both_ways_through_quiver",
+        &[IP, PING],
+        ["nsc6", "nse6", "nsmip6-e2e"],
+    )
+    else {
+        return;
+    };
+    let fwd = quiver.fwd.clone();
+    let endpoint = TestEndpoint::start(
+        &dir.join("nse.sock"),
+        "nse",
+        kernel_mech(&nse.url(), "nse0"),
+    )
+    .unwrap();
+    let (listen, dp, server) = quiver.serve_in(&dir);
+    let mut client = BlockingClient::connect(&listen).unwrap();
+    let id = format!("e2e-ip6-{}-{}", tag(backend), std::process::id());
+    let request = NetworkServiceRequest {
+        connection: Some(Connection {
+            payload: "IP".into(),
+            context: Some(ConnectionContext {
+                ip_context: Some(IpContext {
+                    src_ip_addrs: vec![format!("{NSC_ADDR6}/116")],
+                    dst_ip_addrs: vec![format!("{NSE_ADDR6}/116")],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..nsc_connection(&id, "ping")
+        }),
+        mechanism_preferences: kernel_mech(&nsc.url(), "nsm0"),
+    };
+    // Accepted: no IPv4 next hop is needed any more.
+    let answer = client.request(request).unwrap();
+    assert_eq!(answer.state, State::Up as i32);
+    assert_built_once(backend, &id, &nsc, &nse, &fwd);
+    let (client_port, endpoint_port) = (format!("nsm-{id}-client"), format!("nsm-{id}-endpoint"));
+    let port_mac = |name: &str| {
+        let f = fwd.view();
+        let p = f.port(name).unwrap_or_else(|| panic!("port {name}"));
+        mac_string(p.port.mac())
+    };
+    let (client_mac, endpoint_mac) = (port_mac(&client_port), port_mac(&endpoint_port));
+    // Nothing answers neighbour solicitations inside the namespaces: the other side's address
+    // is Quiver's end there, permanently.
+    for (ns, dev, ip, mac) in [
+        (&nsc, "nsm0", NSE_ADDR6, &client_mac),
+        (&nse, "nse0", NSC_ADDR6, &endpoint_mac),
+    ] {
+        let entry = ns.neighbor(dev, ip);
+        assert!(
+            entry.contains(mac.as_str()) && entry.contains("PERMANENT"),
+            "{ip} on {dev} in {}: {entry:?}, not Quiver's end {mac}",
+            ns.0
+        );
+    }
+    // At Quiver's end each peer's IPv6 next hop is a neighbour at its interface's MAC.
+    let view = fwd.view();
+    for (port, ip) in [(&endpoint_port, NSE_ADDR6), (&client_port, NSC_ADDR6)] {
+        let i = view.port(port).unwrap().interface;
+        let want = u128::from(ip.parse::<std::net::Ipv6Addr>().unwrap());
+        assert!(
+            view.neighbors6
+                .iter()
+                .any(|n| n.interface == i && n.ip == want),
+            "{ip} on {port}: {:?}",
+            view.neighbors6
+        );
+    }
+    drop(view);
+
+    // Both ways, the hop limit decremented once each way (the kernel's replies leave at 64).
+    for (from, to) in [(&nsc, NSE_ADDR6), (&nse, NSC_ADDR6)] {
+        let mut reply = None;
+        // The addresses are tentative until the kernel's duplicate address detection is done.
+        wait_for(
+            &format!("ping -6 {} -> {to} through Quiver", from.0),
+            30,
+            || {
+                reply = from.ping_reply(to, 64);
+                reply.is_some()
+            },
+        );
+        let reply = reply.expect("waited for");
+        assert!(reply.contains("ttl=63"), "one hop each way: {reply}");
+    }
+    assert_eq!(
+        nsc.ping_reply(NSE_ADDR6, 1),
+        None,
+        "hop limit 1 does not cross Quiver"
+    );
+
+    client.close(answer).unwrap();
+    assert_eq!(endpoint.log().closes.len(), 1, "closed toward the endpoint");
+    assert_nothing_left(&id, &[&nsc, &nse], &fwd, &dp);
+    assert_eq!(nsc.ping_reply(NSE_ADDR6, 64), None);
+    drop(client);
+    drop(server);
+    drop(dp);
+    drop(fwd);
+    quiver.stop();
+}

@@ -3,6 +3,7 @@
 //! built on our `memif` crate exchanging frames, and bad requests refused with the status a
 //! gRPC layer maps them to, leaving nothing behind.
 
+use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,6 +17,8 @@ use testkit::wait_for;
 
 #[path = "runtime_ports/ip_mode.rs"]
 mod ip_mode;
+#[path = "runtime_ports/l3_peers.rs"]
+mod l3_peers;
 #[path = "runtime_ports/support.rs"]
 mod support;
 
@@ -222,8 +225,8 @@ fn bad_requests_get_their_status_and_leave_nothing_behind() {
     let before = state(&f);
     // An L3 cross-connect of `a` and m1 (peers 10.0.0.1 and 10.0.0.2).
     let l3xc_with_m1 = |f: &mut Forwarder, a: &str| {
-        let (peer_b, peer_a) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
-        f.l3_cross_connect(a, "m1", peer_b, peer_a, None)
+        let (peer_b, peer_a) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+        f.l3_cross_connect(a, "m1", peer_b.into(), peer_a.into(), None)
     };
 
     let not_found = |r: Result<(), ForwarderError>| matches!(r, Err(ForwarderError::NotFound(_)));

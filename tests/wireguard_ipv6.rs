@@ -7,6 +7,7 @@
 //! content, and each hop decrements the hop limit once. An IPv6 source the peer is not allowed
 //! is refused by name. Needs root, ip, ping, wg, python3, Go.
 
+use std::net::Ipv4Addr;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -138,8 +139,8 @@ allowed_ips = ["10.81.9.0/24", "fd00:81:9::/64"]
     f.apply(Change::L3CrossConnect {
         a: "pa".into(),
         b: "wg0".into(),
-        peer_b: "10.81.9.2".parse().unwrap(),
-        peer_a: "10.81.1.1".parse().unwrap(),
+        peer_b: "10.81.9.2".parse::<Ipv4Addr>().unwrap().into(),
+        peer_a: "10.81.1.1".parse::<Ipv4Addr>().unwrap().into(),
         owner: None,
     })
     .unwrap();

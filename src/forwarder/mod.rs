@@ -47,6 +47,7 @@ use crate::config::{Config, MemifMode, PortSection};
 pub use dpdk_ports::DpdkStartError;
 use error::port_error;
 pub use error::{ForwarderError, Owned, StartError};
+pub use graph_nodes::L3Peer;
 use open::open_port;
 pub use open::OpenError;
 pub use tables::DEFAULT_TABLE;
@@ -547,4 +548,28 @@ fn configure_vxlan(
         });
     }
     Ok(made)
+}
+
+/// The next hops `addrs` as an [`L3Peer`]: at most one of each family (`what` names them in
+/// the refusal); none is [`L3Peer::NONE`].
+pub fn l3_peer(what: &str, addrs: &[IpAddr]) -> Result<L3Peer, ForwarderError> {
+    let mut peer = L3Peer::NONE;
+    for &a in addrs {
+        let taken = match a {
+            IpAddr::V4(x) => peer.v4.replace(x).is_some(),
+            IpAddr::V6(x) => peer.v6.replace(x).is_some(),
+        };
+        if taken {
+            return Err(ForwarderError::InvalidArgument(format!(
+                "{what}: two next hops of one family ({}): an L3 cross-connect's peer has at \
+                 most one IPv4 and one IPv6 next hop",
+                addrs
+                    .iter()
+                    .map(IpAddr::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+    }
+    Ok(peer)
 }

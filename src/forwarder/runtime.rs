@@ -290,23 +290,25 @@ impl Forwarder {
         Ok(())
     }
 
-    /// L3 cross-connects ports `a` and `b`: every IPv4 packet received on `a` (checked by
-    /// `ip4-input`) leaves by `b` toward `peer_b`, and every one received on `b` leaves by `a`
-    /// toward `peer_a`, TTL decremented, whatever their destinations. The peers' MACs come
-    /// from [`Forwarder::add_neighbor`], or from ARP when the port has an address
-    /// ([`Forwarder::add_address`]) in the peer's subnet. A point-to-point port (IP-mode memif)
-    /// needs neither: its peer is the far end of the link.
+    /// L3 cross-connects ports `a` and `b`: every IP packet received on `a` (checked by
+    /// `ip4-input` or `ip6-input`) leaves by `b` toward `peer_b`, and every one received on `b`
+    /// leaves by `a` toward `peer_a`, TTL or hop limit decremented, whatever their
+    /// destinations: IPv4 toward the peer's IPv4 next hop (none: dropped as `no-next-hop`),
+    /// IPv6 toward its IPv6 one, else its IPv4 one (one station). The peers' MACs come from
+    /// [`Forwarder::add_neighbor`], or from ARP or neighbour discovery when the port has an
+    /// address ([`Forwarder::add_address`]) in the peer's subnet. A point-to-point port
+    /// (IP-mode memif) or a WireGuard tunnel needs no next hop ([`L3Peer::NONE`]): its peer is
+    /// the far end of the link, or the tunnel's peer for each packet.
     pub fn l3_cross_connect(
         &mut self,
         a: &str,
         b: &str,
-        peer_b: Ipv4Addr,
-        peer_a: Ipv4Addr,
+        peer_b: L3Peer,
+        peer_a: L3Peer,
         owner: Option<&str>,
     ) -> Result<(), ForwarderError> {
         let (ia, ib) = self.pair(a, b)?;
-        self.forwarding
-            .l3_cross_connect(ia, ib, u32::from(peer_b), u32::from(peer_a))?;
+        self.forwarding.l3_cross_connect(ia, ib, peer_b, peer_a)?;
         if let Err(e) = self.commit() {
             self.forwarding.l3_disconnect(ia);
             return Err(e);

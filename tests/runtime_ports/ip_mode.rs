@@ -1,6 +1,7 @@
 //! IP-mode memif ports: point-to-point links with no link layer, L3 cross-connected and
 //! routed.
 
+use std::net::Ipv4Addr;
 use std::sync::Mutex;
 
 use memif::{Mode, Slave};
@@ -72,8 +73,8 @@ fn ip_mode_memif_ports_l3_cross_connected_carry_ip_packets_with_the_ttl_decremen
         .l3_cross_connect(
             "ip0",
             "ip1",
-            "172.16.2.1".parse().unwrap(),
-            "172.16.1.1".parse().unwrap(),
+            Ipv4Addr::new(172, 16, 2, 1).into(),
+            Ipv4Addr::new(172, 16, 1, 1).into(),
             owner,
         )
         .unwrap();

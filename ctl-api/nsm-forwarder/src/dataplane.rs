@@ -5,10 +5,29 @@
 //! id — so that `remove_owned` can remove all of it at Close, expiry or after a failed
 //! Request, and `owners` lets a restarted Quiver remove what no connection owns.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 
 use crate::addr::{IpPrefix, MacAddr};
+
+/// One side's next hops for an L3 cross-connect, from its addresses in the IP context: its
+/// first IPv4 address and its first IPv6 one (either may be missing; both, on a side without
+/// addresses).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct L3NextHops {
+    /// Where IPv4 packets go.
+    pub v4: Option<Ipv4Addr>,
+    /// Where IPv6 packets go.
+    pub v6: Option<Ipv6Addr>,
+}
+
+impl L3NextHops {
+    /// Its addresses, IPv4's first.
+    pub fn addrs(&self) -> impl Iterator<Item = IpAddr> {
+        let v4 = self.v4.map(IpAddr::V4);
+        v4.into_iter().chain(self.v6.map(IpAddr::V6))
+    }
+}
 
 /// A port's name in Quiver's interface table (chosen by the server, unique per connection).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -335,17 +354,18 @@ pub trait NsmBackend: Send + Sync + 'static {
     fn l2_cross_connect(&self, owner: &str, a: &PortName, b: &PortName)
         -> Result<(), BackendError>;
     /// Cross-connects `a` and `b` at layer 3, both ways: every IP packet received on `a`
-    /// leaves by `b` toward `peer_b`, every one received on `b` leaves by `a` toward `peer_a`
-    /// (`None`: the link is point to point, as a memif in IP mode). Inside a kernel
-    /// interface's namespace, the other side's address and the interface's routes' next hops
-    /// then resolve to Quiver's end (nothing answers ARP for them there).
+    /// leaves by `b` toward `peer_b`'s next hop of its family, every one received on `b`
+    /// leaves by `a` toward `peer_a`'s (none at all: the link is point to point, as a memif in
+    /// IP mode). Inside a kernel interface's namespace, the other side's addresses and the
+    /// interface's routes' next hops then resolve to Quiver's end (nothing answers ARP or
+    /// neighbour solicitations for them there).
     fn l3_cross_connect(
         &self,
         owner: &str,
         a: &PortName,
         b: &PortName,
-        peer_b: Option<IpAddr>,
-        peer_a: Option<IpAddr>,
+        peer_b: L3NextHops,
+        peer_a: L3NextHops,
     ) -> Result<(), BackendError>;
     /// Removes the cross-connect of `port` (both directions).
     fn disconnect(&self, owner: &str, port: &PortName) -> Result<(), BackendError>;

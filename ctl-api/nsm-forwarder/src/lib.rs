@@ -60,7 +60,7 @@ pub mod wg_ports;
 pub use config::NsmConfig;
 pub use connect::{ConnectionSummary, Core};
 pub use dataplane::{
-    BackendError, LinkEvent, LinkEvents, NsmBackend, PortCounters, PortName, PortSpec,
+    BackendError, L3NextHops, LinkEvent, LinkEvents, NsmBackend, PortCounters, PortName, PortSpec,
 };
 pub use endpoint::{Candidate, EndpointDiscovery, Found, RegistryDiscovery, StaticEndpoint};
 pub use next_hop::NextHopStats;

@@ -10,7 +10,6 @@
 //! endpoint's socket by fd gets it dialed.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::net::IpAddr;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -68,8 +67,8 @@ impl NsmBackend for RecordingDp {
         _: &str,
         _: &PortName,
         _: &PortName,
-        _: Option<IpAddr>,
-        _: Option<IpAddr>,
+        _: nsm_forwarder::L3NextHops,
+        _: nsm_forwarder::L3NextHops,
     ) -> Result<(), BackendError> {
         Ok(())
     }

@@ -1,7 +1,7 @@
 //! What the admin service asks of the daemon ([`AdminBackend`]), the typed requests the server
 //! hands it, and how it refuses ([`AdminError`], one gRPC status code each).
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 
 use crate::proto as pb;
 
@@ -102,13 +102,14 @@ pub struct CaptureSpec {
     pub snaplen: u32,
 }
 
-/// An L3 cross-connect's next hops.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// An L3 cross-connect's next hops: each peer's, an IPv4 one, an IPv6 one or both (each packet
+/// goes toward the next hop of its family).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct L3Peers {
     /// Where packets received on `b` go, out of `a`.
-    pub peer_a: Ipv4Addr,
+    pub peer_a: Vec<IpAddr>,
     /// Where packets received on `a` go, out of `b`.
-    pub peer_b: Ipv4Addr,
+    pub peer_b: Vec<IpAddr>,
 }
 
 /// What the admin service asks of the daemon. Methods are synchronous and may block (for a

@@ -2,8 +2,10 @@
 //! of ports, cross-connects and captures. A bad field is [`AdminError::InvalidArgument`]
 //! naming it.
 
+use std::net::IpAddr;
+
 use crate::backend::{AdminError, AdminResult, AfPacketSpec, CaptureSpec, L3Peers, MemifSpec};
-use crate::parse::{parse_ip4, parse_mac};
+use crate::parse::{parse_ip, parse_mac};
 use crate::proto as pb;
 
 /// Snap length when the request gives none.
@@ -126,13 +128,27 @@ pub(crate) fn af_packet_spec(r: &pb::AddAfPacketRequest) -> AdminResult<AfPacket
     })
 }
 
-/// An `AddCrossConnect` request's L3 peers: both or neither.
+/// An `AddCrossConnect` request's L3 peers: both or neither, each an address or an IPv4 and an
+/// IPv6 one with a comma between (`10.0.0.2,fd00::2`).
 pub(crate) fn l3_peers(r: &pb::AddCrossConnectRequest) -> AdminResult<Option<L3Peers>> {
+    let hops = |what: &str, s: &str| -> AdminResult<Vec<IpAddr>> {
+        let hops = s
+            .split(',')
+            .map(|a| parse_ip(what, a))
+            .collect::<AdminResult<Vec<IpAddr>>>()?;
+        match hops.as_slice() {
+            [_] => Ok(hops),
+            [x, y] if x.is_ipv4() != y.is_ipv4() => Ok(hops),
+            _ => Err(AdminError::InvalidArgument(format!(
+                "{what} `{s}`: one next hop, or an IPv4 and an IPv6 one (`10.0.0.2,fd00::2`)"
+            ))),
+        }
+    };
     match (r.peer_a.trim(), r.peer_b.trim()) {
         ("", "") => Ok(None),
         (a, b) if !a.is_empty() && !b.is_empty() => Ok(Some(L3Peers {
-            peer_a: parse_ip4("peer", a)?,
-            peer_b: parse_ip4("peer", b)?,
+            peer_a: hops("peer_a", a)?,
+            peer_b: hops("peer_b", b)?,
         })),
         _ => Err(AdminError::InvalidArgument(
             "an L3 cross-connect needs both peers".into(),
@@ -167,5 +183,48 @@ mod tests {
         let mut no_name = r("rx", "/tmp/a.pcap");
         no_name.interface = " ".into();
         assert!(capture_spec(&no_name).is_err());
+    }
+
+    #[test]
+    fn l3_peers_are_one_next_hop_or_one_of_each_family() {
+        let r = |a: &str, b: &str| pb::AddCrossConnectRequest {
+            a: "x".into(),
+            b: "y".into(),
+            peer_a: a.into(),
+            peer_b: b.into(),
+        };
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(l3_peers(&r("", "")).unwrap(), None);
+        assert_eq!(
+            l3_peers(&r("10.0.0.2", " fd00::2 ")).unwrap(),
+            Some(L3Peers {
+                peer_a: vec![ip("10.0.0.2")],
+                peer_b: vec![ip("fd00::2")],
+            })
+        );
+        assert_eq!(
+            l3_peers(&r("fd00:1::2,10.0.1.2", "10.0.2.2, fd00:2::2")).unwrap(),
+            Some(L3Peers {
+                peer_a: vec![ip("fd00:1::2"), ip("10.0.1.2")],
+                peer_b: vec![ip("10.0.2.2"), ip("fd00:2::2")],
+            })
+        );
+        for (a, b, why) in [
+            ("10.0.0.2", "", "both peers"),
+            ("10.0.0.2,10.0.0.3", "fd00::2", "an IPv4 and an IPv6"),
+            ("10.0.0.2", "fd00::2,fd00::3", "an IPv4 and an IPv6"),
+            (
+                "10.0.0.2,fd00::2,10.0.0.3",
+                "fd00::2",
+                "an IPv4 and an IPv6",
+            ),
+            ("10.0.0.2,", "fd00::2", "is not an IPv4 or IPv6 address"),
+            ("host", "fd00::2", "is not an IPv4 or IPv6 address"),
+        ] {
+            match l3_peers(&r(a, b)) {
+                Err(AdminError::InvalidArgument(m)) => assert!(m.contains(why), "{a} {b}: {m}"),
+                other => panic!("{a} {b}: {other:?}"),
+            }
+        }
     }
 }

@@ -328,7 +328,7 @@ fn the_backend_saw_typed_requests(backend: &Recorder) {
             "route red 2001:db8:2::/48 [(fe80::2, \"memif0\")]".to_string(),
             "table blue".to_string(),
             "address memif0 2001:db8:1::1/64".to_string(),
-            "xc a b Some(L3Peers { peer_a: 10.0.0.2, peer_b: 10.0.1.2 })".to_string(),
+            "xc a b Some(L3Peers { peer_a: [10.0.0.2], peer_b: [10.0.1.2] })".to_string(),
             format!(
                 "{:?}",
                 MemifSpec {

@@ -10,7 +10,7 @@ use quiver_admin_api::{
 
 use super::{admin_error, requests, show, ForwarderAdmin};
 use crate::control::owner::Change;
-use crate::forwarder::DEFAULT_TABLE;
+use crate::forwarder::{l3_peer, DEFAULT_TABLE};
 
 impl AdminBackend for ForwarderAdmin {
     fn interfaces(&self) -> AdminResult<Vec<pb::Interface>> {
@@ -192,8 +192,8 @@ impl AdminBackend for ForwarderAdmin {
             Some(p) => Change::L3CrossConnect {
                 a,
                 b,
-                peer_b: p.peer_b,
-                peer_a: p.peer_a,
+                peer_b: l3_peer("peer_b", &p.peer_b).map_err(admin_error)?,
+                peer_a: l3_peer("peer_a", &p.peer_a).map_err(admin_error)?,
                 owner: None,
             },
         };

@@ -7,7 +7,7 @@ use dataplane::{NodeKind, WorkerRuntime};
 use drivers::{LinkStatus, PortStats};
 use graph_nodes::forwarding::{Neighbor6State, Route6Info, RouteInfo, RouteSource};
 use graph_nodes::state::{Adjacency, AdjacencyKind, Interface, InterfaceKind};
-use graph_nodes::{IfIndex, InterfaceMode};
+use graph_nodes::{IfIndex, InterfaceMode, L3Peer};
 use quiver_admin_api::format_mac;
 use quiver_admin_api::proto as pb;
 
@@ -213,14 +213,20 @@ pub(super) fn cross_connects(f: &ForwarderView) -> Vec<pb::CrossConnect> {
         }
         if let Some((b, peer_b)) = f.l3_cross_connect_of(a).filter(|&(b, _)| a < b) {
             let peer_a = f.l3_cross_connect_of(b).map(|(_, p)| p);
+            // Each peer's next hops, IPv4's first, a comma between (as AddCrossConnect takes
+            // them); empty: none (a point-to-point or WireGuard side).
+            let hops = |p: L3Peer| {
+                p.addrs()
+                    .map(|a| a.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
             out.push(pb::CrossConnect {
                 a: i.name.clone(),
                 b: name(b),
                 kind: "l3".into(),
-                peer_a: peer_a
-                    .map(|p| Ipv4Addr::from(p).to_string())
-                    .unwrap_or_default(),
-                peer_b: Ipv4Addr::from(peer_b).to_string(),
+                peer_a: peer_a.map(hops).unwrap_or_default(),
+                peer_b: hops(peer_b),
                 path: "graph".into(),
             });
         }

@@ -23,14 +23,15 @@
 //!   reports a port that went down after having been up (and its return).
 
 use std::collections::{HashMap, HashSet};
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use drivers::kernel_interface::{self, KernelInterface};
 use drivers::LinkStatus;
 use nsm_forwarder::dataplane::{
-    FrameMode, KernelSpec, MemifRole as NsmRole, MemifSpec, VlanSpec, VxlanSpec, WireguardSpec,
+    FrameMode, KernelSpec, L3NextHops, MemifRole as NsmRole, MemifSpec, VlanSpec, VxlanSpec,
+    WireguardSpec,
 };
 use nsm_forwarder::wg_ports;
 use nsm_forwarder::{
@@ -41,7 +42,7 @@ use nsm_forwarder::{
 use super::uplink::{NextHops, NodeUplink, NodeUplinkError};
 use crate::config::{MemifMode, MemifRole, MemifSection, PortSection};
 use crate::control::owner::{Change, Control, ForwarderView};
-use crate::forwarder::ForwarderError;
+use crate::forwarder::{ForwarderError, L3Peer};
 
 mod kernel;
 mod owned;
@@ -97,13 +98,11 @@ pub fn port_counters(view: &ForwarderView, name: &str) -> Option<PortCounters> {
     })
 }
 
-fn v4(what: &str, ip: Option<IpAddr>) -> Result<Option<Ipv4Addr>, BackendError> {
-    match ip {
-        None => Ok(None),
-        Some(IpAddr::V4(a)) => Ok(Some(a)),
-        Some(IpAddr::V6(a)) => Err(BackendError::InvalidArgument(format!(
-            "{what} {a}: the L3 cross-connect is IPv4 only"
-        ))),
+/// NSM's next hops for one side as the forwarder's.
+fn l3_peer(hops: L3NextHops) -> L3Peer {
+    L3Peer {
+        v4: hops.v4,
+        v6: hops.v6,
     }
 }
 
@@ -317,19 +316,21 @@ impl NsmBackend for ForwarderDataplane {
         owner: &str,
         a: &PortName,
         b: &PortName,
-        peer_b: Option<IpAddr>,
-        peer_a: Option<IpAddr>,
+        peer_b: L3NextHops,
+        peer_a: L3NextHops,
     ) -> Result<(), BackendError> {
-        let (pb, pa) = (v4("peer_b", peer_b)?, v4("peer_a", peer_a)?);
-        // A kernel interface's far end has a known MAC: the peer's neighbour entry.
-        let macs: Vec<(String, Ipv4Addr, [u8; 6])> = {
+        let (pb, pa) = (peer_b, peer_a);
+        // A kernel interface's far end has a known MAC: the neighbour entry of each of the
+        // peer's next hops (IPv4's and IPv6's: no ARP or neighbour discovery needed).
+        let macs: Vec<(String, IpAddr, [u8; 6])> = {
             let ports = self.ports();
             [(b, pb), (a, pa)]
                 .into_iter()
                 .filter_map(|(port, peer)| {
                     let veth = ports.get(&port.0)?.kernel.as_ref()?;
-                    Some((port.0.clone(), peer?, veth.mac()))
+                    Some(peer.addrs().map(|ip| (port.0.clone(), ip, veth.mac())))
                 })
+                .flatten()
                 .collect()
         };
         // The peers' neighbours and the cross-connect, with no other change in between.
@@ -337,17 +338,16 @@ impl NsmBackend for ForwarderDataplane {
             .into_iter()
             .map(|(port, ip, mac)| Change::AddNeighbor {
                 port,
-                ip: ip.into(),
+                ip,
                 mac,
                 owner: Some(owner.into()),
             })
             .collect();
-        let unspecified = Ipv4Addr::UNSPECIFIED;
         changes.push(Change::L3CrossConnect {
             a: a.0.clone(),
             b: b.0.clone(),
-            peer_b: pb.unwrap_or(unspecified),
-            peer_a: pa.unwrap_or(unspecified),
+            peer_b: l3_peer(pb),
+            peer_a: l3_peer(pa),
             owner: Some(owner.into()),
         });
         self.apply(Change::All(changes))?;
@@ -362,7 +362,7 @@ impl NsmBackend for ForwarderDataplane {
                 let Some(veth) = p.kernel.clone() else {
                     continue;
                 };
-                let mut ips: Vec<IpAddr> = toward.into_iter().map(IpAddr::V4).collect();
+                let mut ips: Vec<IpAddr> = toward.addrs().collect();
                 ips.extend(&p.inside.route_hops);
                 ips.sort_unstable();
                 ips.dedup();
@@ -598,7 +598,18 @@ mod tests {
             fwd_error(ForwarderError::Unavailable("x".into())),
             BackendError::Failed(_)
         ));
-        assert!(v4("x", Some("fd00::1".parse().unwrap())).is_err());
+        // IPv6 only (NSM_CIDR_PREFIX=2001:db8::/116): the forwarder's peer has no IPv4 next hop.
+        let v6 = L3NextHops {
+            v4: None,
+            v6: Some("2001:db8::".parse().unwrap()),
+        };
+        assert_eq!(
+            l3_peer(v6),
+            L3Peer {
+                v4: None,
+                v6: v6.v6
+            }
+        );
         assert_eq!(mtu16(None).unwrap(), 1500);
     }
 }

@@ -2,13 +2,13 @@
 //! tests build one, [`super::Control::apply`] hands it to the owner, and the owner applies it
 //! with [`Change::apply`] — the only place a client's change meets the [`Forwarder`].
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 
 use graph_nodes::IfIndex;
 
 use crate::capture::{CaptureInfo, CaptureRequest};
 use crate::config::{PortSection, WireguardSection};
-use crate::forwarder::{Forwarder, ForwarderError};
+use crate::forwarder::{Forwarder, ForwarderError, L3Peer};
 
 /// One change to the running configuration. `owner`: the connection id (NSM's) that owns what
 /// is made, so that [`Change::RemoveOwned`] takes it all away.
@@ -41,10 +41,10 @@ pub enum Change {
         a: String,
         /// The other.
         b: String,
-        /// Where packets received on `a` go, out of `b`.
-        peer_b: Ipv4Addr,
+        /// Where packets received on `a` go, out of `b` (a next hop per family).
+        peer_b: L3Peer,
         /// Where packets received on `b` go, out of `a`.
-        peer_a: Ipv4Addr,
+        peer_a: L3Peer,
         /// Its owner.
         owner: Option<String>,
     },

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use graph_nodes::forwarding::{Neighbor6, Route6Info, RouteInfo};
 use graph_nodes::state::Interface;
-use graph_nodes::{ForwardingState, IfIndex};
+use graph_nodes::{ForwardingState, IfIndex, L3Peer};
 
 use crate::capture::CaptureWatch;
 use crate::config::PortSection;
@@ -30,7 +30,7 @@ pub struct ForwarderView {
     /// L2 cross-connects, one entry per direction: (receiving, transmitting) interface.
     pub cross_connects: Vec<(IfIndex, IfIndex)>,
     /// L3 cross-connects, one entry per direction: (receiving, transmitting, peer address).
-    pub l3_cross_connects: Vec<(IfIndex, IfIndex, u32)>,
+    pub l3_cross_connects: Vec<(IfIndex, IfIndex, L3Peer)>,
     /// The directions of cross-connects that memif ports cut through.
     pub cut_throughs: Vec<(IfIndex, IfIndex)>,
     /// VXLAN tunnels.
@@ -215,8 +215,8 @@ impl ForwarderView {
             .map(|&(_, b)| b)
     }
 
-    /// The interface and peer address port `a` is L3 cross-connected to.
-    pub fn l3_cross_connect_of(&self, a: IfIndex) -> Option<(IfIndex, u32)> {
+    /// The interface and peer (its next hops) port `a` is L3 cross-connected to.
+    pub fn l3_cross_connect_of(&self, a: IfIndex) -> Option<(IfIndex, L3Peer)> {
         self.l3_cross_connects
             .iter()
             .find(|(x, _, _)| *x == a)

@@ -148,8 +148,8 @@ impl NsmBackend for Timed {
         owner: &str,
         a: &PortName,
         b: &PortName,
-        peer_b: Option<std::net::IpAddr>,
-        peer_a: Option<std::net::IpAddr>,
+        peer_b: nsm_forwarder::L3NextHops,
+        peer_a: nsm_forwarder::L3NextHops,
     ) -> Result<(), BackendError> {
         self.time("l3_cross_connect", || {
             self.inner.l3_cross_connect(owner, a, b, peer_b, peer_a)

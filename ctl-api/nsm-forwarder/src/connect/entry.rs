@@ -1,12 +1,11 @@
 //! One connection as Quiver holds it ([`Entry`]), as `quiver ctl show connections` lists it
 //! ([`ConnectionSummary`]), and the names Quiver gives the ports and sockets it makes for it.
 
-use std::net::IpAddr;
 use std::time::SystemTime;
 
 use nsm_proto::connection::{Connection, State};
 
-use crate::dataplane::{FrameMode, PortName, PortSpec};
+use crate::dataplane::{FrameMode, L3NextHops, PortName, PortSpec};
 use crate::mechanism;
 use crate::next_hop::NextHop;
 use crate::pod_watch::PodWatch;
@@ -19,8 +18,8 @@ pub(super) enum CrossConnect {
     L2,
     /// Each way toward the other side's address (payload IP).
     L3 {
-        to_endpoint: Option<IpAddr>,
-        to_client: Option<IpAddr>,
+        to_endpoint: L3NextHops,
+        to_client: L3NextHops,
     },
 }
 

@@ -12,7 +12,7 @@ use nsm_proto::networkservice::NetworkServiceRequest;
 use tonic::Status;
 
 use crate::addr::{IpPrefix, MacError, PrefixError};
-use crate::dataplane::{IpConfig, NeighborSpec, PolicySpec, RouteSpec};
+use crate::dataplane::{IpConfig, L3NextHops, NeighborSpec, PolicySpec, RouteSpec};
 use crate::mechanism::names::{MEMIF, SOCKETFILE};
 
 /// The longest Linux interface name (IFNAMSIZ - 1).
@@ -474,24 +474,28 @@ pub struct SidesIp {
 }
 
 impl SidesIp {
-    /// The next hop toward the endpoint, for an L3 cross-connect: its first IPv4 address
-    /// (Quiver resolves next hops with ARP), else its first.
-    pub fn endpoint_hop(&self) -> Option<IpAddr> {
+    /// The next hops toward the endpoint, for an L3 cross-connect: its first address of each
+    /// family.
+    pub fn endpoint_hop(&self) -> L3NextHops {
         hop(&self.endpoint.addresses)
     }
 
-    /// The next hop toward the client: its first IPv4 address, else its first.
-    pub fn client_hop(&self) -> Option<IpAddr> {
+    /// The next hops toward the client: its first address of each family.
+    pub fn client_hop(&self) -> L3NextHops {
         hop(&self.client.addresses)
     }
 }
 
-fn hop(addresses: &[IpPrefix]) -> Option<IpAddr> {
-    addresses
-        .iter()
-        .find(|p| p.addr.is_ipv4())
-        .or(addresses.first())
-        .map(|p| p.addr)
+fn hop(addresses: &[IpPrefix]) -> L3NextHops {
+    let v4 = addresses.iter().find_map(|p| match p.addr {
+        IpAddr::V4(a) => Some(a),
+        IpAddr::V6(_) => None,
+    });
+    let v6 = addresses.iter().find_map(|p| match p.addr {
+        IpAddr::V6(a) => Some(a),
+        IpAddr::V4(_) => None,
+    });
+    L3NextHops { v4, v6 }
 }
 
 /// Checks every address, prefix, route and neighbour of `ctx` and splits them by side.

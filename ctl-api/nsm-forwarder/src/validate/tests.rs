@@ -179,8 +179,12 @@ fn context_splits_sides_and_refuses_bad_fields() {
         ..Default::default()
     };
     let s = ip_context(&good).unwrap();
-    assert_eq!(s.client_hop(), Some("172.16.0.2".parse().unwrap()));
-    assert_eq!(s.endpoint_hop(), Some("172.16.0.3".parse().unwrap()));
+    let v4 = |a: &str| L3NextHops {
+        v4: Some(a.parse().unwrap()),
+        v6: None,
+    };
+    assert_eq!(s.client_hop(), v4("172.16.0.2"));
+    assert_eq!(s.endpoint_hop(), v4("172.16.0.3"));
     assert_eq!(s.client.routes.len(), 1);
     assert_eq!(s.client.neighbors.len(), 1);
     assert!(s.endpoint.routes.is_empty());
@@ -191,12 +195,37 @@ fn context_splits_sides_and_refuses_bad_fields() {
     };
     assert_eq!(s.client.peers, vec![prefix("172.16.0.3", 31)]);
     assert_eq!(s.endpoint.peers, vec![prefix("172.16.0.2", 31)]);
-    // The cross-connect's next hop is an IPv4 address whatever the order.
+    // The cross-connect's next hops: the first address of each family, whatever the order.
     let mut dual = good.clone();
-    dual.dst_ip_addrs = vec!["fd00::3/64".into(), "172.16.0.3/31".into()];
+    dual.dst_ip_addrs = vec![
+        "fd00::3/64".into(),
+        "172.16.0.3/31".into(),
+        "fd00::4/64".into(),
+    ];
     let s = ip_context(&dual).unwrap();
-    assert_eq!(s.endpoint_hop(), Some("172.16.0.3".parse().unwrap()));
-    assert_eq!(s.client.peers.len(), 2);
+    let want = L3NextHops {
+        v4: Some("172.16.0.3".parse().unwrap()),
+        v6: Some("fd00::3".parse().unwrap()),
+    };
+    assert_eq!(s.endpoint_hop(), want);
+    assert_eq!(s.client.peers.len(), 3);
+    // IPv6 only: no IPv4 next hop; no address: none at all.
+    let mut v6_only = good.clone();
+    v6_only.src_ip_addrs = vec!["2001:db8::1/116".into()];
+    v6_only.dst_ip_addrs = vec!["2001:db8::/116".into()];
+    v6_only.src_routes.clear();
+    v6_only.ip_neighbors.clear();
+    let s = ip_context(&v6_only).unwrap();
+    assert_eq!(
+        s.endpoint_hop(),
+        L3NextHops {
+            v4: None,
+            v6: Some("2001:db8::".parse().unwrap()),
+        }
+    );
+    assert_eq!(s.client_hop().v6, Some("2001:db8::1".parse().unwrap()));
+    let s = ip_context(&IpContext::default()).unwrap();
+    assert_eq!(s.endpoint_hop(), L3NextHops::default());
 
     let mut bad = good.clone();
     bad.src_ip_addrs = vec!["172.16.0.2".into()];

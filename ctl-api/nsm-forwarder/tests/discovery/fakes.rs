@@ -3,7 +3,6 @@
 //! path, and Quiver's NSM server over them, finding endpoints through that registry.
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -283,8 +282,8 @@ impl NsmBackend for FakeDp {
         o: &str,
         a: &PortName,
         b: &PortName,
-        _: Option<IpAddr>,
-        _: Option<IpAddr>,
+        _: nsm_forwarder::L3NextHops,
+        _: nsm_forwarder::L3NextHops,
     ) -> Result<(), BackendError> {
         self.connect(o, a, b, "l3");
         Ok(())

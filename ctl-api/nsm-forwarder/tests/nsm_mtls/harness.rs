@@ -2,7 +2,6 @@
 //! owner, the NSE behind mTLS (it checks Quiver's path token as nsmgr would), an NSC's channel.
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -70,8 +69,8 @@ impl NsmBackend for RecordingDp {
         _: &str,
         _: &PortName,
         _: &PortName,
-        _: Option<IpAddr>,
-        _: Option<IpAddr>,
+        _: nsm_forwarder::L3NextHops,
+        _: nsm_forwarder::L3NextHops,
     ) -> Result<(), BackendError> {
         Ok(())
     }

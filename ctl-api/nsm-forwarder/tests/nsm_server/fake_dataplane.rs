@@ -2,16 +2,17 @@
 //! unknown ports) and records what was made and removed.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 use std::sync::Mutex;
 
 use nsm_forwarder::dataplane::{KernelSpec, MemifSpec};
-use nsm_forwarder::{BackendError, LinkEvent, LinkEvents, NsmBackend, PortName, PortSpec};
+use nsm_forwarder::{
+    BackendError, L3NextHops, LinkEvent, LinkEvents, NsmBackend, PortName, PortSpec,
+};
 
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Xc {
     L2(String),
-    L3(String, Option<IpAddr>),
+    L3(String, L3NextHops),
 }
 
 #[derive(Default, Debug)]
@@ -128,8 +129,8 @@ impl NsmBackend for FakeDp {
         owner: &str,
         a: &PortName,
         b: &PortName,
-        peer_b: Option<IpAddr>,
-        peer_a: Option<IpAddr>,
+        peer_b: L3NextHops,
+        peer_a: L3NextHops,
     ) -> Result<(), BackendError> {
         let mut s = self.st();
         for p in [a, b] {

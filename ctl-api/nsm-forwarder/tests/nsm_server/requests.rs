@@ -4,7 +4,7 @@ use std::time::{Duration, SystemTime};
 
 use nsm_forwarder::dataplane::MemifRole;
 use nsm_forwarder::path::timestamp;
-use nsm_forwarder::{LinkEvent, NsmBackend, PortName, PortSpec};
+use nsm_forwarder::{L3NextHops, LinkEvent, NsmBackend, PortName, PortSpec};
 use nsm_proto::connection::{ConnectionEventType, MonitorScopeSelector, PathSegment, State};
 
 use crate::fake_dataplane::*;
@@ -344,14 +344,20 @@ async fn ip_payload_gets_an_l3_cross_connect_each_way() {
         h.dp.xc("nsm-c1-client"),
         Some(Xc::L3(
             "nsm-c1-endpoint".into(),
-            Some("172.16.0.3".parse().unwrap())
+            L3NextHops {
+                v4: Some("172.16.0.3".parse().unwrap()),
+                v6: None
+            }
         ))
     );
     assert_eq!(
         h.dp.xc("nsm-c1-endpoint"),
         Some(Xc::L3(
             "nsm-c1-client".into(),
-            Some("172.16.0.2".parse().unwrap())
+            L3NextHops {
+                v4: Some("172.16.0.2".parse().unwrap()),
+                v6: None
+            }
         ))
     );
     // A refresh with the answered context rebuilds nothing.
