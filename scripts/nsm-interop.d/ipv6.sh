@@ -27,14 +27,11 @@
 # down`, `Control plane is down` or `Heal success` in its log); after the Close both Quivers
 # are empty (quiver_empty).
 #
-# Kernel2IP2Kernel_ipv6 fails today, through Quiver's fault: a connection whose sides have IPv6
-# addresses only is refused by both Quivers (InvalidArgument `peer_b 2001:db8::: the L3
-# cross-connect is IPv4 only`, src/control/nsm/mod.rs's l3_cross_connect): the forwarder's L3
-# cross-connect takes IPv4 next hops only, and IPv6 rides on the IPv4 peer's adjacency. So it
-# runs when named, and is not in the default list (scripts/test's: those that pass).
-
-# The other three run in the default list.
-SCENARIOS+=(Kernel2IP2Kernel_dual_stack Kernel2Ethernet2Kernel_ipv6 Kernel2Ethernet2Kernel_dual_stack)
+# Kernel2IP2Kernel_ipv6's connection has IPv6 addresses only: each Quiver's L3 cross-connect has
+# IPv6 next hops only (the NSE's 2001:db8::, the NSC's 2001:db8::1; src/control/nsm/mod.rs's
+# l3_cross_connect). All four run in the default list (scripts/test's too).
+SCENARIOS+=(Kernel2IP2Kernel_dual_stack Kernel2IP2Kernel_ipv6 Kernel2Ethernet2Kernel_ipv6
+  Kernel2Ethernet2Kernel_dual_stack)
 
 # The first interface other than lo in pod NS with a global IPv6 address.
 ip6_pod_iface() { ip -n "$PFX-$1" -6 -o addr show scope global 2>/dev/null | awk '$2 != "lo" {print $2; exit}'; }
