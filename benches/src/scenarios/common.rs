@@ -61,6 +61,7 @@ pub struct BenchSource {
     templates: Vec<(Vec<u8>, IfIndex)>,
     next_template: usize,
     destinations: Arc<Vec<u32>>,
+    destinations6: Arc<Vec<u128>>,
     next_destination: usize,
 }
 
@@ -72,7 +73,18 @@ impl BenchSource {
             templates,
             next_template: 0,
             destinations,
+            destinations6: Arc::new(Vec::new()),
             next_destination: 0,
+        }
+    }
+
+    /// Cycles through `templates` (IPv6 frames), writing one of `destinations` into each
+    /// packet's IPv6 header (at byte 38, after a 14-byte Ethernet header; IPv6 has no header
+    /// checksum).
+    pub fn new6(templates: Vec<(Vec<u8>, IfIndex)>, destinations: Arc<Vec<u128>>) -> Self {
+        BenchSource {
+            destinations6: destinations,
+            ..BenchSource::new(templates, Arc::new(Vec::new()))
         }
     }
 }
@@ -103,6 +115,11 @@ impl<S> Node<S> for BenchSource {
                 c = graph_nodes::wire::checksum_update(c, old[0], (dst >> 16) as u16);
                 c = graph_nodes::wire::checksum_update(c, old[1], dst as u16);
                 d[24..26].copy_from_slice(&c.to_be_bytes());
+            }
+            if !self.destinations6.is_empty() {
+                let dst = self.destinations6[self.next_destination];
+                self.next_destination = (self.next_destination + 1) % self.destinations6.len();
+                d[38..54].copy_from_slice(&dst.to_be_bytes());
             }
             cx.buffers.meta_mut(bi).rx_interface = rx.get();
         }
@@ -200,6 +217,25 @@ pub fn check_clean(rt: &WorkerRuntime) -> Result<(), String> {
     }
     let _ = pool;
     Ok(())
+}
+
+/// A 78-byte Ethernet + IPv6 + UDP frame to `dst_mac`, from 2001:db8::2 to `dst`, hop limit
+/// 64.
+pub fn udp6_frame(dst_mac: [u8; 6], dst: u128) -> Vec<u8> {
+    let mut f = vec![0u8; 78];
+    f[..6].copy_from_slice(&dst_mac);
+    f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 0x99]);
+    f[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
+    f[14] = 0x60;
+    f[18..20].copy_from_slice(&24u16.to_be_bytes());
+    f[20] = 17;
+    f[21] = 64;
+    f[22..38].copy_from_slice(&0x2001_0db8_0000_0000_0000_0000_0000_0002u128.to_be_bytes());
+    f[38..54].copy_from_slice(&dst.to_be_bytes());
+    f[54..56].copy_from_slice(&1024u16.to_be_bytes());
+    f[56..58].copy_from_slice(&4321u16.to_be_bytes());
+    f[58..60].copy_from_slice(&24u16.to_be_bytes());
+    f
 }
 
 /// A 64-byte Ethernet / IPv4 / UDP frame from 10.0.0.2 to `dst`, to `dst_mac`.

@@ -30,7 +30,7 @@ fn fib() -> Result<Forwarding, String> {
 
 /// Builds a graph of `source` and every forwarding node, measures `packets`, checks that nothing
 /// was dropped or leaked.
-fn run_measured(
+pub(super) fn run_measured(
     source: BenchSource,
     tx: Vec<(IfIndex, Box<dyn TxQueue>)>,
     state: &graph_nodes::ForwardingState,
@@ -52,11 +52,26 @@ fn run_measured(
     Ok((rt, secs))
 }
 
-/// `graph-ip4`: ethernet-input → ip4-input → ip4-lookup → ip4-rewrite → interface-output over 1M
-/// routes, destinations drawn from the routes.
-pub fn ip4(quick: bool) -> Result<String, String> {
-    let core = super::pin_to_last_core()?;
-    let packets = if quick { 20_000_000 } else { 100_000_000 };
+/// One measured run of the IPv4 routing graph.
+pub struct Ip4Run {
+    /// Routes in the table.
+    pub routes: usize,
+    /// The worker's counters.
+    pub runtime: dataplane::WorkerRuntime,
+    /// Wall seconds of the measured loop.
+    pub seconds: f64,
+    /// Per-node clocks per packet (JSON object).
+    pub per_node: serde_json::Value,
+    /// Their sum.
+    pub cycles_per_packet: f64,
+    /// Seconds to load and commit the routes.
+    pub load_seconds: f64,
+}
+
+/// ethernet-input → ip4-input → ip4-lookup → ip4-rewrite → interface-output over 1M routes of
+/// the depth mix, `packets` 64-byte frames with destinations drawn from the routes, on the
+/// calling thread (pinned by the caller).
+pub fn ip4_run(packets: u64) -> Result<Ip4Run, String> {
     let (routes, dsts) = routes_and_destinations(1_000_000, 4_000_000, 0xfeed);
     let mut fwd = fib()?;
     let eth0 = fwd
@@ -88,15 +103,11 @@ pub fn ip4(quick: bool) -> Result<String, String> {
     }
     let local = LocalState::default();
     fwd.commit(&local).map_err(|e| e.to_string())?;
-    let load_s = t0.elapsed().as_secs_f64();
-    eprintln!(
-        "graph-ip4: {} routes loaded and committed in {load_s:.2} s; core {core}",
-        routes.len()
-    );
+    let load_seconds = t0.elapsed().as_secs_f64();
     let state = local.current();
     let source = BenchSource::new(vec![(udp_frame(MAC_IN, 0), eth0)], Arc::new(dsts));
     let tx: Vec<(IfIndex, Box<dyn TxQueue>)> = vec![(eth1, Box::new(NullTx))];
-    let (rt, secs) = run_measured(source, tx, &state, packets)?;
+    let (runtime, seconds) = run_measured(source, tx, &state, packets)?;
     let nodes = [
         names::ETHERNET_INPUT,
         names::IP4_INPUT,
@@ -104,18 +115,39 @@ pub fn ip4(quick: bool) -> Result<String, String> {
         names::IP4_REWRITE,
         names::INTERFACE_OUTPUT,
     ];
-    let (per_node, sum) = node_clocks(&rt, &nodes)?;
-    eprintln!("{}", rt.format_runtime(cycles::tsc_hz()));
+    let (per_node, cycles_per_packet) = node_clocks(&runtime, &nodes)?;
+    Ok(Ip4Run {
+        routes: routes.len(),
+        runtime,
+        seconds,
+        per_node,
+        cycles_per_packet,
+        load_seconds,
+    })
+}
+
+/// `graph-ip4`: ethernet-input → ip4-input → ip4-lookup → ip4-rewrite → interface-output over 1M
+/// routes, destinations drawn from the routes.
+pub fn ip4(quick: bool) -> Result<String, String> {
+    let core = super::pin_to_last_core()?;
+    let packets = if quick { 20_000_000 } else { 100_000_000 };
+    let r = ip4_run(packets)?;
+    eprintln!(
+        "graph-ip4: {} routes loaded and committed in {:.2} s; core {core}",
+        r.routes, r.load_seconds
+    );
+    let sum = r.cycles_per_packet;
+    eprintln!("{}", r.runtime.format_runtime(cycles::tsc_hz()));
     eprintln!("  nodes: {sum:.1} clocks/packet (VPP on Skylake, published: 110.5)");
     Ok(json!({
         "scenario": "graph-ip4",
-        "routes": routes.len(),
-        "packets": rt.worker_loop.busy_packets,
-        "mpps": rt.worker_loop.busy_packets as f64 / secs / 1e6,
+        "routes": r.routes,
+        "packets": r.runtime.worker_loop.busy_packets,
+        "mpps": r.runtime.worker_loop.busy_packets as f64 / r.seconds / 1e6,
         "cycles_per_packet": sum,
-        "per_node": per_node,
-        "busy_cycles_per_packet_with_source": rt.worker_loop.busy_cycles_per_packet(),
-        "route_load_seconds": load_s,
+        "per_node": r.per_node,
+        "busy_cycles_per_packet_with_source": r.runtime.worker_loop.busy_cycles_per_packet(),
+        "route_load_seconds": r.load_seconds,
         "tsc_hz": cycles::tsc_hz(),
         "reference": { "name": "VPP per-node clocks on Skylake (published): ethernet-input 15.6 + ip4-input 19.5 + ip4-lookup 28.8 + ip4-rewrite 35.3 + interface-output 11.3", "cycles_per_packet": 110.5 },
         "ratio": sum / 110.5,

@@ -4,6 +4,7 @@ pub mod common;
 pub mod ctl_churn;
 pub mod dispatch;
 pub mod dpdk;
+pub mod graph_ip6;
 pub mod graphs;
 pub mod host_state;
 pub mod kernel;
