@@ -243,3 +243,89 @@ for k, v in {
     "pending_index": bytes([2, 0, 0]) + bytes([4, 0, 0, 0, 0x33, 0x33, 0, 0]) + bytes(8 + 32),
 }.items():
     write("wg4_input", k, v)
+
+
+# (h) ip6_input: records [selector][len][IPv6 packet] (fuzz/src/ip6.rs's ip6_frame: bit 0 the
+# port, bits 1-2 the Ethernet destination (1: multicast, 3: VLAN 200), bit 3 the payload length
+# set, bit 4 the checksum set, bit 7 eth2), as graph-nodes/tests/ip6_routed.rs sends them.
+def a6(s):
+    import ipaddress
+    return ipaddress.IPv6Address(s).packed
+
+
+def eui64(m):
+    return bytes([0xFE, 0x80] + [0] * 6 + [m[0] ^ 2, m[1], m[2], 0xFF, 0xFE, m[3], m[4], m[5]])
+
+
+def ip6p(src, dst, nxt, payload, hop=64):
+    return bytes([0x60, 0, 0, 0]) + struct.pack("!HBB", len(payload), nxt, hop) + src + dst + payload
+
+
+def l4sum(src, dst, proto, msg, at):
+    m = bytearray(msg)
+    m[at:at + 2] = b"\0\0"
+    c = csum(src + dst + struct.pack("!I", len(m)) + bytes([0, 0, 0, proto]) + bytes(m))
+    m[at:at + 2] = struct.pack("!H", c or (0xFFFF if proto == 17 else 0))
+    return bytes(m)
+
+
+def icmp6p(src, dst, msg, hop=64):
+    return ip6p(src, dst, 58, l4sum(src, dst, 58, msg, 2), hop)
+
+
+def nd_msg(t, flags, target, opt=None, mac=None):
+    m = bytes([t, 0, 0, 0, flags, 0, 0, 0]) + target
+    return m + bytes([opt, 1]) + mac if opt else m
+
+
+H1, H2, US0, US1, US200 = a6("fd00:1::2"), a6("fd00:2::1"), a6("fd00:1::fe"), a6("fd00:2::fe"), a6("fd00:200::fe")
+HOST_C = bytes([2, 0xCC, 0, 0, 0, 0x0C])
+echo6 = bytes([128, 0, 0, 0, 0, 1, 0, 1]) + b"quiver"
+udp6 = udp(4000, 5000, bytes(16))
+FIX = 0x18
+vx6 = udp(49152, 4789, bytes([8, 0, 0, 0, 0x65, 0x43, 0x21, 0]) + eth(HOST_C, HOST_A, 0x86DD, ip6p(H1, H2, 17, udp(1, 2, b"in"))))
+ip6_seeds = {
+    "routed": [(FIX, ip6p(H1, a6("fd00:99::9"), 17, udp6))],
+    "ecmp": [(FIX, ip6p(H1, a6("fd00:98::%x" % i), 17, udp(4000 + i, 5000, bytes(8)))) for i in range(4)],
+    "unresolved": [(FIX, ip6p(H1, a6("fd00:97::1"), 17, udp6))],
+    "link_local_next_hop": [(FIX, ip6p(H1, a6("fd00:96::1"), 17, udp6))],
+    "vlan_route_and_echo": [(FIX, ip6p(H1, a6("fd00:95::1"), 17, udp6)), (FIX | 6, icmp6p(a6("fd00:200::2"), US200, echo6))],
+    "blackhole_and_no_route": [(FIX, ip6p(H1, a6("fd00:66::1"), 17, udp6)), (FIX, ip6p(H1, a6("fd00:42::1"), 17, udp6))],
+    "echo_global": [(FIX, icmp6p(H1, US0, echo6))],
+    "echo_link_local": [(FIX, icmp6p(a6("fe80::a"), eui64(MAC[0]), echo6))],
+    "hop_limit_1": [(FIX, ip6p(H1, a6("fd00:99::9"), 17, udp6, hop=1))],
+    "too_big": [(FIX, ip6p(H1, a6("fd00:99::9"), 17, udp(4000, 5000, bytes(1400))))],
+    "ns_for_us": [(FIX | 3, icmp6p(a6("fd00:2::7"), a6("ff02::1:ff00:fe"), nd_msg(135, 0, US1, 1, HOST_C), hop=255))],
+    "na_learned": [(FIX | 1, icmp6p(a6("fd00:2::5"), eui64(MAC[1]), nd_msg(136, 0x60, a6("fd00:2::5"), 2, HOST_C), hop=255))],
+    "dad_and_rs": [(FIX | 3, icmp6p(bytes(16), a6("ff02::1:ff00:fe"), nd_msg(135, 0, US1), hop=255)),
+                   (FIX | 3, icmp6p(a6("fe80::c"), a6("ff02::2"), bytes([133, 0, 0, 0, 0, 0, 0, 0]), hop=255))],
+    "extension_headers": [(FIX, ip6p(H1, a6("fd00:99::9"), 0, bytes([60, 0, 1, 4, 0, 0, 0, 0]) + bytes([44, 0, 1, 4, 0, 0, 0, 0]) + bytes([17, 0, 0, 1, 0, 0, 0, 7]) + udp6)),
+                          (FIX, icmp6p(H1, US0, echo6)[:6] + bytes([60, 64]) + icmp6p(H1, US0, echo6)[8:40] + bytes([58, 0, 1, 4, 0, 0, 0, 0]) + echo6)],
+    "vlan_nd_and_link_local_echo": [(FIX | 6, icmp6p(a6("fd00:200::2"), a6("ff02::1:ff00:fe"), nd_msg(135, 0, US200, 1, HOST_A), hop=255)),
+                                    (FIX | 6, icmp6p(a6("fe80::a"), eui64(MAC[0]), echo6))],
+    "vxlan6_in": [(FIX | 1, ip6p(H2, US1, 17, vx6))],
+    "vxlan6_out": [(FIX | 0x80, ip6p(H1, H2, 17, udp(7, 8, bytes(100))))],
+}
+for k, v in ip6_seeds.items():
+    write("ip6_input", k, b"".join(bytes([s]) + struct.pack("!H", len(p)) + p for s, p in v))
+
+# (i) nd: [sources/destinations/hop limit][checksum, target, type, code, hop-by-hop, port] +
+# the ICMPv6 message (fuzz/fuzz_targets/nd.rs).
+nd_seeds = {
+    "ns_global": (0x02, 0, nd_msg(135, 0, US1, 1, HOST_C)),
+    "ns_link_local": (0x09, 0, nd_msg(135, 0, eui64(MAC[1]), 1, HOST_C)),
+    "ns_unicast": (0x1A, 0, nd_msg(135, 0, US1, 1, HOST_C)),
+    "ns_dad": (0x00, 0, nd_msg(135, 0, US1)),
+    "ns_hop_limit_64": (0x82, 0, nd_msg(135, 0, US1, 1, HOST_C)),
+    "ns_option_length_0": (0x02, 0, nd_msg(135, 0, US1, 1, HOST_C)[:25] + b"\0" + HOST_C),
+    "ns_multicast_target": (0x1A, 0, nd_msg(135, 0, a6("ff02::1"), 1, HOST_C)),
+    "ns_on_eth0": (0x02, 0x86, nd_msg(135, 0, US0, 1, HOST_C)),
+    "ns_hop_by_hop": (0x02, 0x40, nd_msg(135, 0, US1, 1, HOST_C)),
+    "ns_bad_checksum": (0x02, 0x01, nd_msg(135, 0, US1, 1, HOST_C)),
+    "na_solicited": (0x22, 0, nd_msg(136, 0x60, a6("fd00:2::7"), 2, HOST_C)),
+    "na_to_all_nodes": (0x12, 0, nd_msg(136, 0x20, a6("fd00:2::7"), 2, HOST_C)),
+    "router_solicitation": (0x11, 0, bytes([133, 0, 0, 0, 0, 0, 0, 0])),
+    "routed": (0x3A, 0, nd_msg(135, 0, a6("fd00:2::7"), 1, HOST_C)),
+}
+for k, (s0, s1, m) in nd_seeds.items():
+    write("nd", k, bytes([s0, s1]) + m)

@@ -1,10 +1,12 @@
-//! (f) `quiver.toml`: any text through `Config::parse`, and every value a valid configuration
-//! carries through the parsers the forwarder applies to it at start (addresses, prefixes, MACs,
-//! memif socket addresses, the buffer pool's settings). Invariant: no panic.
+//! (f) `quiver.toml`: any text through `Config::parse`, then `Config::topology` (the check of
+//! the whole file the forwarder applies at start), and every value a valid configuration
+//! carries through the parsers behind it (addresses and prefixes of either family, next hops,
+//! MACs, the buffer pool's settings). Invariant: no panic.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use quiver::config::topology::{parse_ip, parse_mac, parse_prefix};
+use quiver::config::topology::parse_mac;
+use quiver::config::values;
 use quiver::Config;
 
 fuzz_target!(|data: &[u8]| {
@@ -15,17 +17,18 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let _ = cfg.buffers.pool_config();
+    let _ = cfg.topology();
     for a in &cfg.address {
-        let _ = parse_prefix(&a.ip);
+        let _ = values::prefix(&a.ip);
     }
     for r in &cfg.route {
-        let _ = parse_prefix(&r.prefix);
+        let _ = values::prefix(&r.prefix);
         for v in &r.via {
-            let _ = parse_ip(v);
+            let _ = values::via(v);
         }
     }
     for n in &cfg.neighbor {
-        let _ = parse_ip(&n.ip);
+        let _ = values::ip(&n.ip);
         let _ = parse_mac(&n.mac);
     }
     for p in &cfg.port {

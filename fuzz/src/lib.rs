@@ -16,6 +16,9 @@ use graph_nodes::{
 use wireguard::replay::ReplayWindow;
 use wireguard::transport::{SendCounter, TransportKeys};
 
+pub mod ip6;
+pub mod nd_model;
+
 /// The MAC of the rig's port `i`.
 pub const fn mac(i: u8) -> [u8; 6] {
     [0x02, 0, 0, 0, 0, i + 1]
@@ -75,7 +78,10 @@ fn wg_sessions() -> (Vec<WgPeer>, FastMap<u32, WgReceiver>) {
     );
     receivers.insert(0x3333, WgReceiver::Pending);
     let peer = WgPeer {
-        endpoint: WG_PEER,
+        endpoint: Some(std::net::SocketAddr::from((
+            std::net::Ipv4Addr::from(WG_PEER.0),
+            WG_PEER.1,
+        ))),
         allowed: vec![(ip(10, 9, 0, 0), 24), (ip(10, 0, 1, 0), 24)],
         allowed6: Vec::new(),
         send: Some(Arc::new(WgSendSession {
@@ -183,7 +189,13 @@ impl Rig {
             .unwrap();
         let (peers, receivers) = wg_sessions();
         let (wg, wg_tunnel) = fwd
-            .add_wireguard_tunnel("wg0", WG_LOCAL.0, WG_LOCAL.1, peers.clone(), 1500)
+            .add_wireguard_tunnel(
+                "wg0",
+                std::net::Ipv4Addr::from(WG_LOCAL.0).into(),
+                WG_LOCAL.1,
+                peers.clone(),
+                1500,
+            )
             .unwrap();
         fwd.set_wireguard_sessions(wg_tunnel, peers, receivers)
             .unwrap();
