@@ -99,7 +99,7 @@ fn quiver_ctl_shows_and_changes_a_running_quiver() {
         ),
         (
             &["neighbor", "add", "memif1", "10.0.1.3", "02:00:00:00:01"],
-            "invalid argument: `02:00:00:00:01` is not a MAC address",
+            "invalid argument: \"02:00:00:00:01\" is not a MAC address",
         ),
         (&["xconnect", "add", "memif0", "nosuch"], "not found"),
         (&["xconnect", "add", "memif0", "memif0"], "invalid argument"),
@@ -257,6 +257,26 @@ fn quiver_ctl_shows_and_changes_a_running_quiver() {
     let got = support::route(&mut c, &mut d, &frames, frames.len());
     assert_eq!(got, frames, "untouched, in order");
     q.json(&["xconnect", "del", "memif3"]);
+    assert_eq!(q.json(&["show", "cross-connects"]), serde_json::json!([]));
+    // L3, a next hop per family: IPv6 only one way, dual stack the other.
+    let l3 = |a: &'static str, b: &'static str| {
+        [
+            "xconnect", "add", "memif2", "memif3", "--peer-a", a, "--peer-b", b,
+        ]
+    };
+    q.json(&l3("fd00:2::1", "10.8.0.2,fd00:3::1"));
+    assert_eq!(
+        q.json(&["show", "cross-connects"]),
+        serde_json::json!([{"a": "memif2", "b": "memif3", "kind": "l3", "path": "graph", "peer_a": "fd00:2::1", "peer_b": "10.8.0.2,fd00:3::1"}])
+    );
+    q.json(&["xconnect", "del", "memif2"]);
+    for (a, b, why) in [
+        ("10.8.0.1,10.8.0.3", "fd00:3::1", "an IPv4 and an IPv6"),
+        ("ff02::1", "fd00:3::1", "not a unicast IPv6 address"),
+    ] {
+        let err = q.refused_quietly(&l3(a, b));
+        assert!(err.contains(why), "{a} {b}: {err}");
+    }
     assert_eq!(q.json(&["show", "cross-connects"]), serde_json::json!([]));
     q.json(&["interface", "del", "memif2"]);
     q.json(&["interface", "del", "memif3"]);

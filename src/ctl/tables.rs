@@ -89,10 +89,11 @@ pub enum Xconnect {
     Add {
         a: String,
         b: String,
-        /// L3: where packets from B leave A to.
+        /// L3: where packets from B leave A to: a next hop, or an IPv4 and an IPv6 one with a
+        /// comma between (`10.0.0.2,fd00::2`); each packet goes to the one of its family.
         #[arg(long, requires = "peer_b")]
         peer_a: Option<String>,
-        /// L3: where packets from A leave B to.
+        /// L3: where packets from A leave B to (as --peer-a).
         #[arg(long, requires = "peer_a")]
         peer_b: Option<String>,
     },
