@@ -127,6 +127,7 @@ pub fn ip6(quick: bool) -> Result<String, String> {
             "per_node": four.per_node,
         },
         "ratio": six / ref4,
+        "ratio_to_ip4": six / ref4,
     })
     .to_string())
 }
