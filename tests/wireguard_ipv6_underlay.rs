@@ -17,6 +17,8 @@ use quiver::{Config, Forwarder};
 use testkit::wg_peers::Peer;
 use testkit::{require, wait_for, Needs};
 
+// Shared with the other WireGuard tests, which use what this one does not.
+#[allow(dead_code)]
 mod wireguard_support;
 
 use wireguard_support::{
