@@ -94,17 +94,19 @@ fn mac48(m: &[u8; 6]) -> u64 {
     u64::from_le_bytes([m[0], m[1], m[2], m[3], m[4], m[5], 0, 0])
 }
 
-/// The common case, checked with few branches: an untagged IPv4 frame for an L3 interface's
-/// own or a group address.
+/// The common case, checked with few branches: an untagged IPv4 or IPv6 frame for an L3
+/// interface's own or a group address. Its next node, if it is one.
 #[inline(always)]
-fn plain_ip4(cache: &RxCache<'_>, d: &[u8]) -> bool {
-    let Ok(eth) = Ethernet::new_checked(d) else {
-        return false;
-    };
+fn plain_ip(cache: &RxCache<'_>, d: &[u8]) -> Option<Next> {
+    let eth = Ethernet::new_checked(d).ok()?;
     let dst = mac48(&eth.dst());
     // Our MAC, or a group address (multicast, broadcast) on an L3 interface.
     let for_us = (dst == cache.l3_mac) | (eth.is_group() && cache.l3_mac != u64::MAX);
-    for_us & (eth.ethertype() == wire::ETHERTYPE_IP4)
+    match eth.ethertype() {
+        wire::ETHERTYPE_IP4 if for_us => Some(IP4),
+        wire::ETHERTYPE_IP6 if for_us => Some(IP6),
+        _ => None,
+    }
 }
 
 /// Decides where one frame goes: the next arc and the L2 header length to strip, or a drop code.
@@ -220,12 +222,13 @@ impl Node<ForwardingState> for EthernetInput {
                 arcs.set(i, RESOLVE);
                 continue;
             }
-            if plain_ip4(&cache, d) {
+            if let Some(to) = plain_ip(&cache, d) {
                 meta.l2_offset = meta.data_offset();
                 // The window holds the 14 bytes just checked.
                 meta.advance(wire::ETHERNET_HEADER as u16);
                 meta.l3_offset = meta.data_offset();
                 meta.flags |= flags::L2_VALID | flags::L3_VALID;
+                arcs.set(i, to);
                 continue;
             }
             let arc = match classify(state, &mut cache, meta, d) {
