@@ -233,7 +233,8 @@ fn a_malformed_value_of_a_variable_that_applies_stops_quiver_naming_it() {
         ("NSM_MECHANISM_PRIORITY", "MEMIF,,KERNEL"),
         ("TELEMETRY", "on"),
         ("NSM_OPEN_TELEMETRY_ENDPOINT", "otel-collector"),
-        ("NSM_TUNNEL_IP", "fd00:77::1"),
+        // IPv6 is served; a multicast address is not an address to tunnel from.
+        ("NSM_TUNNEL_IP", "ff02::1"),
         (
             "NSM_DEVICE_SELECTOR_FILE",
             "/nonexistent/device-selector.yaml",

@@ -270,13 +270,16 @@ via = ["10.81.9.2@wg0"]
             .lines()
             .any(|l| l.contains(":1453 ") && l.split_whitespace().nth(3) == Some("0A"))
     });
+    // The transfer goes on until the rekeys are done (a file tells the client to stop): a
+    // fixed size (16, then 128 MiB) could end before a rekey on a loaded machine, and the
+    // test then waited for a transfer that was over.
+    let stop = format!("/tmp/quiver-wg-rekey-stop-{}", std::process::id());
+    let _ = std::fs::remove_file(&stop);
     let client = Command::new(IP)
         .args([
-            "netns", "exec", &a.ns, "timeout", "120", PYTHON, TCP_CHECK, "client",
+            "netns", "exec", &a.ns, "timeout", "120", PYTHON, TCP_CHECK, "until",
         ])
-        // Long enough (seconds) to outlast both rekeys: 16 MiB took 0.2-0.5 s, and a rekey
-        // that came after its end found no transfer left to move.
-        .args(["10.81.9.2", "5203", "134217728"])
+        .args(["10.81.9.2", "5203", &stop])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -293,7 +296,9 @@ via = ["10.81.9.2@wg0"]
             status(&f).peers[0].rekeys >= rekeys_before + k
         });
     }
+    std::fs::write(&stop, b"").expect("the stop file");
     let out = client.wait_with_output().expect("client");
+    let _ = std::fs::remove_file(&stop);
     assert!(
         out.status.success(),
         "{}{}",

@@ -217,6 +217,26 @@ fn vxlan_over_ipv6_to_the_kernel_carries_ping_both_ways_at_full_size() {
     const VNI: u32 = 43;
     let (ns1, ns2) = (Netns::new(), Netns::new());
     let (v1, v2) = (Veth::new(&ns1, "10.0.6.1/24"), Veth::new(&ns2, ""));
+    // IPv6 comes up in ns2 only once Quiver runs, so that its ports see every frame the
+    // kernel sends (its router solicitations and MLD reports included): the counters compared
+    // at the end are the kernel's whole.
+    let v6 = |s: &str| u128::from(s.parse::<std::net::Ipv6Addr>().unwrap());
+    let mut fwd = forwarding();
+    let overlay = af_packet_port(&mut fwd, &v1.root, 1);
+    let underlay = af_packet_port(&mut fwd, &v2.root, 1);
+    fwd.add_address6(underlay.1, v6("2001:db8:6::1"), 64)
+        .unwrap();
+    let tunnel = fwd
+        .add_vxlan6_tunnel(
+            "vxlan43",
+            v6("2001:db8:6::1"),
+            v6("2001:db8:6::2"),
+            VNI,
+            4789,
+        )
+        .unwrap();
+    fwd.cross_connect(overlay.1, tunnel).unwrap();
+    let q = Quiver::start(fwd, &[overlay.clone(), underlay.clone()], &[0]);
     // The underlay is IPv6 only; the kernel's VXLAN device sends UDP checksums over IPv6 and
     // refuses datagrams without one (udp6zerocsumtx/rx off, its defaults).
     ns2.sh("sysctl -qw net.ipv6.conf.veth0.disable_ipv6=0");
@@ -248,24 +268,6 @@ fn vxlan_over_ipv6_to_the_kernel_carries_ping_both_ways_at_full_size() {
     ]);
     ns2.ip(&["addr", "add", "10.0.6.2/24", "dev", "vx43"]);
     ns2.ip(&["link", "set", "vx43", "up"]);
-
-    let v6 = |s: &str| u128::from(s.parse::<std::net::Ipv6Addr>().unwrap());
-    let mut fwd = forwarding();
-    let overlay = af_packet_port(&mut fwd, &v1.root, 1);
-    let underlay = af_packet_port(&mut fwd, &v2.root, 1);
-    fwd.add_address6(underlay.1, v6("2001:db8:6::1"), 64)
-        .unwrap();
-    let tunnel = fwd
-        .add_vxlan6_tunnel(
-            "vxlan43",
-            v6("2001:db8:6::1"),
-            v6("2001:db8:6::2"),
-            VNI,
-            4789,
-        )
-        .unwrap();
-    fwd.cross_connect(overlay.1, tunnel).unwrap();
-    let q = Quiver::start(fwd, &[overlay.clone(), underlay.clone()], &[0]);
 
     let out = ns1.ping("10.0.6.2", PING_DEADLINE);
     assert!(reply_ttls(&out).iter().all(|&t| t == 64), "bridged: {out}");

@@ -3,6 +3,8 @@
     tcp_check.py server ADDR PORT        accept one connection, read to EOF, answer "<bytes> <blake2s>"
     tcp_check.py client ADDR PORT BYTES  send BYTES of a fixed pattern, expect the server's answer
                                          to match what was sent; exit 0 and print it if so
+    tcp_check.py until ADDR PORT FILE    as client, sending the pattern again and again until FILE
+                                         exists (a transfer that lasts as long as its caller needs)
 """
 import hashlib
 import socket
@@ -63,8 +65,35 @@ def client(addr, port, n):
     print(f"{n} bytes in {secs:.2f} s, content checked ({got.split()[1][:16]}…)")
 
 
+def until(addr, port, stop):
+    import os
+    block = pattern(1 << 20)
+    h, n = hashlib.blake2s(), 0
+    c = socket.create_connection((addr, port), timeout=30)
+    start = time.monotonic()
+    while not os.path.exists(stop):
+        c.sendall(block)
+        h.update(block)
+        n += len(block)
+    c.shutdown(socket.SHUT_WR)
+    got = b""
+    while True:
+        b = c.recv(4096)
+        if not b:
+            break
+        got += b
+    secs = time.monotonic() - start
+    got, want = got.decode().strip(), f"{n} {h.hexdigest()}"
+    if got != want:
+        print(f"content differs: sent {want}, server read {got}")
+        sys.exit(1)
+    print(f"{n} bytes in {secs:.2f} s, content checked ({got.split()[1][:16]}…)")
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "server":
         server(sys.argv[2], int(sys.argv[3]))
+    elif sys.argv[1] == "until":
+        until(sys.argv[2], int(sys.argv[3]), sys.argv[4])
     else:
         client(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
