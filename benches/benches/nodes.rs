@@ -125,7 +125,8 @@ fn cases(
                 .add(Stop("arp-input"))
                 .add(Stop("l2-xconnect"))
                 .add(Stop("offload-resolve"))
-                .add(Stop("ip6-l3xc"));
+                .add(Stop("ip6-l3xc"))
+                .add(Stop("ip6-input"));
         }),
         ("+ ip4-input", ip4.clone(), eth0, "ethernet-input", |b| {
             b.add(EthernetInput::new())
@@ -135,7 +136,8 @@ fn cases(
                 .add(Stop("arp-input"))
                 .add(Stop("l2-xconnect"))
                 .add(Stop("offload-resolve"))
-                .add(Stop("ip6-l3xc"));
+                .add(Stop("ip6-l3xc"))
+                .add(Stop("ip6-input"));
         }),
         ("+ ip4-lookup", ip4.clone(), eth0, "ethernet-input", |b| {
             b.add(EthernetInput::new())
@@ -148,7 +150,8 @@ fn cases(
                 .add(Stop("arp-input"))
                 .add(Stop("l2-xconnect"))
                 .add(Stop("offload-resolve"))
-                .add(Stop("ip6-l3xc"));
+                .add(Stop("ip6-l3xc"))
+                .add(Stop("ip6-input"));
         }),
         ("+ ip4-rewrite", ip4.clone(), eth0, "ethernet-input", |b| {
             b.add(EthernetInput::new())
@@ -163,7 +166,8 @@ fn cases(
                 .add(Stop("arp-input"))
                 .add(Stop("l2-xconnect"))
                 .add(Stop("offload-resolve"))
-                .add(Stop("ip6-l3xc"));
+                .add(Stop("ip6-l3xc"))
+                .add(Stop("ip6-input"));
         }),
         (
             "+ interface-output",
