@@ -9,18 +9,17 @@
 
 use std::net::Ipv4Addr;
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
-use dataplane::{BufferPool, BufferPoolConfig, HugepagePolicy, IdlePolicy, WorkerConfig};
-use quiver::control::owner::{Change, ConfigOwner, Control};
-use quiver::{Config, Forwarder};
+use quiver::control::owner::{Change, Control};
+use quiver::Config;
 use testkit::wg_peers::Peer;
 use testkit::{require, wait_for, Needs};
 
 mod wireguard_support;
 
 use wireguard_support::{
-    errors, genkey, say, PeerProcess, Side, IP, ONE_AT_A_TIME, PING, PYTHON, TCP_CHECK, WG,
+    errors, genkey, say, start_forwarder, PeerProcess, Side, IP, ONE_AT_A_TIME, PING, PYTHON,
+    TCP_CHECK, WG,
 };
 
 #[test]
@@ -108,21 +107,7 @@ allowed_ips = ["10.81.9.0/24", "fd00:81:9::/64"]
         b = b.root,
     ))
     .unwrap();
-    let pool = BufferPool::new(&BufferPoolConfig {
-        buffers: 8192,
-        hugepages: HugepagePolicy::Never,
-        ..BufferPoolConfig::default()
-    })
-    .unwrap();
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let workers = WorkerConfig {
-        cores: (0..2).map(|w| w % cores).collect(),
-        idle: IdlePolicy::ADAPTIVE,
-    };
-    let owner = ConfigOwner::start(
-        Forwarder::start(&cfg, &workers, pool.clone()).unwrap(),
-        Duration::from_millis(1),
-    );
+    let owner = start_forwarder(&cfg);
     let f = owner.control();
     let status = |f: &Control| f.inspect(|fw| fw.wireguard_status()).unwrap().remove(0);
     let shown = &status(&f).peers[0].allowed_ips;

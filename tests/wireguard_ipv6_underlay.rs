@@ -9,11 +9,9 @@
 //! nothing) and the peer sees Quiver's IPv6 endpoint. Needs root, ip, ping, wg, Go.
 
 use std::process::Command;
-use std::time::Duration;
 
-use dataplane::{BufferPool, BufferPoolConfig, HugepagePolicy, IdlePolicy, WorkerConfig};
-use quiver::control::owner::{ConfigOwner, Control};
-use quiver::{Config, Forwarder};
+use quiver::control::owner::Control;
+use quiver::Config;
 use testkit::wg_peers::Peer;
 use testkit::{require, wait_for, Needs};
 
@@ -22,7 +20,7 @@ use testkit::{require, wait_for, Needs};
 mod wireguard_support;
 
 use wireguard_support::{
-    genkey, node_packets, say, PeerProcess, Side, IP, ONE_AT_A_TIME, PING, WG,
+    genkey, node_packets, say, start_forwarder, PeerProcess, Side, IP, ONE_AT_A_TIME, PING, WG,
 };
 
 #[test]
@@ -123,21 +121,7 @@ via = ["fd00:81:9::2@wg0"]
         b = b.root,
     ))
     .unwrap();
-    let pool = BufferPool::new(&BufferPoolConfig {
-        buffers: 8192,
-        hugepages: HugepagePolicy::Never,
-        ..BufferPoolConfig::default()
-    })
-    .unwrap();
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let workers = WorkerConfig {
-        cores: (0..2).map(|w| w % cores).collect(),
-        idle: IdlePolicy::ADAPTIVE,
-    };
-    let owner = ConfigOwner::start(
-        Forwarder::start(&cfg, &workers, pool.clone()).unwrap(),
-        Duration::from_millis(1),
-    );
+    let owner = start_forwarder(&cfg);
     let f = owner.control();
     let status = |f: &Control| f.inspect(|fw| fw.wireguard_status()).unwrap().remove(0);
     let s = status(&f);

@@ -13,18 +13,17 @@
 //! (`testkit::wg_peers`). Needs root, ip, ping, wg, python3, Go.
 
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
-use dataplane::{BufferPool, BufferPoolConfig, HugepagePolicy, IdlePolicy, WorkerConfig};
-use quiver::control::owner::{Change, ConfigOwner, Control};
-use quiver::{Config, Forwarder};
+use quiver::control::owner::{Change, Control};
+use quiver::Config;
 use testkit::wg_peers::Peer;
 use testkit::{require, wait_for, Needs};
 
 mod wireguard_support;
 
 use wireguard_support::{
-    errors, genkey, run, say, PeerProcess, Side, IP, ONE_AT_A_TIME, PING, PYTHON, TCP_CHECK, WG,
+    errors, genkey, run, say, start_forwarder, PeerProcess, Side, IP, ONE_AT_A_TIME, PING, PYTHON,
+    TCP_CHECK, WG,
 };
 
 /// Sniffs one transport message with data from the peer to Quiver on B's veth, then sends
@@ -145,21 +144,7 @@ via = ["10.81.9.2@wg0"]
         b = b.root,
     ))
     .unwrap();
-    let pool = BufferPool::new(&BufferPoolConfig {
-        buffers: 8192,
-        hugepages: HugepagePolicy::Never,
-        ..BufferPoolConfig::default()
-    })
-    .unwrap();
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let workers = WorkerConfig {
-        cores: (0..2).map(|w| w % cores).collect(),
-        idle: IdlePolicy::ADAPTIVE,
-    };
-    let owner = ConfigOwner::start(
-        Forwarder::start(&cfg, &workers, pool.clone()).unwrap(),
-        Duration::from_millis(1),
-    );
+    let owner = start_forwarder(&cfg);
     let f = owner.control();
     let status = |f: &Control| f.inspect(|fw| fw.wireguard_status()).unwrap().remove(0);
     assert_eq!(status(&f).public_key, quiver_public);

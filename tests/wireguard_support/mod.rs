@@ -244,3 +244,25 @@ pub(crate) fn node_packets(f: &Control, node: &str) -> u64 {
         .map(|w| w.node(node).map_or(0, |n| n.packets))
         .sum()
 }
+
+/// Quiver for `cfg` on two workers (on the machine's first two CPUs, or its one), 8192
+/// buffers on ordinary pages, its configuration owner committing every millisecond.
+#[allow(dead_code)] // not every test binary that shares this module asks
+pub(crate) fn start_forwarder(cfg: &quiver::Config) -> quiver::control::owner::ConfigOwner {
+    use dataplane::{BufferPool, BufferPoolConfig, HugepagePolicy, IdlePolicy, WorkerConfig};
+    let pool = BufferPool::new(&BufferPoolConfig {
+        buffers: 8192,
+        hugepages: HugepagePolicy::Never,
+        ..BufferPoolConfig::default()
+    })
+    .unwrap();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let workers = WorkerConfig {
+        cores: (0..2).map(|w| w % cores).collect(),
+        idle: IdlePolicy::ADAPTIVE,
+    };
+    quiver::control::owner::ConfigOwner::start(
+        quiver::Forwarder::start(cfg, &workers, pool).unwrap(),
+        Duration::from_millis(1),
+    )
+}
