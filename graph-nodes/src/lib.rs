@@ -6,6 +6,7 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod acl;
 mod fast_map;
 pub mod fib;
 pub mod fib6;
