@@ -87,6 +87,13 @@ pub trait Port: Send + Sync {
     fn point_to_point(&self) -> bool {
         false
     }
+    /// Whether the port shares its NIC with the kernel, which keeps the NIC's neighbours (a
+    /// node uplink: an AF_XDP port in tunnel mode). Quiver then sends no ARP request and no
+    /// neighbour solicitation of its own there: the kernel's answers would never reach it,
+    /// and the two must not compete on the link; its neighbours come from the kernel's table.
+    fn neighbours_from_kernel(&self) -> bool {
+        false
+    }
     /// Counters summed over all queues.
     fn stats(&self) -> PortStats;
     /// Each receive queue's mode, by worker, for ports whose queues can sleep on a wake

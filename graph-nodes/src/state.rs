@@ -90,6 +90,10 @@ pub struct Interface {
     /// at its far end, so its next hops need no neighbour resolution (no ARP is sent into a
     /// link without a link layer).
     pub point_to_point: bool,
+    /// The NIC is shared with the kernel, which keeps its neighbours (a node uplink): no ARP
+    /// request or neighbour solicitation is sent on it; a packet to a next hop whose MAC is
+    /// unknown is dropped as `resolving` while the control side asks the kernel.
+    pub neighbours_from_kernel: bool,
 }
 
 impl Interface {

@@ -171,6 +171,41 @@ fn an_unresolved_neighbour_is_solicited_and_learned_from_its_advertisement() {
 }
 
 #[test]
+fn on_a_nic_shared_with_the_kernel_no_solicitation_or_arp_request_is_sent() {
+    // eth1 is a node uplink: its neighbours are the kernel's, mirrored by the control side.
+    let mut rig = Rig::new(&[MAC0, MAC1], |f, p| {
+        f.add_address6(p[0], w("fd00:1::fe"), 64).unwrap();
+        f.add_address6(p[1], w("fd00:2::fe"), 64).unwrap();
+        f.add_address(p[0], 0x0a00_0101, 24).unwrap();
+        f.add_address(p[1], 0x0a00_0201, 24).unwrap();
+        f.add_neighbor6(p[0], w("fd00:1::2"), HOST_A).unwrap();
+        f.set_neighbours_from_kernel(p[1], true).unwrap();
+    });
+    let to_c = ip6(a("fd00:1::2"), a("fd00:2::5"), 64, 17, &[3; 16]);
+    rig.inject(0, &[eth(MAC0, HOST_A, 0x86dd, &to_c)]);
+    let to_c4 = ipv4(0x0a00_0102, 0x0a00_0205, 17, 64, &[4; 16]);
+    rig.inject(0, &[eth(MAC0, HOST_A, 0x0800, &to_c4)]);
+    assert!(
+        rig.sent(1).is_empty(),
+        "nothing is sent on the kernel's NIC"
+    );
+    assert_eq!(rig.error("ip6-nd-resolve", "resolving"), 1);
+    assert_eq!(rig.error("ip6-nd-resolve", "solicitations-sent"), 0);
+    assert_eq!(rig.error("ip4-arp", "resolving"), 1);
+    assert_eq!(rig.error("ip4-arp", "requests-sent"), 0);
+    // Once the kernel's table has it (the control side adds it), the packet goes.
+    rig.fwd
+        .add_neighbor6(rig.ports[1].index, w("fd00:2::5"), HOST_C)
+        .unwrap();
+    rig.commit();
+    rig.inject(0, &[eth(MAC0, HOST_A, 0x86dd, &to_c)]);
+    let mut want = to_c.clone();
+    want[7] = 63;
+    assert_eq!(rig.sent(1), vec![eth(HOST_C, MAC1, 0x86dd, &want)]);
+    rig.assert_no_leaks();
+}
+
+#[test]
 fn a_solicitation_for_our_address_is_answered_and_its_sender_learned() {
     let mut rig = rig();
     let ns = icmp6(

@@ -8,9 +8,14 @@
 //! Quiver's as it changes: Quiver never answers ARP on the node's NIC and never competes with the
 //! kernel for it. A next hop a tunnel needs that the table lacks is asked of the kernel
 //! (`NTF_USE`), and asked again every [`REFRESH`] so the kernel keeps confirming it.
+//!
+//! Either family: with an IPv6 tunnel address the kernel keeps neighbour discovery for the
+//! node's address (solicitations are ICMPv6, which the XDP program leaves to it), Quiver mirrors
+//! the kernel's IPv6 neighbour table and asks the kernel for the next hops it lacks; it sends
+//! no solicitation of its own on the shared NIC (the port's neighbours are the kernel's).
 
 use std::collections::{HashMap, HashSet};
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -79,14 +84,14 @@ impl NodeUplink {
     /// `tunnel_ports`; `Ok(None)` when no link holds it. On error nothing is left.
     pub fn attach(
         control: &Control,
-        ip: Ipv4Addr,
+        ip: IpAddr,
         tunnel_ports: Vec<u16>,
     ) -> Result<Option<NodeUplink>, NodeUplinkError> {
         let Some(link) = find_uplink(ip)? else {
             return Ok(None);
         };
         // Subscribed before the port exists: no change falls between the table and the watch.
-        let mut watch = NeighbourWatch::open(link.index, POLL)?;
+        let mut watch = NeighbourWatch::open(&link, POLL)?;
         let port = PortSection::AfXdp(AfXdpSection {
             name: UPLINK_PORT.into(),
             mac: None,
@@ -150,20 +155,20 @@ impl NodeUplink {
 /// packet (a WireGuard handshake initiation, retried only 5 s later) must not wait for ARP.
 pub struct NextHops {
     link: KernelUplink,
-    known: Mutex<HashSet<Ipv4Addr>>,
+    known: Mutex<HashSet<IpAddr>>,
     learned: Condvar,
 }
 
 impl NextHops {
     /// The uplink's address (the tunnels' local address).
-    pub fn ip(&self) -> Ipv4Addr {
+    pub fn ip(&self) -> IpAddr {
         self.link.ip
     }
 
     /// Makes sure Quiver's table has the next hop toward `remote`: asks the kernel to resolve
     /// it if it is not known, and waits at most `wait` for the answer to reach the data path.
     /// Returns whether it is known.
-    pub fn prepare(&self, remote: Ipv4Addr, wait: Duration) -> bool {
+    pub fn prepare(&self, remote: IpAddr, wait: Duration) -> bool {
         let Some(hop) = self.link.next_hop(remote) else {
             return false;
         };
@@ -182,7 +187,7 @@ impl NextHops {
         known.contains(&hop)
     }
 
-    fn set(&self, hop: Ipv4Addr, known: bool) {
+    fn set(&self, hop: IpAddr, known: bool) {
         let mut set = self.known.lock().unwrap_or_else(|e| e.into_inner());
         if known {
             set.insert(hop);
@@ -208,11 +213,11 @@ struct Mirror {
     link: KernelUplink,
     next_hops: Arc<NextHops>,
     /// What Quiver's table has for the uplink.
-    known: HashMap<Ipv4Addr, [u8; 6]>,
+    known: HashMap<IpAddr, [u8; 6]>,
     /// When each next hop was last asked of the kernel.
-    asked: HashMap<Ipv4Addr, Instant>,
-    /// WireGuard tunnels' endpoints, as last read.
-    wg_endpoints: Vec<Ipv4Addr>,
+    asked: HashMap<IpAddr, Instant>,
+    /// WireGuard tunnels' endpoints (of the uplink's family), as last read.
+    wg_endpoints: Vec<IpAddr>,
     wg_read: Option<Instant>,
 }
 
@@ -226,7 +231,7 @@ impl Mirror {
         let (ip, len) = (self.link.ip, self.link.prefix_len);
         self.apply(Change::AddAddress {
             port: UPLINK_PORT.into(),
-            ip: ip.into(),
+            ip,
             len,
             owner: None,
         })
@@ -234,13 +239,17 @@ impl Mirror {
         if let Some(gw) = self.link.gateway {
             let has_default = self
                 .control
-                .inspect(|f| f.default_route_address().is_some())
+                .inspect(move |f| f.has_default_route(ip.is_ipv6()))
                 .map_err(refused)?;
             if !has_default {
+                let any = match ip {
+                    IpAddr::V4(_) => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+                    IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+                };
                 self.apply(Change::AddRoute {
-                    prefix: Ipv4Addr::UNSPECIFIED.into(),
+                    prefix: any,
                     len: 0,
-                    via: vec![(gw.into(), UPLINK_PORT.into())],
+                    via: vec![(gw, UPLINK_PORT.into())],
                     owner: None,
                 })
                 .map_err(refused)?;
@@ -286,14 +295,14 @@ impl Mirror {
 
     /// Makes Quiver's table what the kernel's `table` says.
     fn reconcile(&mut self, table: &[Neighbour]) {
-        let present: Vec<Ipv4Addr> = table
+        let present: Vec<IpAddr> = table
             .iter()
             .filter_map(|n| match n {
                 Neighbour::At(ip, _) => Some(*ip),
                 Neighbour::Unknown(_) => None,
             })
             .collect();
-        let gone: Vec<Ipv4Addr> = self
+        let gone: Vec<IpAddr> = self
             .known
             .keys()
             .filter(|ip| !present.contains(ip))
@@ -312,14 +321,14 @@ impl Mirror {
                 self.known.insert(ip, mac);
                 Change::AddNeighbor {
                     port: UPLINK_PORT.into(),
-                    ip: ip.into(),
+                    ip,
                     mac,
                     owner: None,
                 }
             }
             Neighbour::Unknown(ip) if self.known.remove(&ip).is_some() => Change::RemoveNeighbor {
                 port: UPLINK_PORT.into(),
-                ip: ip.into(),
+                ip,
             },
             _ => return,
         };
@@ -344,16 +353,11 @@ impl Mirror {
         {
             self.wg_read = Some(now);
             if let Ok(status) = self.control.inspect(|f| f.wireguard_status()) {
+                let v6 = self.link.ip.is_ipv6();
                 self.wg_endpoints = status
                     .iter()
-                    // IPv4 endpoints only: an IPv6 underlay's next hops are Quiver's own
-                    // neighbour discovery's to find.
-                    .flat_map(|t| {
-                        t.peers.iter().filter_map(|p| match p.endpoint?.ip() {
-                            IpAddr::V4(ip) => Some(ip),
-                            IpAddr::V6(_) => None,
-                        })
-                    })
+                    .flat_map(|t| t.peers.iter().filter_map(|p| Some(p.endpoint?.ip())))
+                    .filter(|ip| ip.is_ipv6() == v6)
                     .collect();
             }
         }
@@ -361,12 +365,10 @@ impl Mirror {
         let remotes = view
             .tunnels()
             .iter()
-            .filter_map(|t| match (t.local, t.remote) {
-                (IpAddr::V4(local), IpAddr::V4(remote)) if local == self.link.ip => Some(remote),
-                _ => None,
-            })
+            .filter(|t| t.local == self.link.ip)
+            .map(|t| t.remote)
             .chain(self.wg_endpoints.iter().copied());
-        let mut hops: Vec<Ipv4Addr> = remotes.filter_map(|r| self.link.next_hop(r)).collect();
+        let mut hops: Vec<IpAddr> = remotes.filter_map(|r| self.link.next_hop(r)).collect();
         hops.sort_unstable();
         hops.dedup();
         for hop in hops {

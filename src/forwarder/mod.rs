@@ -180,6 +180,9 @@ impl Forwarder {
                 .and_then(|i| {
                     forwarding
                         .set_point_to_point(i, port.point_to_point())
+                        .and_then(|()| {
+                            forwarding.set_neighbours_from_kernel(i, port.neighbours_from_kernel())
+                        })
                         .map(|()| i)
                 });
             let interface = added.map_err(|source| StartError::AddPort {

@@ -166,6 +166,10 @@ impl Forwarder {
         let added = added.and_then(|i| {
             self.forwarding
                 .set_point_to_point(i, port.point_to_point())
+                .and_then(|()| {
+                    self.forwarding
+                        .set_neighbours_from_kernel(i, port.neighbours_from_kernel())
+                })
                 .map(|()| i)
         });
         let interface = match added {

@@ -136,6 +136,15 @@ impl Forwarder {
             iface.addresses.first().map(|&(a, _)| Ipv4Addr::from(a))
         })
     }
+
+    /// Whether the default table has a default route of IPv6 (`v6`) or IPv4.
+    pub fn has_default_route(&self, v6: bool) -> bool {
+        if v6 {
+            self.forwarding.routes6().iter().any(|r| r.len == 0)
+        } else {
+            self.forwarding.routes().iter().any(|r| r.len == 0)
+        }
+    }
 }
 
 /// Whether `ip` is one of interface `i`'s addresses (its link-local one too).

@@ -64,6 +64,8 @@ pub struct AfXdpPort {
     netns: Option<Arc<NetNs>>,
     program: Mutex<XdpProgram>,
     queues: Mutex<Vec<QueueSlot>>,
+    /// In tunnel mode: the NIC is the kernel's too ([`Port::neighbours_from_kernel`]).
+    shared: bool,
 }
 
 impl AfXdpPort {
@@ -88,6 +90,7 @@ impl AfXdpPort {
             )));
         }
         let tunnel_ports = config.tunnel_ports.clone();
+        let shared = !tunnel_ports.is_empty();
         let (interface, attach) = (config.interface.clone(), config.attach);
         let (device, program, ifindex) = in_netns(netns.as_deref(), move || {
             let device = NetDevice::open(&interface)?;
@@ -125,6 +128,7 @@ impl AfXdpPort {
             copy: config.copy,
             netns,
             program: Mutex::new(program),
+            shared,
             queues: Mutex::new(
                 (0..config.queues)
                     .map(|_| QueueSlot {
@@ -161,6 +165,10 @@ impl Port for AfXdpPort {
 
     fn link(&self) -> LinkStatus {
         self.device.link()
+    }
+
+    fn neighbours_from_kernel(&self) -> bool {
+        self.shared
     }
 
     /// Binds worker `worker`'s socket to receive queue `worker` of the interface and points the

@@ -86,6 +86,7 @@ impl Interfaces {
             vlans: Vec::new(),
             table: TableId::DEFAULT,
             point_to_point: false,
+            neighbours_from_kernel: false,
         });
         Ok(index)
     }
@@ -137,6 +138,21 @@ impl Forwarding {
             return Err(ForwardingError::WrongMode(i));
         }
         iface.point_to_point = on;
+        Ok(())
+    }
+
+    /// Makes port `i`'s neighbours the kernel's (or not): Quiver sends no ARP request and no
+    /// neighbour solicitation on it ([`crate::state::Interface::neighbours_from_kernel`]).
+    pub fn set_neighbours_from_kernel(
+        &mut self,
+        i: IfIndex,
+        on: bool,
+    ) -> Result<(), ForwardingError> {
+        let iface = self.interfaces.get_mut(i)?;
+        if iface.kind != InterfaceKind::Port {
+            return Err(ForwardingError::WrongMode(i));
+        }
+        iface.neighbours_from_kernel = on;
         Ok(())
     }
 

@@ -255,6 +255,10 @@ impl Node<ForwardingState> for Ip4Arp {
             let Some(iface) = state.interface(adj.tx) else {
                 continue;
             };
+            if iface.neighbours_from_kernel {
+                // The kernel's NIC: the control side asks the kernel (never ARP beside it).
+                continue;
+            }
             let Some(src) = iface.address_for(target) else {
                 cx.count_error(NO_SOURCE_ADDRESS, 1);
                 continue;

@@ -367,6 +367,10 @@ impl Node<ForwardingState> for Ip6NdResolve {
             let Some(iface) = state.interface(adj.tx) else {
                 continue;
             };
+            if iface.neighbours_from_kernel {
+                // The kernel's NIC: the control side asks the kernel (never solicit beside it).
+                continue;
+            }
             let Some((pkt, len)) = solicitation(iface, &target, None) else {
                 cx.count_error(NO_SOURCE_ADDRESS, 1);
                 continue;
@@ -431,6 +435,9 @@ impl Node<ForwardingState> for Ip6NdProbe {
             let Some(iface) = state.interface(p.interface) else {
                 continue;
             };
+            if iface.neighbours_from_kernel {
+                continue;
+            }
             let Some((pkt, len)) = solicitation(iface, &p.target, Some(p.mac)) else {
                 cx.count_error(NO_SOURCE_ADDRESS, 1);
                 continue;

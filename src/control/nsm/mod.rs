@@ -141,10 +141,6 @@ impl ForwarderDataplane {
     /// Before a tunnel from `local` to `remote` is made: its next hop known on the node
     /// uplink, so its first packet is not dropped while the kernel resolves it.
     fn prepare_next_hop(&self, local: IpAddr, remote: IpAddr) {
-        // The node uplink is IPv4's: an IPv6 underlay's next hops are Quiver's own to find.
-        let (IpAddr::V4(local), IpAddr::V4(remote)) = (local, remote) else {
-            return;
-        };
         if let Some(hops) = self.uplink.get().filter(|h| h.ip() == local) {
             if !hops.prepare(remote, NEXT_HOP_WAIT) {
                 tracing::debug!(%remote, "node uplink: the next hop is not resolved yet");
@@ -498,7 +494,7 @@ pub fn start(control: &Control, mut cfg: NsmConfig) -> Result<NsmService, NsmSta
         .apply(Change::SetVxlanPort(cfg.vxlan_port))
         .map_err(NsmStartError::VxlanPort)?;
     let uplink = match cfg.tunnel_ip {
-        Some(IpAddr::V4(ip)) if cfg.node_uplink && !control.view().is_own_address(ip.into()) => {
+        Some(ip) if cfg.node_uplink && !control.view().is_own_address(ip) => {
             let ports = std::iter::once(cfg.vxlan_port)
                 .chain(wg_ports::FIRST..wg_ports::FIRST + wg_ports::COUNT)
                 .collect();
@@ -534,7 +530,7 @@ pub fn start(control: &Control, mut cfg: NsmConfig) -> Result<NsmService, NsmSta
         ),
     }
     let wg_key = wireguard::load_key(&mut cfg)?;
-    if let (Some(IpAddr::V4(ip)), Some(public)) = (cfg.tunnel_ip, cfg.wireguard_public_key) {
+    if let (Some(ip), Some(public)) = (cfg.tunnel_ip, cfg.wireguard_public_key) {
         tracing::info!(
             %ip,
             public_key = nsm_forwarder::mechanism::encode_key(&public),
