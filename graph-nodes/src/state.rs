@@ -137,6 +137,9 @@ pub enum AdjacencyKind {
     Local,
     /// Drop (a blackhole route).
     Drop,
+    /// Look the packet up again in table [`Adjacency::next_table`] (a next-table route; at
+    /// most one such extra lookup per packet).
+    NextTable,
 }
 
 /// A next hop: how to send a packet on.
@@ -157,6 +160,9 @@ pub struct Adjacency {
     pub header: [u8; 18],
     /// The header's length: 14 or 18.
     pub header_len: u8,
+    /// The table a [`AdjacencyKind::NextTable`] adjacency looks packets up in again (its
+    /// number); 0 for every other kind.
+    pub next_table: u16,
 }
 
 impl Adjacency {
@@ -169,6 +175,7 @@ impl Adjacency {
         next_hop6: [0; 16],
         header: [0; 18],
         header_len: 0,
+        next_table: 0,
     };
 }
 
@@ -192,6 +199,7 @@ impl SinglePath {
             AdjacencyKind::Arp => 2,
             AdjacencyKind::Glean => 3,
             AdjacencyKind::Drop => 4,
+            AdjacencyKind::NextTable => 5,
         };
         if index > Self::INDEX {
             return Self::NONE;
@@ -215,6 +223,7 @@ impl SinglePath {
             2 => AdjacencyKind::Arp,
             3 => AdjacencyKind::Glean,
             4 => AdjacencyKind::Drop,
+            5 => AdjacencyKind::NextTable,
             _ => return None,
         };
         Some((AdjIndex::new(self.0 & Self::INDEX), kind))

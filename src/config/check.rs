@@ -71,6 +71,8 @@ pub struct Route<'a> {
     pub via: Vec<(IpAddr, &'a str)>,
     /// Its `[[table]]`, `None` for the default table.
     pub table: Option<&'a str>,
+    /// The table a next-table route's packets are looked up in again (`default` included).
+    pub next_table: Option<&'a str>,
 }
 
 /// Where a value is wrong: its key, and what is wrong with it.
@@ -193,6 +195,7 @@ impl Config {
                     }));
                 }
             }
+            let next_table = super::next_table::check(i, r, table, &self.table)?;
             let mut via = Vec::new();
             for (j, v) in r.via.iter().enumerate() {
                 let key = format!("route[{i}].via[{j}]");
@@ -227,6 +230,7 @@ impl Config {
                 len,
                 via,
                 table,
+                next_table,
             });
         }
         Ok(t)

@@ -1,6 +1,7 @@
 //! `quiver.toml`: what the daemon runs. Every key has a default, so an empty file is valid.
 
 mod check;
+mod next_table;
 pub mod topology;
 pub mod values;
 pub mod vxlan;

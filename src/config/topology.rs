@@ -320,6 +320,11 @@ pub struct RouteSection {
     /// that table.
     #[serde(default)]
     pub table: Option<String>,
+    /// A next-table route: what it matches is looked up again in this table (`default` or a
+    /// `[[table]]`, not its own; no `via` then). Refused when a packet would cross tables
+    /// twice (a loop back, or on to a third table).
+    #[serde(default)]
+    pub next_table: Option<String>,
 }
 
 /// One `[[table]]`: a routing table (a VRF) with its own IPv4 and IPv6 routes. The ports it

@@ -42,7 +42,7 @@ enum CtlCommand {
     /// Clear counters (runtime, errors, interfaces) or the trace.
     #[command(subcommand)]
     Clear(tables::Clear),
-    /// Add or delete routes.
+    /// Add or delete routes (through next hops, or into another table: `--next-table`).
     #[command(subcommand)]
     Route(tables::Route),
     /// Add or delete neighbours (static ARP or IPv6 neighbour-discovery entries).

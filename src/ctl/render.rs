@@ -311,6 +311,7 @@ fn path_text(p: &pb::RoutePath) -> String {
         "rewrite" => format!("via {} {}", p.next_hop, p.interface),
         "arp" => format!("via {} {} (unresolved)", p.next_hop, p.interface),
         "glean" => format!("connected {}", p.interface),
+        "next-table" => format!("lookup in table {}", p.next_table),
         other => other.to_string(),
     }
 }
@@ -357,6 +358,19 @@ pub fn tables_json(r: &pb::ShowTablesReply) -> Value {
     )
 }
 
+/// One path of `show fib --json`: `next_table` only for a next-table path.
+fn path_json(p: &pb::RoutePath) -> Value {
+    let mut v = json!({
+        "kind": p.kind,
+        "next_hop": p.next_hop,
+        "interface": p.interface,
+    });
+    if !p.next_table.is_empty() {
+        v["next_table"] = json!(p.next_table);
+    }
+    v
+}
+
 /// `show fib --json`.
 pub fn fib_json(r: &pb::ShowFibReply) -> Value {
     Value::Array(
@@ -367,11 +381,7 @@ pub fn fib_json(r: &pb::ShowFibReply) -> Value {
                     "table": route.table,
                     "prefix": route.prefix,
                     "source": route.source,
-                    "paths": route.paths.iter().map(|p| json!({
-                        "kind": p.kind,
-                        "next_hop": p.next_hop,
-                        "interface": p.interface,
-                    })).collect::<Vec<_>>(),
+                    "paths": route.paths.iter().map(path_json).collect::<Vec<_>>(),
                 })
             })
             .collect(),

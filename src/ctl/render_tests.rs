@@ -220,6 +220,7 @@ fn show_fib_names_each_path_by_kind() {
         kind: kind.into(),
         next_hop: nh.into(),
         interface: i.into(),
+        next_table: String::new(),
     };
     let r = pb::ShowFibReply {
         routes: vec![
@@ -271,11 +272,23 @@ fn show_fib_names_each_path_by_kind() {
         paths: vec![p("glean", "", "red0")],
         table: "red".into(),
     });
+    r.routes.push(pb::Route {
+        prefix: "0.0.0.0/0".into(),
+        source: "static".into(),
+        paths: vec![pb::RoutePath {
+            next_table: "default".into(),
+            ..p("next-table", "", "")
+        }],
+        table: "red".into(),
+    });
     let text = fib(&r);
     let lines: Vec<&str> = text.lines().collect();
     assert!(lines[0].starts_with("Table"), "{text}");
     assert!(lines[1].starts_with("default"), "{text}");
     assert!(lines[4].starts_with("red "), "{text}");
+    assert!(lines[5].ends_with("lookup in table default"), "{text}");
+    assert_eq!(fib_json(&r)[4]["paths"][0]["next_table"], "default");
+    assert!(fib_json(&r)[0]["paths"][0].get("next_table").is_none());
     let t = tables(&pb::ShowTablesReply {
         tables: vec![pb::RoutingTable {
             name: "red".into(),

@@ -24,7 +24,10 @@ pub enum Clear {
 #[derive(Subcommand)]
 pub enum Route {
     /// Add (or replace) a route: `route add 10.2.0.0/16 --via 10.0.1.2@memif1`, `route add
-    /// 2001:db8:2::/48 --via fe80::1@memif1` (several `--via`: ECMP; none: drop).
+    /// 2001:db8:2::/48 --via fe80::1@memif1` (several `--via`: ECMP; none: drop), or a
+    /// next-table route, `route add 0.0.0.0/0 --table red --next-table default` (what it
+    /// matches is looked up again in that table; refused when a packet would cross tables
+    /// twice).
     Add {
         /// Destination prefix, a.b.c.d/len or x:y::z/len.
         prefix: String,
@@ -35,6 +38,9 @@ pub enum Route {
         /// The routing table (default: the default table).
         #[arg(long)]
         table: Option<String>,
+        /// Look what the route matches up again in this table (another one; no --via).
+        #[arg(long, conflicts_with = "via")]
+        next_table: Option<String>,
     },
     /// Delete the route to a prefix.
     #[command(alias = "delete")]
@@ -50,7 +56,8 @@ pub enum Route {
 pub enum RoutingTable {
     /// `table add NAME`: a routing table (VRF) with its own IPv4 and IPv6 routes.
     Add { name: String },
-    /// `table del NAME`: a table no interface is in, with its routes.
+    /// `table del NAME`: a table no interface is in and no next-table route names, with its
+    /// routes.
     #[command(alias = "delete")]
     Del { name: String },
     /// `table set INTERFACE NAME`: moves an interface (before it has addresses) into a table;
@@ -131,7 +138,12 @@ pub fn clear(client: &AdminClient, cmd: Clear, json: bool) -> Result<(), String>
 pub fn route(client: &AdminClient, cmd: Route, json: bool) -> Result<(), String> {
     let mut s = client.stub();
     match cmd {
-        Route::Add { prefix, via, table } => {
+        Route::Add {
+            prefix,
+            via,
+            table,
+            next_table,
+        } => {
             let via = via
                 .iter()
                 .map(|v| {
@@ -150,6 +162,7 @@ pub fn route(client: &AdminClient, cmd: Route, json: bool) -> Result<(), String>
                     prefix,
                     via,
                     table: table.unwrap_or_default(),
+                    next_table: next_table.unwrap_or_default(),
                 })
             )
         }

@@ -53,6 +53,9 @@ impl From<ForwardingError> for ForwarderError {
             | ForwardingError::BadAddress(_)
             | ForwardingError::OtherTable(_)
             | ForwardingError::TableInUse(_)
+            | ForwardingError::TableTargeted { .. }
+            | ForwardingError::NextTableSelf(_)
+            | ForwardingError::NextTableChain { .. }
             | ForwardingError::HasAddresses(_)
             | ForwardingError::WrongMode(_) => ForwarderError::InvalidArgument(e.to_string()),
             ForwardingError::TooManyInterfaces
@@ -194,6 +197,15 @@ pub enum StartError {
         /// Why.
         #[source]
         source: ForwardingError,
+    },
+    /// A `[[route]]` with a next table was refused.
+    #[error("route {prefix}: {source}")]
+    NextTableRoute {
+        /// The prefix as written.
+        prefix: String,
+        /// Why.
+        #[source]
+        source: ForwarderError,
     },
     /// A `[[route]]` through a WireGuard tunnel was refused.
     #[error("route {prefix}: {source}")]

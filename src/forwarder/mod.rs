@@ -237,6 +237,7 @@ impl Forwarder {
         // The configured cross-connects' cut-throughs.
         forwarder.commit().map_err(StartError::CutThroughs)?;
         forwarder.configure_wireguard(cfg)?;
+        forwarder.configure_next_table_routes(cfg)?;
         Ok(forwarder)
     }
 
@@ -457,8 +458,9 @@ fn configure(
         })?;
     }
     for r in &topology.routes {
-        if cfg.route_through_wireguard(r.section) {
-            // Added once the tunnel exists (`Forwarder::configure_wireguard`).
+        if cfg.route_through_wireguard(r.section) || r.next_table.is_some() {
+            // Added once the tunnel exists (`Forwarder::configure_wireguard`); next-table
+            // routes last, once every route they are checked against is there.
             continue;
         }
         let refused = |source| StartError::Route {

@@ -9,7 +9,8 @@ use graph_nodes::forwarding::Path6;
 use graph_nodes::Path;
 use graph_nodes::TableId;
 
-use super::{Forwarder, ForwarderError, Owned};
+use super::{Forwarder, ForwarderError, Owned, StartError, DEFAULT_TABLE};
+use crate::config::Config;
 
 /// How often housekeeping ages the learned IPv6 neighbours.
 pub(super) const ND_AGING_EVERY: Duration = Duration::from_millis(500);
@@ -70,6 +71,49 @@ impl Forwarder {
         let t = self.table(table)?;
         self.stage_route(t, prefix, len, via)?;
         self.commit()
+    }
+
+    /// Adds (or replaces) a next-table route to `prefix/len` of table `table`: its packets
+    /// are looked up again in table `next_table`, another one. Refused, nothing changed, when
+    /// it would make a packet cross tables twice (a loop or a chain; see
+    /// `graph_nodes::forwarding`'s `next_table`).
+    pub fn add_next_table_route(
+        &mut self,
+        table: &str,
+        prefix: IpAddr,
+        len: u8,
+        next_table: &str,
+    ) -> Result<(), ForwarderError> {
+        masked(prefix, len)?;
+        let t = self.table(table)?;
+        let target = self.table(next_table)?;
+        match prefix {
+            IpAddr::V4(p) => {
+                self.forwarding
+                    .add_next_table_route_in(t, u32::from(p), len, target)?
+            }
+            IpAddr::V6(p) => {
+                self.forwarding
+                    .add_next_table_route6_in(t, u128::from(p), len, target)?
+            }
+        }
+        self.commit()
+    }
+
+    /// Adds `cfg`'s next-table routes, after every other route (each is checked against the
+    /// routes of the table it names).
+    pub(super) fn configure_next_table_routes(&mut self, cfg: &Config) -> Result<(), StartError> {
+        let topology = cfg.topology()?;
+        for r in &topology.routes {
+            let Some(next) = r.next_table else { continue };
+            let table = r.table.unwrap_or(DEFAULT_TABLE);
+            self.add_next_table_route(table, r.prefix, r.len, next)
+                .map_err(|source| StartError::NextTableRoute {
+                    prefix: r.section.prefix.clone(),
+                    source,
+                })?;
+        }
+        Ok(())
     }
 
     /// Stages route `prefix/len` of table `t` over `via` (a blackhole when empty).

@@ -25,7 +25,8 @@ impl Forwarder {
         self.commit()
     }
 
-    /// Removes table `name` and its routes; no interface may be in it, and `default` stays.
+    /// Removes table `name` and its routes; no interface may be in it, no next-table route of
+    /// another table may name it, and `default` stays.
     pub fn remove_table(&mut self, name: &str) -> Result<(), ForwarderError> {
         let t = self.table(name)?;
         let inside = self.interfaces_in(t);

@@ -147,6 +147,15 @@ pub trait AdminBackend: Send + Sync + 'static {
         len: u8,
         via: &[(IpAddr, String)],
     ) -> AdminResult<()>;
+    /// Adds (or replaces) a next-table route to `prefix/len` of `table` (`None`: the default
+    /// table): its packets are looked up again in table `next_table`.
+    fn add_next_table_route(
+        &self,
+        table: Option<&str>,
+        prefix: IpAddr,
+        len: u8,
+        next_table: &str,
+    ) -> AdminResult<()>;
     /// Removes the route to `prefix/len` of `table` (`None`: the default table).
     fn delete_route(&self, table: Option<&str>, prefix: IpAddr, len: u8) -> AdminResult<()>;
     /// Every routing table with the interfaces in it.

@@ -159,7 +159,14 @@ impl Admin for Service {
                 })
                 .collect::<AdminResult<Vec<(IpAddr, String)>>>()?;
             let table = table_name(&r.table);
-            b.add_route(table, prefix, len, &via).map(|()| pb::Empty {})
+            match table_name(&r.next_table) {
+                None => b.add_route(table, prefix, len, &via),
+                Some(_) if !via.is_empty() => Err(AdminError::InvalidArgument(
+                    "a route has next hops or a next table, not both".into(),
+                )),
+                Some(next) => b.add_next_table_route(table, prefix, len, next),
+            }
+            .map(|()| pb::Empty {})
         })
         .await
     }

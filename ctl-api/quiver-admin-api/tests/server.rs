@@ -108,6 +108,17 @@ impl AdminBackend for Recorder {
             Some(t) => self.log(format!("route {t} {prefix}/{len} {via:?}")),
         }
     }
+    fn add_next_table_route(
+        &self,
+        table: Option<&str>,
+        prefix: IpAddr,
+        len: u8,
+        next_table: &str,
+    ) -> AdminResult<()> {
+        self.log(format!(
+            "route {table:?} {prefix}/{len} next-table {next_table}"
+        ))
+    }
     fn delete_route(&self, _table: Option<&str>, prefix: IpAddr, len: u8) -> AdminResult<()> {
         Err(AdminError::NotFound(format!("no route {prefix}/{len}")))
     }
@@ -208,6 +219,7 @@ fn changes_reach_the_backend(client: &AdminClient, s: &mut Stub) {
                 interface: "memif0".into(),
             }],
             table: String::new(),
+            next_table: String::new(),
         }))
         .unwrap();
     client
@@ -218,8 +230,31 @@ fn changes_reach_the_backend(client: &AdminClient, s: &mut Stub) {
                 interface: "memif0".into(),
             }],
             table: " red ".into(),
+            next_table: String::new(),
         }))
         .unwrap();
+    client
+        .block_on(s.add_route(pb::AddRouteRequest {
+            prefix: "0.0.0.0/0".into(),
+            via: Vec::new(),
+            table: "red".into(),
+            next_table: " default ".into(),
+        }))
+        .unwrap();
+    // Next hops and a next table: refused before the backend.
+    let e = client
+        .block_on(s.add_route(pb::AddRouteRequest {
+            prefix: "0.0.0.0/0".into(),
+            via: vec![pb::NextHop {
+                next_hop: "10.0.0.2".into(),
+                interface: "memif0".into(),
+            }],
+            table: "red".into(),
+            next_table: "default".into(),
+        }))
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(e.message().contains("not both"), "{e:?}");
     client
         .block_on(s.add_table(pb::TableRequest {
             name: "blue".into(),
@@ -275,11 +310,13 @@ fn refusals_come_back_as_statuses(client: &AdminClient, s: &mut Stub) {
         prefix: "10.1.2.0/40".into(),
         via: Vec::new(),
         table: String::new(),
+        next_table: String::new(),
     }))));
     invalid(refused(client.block_on(s.add_route(pb::AddRouteRequest {
         prefix: "2001:db8::/129".into(),
         via: Vec::new(),
         table: String::new(),
+        next_table: String::new(),
     }))));
     invalid(refused(client.block_on(s.add_address(
         pb::AddressRequest {
@@ -326,6 +363,7 @@ fn the_backend_saw_typed_requests(backend: &Recorder) {
         [
             "route 10.1.2.0/24 [(10.0.0.2, \"memif0\")]".to_string(),
             "route red 2001:db8:2::/48 [(fe80::2, \"memif0\")]".to_string(),
+            "route Some(\"red\") 0.0.0.0/0 next-table default".to_string(),
             "table blue".to_string(),
             "address memif0 2001:db8:1::1/64".to_string(),
             "xc a b Some(L3Peers { peer_a: [10.0.0.2], peer_b: [10.0.1.2] })".to_string(),

@@ -99,6 +99,13 @@ impl Forwarding {
                     ..Adjacency::DROP
                 }
             }
+            AdjKey::NextTable(t) => {
+                return Adjacency {
+                    kind: AdjacencyKind::NextTable,
+                    next_table: t.0,
+                    ..Adjacency::DROP
+                }
+            }
             AdjKey::Glean(i) => (AdjacencyKind::Glean, i, 0, 0, None, wire::ETHERTYPE_IP4),
             AdjKey::Glean6(i) => (AdjacencyKind::Glean, i, 0, 0, None, wire::ETHERTYPE_IP6),
             AdjKey::Neighbor(i, ip) => {
@@ -123,6 +130,7 @@ impl Forwarding {
             next_hop6: next_hop6.to_be_bytes(),
             header: [0; 18],
             header_len: 0,
+            next_table: 0,
         };
         if let InterfaceKind::Wireguard { .. } = iface.kind {
             // IP payload: no neighbour, no L2 header; the tunnel picks the peer.

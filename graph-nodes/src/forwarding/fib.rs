@@ -165,6 +165,20 @@ impl<L: LpmWriter> Fib<L> {
         self.routes.get(&(Self::masked(prefix, len), len)).copied()
     }
 
+    /// The longest route that holds the whole of `prefix/len` (`prefix/len` itself
+    /// included): its length and object. What every address of the prefix takes unless a
+    /// longer route holds it.
+    pub(crate) fn covering(&self, prefix: L::Addr, len: u8) -> Option<(u8, u32)> {
+        (0..=len)
+            .rev()
+            .find_map(|l| self.get(prefix, l).map(|(lb, _)| (l, lb)))
+    }
+
+    /// Every route, unsorted: prefix, length, object.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (L::Addr, u8, u32)> + '_ {
+        self.routes.iter().map(|(&(p, l), &(lb, _))| (p, l, lb))
+    }
+
     /// Every route, sorted by prefix.
     pub(crate) fn routes(&self) -> Vec<Route<L::Addr>> {
         let mut v: Vec<_> = self

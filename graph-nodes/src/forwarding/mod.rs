@@ -31,6 +31,7 @@ mod fib;
 mod interfaces;
 mod interned;
 mod neighbors;
+mod next_table;
 mod objects;
 mod routes;
 mod routes6;
@@ -108,6 +109,25 @@ pub enum ForwardingError {
     /// A route's path through an interface of another table.
     #[error("interface {0} is in another table than the route")]
     OtherTable(IfIndex),
+    /// A next-table route naming its own table.
+    #[error("a next-table route of table `{0}` cannot name its own table")]
+    NextTableSelf(String),
+    /// A next-table route that would send packets across tables more than once.
+    #[error("{route} refused: {why}")]
+    NextTableChain {
+        /// The route, its table and the table it names.
+        route: String,
+        /// Which route would send its packets on, and where.
+        why: String,
+    },
+    /// A table that next-table routes name cannot be removed.
+    #[error("table `{table}` is the next table of routes in table `{by}`: remove them first")]
+    TableTargeted {
+        /// The table.
+        table: String,
+        /// A table with such a route.
+        by: String,
+    },
     /// An interface with addresses cannot change tables.
     #[error("interface {0} has addresses: remove them before moving it to another table")]
     HasAddresses(IfIndex),

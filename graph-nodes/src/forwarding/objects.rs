@@ -3,7 +3,7 @@
 //! last user frees it (reusable only once a commit is past it; see `interned`).
 
 use super::interned::Interned;
-use crate::index::{AdjIndex, IfIndex};
+use crate::index::{AdjIndex, IfIndex, TableId};
 
 /// What an adjacency is: the key it is interned by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -20,6 +20,8 @@ pub(super) enum AdjKey {
     Local,
     /// A blackhole.
     Drop,
+    /// Look the packet up again in this table (a next-table route).
+    NextTable(TableId),
 }
 
 impl AdjKey {
@@ -30,7 +32,7 @@ impl AdjKey {
             | AdjKey::Neighbor6(i, _)
             | AdjKey::Glean(i)
             | AdjKey::Glean6(i) => Some(i),
-            AdjKey::Local | AdjKey::Drop => None,
+            AdjKey::Local | AdjKey::Drop | AdjKey::NextTable(_) => None,
         }
     }
 }
@@ -103,6 +105,18 @@ impl Objects {
             }
         }
         out
+    }
+
+    /// The table load-balance object `lb` looks packets up in again, if it is a next-table
+    /// route's.
+    pub(super) fn next_table_of(&self, lb: u32) -> Option<TableId> {
+        match self.load_balances.keys.get(lb as usize)?.as_deref()? {
+            [a] => match self.key(*a)? {
+                AdjKey::NextTable(t) => Some(t),
+                _ => None,
+            },
+            _ => None,
+        }
     }
 
     /// Whether load-balance object `lb` sends through interface `i`.

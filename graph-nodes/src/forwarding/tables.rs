@@ -2,7 +2,7 @@
 //! is in exactly one (the default table, [`TableId::DEFAULT`], unless moved), and its
 //! connected, local and host routes go there. A lookup uses the table of the interface the
 //! packet arrived on; what Quiver sends itself (tunnel underlays) is looked up in the default
-//! table. No lookup crosses tables.
+//! table. No lookup crosses tables but by a next-table route (`next_table`).
 
 use std::sync::Arc;
 
@@ -142,8 +142,8 @@ impl Forwarding {
         Ok(TableId(at as u16))
     }
 
-    /// Removes table `t`, which must hold no interface; its routes go with it. The default
-    /// table stays.
+    /// Removes table `t`, which must hold no interface and be named by no next-table route
+    /// (of another table); its routes go with it. The default table stays.
     pub fn remove_table(&mut self, t: TableId) -> Result<(), ForwardingError> {
         if t == TableId::DEFAULT {
             return Err(ForwardingError::TableInUse(DEFAULT_TABLE_NAME.into()));
@@ -151,6 +151,9 @@ impl Forwarding {
         let name = self.tables.get(t)?.name.clone();
         if self.interfaces.iter().any(|i| i.table == t) {
             return Err(ForwardingError::TableInUse(name));
+        }
+        if let Some(by) = self.next_table_user(t) {
+            return Err(ForwardingError::TableTargeted { table: name, by });
         }
         let table = self.tables.slots[usize::from(t.0)]
             .take()

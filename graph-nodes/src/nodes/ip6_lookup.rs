@@ -1,6 +1,6 @@
 //! `ip6-lookup`: longest-prefix match on the IPv6 destination, then ECMP by flow hash, as
 //! `ip4-lookup` does: the whole frame's destinations go down the table together so that its
-//! misses overlap.
+//! misses overlap. Tables and next-table routes as in `ip4-lookup`.
 
 use dataplane::buffer::{flags, BufferMeta, BufferView};
 use dataplane::BufferIndex;
@@ -21,6 +21,7 @@ node_errors! {
     NO_ROUTE => ("no-route", "no route to the destination"),
     BLACKHOLE => ("blackhole", "the route drops (a blackhole)"),
     BAD_OBJECT => ("bad-object", "the route points at a missing object (a bug)"),
+    NEXT_TABLE_LOOP => ("next-table-loop", "a second next-table route (one extra lookup per packet)"),
 }
 
 /// The `ip6-lookup` node.
@@ -83,6 +84,7 @@ impl Node<ForwardingState> for Ip6Lookup {
             cx.error_id(NO_ROUTE),
             cx.error_id(BLACKHOLE),
             cx.error_id(BAD_OBJECT),
+            cx.error_id(NEXT_TABLE_LOOP),
         ];
         let bis = frame.as_slice();
         let n = bis.len();
@@ -153,12 +155,17 @@ fn other(
     bi: BufferIndex,
     path: Option<SinglePath>,
     lb: u32,
-    errors: &[u16; 3],
+    errors: &[u16; 4],
 ) -> Next {
     let (meta, d) = buffers.meta_and_data_mut(bi);
     let verdict = match path.and_then(SinglePath::get) {
         Some((adj, kind)) => route(adj, kind),
         None => general(state, meta, d, lb),
+    };
+    // A next-table route: looked up once more, where a next-table route is final.
+    let verdict = match verdict {
+        Err(NEXT_TABLE_LOOP) => again(state, meta, d, lb),
+        v => v,
     };
     match verdict {
         Ok((to, adj)) => {
@@ -180,8 +187,37 @@ fn route(adj: AdjIndex, kind: AdjacencyKind) -> Result<(Next, AdjIndex), u16> {
         AdjacencyKind::Local => LOCAL,
         AdjacencyKind::Arp | AdjacencyKind::Glean => RESOLVE,
         AdjacencyKind::Drop => return Err(BLACKHOLE),
+        // Looked up again by the caller the first time, dropped the second.
+        AdjacencyKind::NextTable => return Err(NEXT_TABLE_LOOP),
     };
     Ok((next, adj))
+}
+
+/// The packet's way in the table next-table route `lb` names: its second and last lookup.
+#[inline(never)]
+fn again(
+    state: &ForwardingState,
+    meta: &BufferMeta,
+    d: &[u8],
+    lb: u32,
+) -> Result<(Next, AdjIndex), u16> {
+    let adj = state
+        .load_balances
+        .get(lb as usize)
+        .and_then(|lb| lb.buckets.first())
+        .and_then(|a| state.adjacencies.get(a.as_usize()))
+        .ok_or(BAD_OBJECT)?;
+    let dst = Ipv6::new_checked(d).map_or(0, |ip| u128::from_be_bytes(ip.dst()));
+    let lb = state
+        .fibs6
+        .get(usize::from(adj.next_table))
+        .and_then(Option::as_deref)
+        .and_then(|fib| fib.lookup(dst))
+        .ok_or(NO_ROUTE)?;
+    match state.single_paths.get(lb as usize).and_then(|p| p.get()) {
+        Some((adj, kind)) => route(adj, kind),
+        None => general(state, meta, d, lb),
+    }
 }
 
 /// The general way from load-balance object `lb` to an adjacency: ECMP by flow hash.

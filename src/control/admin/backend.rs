@@ -115,6 +115,22 @@ impl AdminBackend for ForwarderAdmin {
         self.apply(change).map(drop)
     }
 
+    fn add_next_table_route(
+        &self,
+        table: Option<&str>,
+        prefix: IpAddr,
+        len: u8,
+        next_table: &str,
+    ) -> AdminResult<()> {
+        self.apply(Change::AddNextTableRoute {
+            table: table.unwrap_or(DEFAULT_TABLE).into(),
+            prefix,
+            len,
+            next_table: next_table.into(),
+        })
+        .map(drop)
+    }
+
     fn delete_route(&self, table: Option<&str>, prefix: IpAddr, len: u8) -> AdminResult<()> {
         let change = match table.filter(|t| *t != DEFAULT_TABLE) {
             None => Change::RemoveRoute { prefix, len },

@@ -133,6 +133,16 @@ fn route(f: &ForwarderView, prefix: String, source: RouteSource, lb: u32) -> pb:
             AdjacencyKind::Glean => ("glean", name(adj.tx)),
             AdjacencyKind::Local => ("local", String::new()),
             AdjacencyKind::Drop => ("drop", String::new()),
+            AdjacencyKind::NextTable => ("next-table", String::new()),
+        };
+        let next_table = match adj.kind {
+            AdjacencyKind::NextTable => f
+                .table_names
+                .iter()
+                .find(|(t, _)| t.0 == adj.next_table)
+                .map(|(_, name)| name.clone())
+                .unwrap_or_default(),
+            _ => String::new(),
         };
         let next_hop = match adj.kind {
             AdjacencyKind::Rewrite | AdjacencyKind::Arp => next_hop(adj),
@@ -142,6 +152,7 @@ fn route(f: &ForwarderView, prefix: String, source: RouteSource, lb: u32) -> pb:
             kind: kind.into(),
             next_hop,
             interface,
+            next_table,
         };
         // An ECMP object may list a path in several buckets.
         if !paths.contains(&p) {

@@ -82,6 +82,18 @@ pub enum Change {
         /// Paths (ECMP when several; none: drop), through ports of the table.
         via: Vec<(IpAddr, String)>,
     },
+    /// Add (or replace) a next-table route of a table: its packets are looked up again in
+    /// `next_table`.
+    AddNextTableRoute {
+        /// The table (`default` for the default table).
+        table: String,
+        /// Destination.
+        prefix: IpAddr,
+        /// Prefix length.
+        len: u8,
+        /// The table its packets are looked up in again.
+        next_table: String,
+    },
     /// Remove a route of a named table.
     RemoveRouteIn {
         /// The table.
@@ -261,6 +273,12 @@ impl Change {
                     via.iter().map(|(ip, port)| (*ip, port.as_str())).collect();
                 done(f.add_route_in(&table, prefix, len, &via))
             }
+            Change::AddNextTableRoute {
+                table,
+                prefix,
+                len,
+                next_table,
+            } => done(f.add_next_table_route(&table, prefix, len, &next_table)),
             Change::RemoveRouteIn { table, prefix, len } => {
                 done(f.remove_route_in(&table, prefix, len))
             }

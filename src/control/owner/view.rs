@@ -46,6 +46,8 @@ pub struct ForwarderView {
     pub table_routes: Arc<Vec<TableRoutes>>,
     /// Every table with the interfaces in it (the default table first).
     pub tables: Vec<(String, Vec<String>)>,
+    /// Every table's number and name (what next-table routes name by number).
+    pub table_names: Vec<(graph_nodes::TableId, String)>,
     /// [`graph_nodes::Forwarding::route_generation`] as of `routes`.
     route_generation: u64,
     /// When `routes` was made.
@@ -132,6 +134,7 @@ impl ForwarderView {
             routes6,
             table_routes,
             tables: f.tables(),
+            table_names: fw.tables(),
             route_generation,
             routes_made,
             state: Arc::new(fw.snapshot()),
@@ -157,6 +160,7 @@ impl ForwarderView {
             routes6: self.routes6.clone(),
             table_routes: self.table_routes.clone(),
             tables: self.tables.clone(),
+            table_names: self.table_names.clone(),
             route_generation: self.route_generation,
             routes_made: self.routes_made,
             state: self.state.clone(),
