@@ -72,7 +72,20 @@ const FUNCTIONS: &[&str] = &[
     "rte_ring_enqueue_burst",
     "rte_ring_dequeue_burst",
     "rte_ring_count",
-    // ours (csrc/shim.c).
+    "rte_pktmbuf_pool_create",
+    // the graph library, librte_node's IPv4 and ethdev nodes, LPM (the graph-ip4 benchmark).
+    "rte_graph_create",
+    "rte_graph_destroy",
+    "rte_graph_lookup",
+    "rte_graph_walk",
+    "rte_node_eth_config",
+    "rte_node_ip4_route_add",
+    "rte_node_ip4_rewrite_add",
+    "rte_lpm_create",
+    "rte_lpm_free",
+    "rte_lpm_find_existing",
+    "rte_lpm_lookup",
+    // ours (csrc/shim.c, csrc/graph_bench.c).
     "quiver_.*",
 ];
 
@@ -92,6 +105,10 @@ const TYPES: &[&str] = &[
     "rte_iova_mode",
     "rte_eth_rx_mq_mode",
     "rte_ring",
+    "rte_graph_param",
+    "rte_node_ethdev_config",
+    "rte_lpm_config",
+    "rte_node_ip4_lookup_next",
 ];
 
 /// Constants (object-like macros and our own `QUIVER_*` values).
@@ -110,6 +127,8 @@ const VARS: &[&str] = &[
     "RTE_ETH_NAME_MAX_LEN",
     "RING_F_SP_ENQ",
     "RING_F_SC_DEQ",
+    "RTE_GRAPH_ID_INVALID",
+    "RTE_GRAPH_BURST_SIZE",
     "QUIVER_.*",
 ];
 
@@ -136,6 +155,7 @@ fn pkg_config(args: &[&str]) -> String {
 fn main() {
     println!("cargo:rerun-if-changed=csrc/quiver_dpdk.h");
     println!("cargo:rerun-if-changed=csrc/shim.c");
+    println!("cargo:rerun-if-changed=csrc/graph_bench.c");
     println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
     println!("cargo:rerun-if-env-changed=PKG_CONFIG");
 
@@ -209,6 +229,7 @@ fn main() {
     let mut cc = cc::Build::new();
     cc.file(wrappers.with_extension("c"))
         .file("csrc/shim.c")
+        .file("csrc/graph_bench.c")
         .include("csrc")
         .define("ALLOW_EXPERIMENTAL_API", None)
         .opt_level(3)
