@@ -6,56 +6,12 @@
 
 mod support;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::side::{run, Side, IP, PING};
+use support::side::{echoes_received, run, Side, Underlay, IP, PING};
 use support::{Quiver, Scratch};
 use testkit::{require, Needs};
-
-/// A veth pair in the test's namespace (IPv6 off on both ends), deleted on drop.
-struct Underlay {
-    a: String,
-    b: String,
-}
-
-impl Underlay {
-    fn new() -> Underlay {
-        let id = std::process::id() % 100_000;
-        let u = Underlay {
-            a: format!("qvua{id}"),
-            b: format!("qvub{id}"),
-        };
-        run(&[
-            IP, "link", "add", &u.a, "type", "veth", "peer", "name", &u.b,
-        ]);
-        for end in [&u.a, &u.b] {
-            let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{end}/disable_ipv6"), "1");
-            run(&[IP, "link", "set", end, "up"]);
-        }
-        u
-    }
-}
-
-impl Drop for Underlay {
-    fn drop(&mut self) {
-        let _ = Command::new(IP).args(["link", "del", &self.a]).output();
-    }
-}
-
-/// `side`'s kernel's count of ICMP echo requests received (`nstat`'s IcmpInEchos).
-fn echoes_received(side: &Side) -> u64 {
-    let out = Command::new(IP)
-        .args(["netns", "exec", &side.ns, "nstat", "-az", "IcmpInEchos"])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|l| l.strip_prefix("IcmpInEchos"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or_else(|| panic!("nstat in {}: {out:?}", side.ns))
-}
 
 /// Pings `to` from `side` until one is answered (ARP on both tenant links and across the
 /// tunnel comes first).
@@ -151,7 +107,7 @@ fn two_tenants_with_the_same_addresses_reach_only_their_own_peers_over_their_vni
         "dev",
         "lo",
     ]);
-    let underlay = Underlay::new();
+    let underlay = Underlay::pair();
 
     let dir = Scratch::new("vrf-vxlan");
     let c1 = config(

@@ -329,13 +329,15 @@ pub struct RouteSection {
 
 /// One `[[table]]`: a routing table (a VRF) with its own IPv4 and IPv6 routes. The ports it
 /// lists are in it (every other port is in the default table): their addresses' connected
-/// routes are its, and what they receive is routed by its routes alone.
+/// routes are its, and what they receive is routed by its routes alone. A routed `[[vxlan]]`
+/// or a `[[wireguard]]` tunnel listed here is such an interface too: what it decapsulates or
+/// decrypts is routed in this table (its underlay stays the default table's).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TableSection {
     /// Its name (not `default`, the default table's).
     pub name: String,
-    /// The ports in it.
+    /// The ports (and tunnels) in it.
     #[serde(default)]
     pub interfaces: Vec<String>,
 }

@@ -16,7 +16,9 @@
 //! Route into the tunnel with `[[route]]` (`via` any address, `interface` the tunnel's name) or
 //! an L3 cross-connect; its interface carries IP payload (IPv4 and IPv6, no L2 header) with
 //! an MTU below `underlay_mtu` (default 1500) by WireGuard's overhead: 60 bytes over IPv4, 80
-//! over IPv6.
+//! over IPv6. Listed in a `[[table]]`'s `interfaces`, the tunnel is that table's: what it
+//! decrypts is routed there and the routes into it are that table's (`table = "red"`); its
+//! underlay (`address`, the peers' endpoints) stays the default table's.
 
 use serde::Deserialize;
 

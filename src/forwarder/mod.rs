@@ -417,6 +417,10 @@ fn configure(
         };
         let id = f.add_table(&t.name).map_err(refused)?;
         for p in &t.interfaces {
+            if cfg.wireguard.iter().any(|w| w.name == *p) {
+                // Moved once the tunnel exists (`Forwarder::configure_wireguard`).
+                continue;
+            }
             f.set_interface_table(port(p)?, id).map_err(refused)?;
         }
     }

@@ -1,5 +1,6 @@
 //! A network namespace with a veth into it, for tests that run `quiver run` on kernel
-//! interfaces (`af_packet_ring.rs`, `af_xdp_run.rs`).
+//! interfaces (`af_packet_ring.rs`, `af_xdp_run.rs`); a veth pair between two Quivers (an
+//! underlay) and a namespace's ICMP echo count (`vrf_vxlan.rs`, `vrf_wireguard.rs`).
 
 use std::process::{Command, Output};
 
@@ -68,4 +69,50 @@ impl Drop for Side {
         let _ = Command::new(IP).args(["link", "del", &self.root]).output();
         let _ = Command::new(IP).args(["netns", "del", &self.ns]).output();
     }
+}
+
+/// A veth pair in the test's namespace (IPv6 off on both ends), deleted on drop.
+pub struct Underlay {
+    /// One end.
+    pub a: String,
+    /// The other.
+    pub b: String,
+}
+
+impl Underlay {
+    /// A new pair, both ends up.
+    pub fn pair() -> Underlay {
+        let id = std::process::id() % 100_000;
+        let u = Underlay {
+            a: format!("qvua{id}"),
+            b: format!("qvub{id}"),
+        };
+        run(&[
+            IP, "link", "add", &u.a, "type", "veth", "peer", "name", &u.b,
+        ]);
+        for end in [&u.a, &u.b] {
+            let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{end}/disable_ipv6"), "1");
+            run(&[IP, "link", "set", end, "up"]);
+        }
+        u
+    }
+}
+
+impl Drop for Underlay {
+    fn drop(&mut self) {
+        let _ = Command::new(IP).args(["link", "del", &self.a]).output();
+    }
+}
+
+/// `side`'s kernel's count of ICMP echo requests received (`nstat`'s IcmpInEchos).
+pub fn echoes_received(side: &Side) -> u64 {
+    let out = Command::new(IP)
+        .args(["netns", "exec", &side.ns, "nstat", "-az", "IcmpInEchos"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("IcmpInEchos"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("nstat in {}: {out:?}", side.ns))
 }

@@ -320,11 +320,17 @@ impl Forwarder {
 }
 
 impl Forwarder {
-    /// Adds `cfg`'s `[[wireguard]]` tunnels and the routes through them.
+    /// Adds `cfg`'s `[[wireguard]]` tunnels (each in the `[[table]]` that lists it, if one
+    /// does) and the routes through them.
     pub(super) fn configure_wireguard(&mut self, cfg: &Config) -> Result<(), StartError> {
         let f = self;
         for w in &cfg.wireguard {
+            let table = cfg.table.iter().find(|t| t.interfaces.contains(&w.name));
             f.add_wireguard(w, None)
+                .and_then(|_| match table {
+                    Some(t) => f.set_interface_table(&w.name, &t.name),
+                    None => Ok(()),
+                })
                 .map_err(|source| StartError::Wireguard {
                     name: w.name.clone(),
                     source,
@@ -336,11 +342,14 @@ impl Forwarder {
             .iter()
             .filter(|r| cfg.route_through_wireguard(r.section))
         {
-            f.add_route(r.prefix, r.len, &r.via, None)
-                .map_err(|source| StartError::WireguardRoute {
-                    prefix: r.section.prefix.clone(),
-                    source,
-                })?;
+            match r.table {
+                Some(table) => f.add_route_in(table, r.prefix, r.len, &r.via),
+                None => f.add_route(r.prefix, r.len, &r.via, None),
+            }
+            .map_err(|source| StartError::WireguardRoute {
+                prefix: r.section.prefix.clone(),
+                source,
+            })?;
         }
         Ok(())
     }
