@@ -2,7 +2,7 @@
 //! into UDP/IPv4 to the peer's endpoint (opened here with the peer's keys by the protocol
 //! crate), `wg4-decrypt` opens what the peer sealed and routes the inner packet, every refusal
 //! is a named counter, handshakes are punted, and the control side's datagrams leave through
-//! `wg-control-input`.
+//! `wg-control-input`; a tunnel in a table (VRF) has what it decrypts routed there.
 
 mod common;
 
@@ -421,5 +421,49 @@ fn an_l3_cross_connect_carries_ipv6_through_a_tunnel_both_ways() {
     rig.inject(0, &[eth(MAC0, HOST_A, 0x86dd, &nowhere)]);
     assert!(rig.sent(1).is_empty());
     assert_eq!(rig.error("wg4-encrypt", "no-peer"), 1);
+    rig.assert_no_leaks();
+}
+
+#[test]
+fn a_tunnel_in_a_table_routes_what_it_decrypts_there_and_takes_that_tables_routes() {
+    let (mut rig, _, theirs) = rig(true);
+    let wg = rig.fwd.interface_by_name("wg0").unwrap().index;
+    let red = rig.fwd.add_table("red").unwrap();
+    assert!(rig.fwd.remove_route(ip(10, 9, 0, 0), 24));
+    rig.fwd.set_interface_table(wg, red).unwrap();
+    let via = Path {
+        next_hop: ip(10, 9, 0, 1),
+        interface: wg,
+    };
+    rig.fwd
+        .add_route_in(red, ip(10, 9, 0, 0), 24, &[via])
+        .unwrap();
+    rig.commit();
+    // Decrypted, the peer's packet for host A is looked up in red, which has no route to it
+    // (the default table's connected route is not red's).
+    let reply = ipv4(ip(10, 9, 0, 5), ip(10, 0, 1, 2), 17, 64, &[0; 8]);
+    rig.inject(1, &[underlay(&from_peer(&theirs, 0, &reply))]);
+    assert!(rig.sent(0).is_empty());
+    assert_eq!(rig.error(graph_nodes::names::IP4_LOOKUP, "no-route"), 1);
+    // Host A's packet for the peer: the default table has no route either.
+    let to_peer = ipv4(ip(10, 0, 1, 2), ip(10, 9, 0, 5), 17, 64, &[0; 8]);
+    rig.inject(0, &[eth(MAC0, HOST_A, 0x0800, &to_peer)]);
+    assert!(rig.sent(1).is_empty());
+    assert_eq!(rig.error(graph_nodes::names::IP4_LOOKUP, "no-route"), 2);
+
+    // Next-table routes both ways: red's packets into the default table, the default table's
+    // for the peer's prefix into red, whose route goes into the tunnel.
+    rig.fwd
+        .add_next_table_route_in(red, 0, 0, graph_nodes::TableId::DEFAULT)
+        .unwrap();
+    rig.fwd
+        .add_next_table_route_in(graph_nodes::TableId::DEFAULT, ip(10, 9, 0, 0), 24, red)
+        .unwrap();
+    rig.commit();
+    rig.inject(1, &[underlay(&from_peer(&theirs, 1, &reply))]);
+    assert_eq!(rig.sent(0).len(), 1, "to host A through the default table");
+    rig.inject(0, &[eth(MAC0, HOST_A, 0x0800, &to_peer)]);
+    assert_eq!(rig.sent(1).len(), 1, "sealed to the peer through red");
+    assert_eq!(rig.error(graph_nodes::names::IP4_LOOKUP, "no-route"), 2);
     rig.assert_no_leaks();
 }
