@@ -170,6 +170,10 @@ fn a_tenant_reaches_the_default_table_through_its_next_table_route_in_both_famil
     }
     ping_until_answered(&mut q, &red, "10.0.1.2");
     ping_until_answered(&mut q, &red, "2001:db8:1::2");
+    // Quiver's own addresses in the default table answer too: the replies go back through
+    // red, where the requests came from.
+    ping_until_answered(&mut q, &red, "10.0.1.1");
+    ping_until_answered(&mut q, &red, "2001:db8:1::1");
     let fib = q.json(&["show", "fib"]);
     for (table, prefix, next) in [
         ("red", "0.0.0.0/0", "default"),
