@@ -172,6 +172,27 @@ fn configuration_refuses_its_own_table_a_missing_one_and_loops() {
         .add_next_table_route_in(blue, ip(10, 0, 0, 0), 8, red)
         .unwrap_err();
     assert!(e.to_string().contains("at most one"), "{e}");
+    // A more specific next-table route inside: blue's 10.5.0.0/16 on to the default table
+    // would take what red's 10.0.0.0/8 sends blue, either way round.
+    f.add_next_table_route_in(blue, ip(10, 5, 0, 0), 16, TableId::DEFAULT)
+        .unwrap();
+    let e = f
+        .add_next_table_route_in(red, ip(10, 0, 0, 0), 8, blue)
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("`blue`'s route 10.5.0.0/16 leads on"),
+        "{e}"
+    );
+    assert!(f.remove_route_in(blue, ip(10, 5, 0, 0), 16));
+    let e = f
+        .add_next_table_route_in(TableId::DEFAULT, ip(10, 5, 0, 0), 16, blue)
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("`red`'s route 0.0.0.0/0 leads to `default`, which would send it on"),
+        "{e}"
+    );
     // The other way round: the default table's for red's subnet, red's connected route
     // holding it, is fine; red's own default route then still is.
     f.add_next_table_route_in(TableId::DEFAULT, ip(10, 1, 0, 0), 24, red)
@@ -184,7 +205,8 @@ fn configuration_refuses_its_own_table_a_missing_one_and_loops() {
         .unwrap_err();
     assert!(e.to_string().contains("(a loop)"), "{e}");
     // A table that next-table routes name stays until they go.
-    f.add_next_table_route_in(TableId::DEFAULT, ip(10, 9, 0, 0), 16, blue)
+    let blue6 = v6("2001:db8:9::");
+    f.add_next_table_route6_in(TableId::DEFAULT, blue6, 48, blue)
         .unwrap();
     assert_eq!(
         f.remove_table(blue),
@@ -194,7 +216,7 @@ fn configuration_refuses_its_own_table_a_missing_one_and_loops() {
         })
     );
     assert!(f.route_generation() > routes);
-    assert!(f.remove_route_in(TableId::DEFAULT, ip(10, 9, 0, 0), 16));
+    assert!(f.remove_route6_in(TableId::DEFAULT, blue6, 48));
     f.remove_table(blue).unwrap();
     r.commit();
     r.assert_no_leaks();

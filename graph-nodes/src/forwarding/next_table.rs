@@ -5,12 +5,16 @@
 //! next-table route is dropped as `next-table-loop`.
 //!
 //! Checked when such a route is added (each family on its own), so that what is configured
-//! never needs that drop: it names another table that exists, and for its whole prefix the
-//! table it names does not send the packet on again (the route that table has for the
-//! prefix is not a next-table route), nor does it become the route by which an existing
-//! next-table route's packets would be sent on again. A later change of other routes (one
-//! removed so that a next-table route covers more) is not checked: the data path's bound
-//! holds. A table that next-table routes name cannot be removed until they are.
+//! never needs that drop: it names another table that exists, and no packet it sends there
+//! meets a next-table route of that table (on to a third table, or back: a loop), nor does
+//! it send on what an existing next-table route sends into its own table. Two next-table
+//! routes, A's `p` into B and B's `q`, make such a chain when their prefixes overlap and, for
+//! the more specific of the two, `p` is the longest of A's routes that holds it whole and
+//! `q` the longest of B's (so a tenant's default route into the default table and the
+//! default table's route for the tenant's connected subnet back are no chain: the tenant's
+//! connected route holds that subnet). A later change of other routes (a route removed so
+//! that a next-table route takes more) is not checked: the data path's bound holds. A table
+//! that next-table routes name cannot be removed until they are.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -110,10 +114,16 @@ impl Forwarding {
             why,
         };
         let name = |x: TableId| self.tables.get(x).map_or(String::new(), |x| x.name.clone());
-        // What the target does with the prefix.
-        if let Some((l, lb)) = fib(to).covering(prefix, len) {
-            if let Some(next) = self.objects.next_table_of(lb) {
-                let shown = format!("{}/{l}", show(Fib::<L>::masked(prefix, l)));
+        let next_table_routes = |table: &Table| {
+            fib(table)
+                .iter()
+                .filter_map(|(p, l, lb)| Some((p, l, self.objects.next_table_of(lb)?)))
+                .collect::<Vec<_>>()
+        };
+        // Where the target sends on what this route sends it.
+        for (q, ql, next) in next_table_routes(to) {
+            if chain(fib(from), (prefix, len), fib(to), (q, ql), true) {
+                let shown = format!("{}/{ql}", show(q));
                 return Err(refused(if next == t {
                     format!(
                         "`{}`'s route {shown} leads back to `{}` (a loop)",
@@ -130,16 +140,9 @@ impl Forwarding {
             }
         }
         // Next-table routes into `t` whose packets this route would send on.
-        let within = |p: L::Addr, l: u8| {
-            l >= len && Fib::<L>::masked(p, len) == Fib::<L>::masked(prefix, len)
-        };
         for (x, table) in self.tables.iter() {
-            for (p, l, lb) in fib(table).iter() {
-                if self.objects.next_table_of(lb) != Some(t) || !within(p, l) {
-                    continue;
-                }
-                // Taken unless `t` holds a longer route for that prefix.
-                if fib(from).covering(p, l).is_some_and(|(cl, _)| cl > len) {
+            for (p, l, next) in next_table_routes(table) {
+                if next != t || !chain(fib(table), (p, l), fib(from), (prefix, len), false) {
                     continue;
                 }
                 let shown = format!("{}/{l}", show(p));
@@ -159,4 +162,30 @@ impl Forwarding {
         }
         Ok(())
     }
+}
+
+/// Whether some packet that table `a`'s next-table route `p` sends to table `b` meets `b`'s
+/// next-table route `q` there: the prefixes overlap, and for the more specific of them, `r`,
+/// `p` is the longest of `a`'s routes that hold all of `r` and `q` the longest of `b`'s (a
+/// longer route holding part of `r` only leaves the rest to `p` or `q`). The new route, `p`
+/// when `new_first` else `q`, is not in its table yet.
+fn chain<L: LpmWriter>(
+    a: &Fib<L>,
+    (p, pl): (L::Addr, u8),
+    b: &Fib<L>,
+    (q, ql): (L::Addr, u8),
+    new_first: bool,
+) -> bool {
+    let shorter = pl.min(ql);
+    if Fib::<L>::masked(p, shorter) != Fib::<L>::masked(q, shorter) {
+        return false;
+    }
+    let r = if pl >= ql { (p, pl) } else { (q, ql) };
+    // Whether `len` is the longest route of `fib` holding all of `r` (`new`: no longer one).
+    let longest = |fib: &Fib<L>, len: u8, new: bool| match fib.covering(r.0, r.1) {
+        Some((l, _)) if new => l <= len,
+        Some((l, _)) => l == len,
+        None => new,
+    };
+    longest(a, pl, new_first) && longest(b, ql, !new_first)
 }
