@@ -429,6 +429,11 @@ fn a_tunnel_in_a_table_routes_what_it_decrypts_there_and_takes_that_tables_route
     let (mut rig, _, theirs) = rig(true);
     let wg = rig.fwd.interface_by_name("wg0").unwrap().index;
     let red = rig.fwd.add_table("red").unwrap();
+    // Not while the default table's route goes through it.
+    assert_eq!(
+        rig.fwd.set_interface_table(wg, red),
+        Err(graph_nodes::ForwardingError::HasRoutes(wg))
+    );
     assert!(rig.fwd.remove_route(ip(10, 9, 0, 0), 24));
     rig.fwd.set_interface_table(wg, red).unwrap();
     let via = Path {

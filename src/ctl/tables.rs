@@ -60,8 +60,8 @@ pub enum RoutingTable {
     /// routes.
     #[command(alias = "delete")]
     Del { name: String },
-    /// `table set INTERFACE NAME`: moves an interface (before it has addresses) into a table;
-    /// its packets are routed by that table's routes.
+    /// `table set INTERFACE NAME`: moves an interface (before it has addresses or routes) into
+    /// a table; its packets are routed by that table's routes.
     Set { interface: String, name: String },
 }
 

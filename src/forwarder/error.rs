@@ -57,6 +57,7 @@ impl From<ForwardingError> for ForwarderError {
             | ForwardingError::NextTableSelf(_)
             | ForwardingError::NextTableChain { .. }
             | ForwardingError::HasAddresses(_)
+            | ForwardingError::HasRoutes(_)
             | ForwardingError::WrongMode(_) => ForwarderError::InvalidArgument(e.to_string()),
             ForwardingError::TooManyInterfaces
             | ForwardingError::TooManyTables

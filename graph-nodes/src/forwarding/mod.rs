@@ -131,6 +131,9 @@ pub enum ForwardingError {
     /// An interface with addresses cannot change tables.
     #[error("interface {0} has addresses: remove them before moving it to another table")]
     HasAddresses(IfIndex),
+    /// An interface that routes go through cannot change tables.
+    #[error("routes go through interface {0}: remove them before moving it to another table")]
+    HasRoutes(IfIndex),
     /// The IPv4 FIB refused a route.
     #[error(transparent)]
     Lpm(#[from] LpmError),

@@ -186,7 +186,7 @@ impl Forwarding {
     }
 
     /// Moves interface `i` into table `t`. It must have no address yet (its connected and
-    /// local routes would be in the table it leaves).
+    /// local routes would be in the table it leaves) and no route through it.
     pub fn set_interface_table(&mut self, i: IfIndex, t: TableId) -> Result<(), ForwardingError> {
         self.tables.get(t)?;
         let iface = self.interfaces.get_mut(i)?;
@@ -196,7 +196,14 @@ impl Forwarding {
         if !iface.addresses.is_empty() || !iface.addresses6.is_empty() {
             return Err(ForwardingError::HasAddresses(i));
         }
-        iface.table = t;
+        // Routes through it are its table's: moved, they would send that table's packets
+        // into another without a next-table route.
+        let old = self.tables.get(iface.table)?;
+        let uses = |lb| self.objects.uses_interface(lb, i);
+        if !old.fib4.prefixes_using(uses).is_empty() || !old.fib6.prefixes_using(uses).is_empty() {
+            return Err(ForwardingError::HasRoutes(i));
+        }
+        self.interfaces.get_mut(i)?.table = t;
         Ok(())
     }
 
