@@ -1,6 +1,6 @@
-//! Two tenants with the same addresses on two Quivers joined by WireGuard, a tunnel each in
-//! the tenant's `[[table]]`: every tenant's namespace reaches its own peer and never the
-//! other tenant's. Each `quiver run` has its tenants' ports and a `[[wireguard]]` tunnel per
+//! Two tenants with the same addresses (IPv4 and IPv6) on two Quivers joined by WireGuard, a
+//! tunnel each in the tenant's `[[table]]`: every tenant's namespace reaches its own peer and
+//! never the other tenant's. Each `quiver run` has its tenants' ports and a `[[wireguard]]` tunnel per
 //! tenant listed in that tenant's table (its routes point into the tunnel; what it decrypts
 //! is routed there), over one underlay in the default table (a veth pair between the two
 //! Quivers' AF_PACKET ports); the kernel's ping and its ICMP counters in each namespace are
@@ -10,7 +10,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::side::{echoes_received, run, Side, Underlay, IP, PING};
+use support::side::{echoes6_received, echoes_received, run, Side, Underlay, IP, PING};
 use support::{Quiver, Scratch};
 use testkit::{require, Needs};
 use wireguard::PrivateKey;
@@ -51,14 +51,14 @@ struct Tunnels<'a> {
     keys: [(&'a PrivateKey, &'a PrivateKey); 2],
 }
 
-/// One Quiver's configuration: tenant ports `red` and `blue` with `tenant_ip`, the underlay
+/// One Quiver's configuration: tenant ports `red` and `blue` with `tenant_ips`, the underlay
 /// port, a tunnel per tenant in its table (red on port 51830, blue 51831) whose peer may send
-/// from `far_allowed` and is sent `routes`, and what `more` adds.
+/// from `far_allowed` and is sent `routes` (either family), and what `more` adds.
 fn config(
     core: u32,
     (red, blue, underlay): (&str, &str, &str),
     tunnels: &Tunnels<'_>,
-    tenant_ip: &str,
+    tenant_ips: &[&str],
     (far_allowed, routes): (&[&str], &[&str]),
     more: &str,
 ) -> String {
@@ -82,16 +82,24 @@ fn config(
              address = \"{underlay_ip}\"\n\
              [[wireguard.peers]]\npublic_key = \"{}\"\nendpoint = \"{remote}:{port}\"\n\
              allowed_ips = [{}]\n\
-             [[table]]\nname = \"{tenant}\"\ninterfaces = [\"{tenant}\", \"wg-{tenant}\"]\n\
-             [[address]]\nport = \"{tenant}\"\nip = \"{tenant_ip}\"\n",
+             [[table]]\nname = \"{tenant}\"\ninterfaces = [\"{tenant}\", \"wg-{tenant}\"]\n",
             own.to_base64(),
             far.public_key().to_base64(),
             allowed.join(", "),
         );
+        for ip in tenant_ips {
+            c += &format!("[[address]]\nport = \"{tenant}\"\nip = \"{ip}\"\n");
+        }
         for prefix in routes {
+            // Any next hop of the prefix's family: the tunnel picks the peer.
+            let hop = if prefix.contains(':') {
+                "fd00::1"
+            } else {
+                "192.0.2.1"
+            };
             c += &format!(
                 "[[route]]\nprefix = \"{prefix}\"\ntable = \"{tenant}\"\n\
-                 via = [\"192.0.2.1@wg-{tenant}\"]\n"
+                 via = [\"{hop}@wg-{tenant}\"]\n"
             );
         }
     }
@@ -127,6 +135,29 @@ fn two_tenants_with_the_same_addresses_reach_only_their_own_peers_over_their_tun
         run(&[IP, "-n", &s.ns, "link", "set", "lo", "up"]);
         run(&[IP, "-n", &s.ns, "route", "add", "default", "via", gw]);
     }
+    // IPv6 inside too: 2001:db8::2 behind 2001:db8::1, 2001:db8:1::2 behind 2001:db8:1::1.
+    for (s, addr, gw) in [
+        (&red1, "2001:db8::2/64", "2001:db8::1"),
+        (&blue1, "2001:db8::2/64", "2001:db8::1"),
+        (&red2, "2001:db8:1::2/64", "2001:db8:1::1"),
+        (&blue2, "2001:db8:1::2/64", "2001:db8:1::1"),
+    ] {
+        run(&[
+            IP,
+            "netns",
+            "exec",
+            &s.ns,
+            "sh",
+            "-c",
+            "echo 0 > /proc/sys/net/ipv6/conf/all/disable_ipv6; \
+             echo 0 > /proc/sys/net/ipv6/conf/veth0/disable_ipv6",
+        ]);
+        let ns = s.ns.as_str();
+        run(&[
+            IP, "-n", ns, "-6", "addr", "add", addr, "dev", "veth0", "nodad",
+        ]);
+        run(&[IP, "-n", ns, "-6", "route", "add", "default", "via", gw]);
+    }
     let lo = ["addr", "add", "10.5.0.1/32", "dev", "lo"];
     run(&[&[IP, "-n", red2.ns.as_str()][..], &lo].concat());
     let underlay = Underlay::pair();
@@ -145,10 +176,10 @@ fn two_tenants_with_the_same_addresses_reach_only_their_own_peers_over_their_tun
         0,
         (&red1.root, &blue1.root, &underlay.a),
         &t1,
-        "10.0.0.1/24",
+        &["10.0.0.1/24", "2001:db8::1/64"],
         (
-            &["10.0.1.0/24", "10.5.0.0/16"],
-            &["10.0.1.0/24", "10.5.0.0/16"],
+            &["10.0.1.0/24", "10.5.0.0/16", "2001:db8:1::/64"],
+            &["10.0.1.0/24", "10.5.0.0/16", "2001:db8:1::/64"],
         ),
         "",
     );
@@ -161,8 +192,11 @@ fn two_tenants_with_the_same_addresses_reach_only_their_own_peers_over_their_tun
         1,
         (&red2.root, &blue2.root, &underlay.b),
         &t2,
-        "10.0.1.1/24",
-        (&["10.0.0.0/24"], &["10.0.0.0/24"]),
+        &["10.0.1.1/24", "2001:db8:1::1/64"],
+        (
+            &["10.0.0.0/24", "2001:db8::/64"],
+            &["10.0.0.0/24", "2001:db8::/64"],
+        ),
         "[[route]]\nprefix = \"10.5.0.0/16\"\ntable = \"red\"\nvia = [\"10.0.1.2@red\"]\n",
     );
     let mut q1 = Quiver::start_at(&dir, "q1", &c1, &dir.path("q1.sock"));
@@ -188,6 +222,20 @@ fn two_tenants_with_the_same_addresses_reach_only_their_own_peers_over_their_tun
         "blue's host answered blue's pings ({b1} → {b2})"
     );
     assert_eq!(pings(&blue2, "10.0.0.2"), 5, "and the other way");
+    // IPv6 inside alike.
+    ping_until_answered(&mut [&mut q1, &mut q2], &red1, "2001:db8:1::2");
+    ping_until_answered(&mut [&mut q1, &mut q2], &blue1, "2001:db8:1::2");
+    let (r0, b0) = (echoes6_received(&red2), echoes6_received(&blue2));
+    assert_eq!(pings(&red1, "2001:db8:1::2"), 5);
+    let (r1, b1) = (echoes6_received(&red2), echoes6_received(&blue2));
+    assert!(r1 - r0 >= 5, "red's host answered red's IPv6 pings");
+    assert_eq!(b1, b0, "blue's host saw none of red's IPv6 pings");
+    assert_eq!(pings(&blue1, "2001:db8:1::2"), 5);
+    assert_eq!(echoes6_received(&red2), r1, "red's host saw none of blue's");
+    assert!(
+        echoes6_received(&blue2) - b1 >= 5,
+        "blue's host answered blue's"
+    );
     assert_eq!(
         echoes_received(&red1),
         0,

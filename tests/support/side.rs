@@ -106,13 +106,23 @@ impl Drop for Underlay {
 
 /// `side`'s kernel's count of ICMP echo requests received (`nstat`'s IcmpInEchos).
 pub fn echoes_received(side: &Side) -> u64 {
+    nstat(side, "IcmpInEchos")
+}
+
+/// `side`'s kernel's count of ICMPv6 echo requests received (`nstat`'s Icmp6InEchos).
+pub fn echoes6_received(side: &Side) -> u64 {
+    nstat(side, "Icmp6InEchos")
+}
+
+/// `side`'s kernel's counter `name` (`nstat -az`).
+fn nstat(side: &Side, name: &str) -> u64 {
     let out = Command::new(IP)
-        .args(["netns", "exec", &side.ns, "nstat", "-az", "IcmpInEchos"])
+        .args(["netns", "exec", &side.ns, "nstat", "-az", name])
         .output()
         .unwrap();
     String::from_utf8_lossy(&out.stdout)
         .lines()
-        .find_map(|l| l.strip_prefix("IcmpInEchos"))
+        .find_map(|l| l.strip_prefix(name))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or_else(|| panic!("nstat in {}: {out:?}", side.ns))
+        .unwrap_or_else(|| panic!("nstat {name} in {}: {out:?}", side.ns))
 }
