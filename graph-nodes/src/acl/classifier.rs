@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use super::fields::{box4, box6, D4, D6, WIDTHS4, WIDTHS6};
 use super::rule::{Action, RuleList};
-use super::tree::Tree;
+use super::tree::{Tree, SPLIT_ABOVE_BYTES};
 use super::{Key4, Key6};
 
 /// The most keys one call is meant for: a frame.
@@ -25,6 +25,12 @@ impl Classifier {
     /// Compiles `list` (off the workers: it allocates; about milliseconds for thousands of
     /// rules).
     pub fn compile(list: &RuleList) -> Classifier {
+        Self::compile_split_above(list, SPLIT_ABOVE_BYTES)
+    }
+
+    /// [`Classifier::compile`], splitting the rules into parts when a single tree would take
+    /// more than `split_above` bytes (tests split small lists with 0).
+    pub(super) fn compile_split_above(list: &RuleList, split_above: usize) -> Classifier {
         let t0 = Instant::now();
         let rules = list.rules();
         let v4 = |l3| -> Vec<_> {
@@ -43,8 +49,8 @@ impl Classifier {
                 .map(|(i, r)| box6(r, i as u32, l3))
                 .collect()
         };
-        let t4 = Tree::build(&v4(false), &v4(true), WIDTHS4);
-        let t6 = Tree::build(&v6(false), &v6(true), WIDTHS6);
+        let t4 = Tree::build(&v4(false), &v4(true), WIDTHS4, [0, 1], split_above);
+        let t6 = Tree::build(&v6(false), &v6(true), WIDTHS6, [0, 4], split_above);
         Classifier {
             v4: t4,
             v6: t6,

@@ -5,7 +5,7 @@ use super::fields::FieldKey;
 use super::tree::{Node, Tree, INTERNAL};
 
 /// Keys walked down together.
-const GROUP: usize = 8;
+const GROUP: usize = 16;
 
 impl<const D: usize> Tree<D> {
     #[inline(always)]
@@ -21,6 +21,7 @@ impl<const D: usize> Tree<D> {
             .unwrap_or(Node::EMPTY)
     }
 
+    /// The first of `leaf`'s rules containing the key.
     #[inline(always)]
     fn scan(&self, leaf: Node, k: &[u32; D], flags: u8) -> Option<u32> {
         let start = leaf.base as usize;
@@ -31,34 +32,56 @@ impl<const D: usize> Tree<D> {
         rules.iter().find(|r| r.contains(k, flags)).map(|r| r.index)
     }
 
-    /// The first matching rule of each key, into `out` (as many as both hold).
+    /// The first matching rule of each key, into `out` (as many as both hold): the lowest
+    /// of each part's answer.
     pub fn classify<K: FieldKey<D>>(&self, keys: &[K], out: &mut [Option<u32>]) {
         for (kc, oc) in keys.chunks(GROUP).zip(out.chunks_mut(GROUP)) {
             let n = kc.len().min(oc.len());
             let mut fields = [[0u32; D]; GROUP];
-            let mut cur = [Node::EMPTY; GROUP];
+            let mut best = [u32::MAX; GROUP];
             for i in 0..n {
                 fields[i] = kc[i].fields();
-                cur[i] = if kc[i].fragment() {
-                    self.l3_root
-                } else {
-                    self.root
-                };
             }
-            loop {
-                let mut more = false;
+            for (p, &root) in self.roots.iter().enumerate() {
+                let mut cur = [Node::EMPTY; GROUP];
                 for i in 0..n {
-                    if cur[i].word & INTERNAL != 0 {
-                        cur[i] = self.step(cur[i], &fields[i]);
-                        more = true;
-                    }
+                    cur[i] = if kc[i].fragment() {
+                        self.l3_roots.get(p).copied().unwrap_or(Node::EMPTY)
+                    } else {
+                        root
+                    };
                 }
-                if !more {
-                    break;
+                self.descend(&mut cur[..n], &fields);
+                for i in 0..n {
+                    let r = self.scan(cur[i], &fields[i], kc[i].tcp_flags());
+                    best[i] = best[i].min(r.unwrap_or(u32::MAX));
                 }
             }
             for i in 0..n {
-                oc[i] = self.scan(cur[i], &fields[i], kc[i].tcp_flags());
+                oc[i] = (best[i] != u32::MAX).then_some(best[i]);
+            }
+        }
+    }
+
+    /// Walks every key of `cur` down to its leaf, all together: every key steps at every
+    /// level (a leaf keeps itself), one branch per level; then their leaves are prefetched.
+    #[inline(always)]
+    fn descend(&self, cur: &mut [Node], fields: &[[u32; D]; GROUP]) {
+        loop {
+            let mut more = 0;
+            for (c, f) in cur.iter_mut().zip(fields) {
+                let next = self.step(*c, f);
+                let internal = c.word & INTERNAL;
+                *c = if internal != 0 { next } else { *c };
+                more |= internal;
+            }
+            if more == 0 {
+                break;
+            }
+        }
+        for c in cur.iter() {
+            if let Some(r) = self.leaves.get(c.base as usize) {
+                dataplane::memory::prefetch(r);
             }
         }
     }

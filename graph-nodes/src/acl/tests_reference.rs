@@ -275,8 +275,17 @@ fn seeds() -> impl Strategy<Value = Vec<Seed>> {
     )
 }
 
+/// Both ways a list compiles: one tree, and split into parts (as big lists are).
 fn check(list: &RuleList, seeds: &[Seed]) -> Result<(), TestCaseError> {
-    let c = Classifier::compile(list);
+    check_compiled(
+        list,
+        seeds,
+        &Classifier::compile_split_above(list, usize::MAX),
+    )?;
+    check_compiled(list, seeds, &Classifier::compile_split_above(list, 0))
+}
+
+fn check_compiled(list: &RuleList, seeds: &[Seed], c: &Classifier) -> Result<(), TestCaseError> {
     let k4 = keys4(list, seeds);
     let mut out = vec![Some(u32::MAX); k4.len()];
     c.classify4(&k4, &mut out);

@@ -28,11 +28,14 @@ impl Node {
     }
 }
 
-/// A compiled tree: for full keys and for fragments (L3 fields only), in one arena.
+/// A compiled tree: a root per part of the rules, for full keys and for fragments (L3 fields
+/// only), in one arena.
 #[derive(Clone, Debug)]
 pub(super) struct Tree<const D: usize> {
-    pub root: Node,
-    pub l3_root: Node,
+    /// One root per non-empty part of the rules.
+    pub roots: Vec<Node>,
+    /// The same for fragments.
+    pub l3_roots: Vec<Node>,
     pub children: Vec<Node>,
     pub leaves: Vec<BoxRule<D>>,
 }
@@ -207,10 +210,46 @@ impl<const D: usize> Builder<'_, D> {
     }
 }
 
+/// The parts a big rule list is split into, by whether a rule's source and destination are
+/// wide (shorter than /8): each part's tree cuts the addresses its rules name without copying
+/// the wildcards of the others into every child (EffiCuts' separation; rte_acl builds several
+/// tries for the same reason). Each part costs a walk and a scan per key, so a list is split
+/// only when its single tree would outgrow a core's L2 cache.
+pub(super) const PARTS: usize = 4;
+
+/// A span wider than this (a prefix shorter than /8) is a wide address.
+const WIDE: u32 = (1 << 24) - 1;
+
+/// The size of a single tree above which a list is split into parts.
+pub(super) const SPLIT_ABOVE_BYTES: usize = 1 << 20;
+
 impl<const D: usize> Tree<D> {
     /// Compiles `full` (every condition) and `l3` (what fragments are compared on), rules in
-    /// list order.
-    pub fn build(full: &[BoxRule<D>], l3: &[BoxRule<D>], widths: [u8; D]) -> Tree<D> {
+    /// list order; `addr_dims` are the dimensions whose width splits the list into parts
+    /// when its single tree would take more than `split_above` bytes.
+    pub fn build(
+        full: &[BoxRule<D>],
+        l3: &[BoxRule<D>],
+        widths: [u8; D],
+        addr_dims: [usize; 2],
+        split_above: usize,
+    ) -> Tree<D> {
+        let one = Self::build_parts(full, l3, widths, |_| 0);
+        if one.bytes() <= split_above {
+            return one;
+        }
+        drop(one);
+        Self::build_parts(full, l3, widths, |r| {
+            usize::from(r.span[addr_dims[0]] > WIDE) | usize::from(r.span[addr_dims[1]] > WIDE) << 1
+        })
+    }
+
+    fn build_parts(
+        full: &[BoxRule<D>],
+        l3: &[BoxRule<D>],
+        widths: [u8; D],
+        part_of: impl Fn(&BoxRule<D>) -> usize,
+    ) -> Tree<D> {
         let top = Region {
             lo: [0; D],
             len: [0; D],
@@ -222,13 +261,33 @@ impl<const D: usize> Tree<D> {
             leaves: Vec::new(),
             leaf_cache: HashMap::new(),
         };
-        let root = b.build(top, (0..full.len() as u32).collect(), 0);
-        b.rules = l3;
-        b.leaf_cache.clear();
-        let l3_root = b.build(top, (0..l3.len() as u32).collect(), 0);
+        let mut roots = Vec::new();
+        let mut l3_roots = Vec::new();
+        for (rules, out) in [(full, &mut roots), (l3, &mut l3_roots)] {
+            b.rules = rules;
+            b.leaf_cache.clear();
+            for part in 0..PARTS {
+                let ids: Vec<u32> = (0..rules.len() as u32)
+                    .filter(|&i| part_of(&rules[i as usize]) == part)
+                    .collect();
+                // An empty list still gets its root (the empty leaf): the views' parts stay
+                // aligned.
+                out.push(b.build(top, ids, 0));
+            }
+        }
+        // Parts that are empty in both views cost nothing at lookup.
+        let keep: Vec<bool> = roots
+            .iter()
+            .zip(&l3_roots)
+            .map(|(a, b)| *a != Node::EMPTY || *b != Node::EMPTY)
+            .collect();
+        let mut k = keep.iter();
+        roots.retain(|_| *k.next().unwrap_or(&true));
+        let mut k = keep.iter();
+        l3_roots.retain(|_| *k.next().unwrap_or(&true));
         Tree {
-            root,
-            l3_root,
+            roots,
+            l3_roots,
             children: b.children,
             leaves: b.leaves,
         }
