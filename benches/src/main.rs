@@ -6,7 +6,7 @@
 mod scenarios;
 
 const SCENARIOS: &str =
-    "dispatch, lpm, lpm6, graph-ip4, graph-ip6, graph-l2xc, vxlan, memif-rate, memif-xc, dpdk, ctl-churn, kernel, wireguard, soak";
+    "dispatch, lpm, lpm6, acl, graph-ip4, graph-ip6, graph-l2xc, vxlan, memif-rate, memif-xc, dpdk, ctl-churn, kernel, wireguard, soak";
 
 use clap::Parser;
 
@@ -14,7 +14,7 @@ use clap::Parser;
 #[derive(Parser)]
 #[command(name = "bench-runner", about)]
 struct Args {
-    /// The scenario: dispatch, lpm, lpm6, graph-ip4, graph-ip6, graph-l2xc, vxlan, memif-rate,
+    /// The scenario: dispatch, lpm, lpm6, acl, graph-ip4, graph-ip6, graph-l2xc, vxlan, memif-rate,
     /// memif-xc, dpdk, ctl-churn, kernel, wireguard, soak.
     scenario: String,
     /// A short run (under a minute; soak: about 3 minutes).
@@ -42,6 +42,7 @@ fn main() -> std::process::ExitCode {
         "dispatch" => scenarios::dispatch::run(args.quick),
         "lpm" => scenarios::lpm::run(args.quick),
         "lpm6" => scenarios::lpm6::run(args.quick),
+        "acl" => scenarios::acl::run(args.quick),
         "graph-ip4" => scenarios::graphs::ip4(args.quick),
         "graph-ip6" => scenarios::graph_ip6::ip6(args.quick),
         "graph-l2xc" => scenarios::graphs::l2xc(args.quick),

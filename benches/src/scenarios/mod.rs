@@ -1,5 +1,7 @@
 //! One module per scenario.
 
+pub mod acl;
+pub mod acl_rules;
 pub mod common;
 pub mod ctl_churn;
 pub mod dispatch;
