@@ -63,6 +63,8 @@ struct Builder<'a, const D: usize> {
     children: Vec<Node>,
     leaves: Vec<BoxRule<D>>,
     leaf_cache: HashMap<Vec<u32>, Node>,
+    /// Bytes of nodes and leaves past which the build gives up (the caller splits instead).
+    budget: usize,
 }
 
 /// The cut chosen for a node.
@@ -156,7 +158,16 @@ impl<const D: usize> Builder<'_, D> {
         node
     }
 
+    fn over_budget(&self) -> bool {
+        self.children.len() * std::mem::size_of::<Node>()
+            + self.leaves.len() * std::mem::size_of::<BoxRule<D>>()
+            > self.budget
+    }
+
     fn build(&mut self, region: Region<D>, ids: Vec<u32>, depth: u32) -> Node {
+        if self.over_budget() {
+            return Node::EMPTY;
+        }
         // A rule covering the whole region (and with no flags to check) ends the list: no key
         // here gets past it.
         let mut kept = Vec::with_capacity(ids.len());
@@ -234,22 +245,27 @@ impl<const D: usize> Tree<D> {
         addr_dims: [usize; 2],
         split_above: usize,
     ) -> Tree<D> {
-        let one = Self::build_parts(full, l3, widths, |_| 0);
-        if one.bytes() <= split_above {
+        // The single tree is abandoned as soon as it passes `split_above`.
+        let (one, within) = Self::build_parts(full, l3, widths, split_above, |_| 0);
+        if within {
             return one;
         }
         drop(one);
-        Self::build_parts(full, l3, widths, |r| {
+        Self::build_parts(full, l3, widths, usize::MAX, |r| {
             usize::from(r.span[addr_dims[0]] > WIDE) | usize::from(r.span[addr_dims[1]] > WIDE) << 1
         })
+        .0
     }
 
+    /// The tree of `part_of`'s parts, and whether it stayed within `budget` bytes (when not,
+    /// it is incomplete and must not be used).
     fn build_parts(
         full: &[BoxRule<D>],
         l3: &[BoxRule<D>],
         widths: [u8; D],
+        budget: usize,
         part_of: impl Fn(&BoxRule<D>) -> usize,
-    ) -> Tree<D> {
+    ) -> (Tree<D>, bool) {
         let top = Region {
             lo: [0; D],
             len: [0; D],
@@ -260,6 +276,7 @@ impl<const D: usize> Tree<D> {
             children: Vec::new(),
             leaves: Vec::new(),
             leaf_cache: HashMap::new(),
+            budget,
         };
         let mut roots = Vec::new();
         let mut l3_roots = Vec::new();
@@ -285,11 +302,13 @@ impl<const D: usize> Tree<D> {
         roots.retain(|_| *k.next().unwrap_or(&true));
         let mut k = keep.iter();
         l3_roots.retain(|_| *k.next().unwrap_or(&true));
-        Tree {
+        let within = !b.over_budget();
+        let tree = Tree {
             roots,
             l3_roots,
             children: b.children,
             leaves: b.leaves,
-        }
+        };
+        (tree, within)
     }
 }
