@@ -329,3 +329,25 @@ nd_seeds = {
 }
 for k, (s0, s1, m) in nd_seeds.items():
     write("nd", k, bytes([s0, s1]) + m)
+
+# (j) wg6_input: as wg4_input (mode, counter lo, counter hi), bits 2-3 of the mode the outer
+# UDP checksum (0: right, 2: zero, 3: wrong); the session's peer allows 10.9.0.0/24 and
+# fd00:9::/64, eth1 has 10.0.1.0/24 and fd00:1::/64 (fuzz/src/wg6.rs).
+inner_wg6 = ip6p(a6("fd00:9::5"), a6("fd00:1::2"), 17, l4sum(a6("fd00:9::5"), a6("fd00:1::2"), 17, udp(1, 2, b"hello"), 6))
+for k, v in {
+    "sealed_routed4": bytes([0, 0, 0]) + inner_wg,
+    "sealed_routed6": bytes([0, 1, 0]) + inner_wg6,
+    "keepalive": bytes([0, 2, 0]),
+    "flipped": bytes([1, 5, 0]) + inner_wg6,
+    "zero_checksum": bytes([8, 3, 0]) + inner_wg6,
+    "wrong_checksum": bytes([12, 4, 0]) + inner_wg6,
+    "initiation": bytes([2, 0, 0]) + bytes([1, 0, 0, 0]) + bytes(144),
+    "unknown_index": bytes([2, 0, 0]) + bytes([4, 0, 0, 0, 0x99, 0, 0, 0]) + bytes(8 + 32),
+}.items():
+    write("wg6_input", k, v)
+
+# (k) vxlan6_input: [selector] + VXLAN header + inner frame (fuzz/fuzz_targets/vxlan6_input.rs:
+# bits 0-1 the source, bit 2 a port not VXLAN's, bits 3-4 the checksum: 0 right, 2 zero, 3 wrong).
+vx6_inner = bytes([8, 0, 0, 0, 0x65, 0x43, 0x21, 0]) + eth(HOST_C, HOST_A, 0x86DD, ip6p(H1, H2, 17, udp(1, 2, b"in")))
+for k, sel in {"decap": 0, "stranger": 3, "other_port": 4, "zero_checksum": 16, "wrong_checksum": 24}.items():
+    write("vxlan6_input", k, bytes([sel]) + vx6_inner)

@@ -5,17 +5,12 @@
 use std::sync::Arc;
 
 use dataplane::buffer::{BufferPool, BufferPoolConfig, HugepagePolicy};
-use dataplane::harness::{CaptureTx, ScriptedRx};
-use dataplane::{
-    Graph, GraphBuilder, PortInput, TxQueue, WorkerBuffers, WorkerRuntime, ERROR_DROP,
-};
+use dataplane::{Graph, WorkerBuffers, WorkerRuntime, ERROR_DROP};
 use graph_nodes::forwarding::Path6;
 use graph_nodes::state::DataplaneEvent;
-use graph_nodes::{
-    add_forwarding_nodes, FibConfig, Forwarding, ForwardingState, IfIndex, LocalState,
-};
+use graph_nodes::{FibConfig, Forwarding, ForwardingState, IfIndex, LocalState};
 
-use crate::{inet_checksum, mac, Port, HOST_A, HOST_B};
+use crate::{inet_checksum, mac, port_graph, run_until_idle, Port, HOST_A, HOST_B};
 
 /// An IPv6 address from its text.
 pub fn a6(s: &str) -> [u8; 16] {
@@ -132,28 +127,7 @@ impl Rig6 {
         fwd.cross_connect(p[2], tunnel).unwrap();
         let published = LocalState::default();
         fwd.commit(&published).unwrap();
-
-        let mut b = GraphBuilder::new();
-        let mut ports = Vec::new();
-        let mut tx: Vec<(IfIndex, Box<dyn TxQueue>)> = Vec::new();
-        for (i, &index) in p.iter().enumerate() {
-            let (rxq, rx) = ScriptedRx::new();
-            let (txq, captured) = CaptureTx::new();
-            b.add(PortInput::new(
-                &format!("eth{i}-input"),
-                "ethernet-input",
-                index.get(),
-                rxq,
-            ));
-            tx.push((index, Box::new(txq)));
-            ports.push(Port {
-                index,
-                rx,
-                tx: captured,
-            });
-        }
-        add_forwarding_nodes(&mut b, tx);
-        let graph = b.build().unwrap();
+        let (graph, ports) = port_graph(&p);
         Rig6 {
             pool,
             buffers,
@@ -173,27 +147,8 @@ impl Rig6 {
         frames: &[(usize, Vec<u8>)],
     ) -> (Vec<Vec<Vec<u8>>>, Vec<DataplaneEvent>) {
         let before = Ledger::new(&self.graph.handle().runtime());
-        for (p, f) in frames {
-            self.ports[*p % PORTS6]
-                .rx
-                .lock()
-                .unwrap()
-                .push_back(f.clone());
-        }
         let state = self.published.current();
-        for _ in 0..64 {
-            self.graph.run_pass(&mut self.buffers, &state);
-            if self.ports.iter().all(|p| p.rx.lock().unwrap().is_empty())
-                && self.graph.pending_packets() == 0
-            {
-                break;
-            }
-        }
-        assert_eq!(self.graph.pending_packets(), 0, "the graph is idle");
-        assert!(
-            self.ports.iter().all(|p| p.rx.lock().unwrap().is_empty()),
-            "every frame received"
-        );
+        run_until_idle(&mut self.graph, &mut self.buffers, &self.ports, &state, frames);
         let mut events = Vec::new();
         while let Some(e) = state.events.pop() {
             events.push(e);

@@ -18,6 +18,7 @@ use wireguard::transport::{SendCounter, TransportKeys};
 
 pub mod ip6;
 pub mod nd_model;
+pub mod wg6;
 
 /// The MAC of the rig's port `i`.
 pub const fn mac(i: u8) -> [u8; 6] {
@@ -64,6 +65,20 @@ pub fn wg_keys() -> (TransportKeys, TransportKeys) {
 
 /// The WireGuard tunnel's peer and receiving sessions, with fresh keys, counter and window.
 fn wg_sessions() -> (Vec<WgPeer>, FastMap<u32, WgReceiver>) {
+    wg_sessions_of(
+        std::net::SocketAddr::from((std::net::Ipv4Addr::from(WG_PEER.0), WG_PEER.1)),
+        vec![(ip(10, 9, 0, 0), 24), (ip(10, 0, 1, 0), 24)],
+        Vec::new(),
+    )
+}
+
+/// One peer at `endpoint` allowed `allowed` and `allowed6`, and our receiving sessions (the
+/// peer's, [`WG_OUR_INDEX`], and a pending handshake's), with fresh keys, counter and window.
+pub fn wg_sessions_of(
+    endpoint: std::net::SocketAddr,
+    allowed: Vec<(u32, u8)>,
+    allowed6: Vec<(u128, u8)>,
+) -> (Vec<WgPeer>, FastMap<u32, WgReceiver>) {
     let (ours, _) = wg_keys();
     let mut receivers = FastMap::default();
     receivers.insert(
@@ -78,12 +93,9 @@ fn wg_sessions() -> (Vec<WgPeer>, FastMap<u32, WgReceiver>) {
     );
     receivers.insert(0x3333, WgReceiver::Pending);
     let peer = WgPeer {
-        endpoint: Some(std::net::SocketAddr::from((
-            std::net::Ipv4Addr::from(WG_PEER.0),
-            WG_PEER.1,
-        ))),
-        allowed: vec![(ip(10, 9, 0, 0), 24), (ip(10, 0, 1, 0), 24)],
-        allowed6: Vec::new(),
+        endpoint: Some(endpoint),
+        allowed,
+        allowed6,
         send: Some(Arc::new(WgSendSession {
             keys: ours,
             counter: Arc::new(SendCounter::new()),
@@ -203,28 +215,7 @@ impl Rig {
             .unwrap();
         let published = LocalState::default();
         fwd.commit(&published).unwrap();
-
-        let mut b = GraphBuilder::new();
-        let mut ports = Vec::new();
-        let mut tx: Vec<(IfIndex, Box<dyn TxQueue>)> = Vec::new();
-        for (i, &index) in p.iter().enumerate() {
-            let (rxq, rx) = ScriptedRx::new();
-            let (txq, captured) = CaptureTx::new();
-            b.add(PortInput::new(
-                &format!("eth{i}-input"),
-                "ethernet-input",
-                index.get(),
-                rxq,
-            ));
-            tx.push((index, Box::new(txq)));
-            ports.push(Port {
-                index,
-                rx,
-                tx: captured,
-            });
-        }
-        add_forwarding_nodes(&mut b, tx);
-        let graph = b.build().unwrap();
+        let (graph, ports) = port_graph(&p);
         Rig {
             pool,
             buffers,
@@ -249,23 +240,8 @@ impl Rig {
     /// Receives each `(port, frame)` and runs the graph until it is idle; returns what each
     /// port sent. Panics unless every buffer is back in the pool afterwards.
     pub fn inject(&mut self, frames: &[(usize, Vec<u8>)]) -> Vec<Vec<Vec<u8>>> {
-        for (p, f) in frames {
-            self.ports[*p % PORTS]
-                .rx
-                .lock()
-                .unwrap()
-                .push_back(f.clone());
-        }
         let state = self.published.current();
-        for _ in 0..64 {
-            self.graph.run_pass(&mut self.buffers, &state);
-            if self.ports.iter().all(|p| p.rx.lock().unwrap().is_empty())
-                && self.graph.pending_packets() == 0
-            {
-                break;
-            }
-        }
-        assert_eq!(self.graph.pending_packets(), 0, "the graph is idle");
+        run_until_idle(&mut self.graph, &mut self.buffers, &self.ports, &state, frames);
         // Learned neighbours are the control side's to commit: forgotten here, so every
         // input sees the same tables.
         self.fwd.take_events();
@@ -289,6 +265,62 @@ impl Default for Rig {
     fn default() -> Self {
         Rig::new()
     }
+}
+
+/// A graph of every forwarding node with an input node `ethN-input` and a captured transmit
+/// queue for each of the ports `p` (`ethN`, in order).
+pub fn port_graph(p: &[IfIndex]) -> (Graph<ForwardingState>, Vec<Port>) {
+    let mut b = GraphBuilder::new();
+    let mut ports = Vec::new();
+    let mut tx: Vec<(IfIndex, Box<dyn TxQueue>)> = Vec::new();
+    for (i, &index) in p.iter().enumerate() {
+        let (rxq, rx) = ScriptedRx::new();
+        let (txq, captured) = CaptureTx::new();
+        b.add(PortInput::new(
+            &format!("eth{i}-input"),
+            "ethernet-input",
+            index.get(),
+            rxq,
+        ));
+        tx.push((index, Box::new(txq)));
+        ports.push(Port {
+            index,
+            rx,
+            tx: captured,
+        });
+    }
+    add_forwarding_nodes(&mut b, tx);
+    (b.build().unwrap(), ports)
+}
+
+/// Puts each `(port, frame)` on its port's receive list (the port number modulo the ports')
+/// and runs `graph` until every frame is received and nothing is pending. Panics if the graph
+/// does not become idle.
+pub fn run_until_idle(
+    graph: &mut Graph<ForwardingState>,
+    buffers: &mut WorkerBuffers,
+    ports: &[Port],
+    state: &ForwardingState,
+    frames: &[(usize, Vec<u8>)],
+) {
+    for (p, f) in frames {
+        ports[*p % ports.len()]
+            .rx
+            .lock()
+            .unwrap()
+            .push_back(f.clone());
+    }
+    for _ in 0..64 {
+        graph.run_pass(buffers, state);
+        if ports.iter().all(|p| p.rx.lock().unwrap().is_empty()) && graph.pending_packets() == 0 {
+            break;
+        }
+    }
+    assert_eq!(graph.pending_packets(), 0, "the graph is idle");
+    assert!(
+        ports.iter().all(|p| p.rx.lock().unwrap().is_empty()),
+        "every frame received"
+    );
 }
 
 /// The Internet checksum.
