@@ -61,7 +61,11 @@ fuzz_target!(|data: &[u8]| {
     RIG.with_borrow_mut(|rig| {
         rig.reset();
         let sent = rig.inject(frame);
-        assert!(sent[1].len() <= 1, "one datagram put out {} packets", sent[1].len());
+        assert!(
+            sent[1].len() <= 1,
+            "one datagram put out {} packets",
+            sent[1].len()
+        );
         if checksum >= 2 || tampered {
             assert!(
                 sent[0].is_empty() && sent[1].is_empty(),

@@ -148,7 +148,13 @@ impl Rig6 {
     ) -> (Vec<Vec<Vec<u8>>>, Vec<DataplaneEvent>) {
         let before = Ledger::new(&self.graph.handle().runtime());
         let state = self.published.current();
-        run_until_idle(&mut self.graph, &mut self.buffers, &self.ports, &state, frames);
+        run_until_idle(
+            &mut self.graph,
+            &mut self.buffers,
+            &self.ports,
+            &state,
+            frames,
+        );
         let mut events = Vec::new();
         while let Some(e) = state.events.pop() {
             events.push(e);

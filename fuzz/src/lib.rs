@@ -241,7 +241,13 @@ impl Rig {
     /// port sent. Panics unless every buffer is back in the pool afterwards.
     pub fn inject(&mut self, frames: &[(usize, Vec<u8>)]) -> Vec<Vec<Vec<u8>>> {
         let state = self.published.current();
-        run_until_idle(&mut self.graph, &mut self.buffers, &self.ports, &state, frames);
+        run_until_idle(
+            &mut self.graph,
+            &mut self.buffers,
+            &self.ports,
+            &state,
+            frames,
+        );
         // Learned neighbours are the control side's to commit: forgotten here, so every
         // input sees the same tables.
         self.fwd.take_events();
