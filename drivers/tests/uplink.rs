@@ -138,71 +138,13 @@ fn finds_the_link_that_holds_an_ipv6_address_with_its_link_local_gateway() {
     assert_eq!(v4, None, "the node has no IPv4 address");
 }
 
-#[test]
-fn the_watch_reports_what_the_kernel_resolves_when_asked_and_its_removal() {
-    if !system_ready("the_watch_reports_what_the_kernel_resolves") {
-        return;
-    }
-    let (node, peer) = node_and_peer();
-    let mac = mac_of(&peer);
-    let gw = IpAddr::V4(Ipv4Addr::new(10, 77, 0, 254));
+/// In `node`'s namespace: the uplink holding `ip` watched, its gateway `gw` asked of the
+/// kernel (from a socket of its own, as a tunnel's creator asks), seen resolved at `mac` in a
+/// change and in the table, then deleted and seen gone. Returns every change seen.
+fn resolve_then_forget(node: &Netns, ip: IpAddr, gw: IpAddr, mac: [u8; 6]) -> Vec<Neighbour> {
     let node_name = node.name.clone();
-    let seen = node.run_in(move || {
-        let uplink = find_uplink(Ipv4Addr::new(10, 77, 0, 1).into())
-            .expect("netlink")
-            .expect("nic0");
-        let index = uplink.index;
-        let mut watch = NeighbourWatch::open(&uplink, Duration::from_millis(100)).expect("watch");
-        assert!(
-            !watch
-                .table()
-                .expect("table")
-                .iter()
-                .any(|n| matches!(n, Neighbour::At(ip, _) if *ip == gw)),
-            "the gateway is not resolved before it is asked for"
-        );
-        // Asked from a socket of its own, as a tunnel's creator does.
-        resolve(index, gw).expect("resolve");
-        let mut seen = wait_for_change(&mut watch, Neighbour::At(gw, mac));
-        assert!(
-            watch
-                .table()
-                .expect("table")
-                .contains(&Neighbour::At(gw, mac)),
-            "the table holds what the change said"
-        );
-        common::run(&[
-            "ip",
-            "-n",
-            &node_name,
-            "neigh",
-            "del",
-            "10.77.0.254",
-            "dev",
-            "nic0",
-        ]);
-        seen.extend(wait_for_change(&mut watch, Neighbour::Unknown(gw)));
-        seen
-    });
-    // Nothing of another address was reported as this one.
-    assert!(seen
-        .iter()
-        .all(|n| matches!(n, Neighbour::At(ip, _) | Neighbour::Unknown(ip) if *ip == gw)));
-}
-
-#[test]
-fn the_ipv6_watch_reports_the_gateway_the_kernel_resolves_by_nd_and_its_removal() {
-    if !system_ready("the_ipv6_watch_reports_the_gateway") {
-        return;
-    }
-    let (node, peer) = node_and_peer6();
-    let mac = mac_of(&peer);
-    let gw = IpAddr::V6("fe80::254".parse::<Ipv6Addr>().expect("IPv6"));
-    let node_name = node.name.clone();
-    let seen = node.run_in(move || {
-        let uplink = find_uplink("fd77::1".parse::<Ipv6Addr>().expect("IPv6").into())
-            .expect("netlink")
-            .expect("nic0");
+    node.run_in(move || {
+        let uplink = find_uplink(ip).expect("netlink").expect("nic0");
         let mut watch = NeighbourWatch::open(&uplink, Duration::from_millis(100)).expect("watch");
         assert!(
             !watch
@@ -221,20 +163,37 @@ fn the_ipv6_watch_reports_the_gateway_the_kernel_resolves_by_nd_and_its_removal(
                 .contains(&Neighbour::At(gw, mac)),
             "the table holds what the change said"
         );
+        let gw_text = gw.to_string();
         common::run(&[
-            "ip",
-            "-n",
-            &node_name,
-            "-6",
-            "neigh",
-            "del",
-            "fe80::254",
-            "dev",
-            "nic0",
+            "ip", "-n", &node_name, "neigh", "del", &gw_text, "dev", "nic0",
         ]);
         seen.extend(wait_for_change(&mut watch, Neighbour::Unknown(gw)));
         seen
-    });
+    })
+}
+
+#[test]
+fn the_watch_reports_what_the_kernel_resolves_when_asked_and_its_removal() {
+    if !system_ready("the_watch_reports_what_the_kernel_resolves") {
+        return;
+    }
+    let (node, peer) = node_and_peer();
+    let gw = IpAddr::V4(Ipv4Addr::new(10, 77, 0, 254));
+    let seen = resolve_then_forget(&node, Ipv4Addr::new(10, 77, 0, 1).into(), gw, mac_of(&peer));
+    // Nothing of another address was reported as this one.
+    assert!(seen
+        .iter()
+        .all(|n| matches!(n, Neighbour::At(ip, _) | Neighbour::Unknown(ip) if *ip == gw)));
+}
+
+#[test]
+fn the_ipv6_watch_reports_the_gateway_the_kernel_resolves_by_nd_and_its_removal() {
+    if !system_ready("the_ipv6_watch_reports_the_gateway") {
+        return;
+    }
+    let (node, peer) = node_and_peer6();
+    let v6 = |t: &str| IpAddr::V6(t.parse::<Ipv6Addr>().expect("IPv6"));
+    let seen = resolve_then_forget(&node, v6("fd77::1"), v6("fe80::254"), mac_of(&peer));
     // Only IPv6 neighbours of the link are reported (the peer's fd77::2 may be among them, as
     // the kernel learns it from the solicitation's exchange, but never an IPv4 one).
     assert!(seen.iter().all(|n| matches!(

@@ -4,13 +4,15 @@
 
 use std::sync::Arc;
 
-use dataplane::buffer::{BufferPool, BufferPoolConfig, HugepagePolicy};
+use dataplane::buffer::BufferPool;
 use dataplane::{Graph, WorkerBuffers, WorkerRuntime, ERROR_DROP};
 use graph_nodes::forwarding::Path6;
 use graph_nodes::state::DataplaneEvent;
-use graph_nodes::{FibConfig, Forwarding, ForwardingState, IfIndex, LocalState};
+use graph_nodes::{Forwarding, ForwardingState, IfIndex, LocalState};
 
-use crate::{inet_checksum, mac, port_graph, run_until_idle, Port, HOST_A, HOST_B};
+use crate::{
+    inet_checksum, mac, port_graph, rig_parts, run_until_idle, take_sent, Port, HOST_A, HOST_B,
+};
 
 /// An IPv6 address from its text.
 pub fn a6(s: &str) -> [u8; 16] {
@@ -74,19 +76,7 @@ pub struct Rig6 {
 impl Rig6 {
     /// Builds the rig described above.
     pub fn new() -> Rig6 {
-        let pool = BufferPool::new(&BufferPoolConfig {
-            buffers: 2048,
-            hugepages: HugepagePolicy::Never,
-            ..Default::default()
-        })
-        .unwrap();
-        let buffers = pool.worker_buffers();
-        let mut fwd = Forwarding::new(FibConfig {
-            long_prefix_groups: 64,
-            hugepages: HugepagePolicy::Never,
-            ..FibConfig::default()
-        })
-        .unwrap();
+        let (pool, buffers, mut fwd) = rig_parts();
         let p: Vec<IfIndex> = (0..PORTS6)
             .map(|i| {
                 fwd.add_port(&format!("eth{i}"), mac(i as u8), MTU6[i] as u16)
@@ -159,13 +149,7 @@ impl Rig6 {
         while let Some(e) = state.events.pop() {
             events.push(e);
         }
-        let sent: Vec<Vec<Vec<u8>>> = self
-            .ports
-            .iter()
-            .map(|p| std::mem::take(&mut *p.tx.lock().unwrap()))
-            .collect();
-        assert_eq!(self.pool.in_use_count(), 0, "buffers leaked");
-        assert_eq!(self.pool.double_free_count(), 0, "a buffer was freed twice");
+        let sent = take_sent(&self.ports, &self.pool);
         let after = self.graph.handle().runtime();
         let out: usize = sent.iter().map(Vec::len).sum();
         before.check(&after, frames.len() as u64, out as u64);

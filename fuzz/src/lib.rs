@@ -150,19 +150,7 @@ pub struct Rig {
 impl Rig {
     /// Builds the rig described above.
     pub fn new() -> Rig {
-        let pool = BufferPool::new(&BufferPoolConfig {
-            buffers: 2048,
-            hugepages: HugepagePolicy::Never,
-            ..Default::default()
-        })
-        .unwrap();
-        let buffers = pool.worker_buffers();
-        let mut fwd = Forwarding::new(FibConfig {
-            long_prefix_groups: 64,
-            hugepages: HugepagePolicy::Never,
-            ..FibConfig::default()
-        })
-        .unwrap();
+        let (pool, buffers, mut fwd) = rig_parts();
         let p: Vec<IfIndex> = (0..PORTS as u8)
             .map(|i| fwd.add_port(&format!("eth{i}"), mac(i), 1500).unwrap())
             .collect();
@@ -251,14 +239,7 @@ impl Rig {
         // Learned neighbours are the control side's to commit: forgotten here, so every
         // input sees the same tables.
         self.fwd.take_events();
-        let sent = self
-            .ports
-            .iter()
-            .map(|p| std::mem::take(&mut *p.tx.lock().unwrap()))
-            .collect();
-        assert_eq!(self.pool.in_use_count(), 0, "buffers leaked");
-        assert_eq!(self.pool.double_free_count(), 0, "a buffer was freed twice");
-        sent
+        take_sent(&self.ports, &self.pool)
     }
 
     /// A node's error counter.
@@ -271,6 +252,37 @@ impl Default for Rig {
     fn default() -> Self {
         Rig::new()
     }
+}
+
+/// What every rig starts from: a pool of 2048 buffers on ordinary pages, its worker's buffers,
+/// and forwarding tables sized for a rig.
+pub fn rig_parts() -> (Arc<BufferPool>, WorkerBuffers, Forwarding) {
+    let pool = BufferPool::new(&BufferPoolConfig {
+        buffers: 2048,
+        hugepages: HugepagePolicy::Never,
+        ..Default::default()
+    })
+    .unwrap();
+    let buffers = pool.worker_buffers();
+    let fwd = Forwarding::new(FibConfig {
+        long_prefix_groups: 64,
+        hugepages: HugepagePolicy::Never,
+        ..FibConfig::default()
+    })
+    .unwrap();
+    (pool, buffers, fwd)
+}
+
+/// What each of `ports` sent since it was last taken; panics unless every buffer of `pool` is
+/// back and none was freed twice.
+pub fn take_sent(ports: &[Port], pool: &BufferPool) -> Vec<Vec<Vec<u8>>> {
+    let sent = ports
+        .iter()
+        .map(|p| std::mem::take(&mut *p.tx.lock().unwrap()))
+        .collect();
+    assert_eq!(pool.in_use_count(), 0, "buffers leaked");
+    assert_eq!(pool.double_free_count(), 0, "a buffer was freed twice");
+    sent
 }
 
 /// A graph of every forwarding node with an input node `ethN-input` and a captured transmit

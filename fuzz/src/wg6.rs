@@ -11,12 +11,14 @@
 use std::net::{Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 
-use dataplane::buffer::{BufferPool, BufferPoolConfig, HugepagePolicy};
+use dataplane::buffer::BufferPool;
 use dataplane::{Graph, WorkerBuffers};
-use graph_nodes::{FibConfig, Forwarding, ForwardingState, IfIndex, LocalState};
+use graph_nodes::{Forwarding, ForwardingState, IfIndex, LocalState};
 
 use crate::ip6::a6;
-use crate::{ip, mac, port_graph, run_until_idle, wg_sessions_of, Port, HOST_A, HOST_B};
+use crate::{
+    ip, mac, port_graph, rig_parts, run_until_idle, take_sent, wg_sessions_of, Port, HOST_A, HOST_B,
+};
 
 /// The tunnel's local end (eth0's address) and port.
 pub const WG6_LOCAL: (&str, u16) = ("fd00:2::fe", 51820);
@@ -56,19 +58,7 @@ pub struct WgRig6 {
 impl WgRig6 {
     /// Builds the rig.
     pub fn new() -> WgRig6 {
-        let pool = BufferPool::new(&BufferPoolConfig {
-            buffers: 2048,
-            hugepages: HugepagePolicy::Never,
-            ..Default::default()
-        })
-        .unwrap();
-        let buffers = pool.worker_buffers();
-        let mut fwd = Forwarding::new(FibConfig {
-            long_prefix_groups: 64,
-            hugepages: HugepagePolicy::Never,
-            ..FibConfig::default()
-        })
-        .unwrap();
+        let (pool, buffers, mut fwd) = rig_parts();
         let p: Vec<IfIndex> = (0..WG6_PORTS as u8)
             .map(|i| fwd.add_port(&format!("eth{i}"), mac(i), 1500).unwrap())
             .collect();
@@ -122,14 +112,7 @@ impl WgRig6 {
         );
         // Handshake messages are the control side's (punted, here forgotten).
         self.fwd.take_events();
-        let sent = self
-            .ports
-            .iter()
-            .map(|p| std::mem::take(&mut *p.tx.lock().unwrap()))
-            .collect();
-        assert_eq!(self.pool.in_use_count(), 0, "buffers leaked");
-        assert_eq!(self.pool.double_free_count(), 0, "a buffer was freed twice");
-        sent
+        take_sent(&self.ports, &self.pool)
     }
 }
 
