@@ -1,5 +1,8 @@
 //! Raw bindings to the parts of DPDK 22.11 that Quiver uses: EAL start-up and lcores, ethdev
-//! ports and their rx/tx bursts, mempools (including custom mempool ops), mbufs, and rings.
+//! ports and their rx/tx bursts, mempools (including custom mempool ops), mbufs, and rings; and,
+//! for the benches' `graph-ip4` reference, DPDK's graph library (`rte_graph_*`), librte_node's
+//! IPv4 and ethdev nodes (`rte_node_*`), `rte_lpm`, and `csrc/graph_bench.c`'s source node and
+//! helpers (`quiver_gb_*`).
 //!
 //! Generated at build time by bindgen from the headers `pkg-config libdpdk` points at, restricted
 //! to an allowlist (see `build.rs`). DPDK's fast path is made of `static inline` functions
