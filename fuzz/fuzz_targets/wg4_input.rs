@@ -9,8 +9,7 @@
 use std::cell::RefCell;
 
 use libfuzzer_sys::fuzz_target;
-use quiver_fuzz::{eth, ipv4, mac, udp, wg_keys, Rig, HOST_B, WG_LOCAL, WG_PEER};
-use wireguard::transport;
+use quiver_fuzz::{eth, ipv4, mac, udp, wg_message, Rig, HOST_B, WG_LOCAL, WG_PEER};
 
 thread_local! {
     static RIG: RefCell<Rig> = RefCell::new(Rig::new());
@@ -20,24 +19,7 @@ fuzz_target!(|data: &[u8]| {
     let [mode, c0, c1, rest @ ..] = data else {
         return;
     };
-    let msg = match mode % 4 {
-        // Sealed by the peer: the inner packet reaches ip4-input on the tunnel.
-        0 | 1 => {
-            let (_, theirs) = wg_keys();
-            let inner = &rest[..rest.len().min(1400)];
-            let mut buf = vec![0u8; transport::sealed_len(inner.len())];
-            buf[16..16 + inner.len()].copy_from_slice(inner);
-            let counter = u64::from(u16::from_le_bytes([*c0, *c1]));
-            let n = transport::seal(&theirs, counter, &mut buf, inner.len()).unwrap();
-            buf.truncate(n);
-            if mode % 4 == 1 && !buf.is_empty() {
-                let at = usize::from(*c0) % buf.len();
-                buf[at] ^= c1 | 1;
-            }
-            buf
-        }
-        _ => rest.to_vec(),
-    };
+    let msg = wg_message(*mode, *c0, *c1, rest);
     let frame = eth(
         mac(1),
         HOST_B,

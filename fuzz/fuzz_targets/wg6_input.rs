@@ -15,8 +15,7 @@ use std::cell::RefCell;
 use libfuzzer_sys::fuzz_target;
 use quiver_fuzz::ip6::{a6, fill_l4_sum, ip6};
 use quiver_fuzz::wg6::{WgRig6, WG6_LOCAL, WG6_PEER};
-use quiver_fuzz::{eth, mac, udp, wg_keys, HOST_B};
-use wireguard::transport;
+use quiver_fuzz::{eth, mac, udp, wg_message, HOST_B};
 
 thread_local! {
     static RIG: RefCell<WgRig6> = RefCell::new(WgRig6::new());
@@ -27,23 +26,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let tampered = mode % 4 == 1;
-    let msg = match mode % 4 {
-        0 | 1 => {
-            let (_, theirs) = wg_keys();
-            let inner = &rest[..rest.len().min(1400)];
-            let mut buf = vec![0u8; transport::sealed_len(inner.len())];
-            buf[16..16 + inner.len()].copy_from_slice(inner);
-            let counter = u64::from(u16::from_le_bytes([*c0, *c1]));
-            let n = transport::seal(&theirs, counter, &mut buf, inner.len()).unwrap();
-            buf.truncate(n);
-            if tampered && !buf.is_empty() {
-                let at = usize::from(*c0) % buf.len();
-                buf[at] ^= c1 | 1;
-            }
-            buf
-        }
-        _ => rest.to_vec(),
-    };
+    let msg = wg_message(*mode, *c0, *c1, rest);
     let (src, dst) = (a6(WG6_PEER.0), a6(WG6_LOCAL.0));
     let mut datagram = udp(WG6_PEER.1, WG6_LOCAL.1, &msg);
     // Bits 2-3 of the mode: the checksum right (0, 1), zero (2) or off by one bit (3).

@@ -63,6 +63,27 @@ pub fn wg_keys() -> (TransportKeys, TransportKeys) {
     (ours, theirs)
 }
 
+/// The datagram the WireGuard targets send, by `mode % 4`: 0, a transport message the peer
+/// sealed around `rest` (at most 1,400 bytes of it) at counter `c0 | c1 << 8`; 1, the same
+/// with one byte (picked by `c0`) flipped by `c1 | 1`; 2 and 3, `rest` as it is.
+pub fn wg_message(mode: u8, c0: u8, c1: u8, rest: &[u8]) -> Vec<u8> {
+    if mode % 4 > 1 {
+        return rest.to_vec();
+    }
+    let (_, theirs) = wg_keys();
+    let inner = &rest[..rest.len().min(1400)];
+    let mut buf = vec![0u8; wireguard::transport::sealed_len(inner.len())];
+    buf[16..16 + inner.len()].copy_from_slice(inner);
+    let counter = u64::from(u16::from_le_bytes([c0, c1]));
+    let n = wireguard::transport::seal(&theirs, counter, &mut buf, inner.len()).unwrap();
+    buf.truncate(n);
+    if mode % 4 == 1 && !buf.is_empty() {
+        let at = usize::from(c0) % buf.len();
+        buf[at] ^= c1 | 1;
+    }
+    buf
+}
+
 /// The WireGuard tunnel's peer and receiving sessions, with fresh keys, counter and window.
 fn wg_sessions() -> (Vec<WgPeer>, FastMap<u32, WgReceiver>) {
     wg_sessions_of(
